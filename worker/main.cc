@@ -1,0 +1,93 @@
+// dsworker: the per-rank daemon that `dslaunch run` starts under mpirun or
+// srun. Parsing and exit codes are handled here only.
+#include <mpi.h>
+
+#include <iostream>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "tools/build_info/build_info.h"
+#include "worker/parallel/world_probe.h"
+
+namespace {
+
+constexpr int kUsageError = 2;
+
+nlohmann::json identity_json(const dslaunch::worker::RankIdentity& id) {
+  return {{"rank", id.rank},
+          {"world_size", id.world_size},
+          {"local_rank", id.local_rank},
+          {"local_world_size", id.local_world_size},
+          {"host", id.host},
+          {"pid", id.pid}};
+}
+
+void print_probe(const dslaunch::worker::WorldProbe& probe, bool as_json) {
+  if (as_json) {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const auto& id : probe.ranks) ranks.push_back(identity_json(id));
+    std::cout << nlohmann::json{{"mpi_library", probe.mpi_library},
+                                {"world_size", probe.self.world_size},
+                                {"allreduce_ok", probe.allreduce_ok},
+                                {"ranks", ranks}}
+                     .dump(2)
+              << "\n";
+    return;
+  }
+  std::cout << fmt::format("{}\n{} ranks, all-reduce check {}\n\n", probe.mpi_library,
+                           probe.self.world_size, probe.allreduce_ok ? "ok" : "FAILED");
+  std::cout << fmt::format("{:>6}  {:<24} {:>9}  {}\n", "rank", "host", "pid", "local rank");
+  for (const auto& id : probe.ranks) {
+    std::cout << fmt::format("{:>6}  {:<24} {:>9}  {} of {}\n", id.rank, id.host, id.pid,
+                             id.local_rank, id.local_world_size);
+  }
+}
+
+// Every rank must run this (it is collective); rank 0 prints.
+int run_probe(bool as_json) {
+  int provided = 0;
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+    std::cerr << "dsworker: MPI_Init_thread failed; start dsworker under mpirun or srun\n";
+    return 1;
+  }
+  const auto probe = dslaunch::worker::probe_world(MPI_COMM_WORLD);
+  int exit_code = 0;
+  if (!probe.error.empty()) {
+    std::cerr << fmt::format("dsworker rank {}: {}\n", probe.self.rank, probe.error);
+    exit_code = 1;
+  } else {
+    if (probe.self.rank == 0) print_probe(probe, as_json);
+    if (!probe.allreduce_ok) exit_code = 1;
+  }
+  MPI_Finalize();
+  return exit_code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dsworker is the per-rank daemon of a dslaunch job, started by `dslaunch run`.",
+               "dsworker"};
+  app.set_version_flag("--version", dslaunch::version_line("dsworker"),
+                       "Print the version and git commit, then exit");
+  app.require_subcommand(0, 1);
+
+  bool probe_json = false;
+  CLI::App* probe = app.add_subcommand(
+      "probe",
+      "Check the ranks' MPI world: every rank's host, pid and node-local rank, and an "
+      "all-reduce verified end to end (run under mpirun)");
+  probe->add_flag("--json", probe_json, "Print one JSON object instead of a table");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    const int code = app.exit(error);
+    return code == 0 ? 0 : kUsageError;
+  }
+  if (probe->parsed()) return run_probe(probe_json);
+  std::cerr << app.help() << "\ndsworker: a subcommand is required\n";
+  return kUsageError;
+}
