@@ -1,0 +1,62 @@
+// Runs under mpirun (see mpi_test): every rank executes every test case.
+#include "worker/parallel/world_probe.h"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <set>
+
+#include <catch2/catch.hpp>
+
+using dslaunch::worker::probe_world;
+
+TEST_CASE("probe_world on the world communicator") {
+  int rank = -1, size = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+
+  const auto probe = probe_world(MPI_COMM_WORLD);
+  REQUIRE(probe.error.empty());
+  CHECK(probe.allreduce_ok);
+  CHECK(probe.self.rank == rank);
+  CHECK(probe.self.world_size == size);
+  CHECK(probe.self.pid == getpid());
+  CHECK(probe.mpi_library.rfind("Open MPI v", 0) == 0);
+  CHECK(probe.mpi_library.back() != ' ');
+  // All ranks share this host, so node-local numbering is the world's.
+  CHECK(probe.self.local_rank == rank);
+  CHECK(probe.self.local_world_size == size);
+  if (rank == 0) {
+    REQUIRE(static_cast<int>(probe.ranks.size()) == size);
+    std::set<int64_t> pids;
+    for (int r = 0; r < size; ++r) {
+      CHECK(probe.ranks[r].rank == r);
+      CHECK(probe.ranks[r].host == probe.self.host);
+      pids.insert(probe.ranks[r].pid);
+    }
+    CHECK(static_cast<int>(pids.size()) == size);
+  } else {
+    CHECK(probe.ranks.empty());
+  }
+}
+
+TEST_CASE("probe_world on a sub-communicator sees only its members") {
+  int rank = -1, size = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  // Even and odd world ranks form two groups.
+  MPI_Comm half = MPI_COMM_NULL;
+  REQUIRE(MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half) == MPI_SUCCESS);
+
+  const auto probe = probe_world(half);
+  REQUIRE(probe.error.empty());
+  CHECK(probe.allreduce_ok);
+  const int expected_size = (size + 1 - rank % 2) / 2;
+  CHECK(probe.self.world_size == expected_size);
+  CHECK(probe.self.rank == rank / 2);
+  if (probe.self.rank == 0) {
+    REQUIRE(static_cast<int>(probe.ranks.size()) == expected_size);
+    for (int r = 0; r < expected_size; ++r) CHECK(probe.ranks[r].rank == r);
+  }
+  MPI_Comm_free(&half);
+}
