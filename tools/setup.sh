@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs every Debian package that dslaunch's build, demo and tests need.
+# Idempotent: when everything is installed it changes nothing and reaches no
+# network; otherwise it runs `apt-get update` once and installs what is missing.
+# Needs root, or sudo.
+set -euo pipefail
+
+packages=(
+  # build
+  bazel-bootstrap bazel-platforms g++ git python3
+  # libraries wrapped in WORKSPACE
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libopenmpi-dev openmpi-bin
+  libyaml-cpp-dev libspdlog-dev libfmt-dev libopenblas-dev
+  catch2 libcli11-dev nlohmann-json3-dev libxxhash-dev libhwloc-dev
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$package" 2>/dev/null || true)
+  [ "$status" = installed ] || missing+=("$package")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+as_root=()
+if [ "$(id -u)" != 0 ]; then
+  if ! command -v sudo >/dev/null; then
+    echo "setup: these packages are missing and installing them needs root: ${missing[*]}" >&2
+    exit 1
+  fi
+  as_root=(sudo)
+fi
+echo "setup: installing ${missing[*]}" >&2
+"${as_root[@]}" apt-get update -qq
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
