@@ -1,0 +1,44 @@
+#include "launcher/spec/batch_size.h"
+
+#include <fmt/format.h>
+
+namespace dslaunch::spec {
+
+BatchResolution resolve_batch_sizes(const BatchInput& input, int64_t dp) {
+  const auto& train = input.train_batch_size;
+  const auto& micro = input.micro_batch_per_gpu;
+  const auto& gas = input.gradient_accumulation_steps;
+  BatchSizes sizes;
+  if (train && micro && gas) {
+    sizes = {*train, *micro, *gas};
+  } else if (train && micro) {
+    sizes = {*train, *micro, *train / *micro / dp};
+  } else if (train && gas) {
+    sizes = {*train, *train / dp / *gas, *gas};
+  } else if (micro && gas) {
+    sizes = {*micro * *gas * dp, *micro, *gas};
+  } else if (train) {
+    sizes = {*train, *train / dp, 1};
+  } else if (micro) {
+    sizes = {*micro * dp, *micro, 1};
+  } else {
+    return {std::nullopt,
+            "give training.train_batch_size or training.train_micro_batch_size_per_gpu "
+            "(gradient_accumulation_steps alone cannot determine the batch)"};
+  }
+
+  const int64_t product = sizes.micro_batch_per_gpu * sizes.gradient_accumulation_steps * dp;
+  if (sizes.train_batch_size > 0 && sizes.micro_batch_per_gpu > 0 &&
+      sizes.gradient_accumulation_steps > 0 && sizes.train_batch_size == product) {
+    return {sizes, ""};
+  }
+  return {std::nullopt,
+          fmt::format("batch sizes do not fit together: train_batch_size {} must equal "
+                      "train_micro_batch_size_per_gpu {} x gradient_accumulation_steps {} x "
+                      "data-parallel size {} (= {}), and all three must be > 0; give two of "
+                      "the three keys so the third is derived, or make the product match",
+                      sizes.train_batch_size, sizes.micro_batch_per_gpu,
+                      sizes.gradient_accumulation_steps, dp, product)};
+}
+
+}  // namespace dslaunch::spec

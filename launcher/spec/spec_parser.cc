@@ -1,0 +1,472 @@
+#include "launcher/spec/spec_parser.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <regex>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "launcher/spec/deepspeed_config.h"
+#include "launcher/spec/overrides.h"
+#include "launcher/spec/yaml_reader.h"
+
+namespace dslaunch::spec {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
+constexpr double kUnbounded = std::numeric_limits<double>::max();
+
+// Relative paths in the spec file are relative to the spec's folder, as in
+// docker-compose files; values from the command line are relative to the
+// working directory.
+std::string resolve_path(const std::string& value, const Location& where,
+                         const fs::path& spec_dir) {
+  if (value.empty() || value == "demo" || fs::path(value).is_absolute() || !where.origin.empty()) {
+    return value;
+  }
+  return (spec_dir / value).lexically_normal().string();
+}
+
+template <typename Enum>
+void read_enum(MapReader& reader, std::string_view key, const std::vector<std::string>& names,
+               Enum& out) {
+  int index = static_cast<int>(out);
+  reader.choice(key, names, index);
+  out = static_cast<Enum>(index);
+}
+
+void read_cluster(MapReader cluster, ClusterSpec& out, const fs::path& spec_dir) {
+  read_enum(cluster, "runner", {"local", "openmpi", "slurm"}, out.runner);
+  read_enum(cluster, "device", {"cpu", "cuda"}, out.device);
+  cluster.string("hostfile", out.hostfile);
+  out.hostfile = resolve_path(out.hostfile, cluster.location_of("hostfile"), spec_dir);
+  for (MapReader host : cluster.map_list("hosts")) {
+    InlineHost entry;
+    host.string("host", entry.host);
+    host.integer("slots", entry.slots, 1, kNoLimit);
+    entry.line = host.location().line;
+    if (entry.host.empty()) host.error("host", host.path() + " needs a host name: host: NAME");
+    if (entry.slots == 0) host.error("slots", host.path() + " needs slots: N (N >= 1)");
+    host.finish();
+    out.hosts.push_back(entry);
+  }
+  if (!out.hostfile.empty() && !out.hosts.empty()) {
+    cluster.error("hosts", "give cluster.hostfile or cluster.hosts, not both");
+  }
+  cluster.string("include", out.include);
+  cluster.string("exclude", out.exclude);
+  const auto read_count = [&](const char* key, int& out_count) {
+    cluster.integer(key, out_count, -1, kNoLimit);
+    if (out_count == 0) {
+      cluster.error(key, fmt::format("cluster.{} must be -1 (all) or at least 1", key));
+    }
+  };
+  read_count("num_nodes", out.num_nodes);
+  read_count("num_gpus", out.num_gpus);
+  cluster.integer("ssh_port", out.ssh_port, 1, 65535);
+  cluster.string("network_interface", out.network_interface);
+  cluster.string("controller_address", out.controller_address);
+
+  MapReader topology = cluster.map("topology");
+  topology.integer("cores_per_host", out.topology.cores_per_host, 1, kNoLimit);
+  topology.integer("numa_nodes_per_host", out.topology.numa_nodes_per_host, 1, kNoLimit);
+  topology.integer_lists("gpu_islands", out.topology.gpu_islands, 0);
+  topology.number("device_memory_gb", out.topology.device_memory_gb, 0, kUnbounded);
+  topology.finish();
+  cluster.finish();
+}
+
+void read_model(MapReader model, ModelSpec& out) {
+  model.integer("num_layers", out.num_layers, 1, kNoLimit);
+  model.integer("hidden_size", out.hidden_size, 1, kNoLimit);
+  model.integer("num_attention_heads", out.num_attention_heads, 1, kNoLimit);
+  model.integer("vocab_size", out.vocab_size, 1, kNoLimit);
+  model.integer("seq_length", out.seq_length, 1, kNoLimit);
+  model.number("dropout", out.dropout, 0, 1);
+  if (out.dropout == 1) model.error("dropout", "model.dropout must be below 1");
+  model.integer("init_seed", out.init_seed);
+  model.integer("make_vocab_size_divisible_by", out.make_vocab_size_divisible_by, 1, kNoLimit);
+  if (out.hidden_size % out.num_attention_heads != 0) {
+    model.error("hidden_size",
+                fmt::format("model.hidden_size {} must be divisible by model.num_attention_heads "
+                            "{} (each head gets hidden_size / heads dimensions)",
+                            out.hidden_size, out.num_attention_heads));
+  }
+  model.finish();
+}
+
+void read_data(MapReader data, DataSpec& out, const fs::path& spec_dir) {
+  data.string("train", out.train);
+  data.string("valid", out.valid);
+  read_enum(data, "format", {"auto", "llmc", "megatron"}, out.format);
+  if (out.train.empty()) {
+    data.error("train",
+               "data.train is required: an llm.c token file, a Megatron dataset prefix "
+               "(path without .bin/.idx), or 'demo' for the built-in corpus");
+  }
+  const auto check_exists = [&](const char* key, std::string& path) {
+    path = resolve_path(path, data.location_of(key), spec_dir);
+    if (path.empty() || path == "demo") return;
+    const bool file = fs::is_regular_file(path);
+    const bool megatron = fs::is_regular_file(path + ".bin") && fs::is_regular_file(path + ".idx");
+    const bool found = out.format == DataFormat::kLlmc       ? file
+                       : out.format == DataFormat::kMegatron ? megatron
+                                                             : file || megatron;
+    if (!found) {
+      data.error(key, fmt::format("data.{}: no data at '{}' (looked for that file, and for "
+                                  "{}.bin with {}.idx); the path is relative to the spec's folder",
+                                  key, path, path, path));
+    }
+  };
+  check_exists("train", out.train);
+  check_exists("valid", out.valid);
+  data.finish();
+}
+
+void read_offload(MapReader offload, OffloadSpec& out, const fs::path& spec_dir) {
+  read_enum(offload, "device", {"none", "cpu", "nvme"}, out.device);
+  offload.string("nvme_path", out.nvme_path);
+  out.nvme_path = resolve_path(out.nvme_path, offload.location_of("nvme_path"), spec_dir);
+  offload.boolean("pin_memory", out.pin_memory);
+  if (out.device == OffloadDevice::kNvme && out.nvme_path.empty()) {
+    offload.error("device", offload.path() +
+                                ".device is nvme: give nvme_path, a folder on "
+                                "the NVMe drive");
+  }
+  offload.finish();
+}
+
+// Reads the key under either of DeepSpeed's spellings (stage3_x or x).
+void read_zero_alias(MapReader& zero, const std::string& key, int64_t& out) {
+  const std::string prefixed = "stage3_" + key;
+  if (zero.has(prefixed) && zero.has(key)) {
+    zero.error(key, fmt::format("give {}.{} or {}.{}, not both (they are the same setting)",
+                                zero.path(), prefixed, zero.path(), key));
+  }
+  zero.integer(prefixed, out, 0, kNoLimit);
+  zero.integer(key, out, 0, kNoLimit);
+}
+
+void read_zero(MapReader zero, ZeroSpec& out, const fs::path& spec_dir) {
+  zero.integer("stage", out.stage, 0, 3);
+  zero.integer("reduce_bucket_size", out.reduce_bucket_size, 1, kNoLimit);
+  zero.integer("allgather_bucket_size", out.allgather_bucket_size, 1, kNoLimit);
+  // DeepSpeed overlaps communication by default only at stage 3.
+  out.overlap_comm = out.stage == 3;
+  zero.boolean("overlap_comm", out.overlap_comm);
+  zero.boolean("contiguous_gradients", out.contiguous_gradients);
+  read_zero_alias(zero, "prefetch_bucket_size", out.prefetch_bucket_size);
+  read_zero_alias(zero, "param_persistence_threshold", out.param_persistence_threshold);
+  read_zero_alias(zero, "max_live_parameters", out.max_live_parameters);
+  read_offload(zero.map("offload_optimizer"), out.offload_optimizer, spec_dir);
+  read_offload(zero.map("offload_param"), out.offload_param, spec_dir);
+  if (out.offload_param.device != OffloadDevice::kNone && out.stage != 3) {
+    zero.error("offload_param",
+               fmt::format("offload_param needs ZeRO stage 3 (parameters are partitioned only "
+                           "there); set {}.stage: 3 or remove offload_param",
+                           zero.path()));
+  }
+  if (out.offload_optimizer.device != OffloadDevice::kNone && out.stage == 0) {
+    zero.error(
+        "offload_optimizer",
+        fmt::format("offload_optimizer needs ZeRO stage 1, 2 or 3; set {}.stage", zero.path()));
+  }
+  zero.finish();
+}
+
+void read_optimizer(MapReader optimizer, OptimizerSpec& out) {
+  read_enum(optimizer, "type", {"Adam", "AdamW"}, out.type);
+  MapReader params = optimizer.map("params");
+  params.number("lr", out.lr, 0, kUnbounded);
+  std::vector<double> betas(out.betas.begin(), out.betas.end());
+  params.number_list("betas", betas);
+  if (betas.size() != 2 || betas[0] < 0 || betas[0] >= 1 || betas[1] < 0 || betas[1] >= 1) {
+    params.error("betas", params.path() +
+                              ".betas must be two numbers in [0, 1), such as "
+                              "[0.9, 0.999]");
+  } else {
+    out.betas = {betas[0], betas[1]};
+  }
+  params.number("eps", out.eps, 0, kUnbounded);
+  params.number("weight_decay", out.weight_decay, 0, kUnbounded);
+  // DeepSpeed's "Adam" decouples weight decay (AdamW) unless adam_w_mode is false.
+  params.boolean("adam_w_mode", out.decoupled_weight_decay);
+  if (out.type == OptimizerType::kAdamW) {
+    if (!out.decoupled_weight_decay) {
+      params.error("adam_w_mode",
+                   "AdamW always decouples weight decay; use type: Adam with "
+                   "adam_w_mode: false for L2-coupled Adam");
+    }
+    out.decoupled_weight_decay = true;
+  }
+  params.finish();
+  optimizer.finish();
+}
+
+void read_scheduler(MapReader scheduler, SchedulerSpec& out) {
+  read_enum(scheduler, "type", {"none", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"}, out.type);
+  MapReader params = scheduler.map("params");
+  params.integer("warmup_num_steps", out.warmup_num_steps, 0, kNoLimit);
+  read_enum(params, "warmup_type", {"log", "linear"}, out.warmup_type);
+  if (out.type == SchedulerType::kWarmupLR || out.type == SchedulerType::kWarmupDecayLR) {
+    params.number("warmup_min_lr", out.warmup_min_lr, 0, kUnbounded);
+    params.number("warmup_max_lr", out.warmup_max_lr, 0, kUnbounded);
+  }
+  if (out.type == SchedulerType::kWarmupDecayLR || out.type == SchedulerType::kWarmupCosineLR) {
+    params.integer("total_num_steps", out.total_num_steps, 1, kNoLimit);
+    if (out.total_num_steps == 0) {
+      params.error("total_num_steps", scheduler.path() +
+                                          " needs params.total_num_steps, the step where the "
+                                          "decay ends");
+    } else if (out.warmup_num_steps > out.total_num_steps) {
+      params.error("warmup_num_steps",
+                   fmt::format("{}.warmup_num_steps {} is past total_num_steps {}", params.path(),
+                               out.warmup_num_steps, out.total_num_steps));
+    }
+  }
+  if (out.type == SchedulerType::kWarmupCosineLR) {
+    params.number("warmup_min_ratio", out.warmup_min_ratio, 0, 1);
+    params.number("cos_min_ratio", out.cos_min_ratio, 0, 1);
+  }
+  // DeepSpeed's resume position; dslaunch restores schedulers from checkpoints.
+  int64_t last_batch_iteration = -1;
+  params.integer("last_batch_iteration", last_batch_iteration, -1, kNoLimit);
+  if (last_batch_iteration != -1) {
+    params.error("last_batch_iteration",
+                 "last_batch_iteration is not needed: dslaunch resumes the scheduler from the "
+                 "checkpoint; remove it");
+  }
+  params.finish();
+  scheduler.finish();
+}
+
+void read_training(MapReader training, TrainingSpec& out, const ParallelismSpec& parallelism,
+                   const fs::path& spec_dir) {
+  training.optional_integer("train_batch_size", out.batch.train_batch_size, 1);
+  training.optional_integer("train_micro_batch_size_per_gpu", out.batch.micro_batch_per_gpu, 1);
+  training.optional_integer("gradient_accumulation_steps", out.batch.gradient_accumulation_steps,
+                            1);
+  training.integer("steps", out.steps, 1, kNoLimit);
+  if (!training.has("steps")) {
+    training.error("steps", "training.steps is required: the number of optimizer steps to run");
+  }
+  MapReader fp16 = training.map("fp16");
+  fp16.boolean("enabled", out.fp16.enabled);
+  fp16.number("loss_scale", out.fp16.loss_scale, 0, kUnbounded);
+  fp16.integer("initial_scale_power", out.fp16.initial_scale_power, 0, 64);
+  fp16.integer("loss_scale_window", out.fp16.loss_scale_window, 1, kNoLimit);
+  fp16.integer("hysteresis", out.fp16.hysteresis, 1, kNoLimit);
+  fp16.number("min_loss_scale", out.fp16.min_loss_scale, 0, kUnbounded);
+  fp16.finish();
+  MapReader bf16 = training.map("bf16");
+  bf16.boolean("enabled", out.bf16);
+  bf16.finish();
+  if (out.fp16.enabled && out.bf16) {
+    training.error("bf16", "fp16.enabled and bf16.enabled are both true; choose one precision");
+  }
+  read_zero(training.map("zero_optimization"), out.zero, spec_dir);
+  if (parallelism.pipeline > 1 && out.zero.stage >= 2) {
+    training.error("zero_optimization",
+                   fmt::format("ZeRO stage {} cannot be combined with pipeline parallelism "
+                               "(pipeline {}), as in DeepSpeed; use stage 0 or 1",
+                               out.zero.stage, parallelism.pipeline));
+  }
+  read_optimizer(training.map("optimizer"), out.optimizer);
+  read_scheduler(training.map("scheduler"), out.scheduler);
+  training.number("gradient_clipping", out.gradient_clipping, 0, kUnbounded);
+  training.finish();
+}
+
+void read_parallelism(MapReader parallelism, ParallelismSpec& out, const ModelSpec& model) {
+  parallelism.integer("tensor", out.tensor, 1, kNoLimit);
+  parallelism.integer("pipeline", out.pipeline, 1, kNoLimit);
+  parallelism.finish();
+  if (model.num_attention_heads % out.tensor != 0) {
+    parallelism.error("tensor", fmt::format("model.num_attention_heads {} is not divisible by "
+                                            "parallelism.tensor {}: each tensor rank needs "
+                                            "whole heads",
+                                            model.num_attention_heads, out.tensor));
+  }
+  if (model.hidden_size % out.tensor != 0) {
+    parallelism.error("tensor",
+                      fmt::format("model.hidden_size {} is not divisible by parallelism.tensor {}",
+                                  model.hidden_size, out.tensor));
+  }
+  if (model.num_layers % out.pipeline != 0) {
+    parallelism.error("pipeline",
+                      fmt::format("model.num_layers {} is not divisible by parallelism.pipeline "
+                                  "{}: every stage must hold the same number of layers",
+                                  model.num_layers, out.pipeline));
+  }
+}
+
+void read_checkpoint(MapReader checkpoint, CheckpointSpec& out, const fs::path& spec_dir) {
+  checkpoint.string("dir", out.dir);
+  out.dir = resolve_path(out.dir, checkpoint.location_of("dir"), spec_dir);
+  checkpoint.integer("interval", out.interval, 0, kNoLimit);
+  checkpoint.integer("keep", out.keep, 1, kNoLimit);
+  checkpoint.finish();
+}
+
+void read_fault_tolerance(MapReader fault, FaultToleranceSpec& out) {
+  fault.integer("max_restarts", out.max_restarts, 0, kNoLimit);
+  fault.number("heartbeat_interval", out.heartbeat_interval_s, 0.01, kUnbounded);
+  fault.number("heartbeat_timeout", out.heartbeat_timeout_s, 0.01, kUnbounded);
+  if (out.heartbeat_timeout_s <= out.heartbeat_interval_s) {
+    fault.error("heartbeat_timeout",
+                fmt::format("fault_tolerance.heartbeat_timeout ({}s) must be longer than "
+                            "heartbeat_interval ({}s)",
+                            out.heartbeat_timeout_s, out.heartbeat_interval_s));
+  }
+  fault.finish();
+}
+
+// The --set, --hostfile, --include and --exclude inputs, applied to the
+// parsed YAML before it is read, so they are checked like the file's values.
+void apply_command_line(YAML::Node& root, const LoadOptions& options, ReadContext& context) {
+  std::vector<Override> overrides;
+  for (const std::string& text : options.overrides) {
+    ParsedOverride parsed = parse_override(text);
+    if (!parsed.error.empty()) {
+      context.diagnostics().error(Location{"", 0, 0, parsed.value.origin}, parsed.error);
+      continue;
+    }
+    overrides.push_back(parsed.value);
+  }
+  const auto flag = [&](const std::string& name, const std::string& path, std::string value) {
+    if (!value.empty()) overrides.push_back({path, YAML::Node(value), name + " " + value});
+  };
+  flag("--hostfile", "cluster.hostfile",
+       options.hostfile.empty() ? "" : fs::absolute(options.hostfile).lexically_normal().string());
+  flag("--include", "cluster.include", options.include);
+  flag("--exclude", "cluster.exclude", options.exclude);
+  for (const Override& override_value : overrides) {
+    const std::string error = apply_override(root, override_value);
+    if (!error.empty()) {
+      context.diagnostics().error(Location{"", 0, 0, override_value.origin}, error);
+      continue;
+    }
+    context.set_origin(override_value.path, Location{"", 0, 0, override_value.origin});
+  }
+}
+
+// The node at a dotted path under `node` (undefined when absent).
+YAML::Node node_at(const YAML::Node& node, const std::string& path) {
+  YAML::Node current = node;
+  std::stringstream parts(path);
+  std::string key;
+  while (std::getline(parts, key, '.')) {
+    if (!current.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+    const YAML::Node& parent = current;
+    current.reset(parent[key]);
+  }
+  return current;
+}
+
+// Merges the DeepSpeed JSON config named by `deepspeed_config` under the
+// spec's training section.
+void merge_deepspeed_config(YAML::Node& root, const std::string& json_path,
+                            const Location& key_location, ReadContext& context) {
+  DeepSpeedConfig config = load_deepspeed_config(json_path);
+  if (!config.error.empty()) {
+    context.diagnostics().error(
+        config.error_location.line > 0 ? config.error_location : key_location, config.error);
+    return;
+  }
+  for (const std::string& key : config.ignored) {
+    context.diagnostics().warning(
+        Location{json_path, 0, 0, ""},
+        fmt::format("DeepSpeed key '{}' has no effect in dslaunch and is ignored", key));
+  }
+  std::vector<std::string> overridden;
+  const YAML::Node spec_training = root["training"];
+  root["training"] = merge_training(
+      config.training, spec_training,
+      [&](const std::string& path) {
+        context.set_origin("training." + path,
+                           Location{json_path, 0, 0, fmt::format("{} (key {})", json_path, path)});
+      },
+      overridden);
+  for (const std::string& path : overridden) {
+    context.diagnostics().warning(
+        context.location_of("training." + path, node_at(spec_training, path)),
+        fmt::format("training.{} in the job spec overrides the value in {}", path, json_path));
+  }
+}
+
+std::string read_file(const std::string& path, std::string& error) {
+  std::ifstream file(path);
+  if (!file) {
+    error = fmt::format("cannot read job spec '{}': {}", path, std::strerror(errno));
+    return "";
+  }
+  std::stringstream buffer;
+  buffer << file.rdbuf();
+  return buffer.str();
+}
+
+}  // namespace
+
+JobSpec load_job_spec(const std::string& path, const LoadOptions& options, Diagnostics& diagnostics,
+                      SourceMap& locations) {
+  JobSpec spec;
+  spec.spec_path = path;
+  locations.set_fallback(Location{path, 0, 0, ""});
+  std::string error;
+  const std::string text = read_file(path, error);
+  if (!error.empty()) {
+    diagnostics.error(Location{path, 0, 0, ""}, error);
+    return spec;
+  }
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    diagnostics.error(Location{path, e.mark.line + 1, e.mark.column + 1, ""},
+                      "YAML syntax error: " + e.msg);
+    return spec;
+  }
+  if (!root.IsDefined() || root.IsNull()) {
+    diagnostics.error(Location{path, 0, 0, ""},
+                      "the job spec is empty; see jobs/demo.yaml for a complete example");
+    return spec;
+  }
+  ReadContext context(path, diagnostics, locations);
+  apply_command_line(root, options, context);
+  const fs::path spec_dir = fs::path(path).parent_path();
+
+  MapReader top(context, root, "");
+  if (!root.IsMap()) return spec;
+  top.string("name", spec.name);
+  if (spec.name.empty()) spec.name = fs::path(path).stem().string();
+  if (!std::regex_match(spec.name, std::regex("[A-Za-z0-9][A-Za-z0-9._-]*"))) {
+    top.error("name", fmt::format("name '{}' may hold only letters, digits, '.', '_' and '-' "
+                                  "(it names the job's folder)",
+                                  spec.name));
+  }
+  top.string("deepspeed_config", spec.deepspeed_config);
+  if (!spec.deepspeed_config.empty()) {
+    const Location where = top.location_of("deepspeed_config");
+    spec.deepspeed_config = resolve_path(spec.deepspeed_config, where, spec_dir);
+    merge_deepspeed_config(root, spec.deepspeed_config, where, context);
+  }
+  read_cluster(top.map("cluster"), spec.cluster, spec_dir);
+  read_model(top.map("model"), spec.model);
+  read_parallelism(top.map("parallelism"), spec.parallelism, spec.model);
+  read_data(top.map("data"), spec.data, spec_dir);
+  read_training(top.map("training"), spec.training, spec.parallelism, spec_dir);
+  read_checkpoint(top.map("checkpoint"), spec.checkpoint, spec_dir);
+  read_fault_tolerance(top.map("fault_tolerance"), spec.fault_tolerance);
+  top.string_map("env", spec.env);
+  top.finish();
+  return spec;
+}
+
+}  // namespace dslaunch::spec

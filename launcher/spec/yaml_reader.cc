@@ -1,0 +1,367 @@
+#include "launcher/spec/yaml_reader.h"
+
+#include <strings.h>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "launcher/spec/nearest_key.h"
+
+namespace dslaunch::spec {
+namespace {
+
+std::string node_kind(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Scalar:
+      return "'" + node.Scalar() + "'";
+    default:
+      return "nothing";
+  }
+}
+
+std::optional<int64_t> parse_integer(const std::string& text) {
+  int64_t value = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec == std::errc() && ptr == end) return value;
+  // DeepSpeed configs write sizes as floats ("reduce_bucket_size": 5e8).
+  char* parsed_end = nullptr;
+  const double as_double = std::strtod(text.c_str(), &parsed_end);
+  if (text.empty() || parsed_end != text.c_str() + text.size()) return std::nullopt;
+  if (!std::isfinite(as_double) || as_double != std::floor(as_double) ||
+      std::fabs(as_double) > 9.0e18) {
+    return std::nullopt;
+  }
+  return static_cast<int64_t>(as_double);
+}
+
+std::optional<double> parse_number(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value)) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+// Hugging Face's DeepSpeed integration writes "auto" for values its Trainer
+// fills in; dslaunch has no such trainer, so say so rather than "not a number".
+std::string bad_value_message(std::string_view path, const std::string& text,
+                              std::string_view expected) {
+  if (strcasecmp(text.c_str(), "auto") == 0) {
+    return fmt::format(
+        "{} is 'auto', which the Hugging Face Trainer fills in; give dslaunch {} instead", path,
+        expected);
+  }
+  return fmt::format("{} must be {}, got '{}'", path, expected, text);
+}
+
+std::string format_number(double value) { return fmt::format("{:g}", value); }
+
+}  // namespace
+
+ReadContext::ReadContext(std::string file, Diagnostics& diagnostics, SourceMap& locations)
+    : file_(std::move(file)), diagnostics_(diagnostics), locations_(locations) {}
+
+void ReadContext::set_origin(const std::string& path, Location origin) {
+  origins_[path] = std::move(origin);
+}
+
+Location ReadContext::location_of(const std::string& path, const YAML::Node& node) const {
+  std::string key = path;
+  while (!key.empty()) {
+    if (auto it = origins_.find(key); it != origins_.end()) return it->second;
+    const auto dot = key.rfind('.');
+    key.resize(dot == std::string::npos ? 0 : dot);
+  }
+  Location where;
+  where.file = file_;
+  if (node.IsDefined() && !node.Mark().is_null()) {
+    where.line = node.Mark().line + 1;
+    where.column = node.Mark().column + 1;
+  }
+  return where;
+}
+
+MapReader::MapReader(ReadContext& context, YAML::Node node, std::string path)
+    : context_(context), node_(std::move(node)), path_(std::move(path)) {
+  if (node_.IsDefined() && !node_.IsNull() && !node_.IsMap()) {
+    context_.diagnostics().error(
+        location(), fmt::format("{} must be a mapping of keys to values, got {}",
+                                path_.empty() ? "the job spec" : path_, node_kind(node_)));
+    node_ = YAML::Node();
+  }
+}
+
+std::string MapReader::child_path(std::string_view key) const {
+  return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+}
+
+Location MapReader::location() const { return context_.location_of(path_, node_); }
+
+Location MapReader::location_of(std::string_view key) const {
+  const YAML::Node value = lookup(key);
+  return value.IsDefined() ? context_.location_of(child_path(key), value) : location();
+}
+
+void MapReader::error(std::string_view key, std::string message) {
+  context_.diagnostics().error(location_of(key), std::move(message));
+}
+
+YAML::Node MapReader::lookup(std::string_view key) const {
+  if (!node_.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+  for (const auto& entry : node_) {
+    if (entry.first.IsScalar() && entry.first.Scalar() == key) return entry.second;
+  }
+  return YAML::Node(YAML::NodeType::Undefined);
+}
+
+bool MapReader::has(std::string_view key) const {
+  const YAML::Node value = lookup(key);
+  return value.IsDefined() && !value.IsNull();
+}
+
+void MapReader::accept(std::string_view key) { declared_.emplace_back(key); }
+
+std::optional<std::string> MapReader::scalar(std::string_view key, std::string_view expected) {
+  accept(key);
+  const YAML::Node value = lookup(key);
+  if (!value.IsDefined() || value.IsNull()) return std::nullopt;
+  const std::string path = child_path(key);
+  context_.locations().set(path, context_.location_of(path, value));
+  if (!value.IsScalar()) {
+    error(key, fmt::format("{} must be {}, got {}", path, expected, node_kind(value)));
+    return std::nullopt;
+  }
+  return value.Scalar();
+}
+
+void MapReader::integer(std::string_view key, int64_t& out, int64_t min, int64_t max) {
+  const auto text = scalar(key, "an integer");
+  if (!text) return;
+  const auto value = parse_integer(*text);
+  if (!value) {
+    error(key, bad_value_message(child_path(key), *text, "an integer"));
+  } else if (*value < min || *value > max) {
+    error(key, max == std::numeric_limits<int64_t>::max()
+                   ? fmt::format("{} must be at least {}, got {}", child_path(key), min, *value)
+                   : fmt::format("{} must be between {} and {}, got {}", child_path(key), min, max,
+                                 *value));
+  } else {
+    out = *value;
+  }
+}
+
+void MapReader::integer(std::string_view key, int& out, int64_t min, int64_t max) {
+  int64_t wide = out;
+  integer(key, wide, min, std::min<int64_t>(max, std::numeric_limits<int>::max()));
+  out = static_cast<int>(wide);
+}
+
+void MapReader::integer(std::string_view key, uint64_t& out) {
+  int64_t wide = static_cast<int64_t>(out);
+  integer(key, wide, 0, std::numeric_limits<int64_t>::max());
+  out = static_cast<uint64_t>(wide);
+}
+
+void MapReader::optional_integer(std::string_view key, std::optional<int64_t>& out, int64_t min) {
+  if (!has(key)) {
+    accept(key);
+    return;
+  }
+  int64_t value = std::numeric_limits<int64_t>::min();
+  integer(key, value, min, std::numeric_limits<int64_t>::max());
+  if (value != std::numeric_limits<int64_t>::min()) out = value;
+}
+
+void MapReader::number(std::string_view key, double& out, double min, double max) {
+  const auto text = scalar(key, "a number");
+  if (!text) return;
+  const auto value = parse_number(*text);
+  if (!value) {
+    error(key, bad_value_message(child_path(key), *text, "a number"));
+  } else if (*value < min || *value > max) {
+    error(key, max == std::numeric_limits<double>::max()
+                   ? fmt::format("{} must be at least {}, got {}", child_path(key),
+                                 format_number(min), *text)
+                   : fmt::format("{} must be between {} and {}, got {}", child_path(key),
+                                 format_number(min), format_number(max), *text));
+  } else {
+    out = *value;
+  }
+}
+
+void MapReader::boolean(std::string_view key, bool& out) {
+  const auto text = scalar(key, "true or false");
+  if (!text) return;
+  bool value = false;
+  if (!YAML::convert<bool>::decode(lookup(key), value)) {
+    error(key, bad_value_message(child_path(key), *text, "true or false"));
+    return;
+  }
+  out = value;
+}
+
+void MapReader::string(std::string_view key, std::string& out) {
+  if (const auto text = scalar(key, "a string")) out = *text;
+}
+
+void MapReader::choice(std::string_view key, const std::vector<std::string>& choices, int& out) {
+  const auto text = scalar(key, "a string");
+  if (!text) return;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (strcasecmp(text->c_str(), choices[i].c_str()) == 0) {
+      out = static_cast<int>(i);
+      return;
+    }
+  }
+  const std::string suggestion = nearest_key(*text, choices);
+  error(key,
+        fmt::format("{} must be one of {}, got '{}'{}", child_path(key), fmt::join(choices, ", "),
+                    *text, suggestion.empty() ? "" : "; did you mean '" + suggestion + "'?"));
+}
+
+void MapReader::number_list(std::string_view key, std::vector<double>& out) {
+  accept(key);
+  const YAML::Node value = lookup(key);
+  if (!value.IsDefined() || value.IsNull()) return;
+  const std::string path = child_path(key);
+  context_.locations().set(path, context_.location_of(path, value));
+  if (!value.IsSequence()) {
+    error(key, fmt::format("{} must be a list of numbers, got {}", path, node_kind(value)));
+    return;
+  }
+  std::vector<double> numbers;
+  for (const YAML::Node& item : value) {
+    const auto number = item.IsScalar() ? parse_number(item.Scalar()) : std::nullopt;
+    if (!number) {
+      error(key, fmt::format("{} must be a list of numbers, got {}", path, node_kind(item)));
+      return;
+    }
+    numbers.push_back(*number);
+  }
+  out = numbers;
+}
+
+void MapReader::integer_lists(std::string_view key, std::vector<std::vector<int>>& out, int min) {
+  accept(key);
+  const YAML::Node value = lookup(key);
+  if (!value.IsDefined() || value.IsNull()) return;
+  const std::string path = child_path(key);
+  context_.locations().set(path, context_.location_of(path, value));
+  const std::string expected = fmt::format("a list of lists of integers >= {}", min);
+  if (!value.IsSequence()) {
+    error(key, fmt::format("{} must be {}, got {}", path, expected, node_kind(value)));
+    return;
+  }
+  std::vector<std::vector<int>> lists;
+  for (const YAML::Node& inner : value) {
+    if (!inner.IsSequence()) {
+      error(key, fmt::format("{} must be {}, got {}", path, expected, node_kind(inner)));
+      return;
+    }
+    std::vector<int> numbers;
+    for (const YAML::Node& item : inner) {
+      const auto number = item.IsScalar() ? parse_integer(item.Scalar()) : std::nullopt;
+      if (!number || *number < min || *number > std::numeric_limits<int>::max()) {
+        error(key, fmt::format("{} must be {}, got {}", path, expected, node_kind(item)));
+        return;
+      }
+      numbers.push_back(static_cast<int>(*number));
+    }
+    lists.push_back(numbers);
+  }
+  out = lists;
+}
+
+void MapReader::string_map(std::string_view key, std::map<std::string, std::string>& out) {
+  accept(key);
+  const YAML::Node value = lookup(key);
+  if (!value.IsDefined() || value.IsNull()) return;
+  const std::string path = child_path(key);
+  context_.locations().set(path, context_.location_of(path, value));
+  if (!value.IsMap()) {
+    error(key,
+          fmt::format("{} must be a mapping of names to values, got {}", path, node_kind(value)));
+    return;
+  }
+  for (const auto& entry : value) {
+    if (!entry.first.IsScalar() || !entry.second.IsScalar()) {
+      context_.diagnostics().error(
+          context_.location_of(path, entry.first),
+          fmt::format("{} must map names to single values; '{}' maps to {}", path,
+                      entry.first.IsScalar() ? entry.first.Scalar() : "?",
+                      node_kind(entry.second)));
+      continue;
+    }
+    out[entry.first.Scalar()] = entry.second.Scalar();
+  }
+}
+
+MapReader MapReader::map(std::string_view key) {
+  accept(key);
+  const YAML::Node value = lookup(key);
+  if (value.IsDefined() && !value.IsNull()) {
+    const std::string path = child_path(key);
+    context_.locations().set(path, context_.location_of(path, value));
+  }
+  return MapReader(context_, value, child_path(key));
+}
+
+std::vector<MapReader> MapReader::map_list(std::string_view key) {
+  accept(key);
+  const YAML::Node value = lookup(key);
+  std::vector<MapReader> items;
+  if (!value.IsDefined() || value.IsNull()) return items;
+  const std::string path = child_path(key);
+  context_.locations().set(path, context_.location_of(path, value));
+  if (!value.IsSequence()) {
+    error(key, fmt::format("{} must be a list of mappings, got {}", path, node_kind(value)));
+    return items;
+  }
+  for (size_t i = 0; i < value.size(); ++i) {
+    const YAML::Node item = value[i];
+    const std::string item_path = fmt::format("{}[{}]", path, i);
+    if (!item.IsMap()) {
+      context_.diagnostics().error(
+          context_.location_of(item_path, item),
+          fmt::format("{} must be a mapping, got {}", item_path, node_kind(item)));
+      continue;
+    }
+    items.emplace_back(context_, item, item_path);
+  }
+  return items;
+}
+
+void MapReader::finish() {
+  if (!node_.IsMap()) return;
+  std::map<std::string, Location> seen;
+  for (const auto& entry : node_) {
+    const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "?";
+    const std::string path = child_path(key);
+    const Location where = context_.location_of(path, entry.first);
+    if (auto first = seen.find(key); first != seen.end()) {
+      context_.diagnostics().error(where, fmt::format("{} is given twice (first at {}); keep one",
+                                                      path, first->second.to_string()));
+      continue;
+    }
+    seen.emplace(key, where);
+    if (std::find(declared_.begin(), declared_.end(), key) != declared_.end()) continue;
+    const std::string suggestion = nearest_key(key, declared_);
+    const std::string section = path_.empty() ? "the job spec" : path_;
+    context_.diagnostics().error(
+        where, suggestion.empty() ? fmt::format("unknown key '{}' in {}; valid keys: {}", key,
+                                                section, fmt::join(declared_, ", "))
+                                  : fmt::format("unknown key '{}' in {}; did you mean '{}'?", key,
+                                                section, suggestion));
+  }
+}
+
+}  // namespace dslaunch::spec
