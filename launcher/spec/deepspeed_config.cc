@@ -132,10 +132,9 @@ YAML::Node merge_training(const YAML::Node& json, const YAML::Node& spec,
                           std::vector<std::string>& overridden) {
   std::function<YAML::Node(const YAML::Node&, const YAML::Node&, const std::string&)> merge =
       [&](const YAML::Node& from_json, const YAML::Node& from_spec, const std::string& prefix) {
-        YAML::Node merged(YAML::NodeType::Map);
-        if (from_spec.IsMap()) {
-          for (const auto& entry : from_spec) merged[entry.first] = entry.second;
-        }
+        // The spec's mappings are extended in place, not copied: a copy would
+        // lose their positions in the file, which later errors point at.
+        YAML::Node merged = from_spec.IsMap() ? from_spec : YAML::Node(YAML::NodeType::Map);
         for (const auto& entry : from_json) {
           const std::string key = entry.first.Scalar();
           const std::string path = prefix.empty() ? key : prefix + "." + key;
@@ -144,7 +143,7 @@ YAML::Node merge_training(const YAML::Node& json, const YAML::Node& spec,
             merged[key] = entry.second;
             on_json_value(path);
           } else if (mine.IsMap() && entry.second.IsMap()) {
-            merged[key] = merge(entry.second, mine, path);
+            merge(entry.second, mine, path);
           } else {
             overridden.push_back(path);
           }

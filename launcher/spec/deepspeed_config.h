@@ -25,7 +25,9 @@ struct DeepSpeedConfig {
 DeepSpeedConfig load_deepspeed_config(const std::string& path);
 
 // Deep-merges `spec` (the YAML training section) over `json` (from the
-// DeepSpeed config): keys in both take the spec's value. `on_json_value` is
+// DeepSpeed config): keys in both take the spec's value. The spec's mappings
+// are extended in place and returned (a new mapping when `spec` is not one),
+// so its values keep their positions in the file. `on_json_value` is
 // called with the key path (relative to training) of every value taken from
 // the JSON; `overridden` receives the paths given in both.
 YAML::Node merge_training(const YAML::Node& json, const YAML::Node& spec,

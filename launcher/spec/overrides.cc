@@ -27,7 +27,12 @@ ParsedOverride parse_override(std::string_view text) {
 }
 
 std::string apply_override(YAML::Node& root, const Override& override_value) {
-  if (!root.IsMap()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  // Replacing a list or scalar document would hide the error that it is not a spec.
+  if (!root.IsMap()) {
+    return fmt::format("{}: the job spec is not a mapping of keys, so nothing can be set in it",
+                       override_value.origin);
+  }
   YAML::Node current = root;
   std::string walked;
   std::string_view rest = override_value.path;

@@ -24,8 +24,9 @@ struct ParsedOverride {
 // plain string.
 ParsedOverride parse_override(std::string_view text);
 
-// Sets `root` at the override's path, creating mappings on the way. Returns
-// an error when a key on the way holds something other than a mapping.
+// Sets `root` at the override's path, creating mappings on the way (and
+// `root` itself when it is empty). Returns an error when `root` or a key on
+// the way holds something other than a mapping.
 std::string apply_override(YAML::Node& root, const Override& override_value);
 
 }  // namespace dslaunch::spec

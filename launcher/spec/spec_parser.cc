@@ -7,6 +7,7 @@
 #include <limits>
 #include <regex>
 #include <sstream>
+#include <system_error>
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -114,8 +115,14 @@ void read_data(MapReader data, DataSpec& out, const fs::path& spec_dir) {
   const auto check_exists = [&](const char* key, std::string& path) {
     path = resolve_path(path, data.location_of(key), spec_dir);
     if (path.empty() || path == "demo") return;
-    const bool file = fs::is_regular_file(path);
-    const bool megatron = fs::is_regular_file(path + ".bin") && fs::is_regular_file(path + ".idx");
+    // The error_code overloads: a path the OS refuses (too long, no
+    // permission) is "no data there", not an exception out of the parser.
+    const auto is_file = [](const std::string& candidate) {
+      std::error_code ignored;
+      return fs::is_regular_file(candidate, ignored);
+    };
+    const bool file = is_file(path);
+    const bool megatron = is_file(path + ".bin") && is_file(path + ".idx");
     const bool found = out.format == DataFormat::kLlmc       ? file
                        : out.format == DataFormat::kMegatron ? megatron
                                                              : file || megatron;
@@ -387,6 +394,9 @@ void merge_deepspeed_config(YAML::Node& root, const std::string& json_path,
   }
   std::vector<std::string> overridden;
   const YAML::Node spec_training = root["training"];
+  // Merging would replace a training section that is not a mapping, and with
+  // it the error that says so.
+  if (spec_training.IsDefined() && !spec_training.IsNull() && !spec_training.IsMap()) return;
   root["training"] = merge_training(
       config.training, spec_training,
       [&](const std::string& path) {

@@ -78,8 +78,10 @@ Location ReadContext::location_of(const std::string& path, const YAML::Node& nod
   std::string key = path;
   while (!key.empty()) {
     if (auto it = origins_.find(key); it != origins_.end()) return it->second;
-    const auto dot = key.rfind('.');
-    key.resize(dot == std::string::npos ? 0 : dot);
+    // The parents of "cluster.hosts[1].slots" are "cluster.hosts[1]",
+    // "cluster.hosts" (a list set by --set) and "cluster".
+    const auto cut = key.find_last_of(".[");
+    key.resize(cut == std::string::npos ? 0 : cut);
   }
   Location where;
   where.file = file_;
@@ -234,6 +236,10 @@ void MapReader::number_list(std::string_view key, std::vector<double>& out) {
   if (!value.IsDefined() || value.IsNull()) return;
   const std::string path = child_path(key);
   context_.locations().set(path, context_.location_of(path, value));
+  if (value.IsScalar()) {
+    error(key, bad_value_message(path, value.Scalar(), "a list of numbers"));
+    return;
+  }
   if (!value.IsSequence()) {
     error(key, fmt::format("{} must be a list of numbers, got {}", path, node_kind(value)));
     return;

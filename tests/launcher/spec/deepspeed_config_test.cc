@@ -1,0 +1,345 @@
+#include "launcher/spec/deepspeed_config.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+#include <catch2/catch.hpp>
+
+#include "launcher/spec/spec_parser.h"
+#include "tests/launcher/spec/spec_fixture.h"
+
+namespace dslaunch::spec {
+namespace {
+
+using testing::Loaded;
+using testing::SpecFolder;
+
+// A DeepSpeed tutorial-style config (ZeRO-2, fp16, Adam, WarmupLR), as a
+// path relative to the test's working directory (its runfiles).
+constexpr const char* kDsConfig = "tests/launcher/spec/testdata/ds_config.json";
+// Hugging Face Trainer's ZeRO-3 template, full of "auto".
+constexpr const char* kHfConfig = "tests/launcher/spec/testdata/hf_auto_ds_config.json";
+
+// Relative paths in a spec are relative to the spec's folder, so specs
+// written under $TEST_TMPDIR name the test data by absolute path.
+std::string absolute(const char* path) { return std::filesystem::absolute(path).string(); }
+
+LoadOptions sets(std::vector<std::string> overrides) {
+  LoadOptions options;
+  options.overrides = std::move(overrides);
+  return options;
+}
+
+}  // namespace
+
+// --- load_deepspeed_config and merge_training -------------------------------------
+
+TEST_CASE(
+    "a DeepSpeed config becomes a training mapping, numbers spelled as DeepSpeed reads them") {
+  const DeepSpeedConfig config = load_deepspeed_config(kDsConfig);
+  INFO(config.error);
+  REQUIRE(config.error.empty());
+  const YAML::Node& training = config.training;
+  REQUIRE(training.IsMap());
+  CHECK(training["train_batch_size"].Scalar() == "256");
+  CHECK(training["gradient_clipping"].Scalar() == "1");
+  CHECK(training["fp16"]["enabled"].Scalar() == "true");
+  CHECK(training["zero_optimization"]["reduce_bucket_size"].Scalar() == "500000000");
+  CHECK(training["optimizer"]["params"]["lr"].Scalar() == "0.0003");
+  REQUIRE(training["optimizer"]["params"]["betas"].IsSequence());
+  CHECK(training["optimizer"]["params"]["betas"][0].Scalar() == "0.8");
+  // Monitoring keys are listed, not passed on to the training checks.
+  CHECK(config.ignored == std::vector<std::string>{"steps_per_print", "wall_clock_breakdown"});
+  CHECK_FALSE(training["steps_per_print"].IsDefined());
+}
+
+TEST_CASE("invalid JSON is located at the line and column of the syntax error") {
+  SpecFolder folder;
+  SECTION("a missing colon") {
+    const std::string path = folder.write("ds.json", "{\n  \"stage\": 1,\n  \"b\" 2\n}\n");
+    const DeepSpeedConfig config = load_deepspeed_config(path);
+    CHECK(config.error.rfind("'" + path + "' is not valid JSON: ", 0) == 0);
+    CHECK(config.error_location.file == path);
+    CHECK(config.error_location.line == 3);
+    CHECK(config.error_location.column == 7);
+  }
+  SECTION("a file that ends too early") {
+    const std::string path = folder.write("ds.json", "{\"train_batch_size\": 8");
+    const DeepSpeedConfig config = load_deepspeed_config(path);
+    CHECK(config.error.find("is not valid JSON") != std::string::npos);
+    CHECK(config.error_location.line == 1);
+    CHECK(config.error_location.column == 23);
+  }
+}
+
+TEST_CASE("a missing DeepSpeed config or one that is not a JSON object is an error") {
+  SpecFolder folder;
+  const std::string missing = (folder.dir() / "nope.json").string();
+  const DeepSpeedConfig absent = load_deepspeed_config(missing);
+  CHECK(absent.error ==
+        "cannot read DeepSpeed config '" + missing + "': No such file or directory");
+  CHECK(absent.error_location.line == 0);
+
+  const std::string list = folder.write("list.json", "[1, 2]");
+  const DeepSpeedConfig not_object = load_deepspeed_config(list);
+  CHECK(not_object.error == "'" + list + "' must hold one JSON object of DeepSpeed keys");
+  CHECK(not_object.error_location.line == 0);
+}
+
+TEST_CASE("merge_training deep-merges, the job spec winning where both give a value") {
+  const YAML::Node json = YAML::Load(
+      "{train_batch_size: 256, fp16: {enabled: true}, "
+      "zero_optimization: {stage: 2, overlap_comm: true}, optimizer: {type: Adam}}");
+  const YAML::Node spec = YAML::Load(
+      "steps: 10\n"
+      "train_batch_size: 64\n"
+      "zero_optimization:\n"
+      "  stage: 1\n"
+      "optimizer: AdamW\n");
+  std::vector<std::string> from_json;
+  std::vector<std::string> overridden;
+  const YAML::Node merged = merge_training(
+      json, spec, [&](const std::string& path) { from_json.push_back(path); }, overridden);
+
+  CHECK(merged["steps"].Scalar() == "10");
+  CHECK(merged["train_batch_size"].Scalar() == "64");
+  CHECK(merged["fp16"]["enabled"].Scalar() == "true");
+  CHECK(merged["zero_optimization"]["stage"].Scalar() == "1");
+  CHECK(merged["zero_optimization"]["overlap_comm"].Scalar() == "true");
+  CHECK(merged["optimizer"].Scalar() == "AdamW");  // a value beats a mapping too
+  std::sort(from_json.begin(), from_json.end());
+  CHECK(from_json == std::vector<std::string>{"fp16", "zero_optimization.overlap_comm"});
+  std::sort(overridden.begin(), overridden.end());
+  CHECK(overridden ==
+        std::vector<std::string>{"optimizer", "train_batch_size", "zero_optimization.stage"});
+  // The spec's values keep their positions in the spec file.
+  CHECK(merged["zero_optimization"].Mark().line == 3);
+  CHECK(merged["zero_optimization"]["stage"].Mark().line == 3);
+}
+
+TEST_CASE("merge_training with no spec section takes the JSON as it is") {
+  const YAML::Node json = YAML::Load("{train_batch_size: 8, bf16: {enabled: true}}");
+  std::vector<std::string> from_json;
+  std::vector<std::string> overridden;
+  const YAML::Node merged = merge_training(
+      json, YAML::Node(), [&](const std::string& path) { from_json.push_back(path); }, overridden);
+  CHECK(merged["train_batch_size"].Scalar() == "8");
+  CHECK(merged["bf16"]["enabled"].Scalar() == "true");
+  CHECK(from_json.size() == 2);
+  CHECK(overridden.empty());
+}
+
+// --- deepspeed_config through load_job_spec --------------------------------------
+
+TEST_CASE("a DeepSpeed config supplies training's batch, ZeRO, optimizer, scheduler and fp16") {
+  SpecFolder folder;
+  const std::string json = folder.write("ds_config.json", R"({
+  "train_batch_size": 256,
+  "train_micro_batch_size_per_gpu": 8,
+  "gradient_clipping": 1.0,
+  "fp16": {"enabled": true, "initial_scale_power": 12},
+  "zero_optimization": {"stage": 2, "reduce_bucket_size": 5e8, "overlap_comm": true,
+                        "offload_optimizer": {"device": "cpu", "pin_memory": true}},
+  "optimizer": {"type": "Adam", "params": {"lr": 3e-4, "betas": [0.8, 0.999],
+                                           "weight_decay": 3e-7}},
+  "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 3e-4,
+                                               "warmup_num_steps": 500}}
+})");
+  const Loaded loaded = folder.load(R"(
+deepspeed_config: ds_config.json
+data: {train: demo}
+training:
+  steps: 1000
+)");
+  INFO(loaded.diagnostics.format());
+  CHECK(loaded.diagnostics.all().empty());
+  const TrainingSpec& training = loaded.spec.training;
+  CHECK(loaded.spec.deepspeed_config == json);
+  CHECK(training.steps == 1000);
+  CHECK(training.batch.train_batch_size == 256);
+  CHECK(training.batch.micro_batch_per_gpu == 8);
+  CHECK_FALSE(training.batch.gradient_accumulation_steps.has_value());
+  CHECK(training.gradient_clipping == 1.0);
+  CHECK(training.fp16.enabled);
+  CHECK(training.fp16.initial_scale_power == 12);
+  CHECK(training.zero.stage == 2);
+  CHECK(training.zero.reduce_bucket_size == 500'000'000);
+  CHECK(training.zero.overlap_comm);
+  CHECK(training.zero.offload_optimizer.device == OffloadDevice::kCpu);
+  CHECK(training.zero.offload_optimizer.pin_memory);
+  CHECK(training.optimizer.type == OptimizerType::kAdam);
+  CHECK(training.optimizer.decoupled_weight_decay);
+  CHECK(training.optimizer.lr == 3e-4);
+  CHECK(training.optimizer.betas == std::array<double, 2>{0.8, 0.999});
+  CHECK(training.optimizer.weight_decay == 3e-7);
+  CHECK(training.scheduler.type == SchedulerType::kWarmupLR);
+  CHECK(training.scheduler.warmup_max_lr == 3e-4);
+  CHECK(training.scheduler.warmup_num_steps == 500);
+}
+
+TEST_CASE("keys in both files take the job spec's value, with a warning at the spec's line") {
+  SpecFolder folder;
+  const std::string json = absolute(kDsConfig);
+  const Loaded loaded = folder.load("deepspeed_config: " + json + R"(
+data: {train: demo}
+training:
+  steps: 10
+  train_batch_size: 128
+  zero_optimization:
+    stage: 1
+)");
+  INFO(loaded.diagnostics.format());
+  CHECK_FALSE(loaded.diagnostics.has_errors());
+  CHECK(loaded.spec.training.batch.train_batch_size == 128);
+  CHECK(loaded.spec.training.zero.stage == 1);
+  CHECK(loaded.spec.training.zero.reduce_bucket_size == 500'000'000);  // from the JSON
+  CHECK(loaded.spec.training.zero.offload_optimizer.device == OffloadDevice::kCpu);
+
+  const Diagnostic& batch = loaded.only("training.train_batch_size in the job spec overrides");
+  CHECK(batch.severity == Diagnostic::Severity::kWarning);
+  CHECK(batch.message ==
+        "training.train_batch_size in the job spec overrides the value in " + json);
+  CHECK(batch.location.file == loaded.path);
+  CHECK(batch.location.line == 5);
+  CHECK(batch.location.column == 21);
+  const Diagnostic& stage = loaded.only("training.zero_optimization.stage in the job spec");
+  CHECK(stage.severity == Diagnostic::Severity::kWarning);
+  CHECK(stage.location.line == 7);
+}
+
+TEST_CASE("DeepSpeed monitoring keys are ignored with a warning naming the JSON file") {
+  SpecFolder folder;
+  const std::string json = absolute(kDsConfig);
+  const Loaded loaded =
+      folder.load("deepspeed_config: " + json + "\ndata: {train: demo}\ntraining: {steps: 1}\n");
+  CHECK_FALSE(loaded.diagnostics.has_errors());
+  CHECK(loaded.diagnostics.warnings() ==
+        std::vector<std::string>{
+            json + ": DeepSpeed key 'steps_per_print' has no effect in dslaunch and is ignored",
+            json + ": DeepSpeed key 'wall_clock_breakdown' has no effect in dslaunch and is "
+                   "ignored"});
+}
+
+TEST_CASE("a typo or a bad value in the JSON is an error whose location names the JSON file") {
+  SpecFolder folder;
+  const std::string json = folder.write("ds.json", R"({
+  "trian_batch_size": 32,
+  "zero_optimization": {"stage": 4, "contiguos_gradients": true}
+})");
+  const Loaded loaded =
+      folder.load("deepspeed_config: ds.json\ndata: {train: demo}\ntraining: {steps: 1}\n");
+  REQUIRE(loaded.errors().size() == 3);
+  const Diagnostic& typo = loaded.only("trian_batch_size");
+  CHECK(typo.message ==
+        "unknown key 'trian_batch_size' in training; did you mean 'train_batch_size'?");
+  CHECK(typo.location.file == json);
+  CHECK(typo.location.to_string() == json + " (key trian_batch_size)");
+  const Diagnostic& nested = loaded.only("contiguos_gradients");
+  CHECK(nested.message ==
+        "unknown key 'contiguos_gradients' in training.zero_optimization; did you mean "
+        "'contiguous_gradients'?");
+  CHECK(nested.location.file == json);
+  const Diagnostic& stage = loaded.only("stage must be between 0 and 3");
+  CHECK(stage.location.to_string() == json + " (key zero_optimization)");
+}
+
+TEST_CASE("invalid JSON in deepspeed_config is reported at file:line:col") {
+  SpecFolder folder;
+  const std::string json = folder.write(
+      "ds.json", "{\n  \"train_batch_size\": 32,\n  \"fp16\": {\"enabled\": tru}\n}\n");
+  const Loaded loaded =
+      folder.load("deepspeed_config: ds.json\ndata: {train: demo}\ntraining: {steps: 1}\n");
+  REQUIRE(loaded.diagnostics.all().size() == 1);
+  const Diagnostic& error = loaded.diagnostics.all()[0];
+  CHECK(error.message.find("'" + json + "' is not valid JSON") != std::string::npos);
+  CHECK(error.location.file == json);
+  CHECK(error.location.line == 3);
+  CHECK(error.location.column == 26);  // nlohmann stops at the '}' after "tru"
+  CHECK(loaded.diagnostics.format().rfind(json + ":3:26: error: ", 0) == 0);
+}
+
+TEST_CASE("a missing DeepSpeed config is an error at the deepspeed_config line") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(R"(
+data: {train: demo}
+training: {steps: 1}
+deepspeed_config: configs/ds.json
+)");
+  REQUIRE(loaded.diagnostics.all().size() == 1);
+  const std::string resolved = (folder.dir() / "configs/ds.json").string();
+  const Diagnostic& error = loaded.only("cannot read DeepSpeed config");
+  CHECK(error.message ==
+        "cannot read DeepSpeed config '" + resolved + "': No such file or directory");
+  CHECK(error.location.file == loaded.path);
+  CHECK(error.location.line == 3);
+  CHECK(error.location.column == 19);
+}
+
+TEST_CASE("a Hugging Face config's 'auto' values each point at the Trainer") {
+  SpecFolder folder;
+  const std::string json = absolute(kHfConfig);
+  const Loaded loaded =
+      folder.load("deepspeed_config: " + json + "\ndata: {train: demo}\ntraining: {steps: 1}\n");
+  const std::vector<Diagnostic> errors = loaded.errors();
+  INFO(loaded.diagnostics.format());
+  CHECK(errors.size() == 15);
+  for (const Diagnostic& error : errors) {
+    INFO(error.message);
+    CHECK(error.message.find("is 'auto', which the Hugging Face Trainer fills in") !=
+          std::string::npos);
+    CHECK(error.location.file == json);
+  }
+  CHECK(loaded.only("params.betas").message ==
+        "training.optimizer.params.betas is 'auto', which the Hugging Face Trainer fills in; "
+        "give dslaunch a list of numbers instead");
+}
+
+TEST_CASE("errors in sections given in both files keep the job spec's lines") {
+  SpecFolder folder;
+  folder.write("ds.json",
+               R"({"zero_optimization": {"reduce_bucket_size": 5e8}, "fp16": {"enabled": true}})");
+  const Loaded loaded = folder.load(R"(
+deepspeed_config: ds.json
+parallelism: {pipeline: 2}
+data: {train: demo}
+training:
+  gradient_clipping: 1
+  zero_optimization:
+    stage: 2
+  bf16: {enabled: true}
+  bf16: {enabled: false}
+)");
+  REQUIRE(loaded.errors().size() == 4);
+  CHECK(loaded.only("training.steps is required").location.line == 5);
+  CHECK(loaded.only("cannot be combined with pipeline parallelism").location.line == 7);
+  CHECK(loaded.only("choose one precision").location.line == 8);
+  const Diagnostic& twice = loaded.only("training.bf16 is given twice");
+  CHECK(twice.location.line == 9);
+  CHECK(twice.location.column == 3);
+}
+
+TEST_CASE("a training section that is not a mapping is still reported with a DeepSpeed config") {
+  SpecFolder folder;
+  folder.write("ds.json", R"({"train_batch_size": 8})");
+  const Loaded loaded =
+      folder.load("deepspeed_config: ds.json\ndata: {train: demo}\ntraining: 5\n");
+  const Diagnostic& scalar = loaded.only("training must be a mapping");
+  CHECK(scalar.message == "training must be a mapping of keys to values, got '5'");
+  CHECK(scalar.location.line == 3);
+}
+
+TEST_CASE("a deepspeed_config given with --set is relative to the working directory") {
+  SpecFolder folder;
+  const Loaded loaded =
+      folder.load("data: {train: demo}\ntraining: {steps: 1}\n",
+                  sets({std::string("deepspeed_config=") + kDsConfig}), "jobs/spec.yaml");
+  CHECK_FALSE(loaded.diagnostics.has_errors());
+  CHECK(loaded.spec.deepspeed_config == kDsConfig);
+  CHECK(loaded.spec.training.batch.train_batch_size == 256);
+  CHECK(loaded.spec.training.zero.stage == 2);
+}
+
+}  // namespace dslaunch::spec
