@@ -6,16 +6,15 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <memory>
 #include <sstream>
 
 #include <fmt/format.h>
 #include <google/protobuf/stubs/common.h>
 #include <grpcpp/grpcpp.h>
 
+#include "launcher/capture_output.h"
 #include "tools/build_info/build_info.h"
 
 namespace dslaunch::launcher {
@@ -49,14 +48,12 @@ std::string find_on_path(const std::string& program) {
 
 // First non-empty line of `program --version`, or "" if it cannot run.
 std::string first_line_of_version(const std::string& program) {
-  const std::string command = "'" + program + "' --version 2>&1";
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-  if (!pipe) return "";
-  std::array<char, 512> line{};
-  while (fgets(line.data(), line.size(), pipe.get()) != nullptr) {
-    std::string text = line.data();
-    text.erase(std::remove(text.begin(), text.end(), '\n'), text.end());
-    if (!text.empty()) return text;
+  const auto result = capture_output({program, "--version"});
+  if (!result) return "";
+  std::istringstream lines(result->output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (!line.empty()) return line;
   }
   return "";
 }

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "launcher/environment_report.h"
+#include "launcher/plan_command.h"
 #include "tools/build_info/build_info.h"
 
 namespace {
@@ -38,6 +39,25 @@ int main(int argc, char** argv) {
       "report", "Print this machine's environment: CPU, memory, BLAS, MPI, CUDA, and fixes");
   report->add_flag("--json", report_json, "Print one JSON object instead of text");
 
+  dslaunch::launcher::PlanCommandOptions plan_options;
+  CLI::App* plan =
+      app.add_subcommand("plan",
+                         "Check a job spec and show where every rank would run, with batch sizes, "
+                         "groups and memory");
+  plan->add_option("spec", plan_options.spec_path, "The job spec (YAML)")->required();
+  plan->add_option("--hostfile", plan_options.load.hostfile,
+                   "DeepSpeed hostfile (`host slots=N` lines); overrides cluster.hostfile");
+  plan->add_option("--include", plan_options.load.include,
+                   "Only these hosts/slots, as host1:0,1@host2 (DeepSpeed syntax)");
+  plan->add_option("--exclude", plan_options.load.exclude,
+                   "All but these hosts/slots, as host1:0,1@host2");
+  plan->add_option("--set", plan_options.load.overrides,
+                   "Override a spec value, as key.path=value (repeatable)")
+      ->take_all();
+  plan->add_option("--rankfile", plan_options.rankfile,
+                   "Also write the placement as an Open MPI rankfile to this path");
+  plan->add_flag("--json", plan_options.json, "Print one JSON object instead of text");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -45,6 +65,7 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : kUsageError;
   }
   if (report->parsed()) return run_report(report_json);
+  if (plan->parsed()) return dslaunch::launcher::run_plan_command(plan_options);
   std::cerr << app.help() << "\ndslaunch: a subcommand is required\n";
   return kUsageError;
 }

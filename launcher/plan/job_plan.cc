@@ -1,0 +1,246 @@
+#include "launcher/plan/job_plan.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "topology/hostfile.h"
+#include "topology/slurm_nodelist.h"
+
+namespace dslaunch::plan {
+namespace {
+
+using spec::Location;
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// The hosts the job may use, before filters, from the first source that has
+// them: hostfile, inline hosts, the Slurm allocation, this machine.
+std::optional<std::vector<topology::HostfileEntry>> host_entries(const spec::JobSpec& spec,
+                                                                 const spec::SourceMap& locations,
+                                                                 const PlanInputs& inputs,
+                                                                 spec::Diagnostics& diagnostics) {
+  const spec::ClusterSpec& cluster = spec.cluster;
+  if (!cluster.hostfile.empty()) {
+    std::ifstream file(cluster.hostfile);
+    if (!file) {
+      diagnostics.error(
+          locations.find("cluster.hostfile"),
+          fmt::format("cannot read hostfile '{}': {}", cluster.hostfile, std::strerror(errno)));
+      return std::nullopt;
+    }
+    std::stringstream text;
+    text << file.rdbuf();
+    topology::ParsedHostfile parsed = topology::parse_hostfile(text.str());
+    for (const topology::LineError& error : parsed.errors) {
+      diagnostics.error(Location{cluster.hostfile, error.line, 0, ""}, error.message);
+    }
+    if (!parsed.errors.empty()) return std::nullopt;
+    return parsed.hosts;
+  }
+  if (!cluster.hosts.empty()) {
+    // The hostfile parser rejects a host listed twice; inline hosts need the
+    // same check, or the host's slots would be placed twice.
+    std::vector<topology::HostfileEntry> entries;
+    bool duplicates = false;
+    for (const spec::InlineHost& host : cluster.hosts) {
+      const auto first =
+          std::find_if(entries.begin(), entries.end(),
+                       [&](const topology::HostfileEntry& e) { return e.host == host.host; });
+      if (first != entries.end()) {
+        Location where = locations.find("cluster.hosts");
+        if (where.origin.empty() && host.line > 0) where = Location{where.file, host.line, 0, ""};
+        diagnostics.error(where, fmt::format("host '{}' is already listed in cluster.hosts (line "
+                                             "{}); list each host once",
+                                             host.host, first->line));
+        duplicates = true;
+        continue;
+      }
+      entries.push_back({host.host, host.slots, host.line});
+    }
+    if (duplicates) return std::nullopt;
+    return entries;
+  }
+  // A local runner starts ranks on this machine only, so a Slurm allocation
+  // around it does not name its hosts (DeepSpeed's launcher without a
+  // hostfile also runs on localhost).
+  std::optional<topology::SlurmHosts> slurm;
+  if (cluster.runner != spec::Runner::kLocal) {
+    slurm = topology::hosts_from_slurm_environment(inputs.getenv);
+  }
+  if (slurm) {
+    if (!slurm->error.empty()) {
+      diagnostics.error(locations.find("cluster.runner"), "Slurm allocation: " + slurm->error);
+      return std::nullopt;
+    }
+    return slurm->hosts;
+  }
+  if (cluster.runner == spec::Runner::kSlurm) {
+    diagnostics.error(locations.find("cluster.runner"),
+                      "runner slurm needs a Slurm allocation (SLURM_JOB_NODELIST is not set): "
+                      "run inside salloc or sbatch, or give cluster.hostfile");
+    return std::nullopt;
+  }
+  if (cluster.runner == spec::Runner::kOpenMpi) {
+    diagnostics.error(locations.find("cluster.runner"),
+                      "runner openmpi needs the hosts: give cluster.hostfile (or --hostfile) "
+                      "or cluster.hosts");
+    return std::nullopt;
+  }
+  // This machine alone: num_gpus ranks, else every GPU, else one CPU rank
+  // (as torchrun's --nproc-per-node defaults to 1).
+  int slots = cluster.num_gpus;
+  if (slots < 1) slots = cluster.device == spec::Device::kCuda ? inputs.machine.gpus : 1;
+  if (slots < 1) {
+    diagnostics.error(locations.find("cluster.device"),
+                      "cluster.device is cuda but this machine shows no GPUs (nvidia-smi found "
+                      "none): set cluster.device: cpu, or cluster.num_gpus for the ranks to start");
+    return std::nullopt;
+  }
+  return std::vector<topology::HostfileEntry>{{"localhost", slots, 0}};
+}
+
+// The key a resource-selection error is about: select_resources starts its
+// messages with the filter's name ("include: ...", "num_gpus is ...").
+Location filter_location(const std::string& error, const spec::ClusterSpec& cluster,
+                         const spec::SourceMap& locations) {
+  for (const char* key : {"include", "exclude", "num_nodes", "num_gpus"}) {
+    if (error.starts_with(key)) return locations.find(std::string("cluster.") + key);
+  }
+  if (!cluster.include.empty()) return locations.find("cluster.include");
+  if (!cluster.exclude.empty()) return locations.find("cluster.exclude");
+  if (cluster.num_nodes != -1) return locations.find("cluster.num_nodes");
+  if (cluster.num_gpus != -1) return locations.find("cluster.num_gpus");
+  return locations.find("cluster");
+}
+
+topology::HostTopology host_topology(const spec::JobSpec& spec, const LocalMachine& machine) {
+  const spec::TopologyHint& hint = spec.cluster.topology;
+  topology::HostTopology topo;
+  topo.cores = hint.cores_per_host > 0 ? hint.cores_per_host : machine.cores;
+  topo.numa_nodes = hint.numa_nodes_per_host > 0 ? hint.numa_nodes_per_host : machine.numa_nodes;
+  if (!hint.gpu_islands.empty()) {
+    topo.gpu_islands = hint.gpu_islands;
+  } else if (machine.gpu_topology.error.empty()) {
+    topo.gpu_islands = machine.gpu_topology.islands;
+    // This machine's GPU NUMA nodes only describe hosts with its NUMA layout,
+    // not one the hint gives.
+    if (hint.numa_nodes_per_host <= 0) {
+      topo.gpu_numa_node = machine.gpu_topology.numa_node;
+      // nvidia-smi prints N/A (-1) for the NUMA node on single-node machines.
+      for (int& node : topo.gpu_numa_node) node = std::max(node, 0);
+    }
+  }
+  return topo;
+}
+
+// Bytes a rank may use for model states: the hint, else the local GPU's
+// memory, else (CPU ranks) this machine's memory shared by the ranks of the
+// busiest host. 0 when unknown.
+int64_t device_memory(const spec::JobSpec& spec, const LocalMachine& machine,
+                      const topology::Placement& placement) {
+  if (spec.cluster.topology.device_memory_gb > 0) {
+    return static_cast<int64_t>(spec.cluster.topology.device_memory_gb * kGiB);
+  }
+  if (spec.cluster.device == spec::Device::kCuda) return machine.gpu_memory_bytes;
+  int busiest = 1;
+  for (const topology::RankPlacement& rank : placement.ranks) {
+    busiest = std::max(busiest, rank.local_world_size);
+  }
+  return machine.memory_bytes / busiest;
+}
+
+void add_memory_warnings(const spec::JobSpec& spec, JobPlan& plan) {
+  if (plan.device_memory_bytes == 0) {
+    plan.warnings.push_back(
+        spec.cluster.device == spec::Device::kCuda
+            ? "GPU memory is unknown here (no nvidia-smi): set cluster.topology.device_memory_gb "
+              "to check that model states fit"
+            : "host memory is unknown here: set cluster.topology.device_memory_gb to check that "
+              "model states fit");
+    return;
+  }
+  for (size_t stage = 0; stage < plan.memory_by_stage.size(); ++stage) {
+    const int64_t need = plan.memory_by_stage[stage].device_total();
+    if (need <= plan.device_memory_bytes) continue;
+    plan.warnings.push_back(fmt::format(
+        "pipeline stage {}: model states need {:.2f} GiB per rank, more than the {:.2f} GiB {} "
+        "has (ZeRO stage {}); raise zero_optimization.stage, offload, or use more ranks",
+        stage, need / kGiB, plan.device_memory_bytes / kGiB,
+        spec.cluster.device == spec::Device::kCuda ? "a GPU" : "a rank's share of the host",
+        spec.training.zero.stage));
+  }
+}
+
+}  // namespace
+
+std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMap& locations,
+                                 const PlanInputs& inputs, spec::Diagnostics& diagnostics) {
+  const auto entries = host_entries(spec, locations, inputs, diagnostics);
+  if (!entries) return std::nullopt;
+  const spec::ClusterSpec& cluster = spec.cluster;
+  topology::ResourceSelection selection = topology::select_resources(
+      *entries, cluster.include, cluster.exclude, cluster.num_nodes, cluster.num_gpus);
+  for (const std::string& error : selection.errors) {
+    diagnostics.error(filter_location(error, cluster, locations), error);
+  }
+  if (!selection.errors.empty()) return std::nullopt;
+
+  JobPlan plan;
+  plan.device = cluster.device;
+  plan.hosts = std::move(selection.hosts);
+  int64_t world = 0;
+  for (const topology::HostSlots& host : plan.hosts) world += host.slots.size();
+
+  const int tensor = spec.parallelism.tensor;
+  const int pipeline = spec.parallelism.pipeline;
+  if (world % (static_cast<int64_t>(tensor) * pipeline) != 0) {
+    diagnostics.error(
+        locations.find(tensor > 1 ? "parallelism.tensor" : "parallelism.pipeline"),
+        fmt::format("world size {} ({} host(s)) is not divisible by tensor {} x pipeline {} = {}; "
+                    "change the parallel sizes or the hosts and slots",
+                    world, plan.hosts.size(), tensor, pipeline,
+                    static_cast<int64_t>(tensor) * pipeline));
+    return std::nullopt;
+  }
+  const int data = static_cast<int>(world / (static_cast<int64_t>(tensor) * pipeline));
+
+  const spec::BatchInput& batch = spec.training.batch;
+  const spec::BatchResolution resolution = spec::resolve_batch_sizes(batch, data);
+  if (!resolution.sizes) {
+    diagnostics.error(
+        locations.find(batch.train_batch_size      ? "training.train_batch_size"
+                       : batch.micro_batch_per_gpu ? "training.train_micro_batch_size_per_gpu"
+                                                   : "training"),
+        resolution.error);
+    return std::nullopt;
+  }
+  plan.batch = *resolution.sizes;
+
+  plan.grid = topology::ProcessGrid(topology::GridShape{pipeline, data, tensor});
+  plan.placement =
+      topology::place_ranks(plan.grid, plan.hosts, host_topology(spec, inputs.machine),
+                            cluster.device == spec::Device::kCuda ? topology::DeviceKind::kCuda
+                                                                  : topology::DeviceKind::kCpu);
+  for (const std::string& error : plan.placement.errors) {
+    diagnostics.error(locations.find("cluster"), error);
+  }
+  if (!plan.placement.errors.empty()) return std::nullopt;
+  plan.warnings = plan.placement.warnings;
+
+  plan.padded_vocab_size = padded_vocab_size(spec.model, tensor);
+  plan.total_parameters = total_parameters(spec.model);
+  for (int stage = 0; stage < pipeline; ++stage) {
+    plan.memory_by_stage.push_back(model_state_bytes(
+        parameters_per_rank(spec.model, spec.parallelism, stage), spec.training, data));
+  }
+  plan.device_memory_bytes = device_memory(spec, inputs.machine, plan.placement);
+  add_memory_warnings(spec, plan);
+  return plan;
+}
+
+}  // namespace dslaunch::plan

@@ -1,0 +1,56 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/plan/local_machine.h"
+#include "launcher/plan/memory_estimate.h"
+#include "launcher/spec/diagnostics.h"
+#include "launcher/spec/job_spec.h"
+#include "topology/host_filter.h"
+#include "topology/placement.h"
+#include "topology/process_grid.h"
+
+namespace dslaunch::plan {
+
+// What planning reads besides the spec; injectable so tests control it.
+struct PlanInputs {
+  LocalMachine machine;
+  std::function<const char*(const char*)> getenv;  // for SLURM_* variables
+};
+
+// The checked plan of a job: which hosts and slots it uses, the resolved
+// batch sizes, the process grid, where every rank runs, and what each rank
+// holds in memory. Computed once by make_plan.
+struct JobPlan {
+  spec::Device device = spec::Device::kCuda;
+  std::vector<topology::HostSlots> hosts;  // after filters, hostfile order
+  spec::BatchSizes batch;
+  topology::ProcessGrid grid{topology::GridShape{}};
+  topology::Placement placement;
+  std::vector<ModelStateBytes> memory_by_stage;  // index: pipeline stage
+  int64_t device_memory_bytes = 0;               // per rank; 0 when unknown
+  int64_t padded_vocab_size = 0;
+  int64_t total_parameters = 0;
+  std::vector<std::string> warnings;
+
+  int world_size() const { return grid.world_size(); }
+  const ModelStateBytes& memory_of_rank(int rank) const {
+    return memory_by_stage[grid.coord_of(rank).pipe];
+  }
+};
+
+// Plans `spec` (already loaded without errors): finds the hosts (hostfile,
+// inline hosts, the Slurm allocation unless the runner is local, or this
+// machine), applies the filters, checks the world size against tensor x
+// pipeline, resolves the batch sizes as DeepSpeed does, places the ranks and
+// estimates their memory. Every
+// problem goes to `diagnostics` with the location of the key it concerns;
+// std::nullopt when there was any.
+std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMap& locations,
+                                 const PlanInputs& inputs, spec::Diagnostics& diagnostics);
+
+}  // namespace dslaunch::plan

@@ -1,0 +1,46 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "launcher/spec/job_spec.h"
+
+namespace dslaunch::plan {
+
+// Megatron pads the vocabulary to a multiple of divisible_by * tensor so the
+// embedding splits evenly across tensor ranks.
+int64_t padded_vocab_size(const spec::ModelSpec& model, int tensor);
+
+// Parameters one rank of pipeline stage `stage` holds before ZeRO (Ψ for that
+// model-parallel shard), laid out as Megatron does: column/row-parallel
+// weights and the column-parallel biases split across tensor ranks,
+// layernorms and row-parallel biases replicated; the word embedding
+// (vocab-parallel) and position embedding on the first stage, the final
+// layernorm on the last, and the tied output embedding's copy on the last
+// stage when there is more than one stage.
+int64_t parameters_per_rank(const spec::ModelSpec& model, const spec::ParallelismSpec& parallel,
+                            int stage);
+
+// The whole model's parameter count (no padding of the vocabulary).
+int64_t total_parameters(const spec::ModelSpec& model);
+
+// Model-state bytes of one rank, by where they live.
+struct ModelStateBytes {
+  int64_t parameters = 0;         // on the device
+  int64_t gradients = 0;          // on the device
+  int64_t optimizer_states = 0;   // on the device
+  int64_t offloaded_to_host = 0;  // optimizer states (and stage-3 parameters) moved to CPU memory
+  int64_t offloaded_to_nvme = 0;
+  int64_t device_total() const { return parameters + gradients + optimizer_states; }
+};
+
+// The ZeRO paper's accounting for Ψ parameters: mixed precision (fp16/bf16)
+// Adam holds 2Ψ parameters + 2Ψ gradients + 12Ψ optimizer states (fp32 master
+// weights, momentum, variance); fp32 Adam 4Ψ + 4Ψ + 8Ψ. Stage 1 divides the
+// optimizer states by the data-parallel size, stage 2 the gradients too,
+// stage 3 the parameters too (partitions rounded up). Offload moves the
+// optimizer states (and, at stage 3, the parameters) to host memory or NVMe.
+ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& training,
+                                  int data_parallel);
+
+}  // namespace dslaunch::plan

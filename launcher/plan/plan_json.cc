@@ -1,0 +1,105 @@
+#include "launcher/plan/plan_json.h"
+
+#include <iterator>
+#include <string>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+namespace dslaunch::plan {
+namespace {
+
+std::string json_string(const std::string& text) { return nlohmann::json(text).dump(); }
+
+template <typename... Args>
+void append(fmt::memory_buffer& out, fmt::format_string<Args...> format, Args&&... args) {
+  fmt::format_to(std::back_inserter(out), format, std::forward<Args>(args)...);
+}
+
+// `name: [\n  item,\n  item\n]` with one item per line, each written by `item`.
+template <typename Items, typename WriteItem>
+void write_lines(fmt::memory_buffer& out, const char* name, const Items& items,
+                 WriteItem write_item) {
+  append(out, "  \"{}\": [", name);
+  bool first = true;
+  for (const auto& item : items) {
+    append(out, "{}\n    ", first ? "" : ",");
+    write_item(item);
+    first = false;
+  }
+  append(out, "{}],\n", first ? "" : "\n  ");
+}
+
+void write_groups(fmt::memory_buffer& out, const char* axis,
+                  const std::vector<std::vector<int>>& groups, bool last) {
+  append(out, "    \"{}\": [", axis);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    append(out, "{}\n      [{}]", i == 0 ? "" : ",", fmt::join(groups[i], ", "));
+  }
+  append(out, "\n    ]{}\n", last ? "" : ",");
+}
+
+}  // namespace
+
+void write_plan_json(std::ostream& stream, const spec::JobSpec& spec, const JobPlan& plan) {
+  fmt::memory_buffer out;
+  // Host names repeat once per rank; escape each once.
+  std::unordered_map<std::string, std::string> host_json;
+  for (const topology::HostSlots& host : plan.hosts) host_json[host.host] = json_string(host.host);
+
+  append(out, "{{\n  \"name\": {},\n", json_string(spec.name));
+  append(out, "  \"device\": \"{}\",\n", plan.device == spec::Device::kCuda ? "cuda" : "cpu");
+  append(out, "  \"world_size\": {},\n", plan.world_size());
+  append(out, "  \"hosts\": {{");
+  for (size_t i = 0; i < plan.hosts.size(); ++i) {
+    append(out, "{}\n    {}: [{}]", i == 0 ? "" : ",", host_json[plan.hosts[i].host],
+           fmt::join(plan.hosts[i].slots, ", "));
+  }
+  append(out, "\n  }},\n");
+  append(out,
+         "  \"batch\": {{\"train_batch_size\": {}, \"train_micro_batch_size_per_gpu\": {}, "
+         "\"gradient_accumulation_steps\": {}}},\n",
+         plan.batch.train_batch_size, plan.batch.micro_batch_per_gpu,
+         plan.batch.gradient_accumulation_steps);
+  const topology::GridShape& shape = plan.grid.shape();
+  append(out, "  \"grid\": {{\"pipe\": {}, \"data\": {}, \"model\": {}}},\n", shape.pipe,
+         shape.data, shape.model);
+
+  write_lines(out, "ranks", plan.placement.ranks, [&](const topology::RankPlacement& rank) {
+    append(out,
+           "{{\"rank\": {}, \"host\": {}, \"slot\": {}, \"pipe\": {}, \"data\": {}, \"model\": {}, "
+           "\"local_rank\": {}, \"local_world_size\": {}, \"device\": \"{}\", \"numa_node\": {}, "
+           "\"cpu_cores\": [{}]}}",
+           rank.rank, host_json[rank.host], rank.slot, rank.coord.pipe, rank.coord.data,
+           rank.coord.model, rank.local_rank, rank.local_world_size, rank.device, rank.numa_node,
+           fmt::join(rank.cpu_cores, ", "));
+  });
+
+  append(out, "  \"groups\": {{\n");
+  write_groups(out, "pipe", plan.grid.pipe_groups(), false);
+  write_groups(out, "data", plan.grid.data_groups(), false);
+  write_groups(out, "model", plan.grid.model_groups(), true);
+  append(out, "  }},\n");
+  append(out, "  \"model\": {{\"parameters\": {}, \"padded_vocab_size\": {}}},\n",
+         plan.total_parameters, plan.padded_vocab_size);
+
+  write_lines(out, "memory", plan.placement.ranks, [&](const topology::RankPlacement& rank) {
+    const ModelStateBytes& bytes = plan.memory_of_rank(rank.rank);
+    append(out,
+           "{{\"rank\": {}, \"parameters\": {}, \"gradients\": {}, \"optimizer_states\": {}, "
+           "\"device_total\": {}, \"offloaded_to_host\": {}, \"offloaded_to_nvme\": {}}}",
+           rank.rank, bytes.parameters, bytes.gradients, bytes.optimizer_states,
+           bytes.device_total(), bytes.offloaded_to_host, bytes.offloaded_to_nvme);
+  });
+  append(out, "  \"device_memory_bytes\": {},\n", plan.device_memory_bytes);
+  append(out, "  \"warnings\": [");
+  for (size_t i = 0; i < plan.warnings.size(); ++i) {
+    append(out, "{}\n    {}", i == 0 ? "" : ",", json_string(plan.warnings[i]));
+  }
+  append(out, "{}]\n}}\n", plan.warnings.empty() ? "" : "\n  ");
+  stream.write(out.data(), static_cast<std::streamsize>(out.size()));
+}
+
+}  // namespace dslaunch::plan

@@ -1,0 +1,97 @@
+#include "launcher/plan/plan_report.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace dslaunch::plan {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", bytes / kGiB); }
+
+std::string precision(const spec::TrainingSpec& training) {
+  if (training.fp16.enabled) return "fp16 mixed precision";
+  if (training.bf16) return "bf16 mixed precision";
+  return "fp32";
+}
+
+std::string device_name(spec::Device device) {
+  return device == spec::Device::kCuda ? "cuda" : "cpu";
+}
+
+std::string cores_text(const std::vector<int>& cores) {
+  if (cores.empty()) return "-";
+  if (cores.back() - cores.front() + 1 == static_cast<int>(cores.size())) {
+    return cores.size() == 1 ? std::to_string(cores.front())
+                             : fmt::format("{}-{}", cores.front(), cores.back());
+  }
+  return fmt::format("{}", fmt::join(cores, ","));
+}
+
+void append_groups(std::string& out, const char* axis, const std::vector<std::vector<int>>& groups,
+                   int max_rows) {
+  out += fmt::format("  {:<6}", axis);
+  const size_t shown = std::min<size_t>(groups.size(), static_cast<size_t>(max_rows));
+  for (size_t i = 0; i < shown; ++i) out += fmt::format(" [{}]", fmt::join(groups[i], ","));
+  if (shown < groups.size()) out += fmt::format(" ... {} more", groups.size() - shown);
+  out += "\n";
+}
+
+}  // namespace
+
+std::string plan_to_text(const spec::JobSpec& spec, const JobPlan& plan, int max_rows) {
+  const topology::GridShape& shape = plan.grid.shape();
+  std::string out;
+  out += fmt::format("job {}: {} rank(s) on {} host(s), device {}\n", spec.name, plan.world_size(),
+                     plan.hosts.size(), device_name(plan.device));
+  out += fmt::format(
+      "model: {} layers, hidden {}, {} heads, vocab {} (padded {}), seq {}: "
+      "{:.1f}M parameters\n",
+      spec.model.num_layers, spec.model.hidden_size, spec.model.num_attention_heads,
+      spec.model.vocab_size, plan.padded_vocab_size, spec.model.seq_length,
+      plan.total_parameters / 1e6);
+  out += fmt::format("batch: train_batch_size {} = micro {} x accumulation {} x data {}\n",
+                     plan.batch.train_batch_size, plan.batch.micro_batch_per_gpu,
+                     plan.batch.gradient_accumulation_steps, shape.data);
+  out += fmt::format("grid: pipe {} x data {} x model {}\n\n", shape.pipe, shape.data, shape.model);
+
+  out += fmt::format("{:>6}  {:<20} {:>4}  {:>4} {:>4} {:>5}  {:>5}  {:<8} {}\n", "rank", "host",
+                     "slot", "pipe", "data", "model", "local", "device", "cores");
+  const int shown = std::min(plan.world_size(), max_rows);
+  for (int r = 0; r < shown; ++r) {
+    const topology::RankPlacement& rank = plan.placement.ranks[r];
+    out += fmt::format("{:>6}  {:<20} {:>4}  {:>4} {:>4} {:>5}  {:>5}  {:<8} {}\n", rank.rank,
+                       rank.host, rank.slot, rank.coord.pipe, rank.coord.data, rank.coord.model,
+                       rank.local_rank, rank.device, cores_text(rank.cpu_cores));
+  }
+  if (shown < plan.world_size()) {
+    out += fmt::format("   ... {} more ranks (--json lists all)\n", plan.world_size() - shown);
+  }
+
+  out += "\ngroups\n";
+  append_groups(out, "model", plan.grid.model_groups(), max_rows);
+  append_groups(out, "data", plan.grid.data_groups(), max_rows);
+  append_groups(out, "pipe", plan.grid.pipe_groups(), max_rows);
+
+  out += fmt::format("\nmodel states per rank ({}, ZeRO stage {}, data-parallel {})\n",
+                     precision(spec.training), spec.training.zero.stage, shape.data);
+  out += fmt::format("{:>6}  {:>12} {:>12} {:>12} {:>12} {:>12}\n", "stage", "parameters",
+                     "gradients", "optimizer", "on device", "offloaded");
+  for (size_t stage = 0; stage < plan.memory_by_stage.size(); ++stage) {
+    const ModelStateBytes& bytes = plan.memory_by_stage[stage];
+    out += fmt::format("{:>6}  {:>12} {:>12} {:>12} {:>12} {:>12}\n", stage, gib(bytes.parameters),
+                       gib(bytes.gradients), gib(bytes.optimizer_states), gib(bytes.device_total()),
+                       gib(bytes.offloaded_to_host + bytes.offloaded_to_nvme));
+  }
+  if (plan.device_memory_bytes > 0) {
+    out += fmt::format("device memory per rank: {}\n", gib(plan.device_memory_bytes));
+  }
+  if (!plan.warnings.empty()) {
+    out += "\nwarnings\n";
+    for (const std::string& warning : plan.warnings) out += "  - " + warning + "\n";
+  }
+  return out;
+}
+
+}  // namespace dslaunch::plan

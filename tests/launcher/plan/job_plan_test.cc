@@ -1,0 +1,815 @@
+#include "launcher/plan/job_plan.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "launcher/plan/local_machine.h"
+#include "launcher/plan/memory_estimate.h"
+#include "launcher/spec/diagnostics.h"
+#include "launcher/spec/job_spec.h"
+#include "launcher/spec/spec_parser.h"
+
+namespace dslaunch::plan {
+namespace {
+
+namespace fs = std::filesystem;
+using spec::Diagnostic;
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+// A fresh folder under $TEST_TMPDIR for one test's spec and hostfile.
+class Folder {
+ public:
+  Folder() {
+    static std::atomic<int> counter{0};
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    const fs::path base = tmp != nullptr ? fs::path(tmp) : fs::temp_directory_path();
+    dir_ = base / ("plan_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+
+  // Writes `text` to `name` and returns its path. A leading newline is
+  // dropped, so that a raw string's first line is line 1 of the file.
+  std::string write(const std::string& name, std::string_view text) const {
+    if (!text.empty() && text.front() == '\n') text.remove_prefix(1);
+    const fs::path path = dir_ / name;
+    std::ofstream file(path, std::ios::binary);
+    file << text;
+    REQUIRE(file.good());
+    return path.string();
+  }
+
+ private:
+  fs::path dir_;
+};
+
+// The machine the planner believes it runs on: 8 cores, 1 NUMA node, 32 GiB,
+// no GPUs.
+LocalMachine laptop() {
+  LocalMachine machine;
+  machine.cores = 8;
+  machine.numa_nodes = 1;
+  machine.memory_bytes = 32 * kGiB;
+  machine.gpus = 0;
+  machine.gpu_memory_bytes = 0;
+  return machine;
+}
+
+// Planning inputs with `environment` as the only environment variables.
+PlanInputs inputs(LocalMachine machine = laptop(),
+                  std::map<std::string, std::string> environment = {}) {
+  return PlanInputs{machine, [environment](const char* name) -> const char* {
+                      const auto found = environment.find(name);
+                      return found == environment.end() ? nullptr : found->second.c_str();
+                    }};
+}
+
+struct Planned {
+  std::string path;
+  spec::Diagnostics diagnostics;
+  std::optional<JobPlan> plan;
+
+  std::vector<Diagnostic> errors() const {
+    std::vector<Diagnostic> out;
+    for (const Diagnostic& d : diagnostics.all()) {
+      if (d.severity == Diagnostic::Severity::kError) out.push_back(d);
+    }
+    return out;
+  }
+  // The one error planning reported; fails the test unless there is exactly one.
+  Diagnostic only_error() const {
+    INFO(diagnostics.format());
+    REQUIRE_FALSE(plan.has_value());
+    const std::vector<Diagnostic> all = errors();
+    REQUIRE(all.size() == 1);
+    return all.front();
+  }
+};
+
+// Loads the spec at `path` (which must load without errors) and plans it.
+Planned plan_file(const std::string& path, const PlanInputs& planning = inputs(),
+                  const spec::LoadOptions& options = {}) {
+  Planned planned;
+  planned.path = path;
+  spec::SourceMap locations;
+  const spec::JobSpec job = spec::load_job_spec(path, options, planned.diagnostics, locations);
+  {
+    INFO("loading " << path << ":\n" << planned.diagnostics.format());
+    REQUIRE_FALSE(planned.diagnostics.has_errors());
+  }
+  planned.plan = make_plan(job, locations, planning, planned.diagnostics);
+  return planned;
+}
+
+constexpr std::string_view kTwoHostfile = R"(
+gpu-node-01 slots=8
+gpu-node-02 slots=8
+)";
+
+// GPT-2 small on two 8-GPU hosts: tensor 4 inside a host, 2 pipeline stages.
+constexpr std::string_view kTwoHosts = R"(
+cluster:
+  runner: openmpi
+  device: cuda
+  hostfile: two.hostfile
+  topology:
+    cores_per_host: 64
+    numa_nodes_per_host: 2
+    gpu_islands: [[0, 1, 2, 3, 4, 5, 6, 7]]
+    device_memory_gb: 80
+parallelism:
+  tensor: 4
+  pipeline: 2
+training:
+  train_batch_size: 256
+  train_micro_batch_size_per_gpu: 8
+  bf16:
+    enabled: true
+  zero_optimization:
+    stage: 1
+  steps: 100
+data:
+  train: demo
+)";
+
+// kTwoHosts with `cluster_keys` (indented by two) added to its cluster
+// section at line 5.
+std::string two_hosts_with(const std::string& cluster_keys) {
+  std::string text(kTwoHosts.substr(1));
+  const std::string after = "  hostfile: two.hostfile\n";
+  text.insert(text.find(after) + after.size(), cluster_keys);
+  return text;
+}
+
+std::vector<std::string> hosts_of(const JobPlan& plan) {
+  std::vector<std::string> names;
+  for (const topology::HostSlots& host : plan.hosts) names.push_back(host.host);
+  return names;
+}
+
+struct ExpectedRank {
+  int rank;
+  std::string host;
+  int slot;
+  int pipe, data, model;
+  std::vector<int> cores;
+  int numa_node;
+};
+
+void check_rank(const JobPlan& plan, const ExpectedRank& expected) {
+  INFO("rank " << expected.rank);
+  REQUIRE(expected.rank < static_cast<int>(plan.placement.ranks.size()));
+  const topology::RankPlacement& got = plan.placement.ranks[expected.rank];
+  CHECK(got.rank == expected.rank);
+  CHECK(got.host == expected.host);
+  CHECK(got.slot == expected.slot);
+  CHECK(got.coord == topology::GridCoord{expected.pipe, expected.data, expected.model});
+  CHECK(got.cpu_cores == expected.cores);
+  CHECK(got.numa_node == expected.numa_node);
+}
+
+std::vector<int> range(int first, int last) {
+  std::vector<int> values;
+  for (int v = first; v <= last; ++v) values.push_back(v);
+  return values;
+}
+
+}  // namespace
+
+// --- This machine -------------------------------------------------------------
+
+TEST_CASE("a local CPU spec with num_gpus 2 runs two data-parallel ranks on this machine") {
+  Folder folder;
+  const Planned planned = plan_file(folder.write("cpu.yaml", R"(
+cluster:
+  device: cpu
+  num_gpus: 2
+training:
+  train_batch_size: 16
+  train_micro_batch_size_per_gpu: 4
+  steps: 10
+data:
+  train: demo
+)"));
+  INFO(planned.diagnostics.format());
+  REQUIRE(planned.plan.has_value());
+  CHECK(planned.diagnostics.all().empty());
+  const JobPlan& plan = *planned.plan;
+
+  CHECK(plan.device == spec::Device::kCpu);
+  REQUIRE(plan.hosts.size() == 1);
+  CHECK(plan.hosts[0].host == "localhost");
+  CHECK(plan.hosts[0].slots == std::vector<int>{0, 1});
+  CHECK(plan.grid.shape() == topology::GridShape{1, 2, 1});
+  CHECK(plan.world_size() == 2);
+  // train 16 / micro 4 / data 2.
+  CHECK(plan.batch.train_batch_size == 16);
+  CHECK(plan.batch.micro_batch_per_gpu == 4);
+  CHECK(plan.batch.gradient_accumulation_steps == 2);
+
+  // 8 cores, 2 ranks: an even, contiguous half each.
+  REQUIRE(plan.placement.ranks.size() == 2);
+  check_rank(plan, {0, "localhost", 0, 0, 0, 0, {0, 1, 2, 3}, 0});
+  check_rank(plan, {1, "localhost", 1, 0, 1, 0, {4, 5, 6, 7}, 0});
+  for (const topology::RankPlacement& rank : plan.placement.ranks) {
+    CHECK(rank.device == "cpu");
+    CHECK(rank.local_rank == rank.rank);
+    CHECK(rank.local_world_size == 2);
+  }
+
+  // GPT-2 small in fp32 without ZeRO: 16 bytes per parameter, vocabulary padded to 50304.
+  CHECK(plan.total_parameters == 124'439'808);
+  CHECK(plan.padded_vocab_size == 50'304);
+  REQUIRE(plan.memory_by_stage.size() == 1);
+  const ModelStateBytes& bytes = plan.memory_of_rank(1);
+  CHECK(bytes.parameters == 4 * 124'475'904);
+  CHECK(bytes.gradients == 4 * 124'475'904);
+  CHECK(bytes.optimizer_states == 8 * 124'475'904);
+  // CPU ranks share the host's memory.
+  CHECK(plan.device_memory_bytes == 16 * kGiB);
+  CHECK(plan.warnings.empty());
+}
+
+TEST_CASE("a local CPU spec without num_gpus runs one rank") {
+  Folder folder;
+  const Planned planned = plan_file(folder.write("one.yaml", R"(
+cluster:
+  device: cpu
+training:
+  train_micro_batch_size_per_gpu: 4
+  steps: 10
+data:
+  train: demo
+)"));
+  INFO(planned.diagnostics.format());
+  REQUIRE(planned.plan.has_value());
+  CHECK(planned.plan->world_size() == 1);
+  CHECK(planned.plan->hosts[0].slots == std::vector<int>{0});
+  CHECK(planned.plan->placement.ranks[0].cpu_cores == range(0, 7));
+  CHECK(planned.plan->batch.train_batch_size == 4);
+  CHECK(planned.plan->device_memory_bytes == 32 * kGiB);
+}
+
+TEST_CASE("device cuda on a machine without GPUs needs num_gpus") {
+  Folder folder;
+  const std::string spec_text = R"(
+cluster:
+  device: cuda
+training:
+  train_micro_batch_size_per_gpu: 4
+  steps: 10
+data:
+  train: demo
+)";
+  const Planned none = plan_file(folder.write("cuda.yaml", spec_text));
+  const Diagnostic error = none.only_error();
+  CHECK(error.location.file == none.path);
+  CHECK(error.location.line == 2);
+  CHECK(error.message.find("cluster.device is cuda but this machine shows no GPUs") == 0);
+
+  spec::LoadOptions two_gpus;
+  two_gpus.overrides = {"cluster.num_gpus=2"};
+  const Planned planned = plan_file(none.path, inputs(), two_gpus);
+  INFO(planned.diagnostics.format());
+  REQUIRE(planned.plan.has_value());
+  CHECK(planned.plan->world_size() == 2);
+  CHECK(planned.plan->placement.ranks[0].device == "cuda:0");
+  CHECK(planned.plan->placement.ranks[1].device == "cuda:1");
+}
+
+TEST_CASE("device cuda without num_gpus uses every GPU of this machine and its memory") {
+  Folder folder;
+  LocalMachine server = laptop();
+  server.gpus = 4;
+  server.gpu_memory_bytes = 40 * kGiB;
+  const Planned planned = plan_file(folder.write("cuda.yaml", R"(
+cluster:
+  device: cuda
+training:
+  train_micro_batch_size_per_gpu: 4
+  steps: 10
+data:
+  train: demo
+)"),
+                                    inputs(server));
+  INFO(planned.diagnostics.format());
+  REQUIRE(planned.plan.has_value());
+  const JobPlan& plan = *planned.plan;
+  CHECK(plan.hosts[0].slots == std::vector<int>{0, 1, 2, 3});
+  CHECK(plan.grid.shape() == topology::GridShape{1, 4, 1});
+  CHECK(plan.batch.train_batch_size == 16);
+  CHECK(plan.device_memory_bytes == 40 * kGiB);
+  CHECK(plan.warnings.empty());
+  // 8 cores on one NUMA node shared by 4 GPUs in GPU order.
+  check_rank(plan, {2, "localhost", 2, 0, 2, 0, {4, 5}, 0});
+}
+
+TEST_CASE("this machine's GPU NUMA nodes are used unless the spec gives a NUMA layout") {
+  Folder folder;
+  LocalMachine server = laptop();
+  server.cores = 16;
+  server.numa_nodes = 2;
+  server.gpus = 4;
+  server.gpu_memory_bytes = 40 * kGiB;
+  server.gpu_topology.numa_node = {1, 1, 0, 0};  // as `nvidia-smi topo -m` reports them
+  const std::string path = folder.write("cuda.yaml", R"(
+cluster:
+  device: cuda
+training:
+  train_micro_batch_size_per_gpu: 4
+  steps: 10
+data:
+  train: demo
+)");
+  const Planned local = plan_file(path, inputs(server));
+  INFO(local.diagnostics.format());
+  REQUIRE(local.plan.has_value());
+  // Node 0 holds cores 0-7 and GPUs 2 and 3; node 1 cores 8-15 and GPUs 0 and 1.
+  check_rank(*local.plan, {0, "localhost", 0, 0, 0, 0, range(8, 11), 1});
+  check_rank(*local.plan, {3, "localhost", 3, 0, 3, 0, range(4, 7), 0});
+
+  spec::LoadOptions one_node;
+  one_node.overrides = {"cluster.topology.numa_nodes_per_host=1"};
+  const Planned hinted = plan_file(path, inputs(server), one_node);
+  INFO(hinted.diagnostics.format());
+  REQUIRE(hinted.plan.has_value());
+  check_rank(*hinted.plan, {0, "localhost", 0, 0, 0, 0, range(0, 3), 0});
+  check_rank(*hinted.plan, {3, "localhost", 3, 0, 3, 0, range(12, 15), 0});
+}
+
+// --- Hosts from a hostfile ---------------------------------------------------
+
+TEST_CASE("two 8-GPU hosts with tensor 4 and pipeline 2 put each stage on its own host") {
+  Folder folder;
+  folder.write("two.hostfile", kTwoHostfile);
+  const Planned planned = plan_file(folder.write("two.yaml", kTwoHosts));
+  INFO(planned.diagnostics.format());
+  REQUIRE(planned.plan.has_value());
+  const JobPlan& plan = *planned.plan;
+
+  CHECK(plan.device == spec::Device::kCuda);
+  CHECK(hosts_of(plan) == std::vector<std::string>{"gpu-node-01", "gpu-node-02"});
+  CHECK(plan.hosts[0].slots == range(0, 7));
+  CHECK(plan.hosts[1].slots == range(0, 7));
+  CHECK(plan.grid.shape() == topology::GridShape{2, 2, 4});
+  // train 256 / micro 8 / data 2.
+  CHECK(plan.batch.gradient_accumulation_steps == 16);
+
+  // GPUs 0-3 on NUMA node 0 (cores 0-31), 4-7 on node 1 (32-63): 8 cores each.
+  REQUIRE(plan.placement.ranks.size() == 16);
+  check_rank(plan, {0, "gpu-node-01", 0, 0, 0, 0, range(0, 7), 0});
+  check_rank(plan, {3, "gpu-node-01", 3, 0, 0, 3, range(24, 31), 0});
+  check_rank(plan, {5, "gpu-node-01", 5, 0, 1, 1, range(40, 47), 1});
+  check_rank(plan, {8, "gpu-node-02", 0, 1, 0, 0, range(0, 7), 0});
+  check_rank(plan, {10, "gpu-node-02", 2, 1, 0, 2, range(16, 23), 0});
+  check_rank(plan, {15, "gpu-node-02", 7, 1, 1, 3, range(56, 63), 1});
+  CHECK(plan.placement.ranks[13].device == "cuda:5");
+  CHECK(plan.placement.ranks[13].local_rank == 5);
+  CHECK(plan.placement.ranks[13].local_world_size == 8);
+
+  using Groups = std::vector<std::vector<int>>;
+  CHECK(plan.grid.model_groups() ==
+        Groups{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}});
+  CHECK(plan.grid.pipe_groups() ==
+        Groups{{0, 8}, {1, 9}, {2, 10}, {3, 11}, {4, 12}, {5, 13}, {6, 14}, {7, 15}});
+  CHECK(plan.grid.data_groups() ==
+        Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}});
+
+  // bf16, ZeRO-1 over 2 replicas; Ψ = 21,171,072 on stage 0 and 20,386,176 on stage 1.
+  CHECK(plan.padded_vocab_size == 50'688);
+  REQUIRE(plan.memory_by_stage.size() == 2);
+  CHECK(plan.memory_by_stage[0].parameters == 42'342'144);
+  CHECK(plan.memory_by_stage[0].gradients == 42'342'144);
+  CHECK(plan.memory_by_stage[0].optimizer_states == 127'026'432);
+  CHECK(plan.memory_by_stage[1].parameters == 40'772'352);
+  CHECK(plan.memory_by_stage[1].gradients == 40'772'352);
+  CHECK(plan.memory_by_stage[1].optimizer_states == 122'317'056);
+  CHECK(plan.memory_of_rank(7).device_total() == 211'710'720);
+  CHECK(plan.memory_of_rank(8).device_total() == 203'861'760);
+  CHECK(plan.device_memory_bytes == 80 * kGiB);
+  CHECK(plan.warnings.empty());
+}
+
+TEST_CASE("num_nodes keeps the first hosts of the hostfile") {
+  Folder folder;
+  folder.write("two.hostfile", kTwoHostfile);
+  const Planned planned = plan_file(folder.write("two.yaml", two_hosts_with("  num_nodes: 1\n")));
+  INFO(planned.diagnostics.format());
+  REQUIRE(planned.plan.has_value());
+  CHECK(hosts_of(*planned.plan) == std::vector<std::string>{"gpu-node-01"});
+  CHECK(planned.plan->grid.shape() == topology::GridShape{2, 1, 4});
+  CHECK(planned.plan->batch.gradient_accumulation_steps == 32);
+}
+
+TEST_CASE("include and exclude in the spec shrink the world") {
+  Folder folder;
+  folder.write("two.hostfile", kTwoHostfile);
+
+  SECTION("exclude a whole host") {
+    const Planned planned =
+        plan_file(folder.write("two.yaml", two_hosts_with("  exclude: gpu-node-02\n")));
+    INFO(planned.diagnostics.format());
+    REQUIRE(planned.plan.has_value());
+    CHECK(hosts_of(*planned.plan) == std::vector<std::string>{"gpu-node-01"});
+    CHECK(planned.plan->world_size() == 8);
+    CHECK(planned.plan->grid.shape() == topology::GridShape{2, 1, 4});
+    // 256 / 8 / 1.
+    CHECK(planned.plan->batch.gradient_accumulation_steps == 32);
+    check_rank(*planned.plan, {4, "gpu-node-01", 4, 1, 0, 0, range(32, 39), 1});
+  }
+
+  SECTION("include half of each host") {
+    const Planned planned = plan_file(folder.write(
+        "two.yaml", two_hosts_with("  include: gpu-node-01:0,1,2,3@gpu-node-02:4,5,6,7\n")));
+    INFO(planned.diagnostics.format());
+    REQUIRE(planned.plan.has_value());
+    const JobPlan& plan = *planned.plan;
+    CHECK(plan.hosts[0].slots == std::vector<int>{0, 1, 2, 3});
+    CHECK(plan.hosts[1].slots == std::vector<int>{4, 5, 6, 7});
+    CHECK(plan.grid.shape() == topology::GridShape{2, 1, 4});
+    // Stage 0 on the first host, stage 1 on the second, on the GPUs left to it.
+    check_rank(plan, {0, "gpu-node-01", 0, 0, 0, 0, range(0, 7), 0});
+    check_rank(plan, {4, "gpu-node-02", 4, 1, 0, 0, range(32, 39), 1});
+    check_rank(plan, {7, "gpu-node-02", 7, 1, 0, 3, range(56, 63), 1});
+  }
+}
+
+TEST_CASE("--include on the command line shrinks the world") {
+  Folder folder;
+  folder.write("two.hostfile", kTwoHostfile);
+  spec::LoadOptions options;
+  options.include = "gpu-node-02";
+  const Planned planned = plan_file(folder.write("two.yaml", kTwoHosts), inputs(), options);
+  INFO(planned.diagnostics.format());
+  REQUIRE(planned.plan.has_value());
+  CHECK(hosts_of(*planned.plan) == std::vector<std::string>{"gpu-node-02"});
+  CHECK(planned.plan->world_size() == 8);
+  CHECK(planned.plan->placement.ranks[0].host == "gpu-node-02");
+}
+
+TEST_CASE("an unknown host in include is an error at the include value") {
+  Folder folder;
+  folder.write("two.hostfile", kTwoHostfile);
+  const std::string expected =
+      "include: unknown host \"gpu-node-03\"; the hostfile does not list it";
+
+  SECTION("in the spec: at its file and line") {
+    const Planned planned =
+        plan_file(folder.write("two.yaml", two_hosts_with("  include: gpu-node-03\n")));
+    const Diagnostic error = planned.only_error();
+    CHECK(error.message == expected);
+    CHECK(error.location.file == planned.path);
+    CHECK(error.location.line == 5);
+    CHECK(error.location.to_string().starts_with(planned.path + ":5"));
+  }
+
+  SECTION("on the command line: at the flag") {
+    spec::LoadOptions options;
+    options.include = "gpu-node-03";
+    const Planned planned = plan_file(folder.write("two.yaml", kTwoHosts), inputs(), options);
+    const Diagnostic error = planned.only_error();
+    CHECK(error.message == expected);
+    CHECK(error.location.to_string() == "--include gpu-node-03");
+  }
+}
+
+TEST_CASE("a resource error is located at the key it is about") {
+  Folder folder;
+  folder.write("two.hostfile", kTwoHostfile);
+  // num_gpus (line 6), not include (line 5), asks for too much.
+  const Planned planned = plan_file(
+      folder.write("two.yaml", two_hosts_with("  include: gpu-node-01:0,1,2,3\n  num_gpus: 8\n")));
+  const Diagnostic error = planned.only_error();
+  CHECK(error.message == "num_gpus is 8 but host \"gpu-node-01\" has only 4 selected slots");
+  CHECK(error.location.line == 6);
+}
+
+TEST_CASE("a world size not divisible by tensor x pipeline is an error at parallelism.tensor") {
+  Folder folder;
+  folder.write("two.hostfile", kTwoHostfile);
+  std::string text = two_hosts_with("");
+  text.replace(text.find("pipeline: 2"), 11, "pipeline: 3");
+  const Planned planned = plan_file(folder.write("two.yaml", text));
+  const Diagnostic error = planned.only_error();
+  CHECK(error.location.file == planned.path);
+  CHECK(error.location.line == 11);  // tensor: 4
+  CHECK(error.message ==
+        "world size 16 (2 host(s)) is not divisible by tensor 4 x pipeline 3 = 12; change the "
+        "parallel sizes or the hosts and slots");
+}
+
+TEST_CASE("batch sizes that do not fit the data-parallel size are an error at train_batch_size") {
+  Folder folder;
+  const Planned planned = plan_file(folder.write("batch.yaml", R"(
+cluster:
+  device: cpu
+  num_gpus: 2
+training:
+  steps: 10
+  train_batch_size: 30
+  train_micro_batch_size_per_gpu: 8
+data:
+  train: demo
+)"));
+  const Diagnostic error = planned.only_error();
+  CHECK(error.location.file == planned.path);
+  CHECK(error.location.line == 6);
+  // 30 / 8 / 2 = 1 step of accumulation, and 8 x 1 x 2 = 16.
+  CHECK(error.message.find("train_batch_size 30 must equal train_micro_batch_size_per_gpu 8 x "
+                           "gradient_accumulation_steps 1 x data-parallel size 2 (= 16)") !=
+        std::string::npos);
+}
+
+TEST_CASE("hostfile problems are reported at the hostfile's path and line") {
+  Folder folder;
+  const std::string hostfile = folder.write("two.hostfile", R"(
+gpu-node-01 slots=8
+# a comment
+gpu-node-02 slots=eight
+gpu-node-01 slots=8
+)");
+  const Planned planned = plan_file(folder.write("two.yaml", kTwoHosts));
+  INFO(planned.diagnostics.format());
+  REQUIRE_FALSE(planned.plan.has_value());
+  const std::vector<Diagnostic> errors = planned.errors();
+  REQUIRE(errors.size() == 2);
+  CHECK(errors[0].location.file == hostfile);
+  CHECK(errors[0].location.line == 3);
+  CHECK(errors[0].message.find("\"slots=eight\"") != std::string::npos);
+  CHECK(errors[1].location.to_string() == hostfile + ":4");
+  CHECK(errors[1].message ==
+        "host \"gpu-node-01\" is already declared on line 1; list each host once");
+}
+
+TEST_CASE("a missing hostfile is an error at cluster.hostfile") {
+  Folder folder;
+  const Planned planned = plan_file(folder.write("two.yaml", kTwoHosts));
+  const Diagnostic error = planned.only_error();
+  CHECK(error.location.file == planned.path);
+  CHECK(error.location.line == 4);
+  CHECK(error.message.find("cannot read hostfile '" +
+                           (fs::path(planned.path).parent_path() / "two.hostfile").string() +
+                           "': No such file or directory") == 0);
+}
+
+TEST_CASE("inline hosts are used in order") {
+  Folder folder;
+  const Planned planned = plan_file(folder.write("hosts.yaml", R"(
+cluster:
+  runner: openmpi
+  device: cpu
+  hosts:
+    - {host: b, slots: 2}
+    - {host: a, slots: 1}
+training:
+  train_micro_batch_size_per_gpu: 4
+  steps: 10
+data:
+  train: demo
+)"));
+  INFO(planned.diagnostics.format());
+  REQUIRE(planned.plan.has_value());
+  CHECK(hosts_of(*planned.plan) == std::vector<std::string>{"b", "a"});
+  CHECK(planned.plan->world_size() == 3);
+  CHECK(planned.plan->placement.ranks[1].host == "b");
+  CHECK(planned.plan->placement.ranks[2].host == "a");
+  CHECK(planned.plan->batch.train_batch_size == 12);
+}
+
+TEST_CASE("an inline host listed twice is an error at its second entry") {
+  Folder folder;
+  const Planned planned = plan_file(folder.write("hosts.yaml", R"(
+cluster:
+  runner: openmpi
+  device: cpu
+  hosts:
+    - {host: b, slots: 2}
+    - {host: a, slots: 1}
+    - {host: b, slots: 2}
+training:
+  train_micro_batch_size_per_gpu: 4
+  steps: 10
+data:
+  train: demo
+)"));
+  const Diagnostic error = planned.only_error();
+  CHECK(error.location.to_string() == planned.path + ":7");
+  CHECK(error.message ==
+        "host 'b' is already listed in cluster.hosts (line 5); list each host once");
+}
+
+// --- Runners -----------------------------------------------------------------
+
+TEST_CASE("runner openmpi needs a hostfile or hosts") {
+  Folder folder;
+  const Planned planned = plan_file(folder.write("mpi.yaml", R"(
+cluster:
+  runner: openmpi
+  device: cpu
+training:
+  train_micro_batch_size_per_gpu: 4
+  steps: 10
+data:
+  train: demo
+)"));
+  const Diagnostic error = planned.only_error();
+  CHECK(error.location.line == 2);
+  CHECK(error.message ==
+        "runner openmpi needs the hosts: give cluster.hostfile (or --hostfile) or cluster.hosts");
+}
+
+constexpr std::string_view kSlurm = R"(
+cluster:
+  runner: slurm
+  device: cpu
+training:
+  train_batch_size: 64
+  train_micro_batch_size_per_gpu: 8
+  steps: 10
+data:
+  train: demo
+)";
+
+TEST_CASE("runner slurm outside an allocation is an error at cluster.runner") {
+  Folder folder;
+  const Planned planned = plan_file(folder.write("slurm.yaml", kSlurm));
+  const Diagnostic error = planned.only_error();
+  CHECK(error.location.line == 2);
+  CHECK(error.message.find("runner slurm needs a Slurm allocation (SLURM_JOB_NODELIST is not "
+                           "set)") == 0);
+}
+
+TEST_CASE("runner slurm inside an allocation plans its nodes and tasks") {
+  Folder folder;
+  const Planned planned = plan_file(
+      folder.write("slurm.yaml", kSlurm),
+      inputs(laptop(), {{"SLURM_JOB_NODELIST", "node[01-02]"}, {"SLURM_TASKS_PER_NODE", "4(x2)"}}));
+  INFO(planned.diagnostics.format());
+  REQUIRE(planned.plan.has_value());
+  const JobPlan& plan = *planned.plan;
+  CHECK(hosts_of(plan) == std::vector<std::string>{"node01", "node02"});
+  CHECK(plan.hosts[0].slots == std::vector<int>{0, 1, 2, 3});
+  CHECK(plan.hosts[1].slots == std::vector<int>{0, 1, 2, 3});
+  CHECK(plan.grid.shape() == topology::GridShape{1, 8, 1});
+  CHECK(plan.batch.gradient_accumulation_steps == 1);
+  check_rank(plan, {1, "node01", 1, 0, 1, 0, {2, 3}, 0});
+  check_rank(plan, {6, "node02", 2, 0, 6, 0, {4, 5}, 0});
+  // 32 GiB shared by the 4 ranks of a host.
+  CHECK(plan.device_memory_bytes == 8 * kGiB);
+}
+
+TEST_CASE("a Slurm allocation without tasks per node is an error at cluster.runner") {
+  Folder folder;
+  const Planned planned = plan_file(folder.write("slurm.yaml", kSlurm),
+                                    inputs(laptop(), {{"SLURM_JOB_NODELIST", "node[01-02]"}}));
+  const Diagnostic error = planned.only_error();
+  CHECK(error.location.line == 2);
+  CHECK(error.message.find("Slurm allocation: SLURM_JOB_NODELIST is set but "
+                           "SLURM_TASKS_PER_NODE is not") == 0);
+}
+
+TEST_CASE("a local runner plans this machine even inside a Slurm allocation") {
+  Folder folder;
+  const Planned planned = plan_file(
+      folder.write("local.yaml", R"(
+cluster:
+  device: cpu
+  num_gpus: 2
+training:
+  train_micro_batch_size_per_gpu: 4
+  steps: 10
+data:
+  train: demo
+)"),
+      inputs(laptop(), {{"SLURM_JOB_NODELIST", "node[01-02]"}, {"SLURM_TASKS_PER_NODE", "4(x2)"}}));
+  INFO(planned.diagnostics.format());
+  REQUIRE(planned.plan.has_value());
+  CHECK(hosts_of(*planned.plan) == std::vector<std::string>{"localhost"});
+  CHECK(planned.plan->world_size() == 2);
+}
+
+// --- Placement and memory warnings ---------------------------------------------
+
+TEST_CASE("a tensor group that must cross hosts is warned about") {
+  Folder folder;
+  const Planned planned = plan_file(folder.write("straddle.yaml", R"(
+cluster:
+  runner: openmpi
+  device: cuda
+  hosts:
+    - {host: a, slots: 6}
+    - {host: b, slots: 6}
+  topology:
+    device_memory_gb: 80
+parallelism:
+  tensor: 4
+training:
+  train_micro_batch_size_per_gpu: 1
+  steps: 10
+data:
+  train: demo
+)"));
+  INFO(planned.diagnostics.format());
+  REQUIRE(planned.plan.has_value());
+  CHECK(planned.plan->warnings ==
+        std::vector<std::string>{"tensor-parallel group [8, 9, 10, 11] spans hosts a and b: its "
+                                 "all-reduces will cross the network"});
+}
+
+TEST_CASE("model states larger than the device memory are warned about per stage") {
+  Folder folder;
+  // GPT-2 small in fp32, pipeline 2: 1.22 GiB on stage 0 and 1.21 GiB on stage 1.
+  const std::string text = R"(
+cluster:
+  device: cuda
+  num_gpus: 2
+  topology:
+    device_memory_gb: 1
+parallelism:
+  pipeline: 2
+training:
+  train_micro_batch_size_per_gpu: 1
+  steps: 10
+data:
+  train: demo
+)";
+  const Planned planned = plan_file(folder.write("big.yaml", text));
+  INFO(planned.diagnostics.format());
+  REQUIRE(planned.plan.has_value());
+  CHECK(planned.plan->memory_by_stage[0].device_total() == 16 * int64_t{81'947'136});
+  CHECK(planned.plan->memory_by_stage[1].device_total() == 16 * int64_t{81'162'240});
+  CHECK(planned.plan->device_memory_bytes == kGiB);
+  CHECK(planned.plan->warnings ==
+        std::vector<std::string>{
+            "pipeline stage 0: model states need 1.22 GiB per rank, more than the 1.00 GiB a GPU "
+            "has (ZeRO stage 0); raise zero_optimization.stage, offload, or use more ranks",
+            "pipeline stage 1: model states need 1.21 GiB per rank, more than the 1.00 GiB a GPU "
+            "has (ZeRO stage 0); raise zero_optimization.stage, offload, or use more ranks"});
+
+  // 1.215 GiB: only stage 0 is too big.
+  spec::LoadOptions options;
+  options.overrides = {"cluster.topology.device_memory_gb=1.215"};
+  const Planned between = plan_file(planned.path, inputs(), options);
+  INFO(between.diagnostics.format());
+  REQUIRE(between.plan.has_value());
+  REQUIRE(between.plan->warnings.size() == 1);
+  CHECK(between.plan->warnings[0].starts_with("pipeline stage 0: "));
+}
+
+TEST_CASE("CUDA ranks with unknown GPU memory get a warning") {
+  Folder folder;
+  const Planned planned = plan_file(folder.write("cuda.yaml", R"(
+cluster:
+  device: cuda
+  num_gpus: 2
+training:
+  train_micro_batch_size_per_gpu: 1
+  steps: 10
+data:
+  train: demo
+)"));
+  INFO(planned.diagnostics.format());
+  REQUIRE(planned.plan.has_value());
+  CHECK(planned.plan->device_memory_bytes == 0);
+  CHECK(planned.plan->warnings ==
+        std::vector<std::string>{
+            "GPU memory is unknown here (no nvidia-smi): set cluster.topology.device_memory_gb "
+            "to check that model states fit"});
+}
+
+TEST_CASE("CPU ranks with unknown host memory get a warning about host memory") {
+  Folder folder;
+  LocalMachine unknown = laptop();
+  unknown.memory_bytes = 0;
+  const Planned planned = plan_file(folder.write("cpu.yaml", R"(
+cluster:
+  device: cpu
+training:
+  train_micro_batch_size_per_gpu: 1
+  steps: 10
+data:
+  train: demo
+)"),
+                                    inputs(unknown));
+  INFO(planned.diagnostics.format());
+  REQUIRE(planned.plan.has_value());
+  CHECK(planned.plan->warnings ==
+        std::vector<std::string>{"host memory is unknown here: set "
+                                 "cluster.topology.device_memory_gb to check that model states "
+                                 "fit"});
+}
+
+}  // namespace dslaunch::plan

@@ -1,0 +1,152 @@
+#include "launcher/plan/memory_estimate.h"
+
+#include <cstdint>
+
+#include <catch2/catch.hpp>
+
+#include "launcher/spec/job_spec.h"
+
+namespace dslaunch::plan {
+namespace {
+
+spec::ParallelismSpec parallel(int tensor, int pipeline) {
+  spec::ParallelismSpec parallelism;
+  parallelism.tensor = tensor;
+  parallelism.pipeline = pipeline;
+  return parallelism;
+}
+
+enum class Precision { kFp32, kFp16, kBf16 };
+
+spec::TrainingSpec training(Precision precision, int zero_stage) {
+  spec::TrainingSpec training;
+  training.fp16.enabled = precision == Precision::kFp16;
+  training.bf16 = precision == Precision::kBf16;
+  training.zero.stage = zero_stage;
+  return training;
+}
+
+void check_bytes(const ModelStateBytes& bytes, int64_t parameters, int64_t gradients,
+                 int64_t optimizer_states) {
+  CHECK(bytes.parameters == parameters);
+  CHECK(bytes.gradients == gradients);
+  CHECK(bytes.optimizer_states == optimizer_states);
+  CHECK(bytes.device_total() == parameters + gradients + optimizer_states);
+  CHECK(bytes.offloaded_to_host == 0);
+  CHECK(bytes.offloaded_to_nvme == 0);
+}
+
+}  // namespace
+
+TEST_CASE("GPT-2 small has 124,439,808 parameters") {
+  // Embeddings 50257 x 768 + 1024 x 768, 12 layers of 12h^2 + 13h, final layernorm 2h.
+  CHECK(total_parameters(spec::ModelSpec{}) == 124'439'808);
+}
+
+TEST_CASE("the vocabulary is padded to a multiple of divisible_by times the tensor size") {
+  const spec::ModelSpec model;  // vocab 50257, divisible by 128
+  CHECK(padded_vocab_size(model, 1) == 50'304);
+  CHECK(padded_vocab_size(model, 2) == 50'432);
+  CHECK(padded_vocab_size(model, 4) == 50'688);
+
+  spec::ModelSpec byte_level;
+  byte_level.vocab_size = 256;
+  byte_level.make_vocab_size_divisible_by = 64;
+  CHECK(padded_vocab_size(byte_level, 1) == 256);  // already a multiple: unchanged
+  CHECK(padded_vocab_size(byte_level, 8) == 512);
+}
+
+TEST_CASE("one rank without model parallelism holds the whole model with the padded vocabulary") {
+  const spec::ModelSpec model;
+  // 124,439,808 + (50304 - 50257) x 768.
+  CHECK(parameters_per_rank(model, parallel(1, 1), 0) == 124'475'904);
+}
+
+TEST_CASE("tensor and pipeline parallelism split the layers and embeddings as Megatron does") {
+  const spec::ModelSpec model;
+  // Per layer (12h^2 + 7h) / 2 + 6h = 3,546,240; 6 layers a stage = 21,277,440.
+  // Word embedding 50432 x 768 / 2 = 19,365,888 on both stages (tied copy on the last).
+  // Stage 0: + position embedding 1024 x 768 = 786,432.
+  CHECK(parameters_per_rank(model, parallel(2, 2), 0) == 41'429'760);
+  // Stage 1: + final layernorm 2 x 768.
+  CHECK(parameters_per_rank(model, parallel(2, 2), 1) == 40'644'864);
+
+  // Middle stages hold layers only: 3 layers of 12h^2 + 13h.
+  CHECK(parameters_per_rank(model, parallel(1, 4), 1) == 3 * 7'087'872);
+  CHECK(parameters_per_rank(model, parallel(1, 4), 2) == 3 * 7'087'872);
+}
+
+TEST_CASE("fp32 Adam holds 4+4+8 bytes per parameter, partitioned by each ZeRO stage") {
+  const int64_t psi = 1'000'000;
+  check_bytes(model_state_bytes(psi, training(Precision::kFp32, 0), 4), 4'000'000, 4'000'000,
+              8'000'000);
+  check_bytes(model_state_bytes(psi, training(Precision::kFp32, 1), 4), 4'000'000, 4'000'000,
+              2'000'000);
+  check_bytes(model_state_bytes(psi, training(Precision::kFp32, 2), 4), 4'000'000, 1'000'000,
+              2'000'000);
+  check_bytes(model_state_bytes(psi, training(Precision::kFp32, 3), 4), 1'000'000, 1'000'000,
+              2'000'000);
+}
+
+TEST_CASE("mixed-precision Adam holds 2+2+12 bytes per parameter, fp16 and bf16 alike") {
+  const int64_t psi = 1'000'000;
+  for (const Precision precision : {Precision::kFp16, Precision::kBf16}) {
+    INFO("precision " << static_cast<int>(precision));
+    check_bytes(model_state_bytes(psi, training(precision, 0), 4), 2'000'000, 2'000'000,
+                12'000'000);
+    check_bytes(model_state_bytes(psi, training(precision, 1), 4), 2'000'000, 2'000'000, 3'000'000);
+    check_bytes(model_state_bytes(psi, training(precision, 2), 4), 2'000'000, 500'000, 3'000'000);
+    check_bytes(model_state_bytes(psi, training(precision, 3), 4), 500'000, 500'000, 3'000'000);
+  }
+}
+
+TEST_CASE("ZeRO partitions round up") {
+  // 10 parameters over 4 ranks: partitions of 3.
+  check_bytes(model_state_bytes(10, training(Precision::kFp32, 1), 4), 40, 40, 24);
+  check_bytes(model_state_bytes(10, training(Precision::kFp32, 3), 4), 12, 12, 24);
+  check_bytes(model_state_bytes(10, training(Precision::kFp16, 3), 4), 6, 6, 36);
+}
+
+TEST_CASE("the ZeRO paper's 7.5B-parameter model on 64 GPUs") {
+  // Figure 1 of Rajbhandari et al.: 120 GB, 31.4 GB, 16.6 GB and 1.9 GB per GPU.
+  const int64_t psi = 7'500'000'000;
+  const auto total = [&](int stage) {
+    return model_state_bytes(psi, training(Precision::kFp16, stage), 64).device_total();
+  };
+  CHECK(total(0) == 120'000'000'000);
+  CHECK(total(1) == 31'406'250'000);
+  CHECK(total(2) == 16'640'625'000);
+  CHECK(total(3) == 1'875'000'000);
+}
+
+TEST_CASE("optimizer offload to the CPU moves the optimizer partition to host memory") {
+  spec::TrainingSpec offload = training(Precision::kBf16, 2);
+  offload.zero.offload_optimizer.device = spec::OffloadDevice::kCpu;
+  const ModelStateBytes bytes = model_state_bytes(1'000'000, offload, 4);
+  CHECK(bytes.parameters == 2'000'000);
+  CHECK(bytes.gradients == 500'000);
+  CHECK(bytes.optimizer_states == 0);
+  CHECK(bytes.offloaded_to_host == 3'000'000);
+  CHECK(bytes.offloaded_to_nvme == 0);
+  CHECK(bytes.device_total() == 2'500'000);
+}
+
+TEST_CASE("parameter offload to NVMe at stage 3 moves the parameter partition to NVMe") {
+  spec::TrainingSpec offload = training(Precision::kFp16, 3);
+  offload.zero.offload_param.device = spec::OffloadDevice::kNvme;
+  const ModelStateBytes bytes = model_state_bytes(1'000'000, offload, 4);
+  CHECK(bytes.parameters == 0);
+  CHECK(bytes.gradients == 500'000);
+  CHECK(bytes.optimizer_states == 3'000'000);
+  CHECK(bytes.offloaded_to_host == 0);
+  CHECK(bytes.offloaded_to_nvme == 500'000);
+  CHECK(bytes.device_total() == 3'500'000);
+
+  offload.zero.offload_optimizer.device = spec::OffloadDevice::kCpu;
+  const ModelStateBytes both = model_state_bytes(1'000'000, offload, 4);
+  CHECK(both.device_total() == 500'000);
+  CHECK(both.offloaded_to_host == 3'000'000);
+  CHECK(both.offloaded_to_nvme == 500'000);
+}
+
+}  // namespace dslaunch::plan
