@@ -8,6 +8,8 @@ set -euo pipefail
 packages=(
   # build
   bazel-bootstrap bazel-platforms g++ git python3
+  # fuzzing (libFuzzer, sanitizers)
+  clang libclang-rt-14-dev
   # libraries wrapped in WORKSPACE
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libopenmpi-dev openmpi-bin

@@ -2,7 +2,8 @@
 # The test command (README; .ci/run calls it): installs what is missing, builds
 # everything, compiles the --config=cuda build when a CUDA toolkit is present
 # (compiling needs no GPU), runs every test, and ends with "N passed, N failed"
-# counting test cases. Exits non-zero when anything failed.
+# counting test cases, after a bounded run of every fuzzer (tools/fuzz.sh).
+# Exits non-zero when anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +17,20 @@ if [ -x "${CUDA_PATH:-/usr/local/cuda}/bin/nvcc" ]; then
   else
     checks+=(--check "bazel build --config=cuda //...=failed")
   fi
+fi
+
+# Fuzzers: a bounded run each (DSLAUNCH_FUZZ_SECONDS, default 30).
+echo "== fuzzing (tools/fuzz.sh)"
+fuzz_checks=${#checks[@]}
+while read -r line; do
+  echo "$line"
+  case "$line" in
+    "fuzz "*": passed"*) checks+=(--check "${line%%: *}=passed") ;;
+    "fuzz "*": failed"*) checks+=(--check "${line%%: *}=failed") ;;
+  esac
+done < <(bash tools/fuzz.sh "${DSLAUNCH_FUZZ_SECONDS:-30}" 2>&1)
+if [ ${#checks[@]} -eq "$fuzz_checks" ]; then
+  checks+=(--check "fuzz=failed (tools/fuzz.sh reported no fuzzer)")
 fi
 
 echo "== running the tests (bazel test //...)"

@@ -1,13 +1,10 @@
 #include "launcher/plan/job_plan.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 
+#include "launcher/spec/text_file.h"
 #include "topology/hostfile.h"
 #include "topology/slurm_nodelist.h"
 
@@ -17,6 +14,9 @@ namespace {
 using spec::Location;
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// 16x the largest clusters trained on today; a slot count beyond it is a typo
+// in the hostfile, and planning it would exhaust memory.
+constexpr int64_t kMaxWorldSize = 1 << 21;
 
 // The hosts the job may use, before filters, from the first source that has
 // them: hostfile, inline hosts, the Slurm allocation, this machine.
@@ -26,16 +26,14 @@ std::optional<std::vector<topology::HostfileEntry>> host_entries(const spec::Job
                                                                  spec::Diagnostics& diagnostics) {
   const spec::ClusterSpec& cluster = spec.cluster;
   if (!cluster.hostfile.empty()) {
-    std::ifstream file(cluster.hostfile);
-    if (!file) {
-      diagnostics.error(
-          locations.find("cluster.hostfile"),
-          fmt::format("cannot read hostfile '{}': {}", cluster.hostfile, std::strerror(errno)));
+    std::string error;
+    const std::optional<std::string> text =
+        spec::read_text_file(cluster.hostfile, "hostfile", error);
+    if (!text) {
+      diagnostics.error(locations.find("cluster.hostfile"), error);
       return std::nullopt;
     }
-    std::stringstream text;
-    text << file.rdbuf();
-    topology::ParsedHostfile parsed = topology::parse_hostfile(text.str());
+    topology::ParsedHostfile parsed = topology::parse_hostfile(*text);
     for (const topology::LineError& error : parsed.errors) {
       diagnostics.error(Location{cluster.hostfile, error.line, 0, ""}, error.message);
     }
@@ -196,6 +194,14 @@ std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMa
   int64_t world = 0;
   for (const topology::HostSlots& host : plan.hosts) world += host.slots.size();
 
+  if (world > kMaxWorldSize) {
+    diagnostics.error(filter_location("", cluster, locations),
+                      fmt::format("{} ranks on {} host(s) is more than dslaunch plans ({}); check "
+                                  "the slots in the hostfile, or select fewer with num_nodes, "
+                                  "num_gpus or include",
+                                  world, plan.hosts.size(), kMaxWorldSize));
+    return std::nullopt;
+  }
   const int tensor = spec.parallelism.tensor;
   const int pipeline = spec.parallelism.pipeline;
   if (world % (static_cast<int64_t>(tensor) * pipeline) != 0) {

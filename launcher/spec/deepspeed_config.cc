@@ -1,11 +1,9 @@
 #include "launcher/spec/deepspeed_config.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
+#include "launcher/spec/text_file.h"
+
 #include <functional>
 #include <set>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -96,14 +94,10 @@ Location position_in(const std::string& path, const std::string& text, size_t by
 DeepSpeedConfig load_deepspeed_config(const std::string& path) {
   DeepSpeedConfig config;
   config.error_location.file = path;
-  std::ifstream file(path);
-  if (!file) {
-    config.error = fmt::format("cannot read DeepSpeed config '{}': {}", path, std::strerror(errno));
-    return config;
-  }
-  std::stringstream buffer;
-  buffer << file.rdbuf();
-  const std::string text = buffer.str();
+  const std::optional<std::string> contents =
+      read_text_file(path, "DeepSpeed config", config.error);
+  if (!contents) return config;
+  const std::string& text = *contents;
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(text);

@@ -30,8 +30,7 @@ std::string apply_override(YAML::Node& root, const Override& override_value) {
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   // Replacing a list or scalar document would hide the error that it is not a spec.
   if (!root.IsMap()) {
-    return fmt::format("{}: the job spec is not a mapping of keys, so nothing can be set in it",
-                       override_value.origin);
+    return "the job spec is not a mapping of keys, so nothing can be set in it";
   }
   YAML::Node current = root;
   std::string walked;
@@ -49,7 +48,8 @@ std::string apply_override(YAML::Node& root, const Override& override_value) {
       next = YAML::Node(YAML::NodeType::Map);
       current[key] = next;
     } else if (!next.IsMap()) {
-      return fmt::format("{}: {} holds a single value, not keys", override_value.origin, walked);
+      return fmt::format("{} holds {}, not keys", walked,
+                         next.IsSequence() ? "a list" : "a single value");
     }
     // yaml-cpp's operator= would copy into `current`; reset() rebinds it.
     current.reset(next);

@@ -25,8 +25,9 @@ struct ParsedOverride {
 ParsedOverride parse_override(std::string_view text);
 
 // Sets `root` at the override's path, creating mappings on the way (and
-// `root` itself when it is empty). Returns an error when `root` or a key on
-// the way holds something other than a mapping.
+// `root` itself when it is empty). Returns an error (to be shown at the
+// override's origin) when `root` or a key on the way holds something other
+// than a mapping; "" on success.
 std::string apply_override(YAML::Node& root, const Override& override_value);
 
 }  // namespace dslaunch::spec

@@ -1,9 +1,6 @@
 #include "launcher/spec/spec_parser.h"
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <regex>
 #include <sstream>
@@ -14,6 +11,7 @@
 
 #include "launcher/spec/deepspeed_config.h"
 #include "launcher/spec/overrides.h"
+#include "launcher/spec/text_file.h"
 #include "launcher/spec/yaml_reader.h"
 
 namespace dslaunch::spec {
@@ -54,7 +52,7 @@ void read_cluster(MapReader cluster, ClusterSpec& out, const fs::path& spec_dir)
     host.integer("slots", entry.slots, 1, kNoLimit);
     entry.line = host.location().line;
     if (entry.host.empty()) host.error("host", host.path() + " needs a host name: host: NAME");
-    if (entry.slots == 0) host.error("slots", host.path() + " needs slots: N (N >= 1)");
+    if (!host.has("slots")) host.error("slots", host.path() + " needs slots: N (N >= 1)");
     host.finish();
     out.hosts.push_back(entry);
   }
@@ -84,16 +82,23 @@ void read_cluster(MapReader cluster, ClusterSpec& out, const fs::path& spec_dir)
   cluster.finish();
 }
 
+// Far above any trained model, and low enough that parameter and byte
+// counts (12 h^2 per layer, 16 bytes per parameter) stay inside 64 bits.
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxHidden = 1 << 20;
+constexpr int64_t kMaxSequence = 1 << 24;
+constexpr int64_t kMaxParallel = 1 << 16;
+
 void read_model(MapReader model, ModelSpec& out) {
-  model.integer("num_layers", out.num_layers, 1, kNoLimit);
-  model.integer("hidden_size", out.hidden_size, 1, kNoLimit);
-  model.integer("num_attention_heads", out.num_attention_heads, 1, kNoLimit);
+  model.integer("num_layers", out.num_layers, 1, kMaxLayers);
+  model.integer("hidden_size", out.hidden_size, 1, kMaxHidden);
+  model.integer("num_attention_heads", out.num_attention_heads, 1, kMaxHidden);
   model.integer("vocab_size", out.vocab_size, 1, kNoLimit);
-  model.integer("seq_length", out.seq_length, 1, kNoLimit);
+  model.integer("seq_length", out.seq_length, 1, kMaxSequence);
   model.number("dropout", out.dropout, 0, 1);
   if (out.dropout == 1) model.error("dropout", "model.dropout must be below 1");
   model.integer("init_seed", out.init_seed);
-  model.integer("make_vocab_size_divisible_by", out.make_vocab_size_divisible_by, 1, kNoLimit);
+  model.integer("make_vocab_size_divisible_by", out.make_vocab_size_divisible_by, 1, kMaxParallel);
   if (out.hidden_size % out.num_attention_heads != 0) {
     model.error("hidden_size",
                 fmt::format("model.hidden_size {} must be divisible by model.num_attention_heads "
@@ -228,7 +233,7 @@ void read_scheduler(MapReader scheduler, SchedulerSpec& out) {
   }
   if (out.type == SchedulerType::kWarmupDecayLR || out.type == SchedulerType::kWarmupCosineLR) {
     params.integer("total_num_steps", out.total_num_steps, 1, kNoLimit);
-    if (out.total_num_steps == 0) {
+    if (!params.has("total_num_steps")) {
       params.error("total_num_steps", scheduler.path() +
                                           " needs params.total_num_steps, the step where the "
                                           "decay ends");
@@ -292,8 +297,8 @@ void read_training(MapReader training, TrainingSpec& out, const ParallelismSpec&
 }
 
 void read_parallelism(MapReader parallelism, ParallelismSpec& out, const ModelSpec& model) {
-  parallelism.integer("tensor", out.tensor, 1, kNoLimit);
-  parallelism.integer("pipeline", out.pipeline, 1, kNoLimit);
+  parallelism.integer("tensor", out.tensor, 1, kMaxParallel);
+  parallelism.integer("pipeline", out.pipeline, 1, kMaxParallel);
   parallelism.finish();
   if (model.num_attention_heads % out.tensor != 0) {
     parallelism.error("tensor", fmt::format("model.num_attention_heads {} is not divisible by "
@@ -411,33 +416,29 @@ void merge_deepspeed_config(YAML::Node& root, const std::string& json_path,
   }
 }
 
-std::string read_file(const std::string& path, std::string& error) {
-  std::ifstream file(path);
-  if (!file) {
-    error = fmt::format("cannot read job spec '{}': {}", path, std::strerror(errno));
-    return "";
-  }
-  std::stringstream buffer;
-  buffer << file.rdbuf();
-  return buffer.str();
-}
-
 }  // namespace
 
 JobSpec load_job_spec(const std::string& path, const LoadOptions& options, Diagnostics& diagnostics,
                       SourceMap& locations) {
-  JobSpec spec;
-  spec.spec_path = path;
-  locations.set_fallback(Location{path, 0, 0, ""});
   std::string error;
-  const std::string text = read_file(path, error);
-  if (!error.empty()) {
+  const std::optional<std::string> text = read_text_file(path, "job spec", error);
+  if (!text) {
+    JobSpec spec;
+    spec.spec_path = path;
     diagnostics.error(Location{path, 0, 0, ""}, error);
     return spec;
   }
+  return parse_job_spec(*text, path, options, diagnostics, locations);
+}
+
+JobSpec parse_job_spec(std::string_view text, const std::string& path, const LoadOptions& options,
+                       Diagnostics& diagnostics, SourceMap& locations) {
+  JobSpec spec;
+  spec.spec_path = path;
+  locations.set_fallback(Location{path, 0, 0, ""});
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    root = YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
     diagnostics.error(Location{path, e.mark.line + 1, e.mark.column + 1, ""},
                       "YAML syntax error: " + e.msg);

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "launcher/spec/diagnostics.h"
@@ -29,5 +30,10 @@ struct LoadOptions {
 // are resolved against the spec's folder.
 JobSpec load_job_spec(const std::string& path, const LoadOptions& options, Diagnostics& diagnostics,
                       SourceMap& locations);
+
+// The same for spec text already in memory; `path` names it in messages and
+// anchors its relative paths.
+JobSpec parse_job_spec(std::string_view text, const std::string& path, const LoadOptions& options,
+                       Diagnostics& diagnostics, SourceMap& locations);
 
 }  // namespace dslaunch::spec

@@ -813,3 +813,27 @@ data:
 }
 
 }  // namespace dslaunch::plan
+
+namespace dslaunch::plan {
+
+namespace {
+
+TEST_CASE("a world beyond what dslaunch plans is an error, not an exhausted machine") {
+  Folder folder;
+  const Planned planned = plan_file(folder.write("huge.yaml", R"(
+cluster:
+  runner: openmpi
+  device: cpu
+  hosts:
+    - {host: a, slots: 2000000}
+    - {host: b, slots: 2000000}
+data: {train: demo}
+training: {train_micro_batch_size_per_gpu: 1, steps: 1}
+)"));
+  const Diagnostic error = planned.only_error();
+  CHECK(error.message.rfind("4000000 ranks on 2 host(s) is more than dslaunch plans (2097152)",
+                            0) == 0);
+}
+
+}  // namespace
+}  // namespace dslaunch::plan

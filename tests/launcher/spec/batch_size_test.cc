@@ -73,3 +73,12 @@ TEST_CASE("three given sizes that disagree are an error") {
   REQUIRE_FALSE(result.sizes);
   CHECK(result.error.find("(= 16)") != std::string::npos);
 }
+
+TEST_CASE("products that overflow 64 bits are an error, not a wrapped number") {
+  const int64_t huge = int64_t{1} << 40;
+  for (const BatchInput& input : {BatchInput{{}, huge, huge}, BatchInput{huge, huge, huge}}) {
+    const auto result = resolve_batch_sizes(input, 1024);
+    CHECK_FALSE(result.sizes);
+    CHECK(result.error.find("too large") != std::string::npos);
+  }
+}

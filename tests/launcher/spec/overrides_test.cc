@@ -115,10 +115,8 @@ TEST_CASE("apply_override creates the mappings on its path and keeps sibling key
 
 TEST_CASE("apply_override refuses a path through a single value or a list") {
   YAML::Node root = YAML::Load("training: {steps: 10}\ncluster: {hosts: [{host: a}]}");
-  CHECK(apply(root, "training.steps.value=1") ==
-        "--set training.steps.value=1: training.steps holds a single value, not keys");
-  const std::string through_list = apply(root, "cluster.hosts.slots=1");
-  CHECK(through_list.rfind("--set cluster.hosts.slots=1: cluster.hosts holds ", 0) == 0);
+  CHECK(apply(root, "training.steps.value=1") == "training.steps holds a single value, not keys");
+  CHECK(apply(root, "cluster.hosts.slots=1") == "cluster.hosts holds a list, not keys");
   CHECK(root["training"]["steps"].Scalar() == "10");
 }
 
@@ -127,8 +125,7 @@ TEST_CASE("apply_override refuses a document that is not a mapping") {
     INFO(text);
     YAML::Node root = YAML::Load(text);
     CHECK(apply(root, "training.steps=1") ==
-          "--set training.steps=1: the job spec is not a mapping of keys, so nothing can be set "
-          "in it");
+          "the job spec is not a mapping of keys, so nothing can be set in it");
     CHECK_FALSE(root.IsMap());
   }
 }
@@ -216,8 +213,7 @@ TEST_CASE("a malformed --set is an error at its text, and the other overrides st
         "training.steps=100; got 'training.steps'\n"
         "--set =5: error: --set takes key.path=value, for example --set training.steps=100; got "
         "'=5'\n"
-        "--set training.steps.value=1: error: --set training.steps.value=1: training.steps "
-        "holds a single value, not keys\n");
+        "--set training.steps.value=1: error: training.steps holds a single value, not keys\n");
 }
 
 TEST_CASE("command-line problems are listed before the spec file's") {

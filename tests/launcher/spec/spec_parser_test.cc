@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <string>
 
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 
 #include "launcher/spec/diagnostics.h"
@@ -621,11 +622,10 @@ fault_tolerance: {heartbeat_interval: 0}
   const auto message = [&](std::string_view needle) { return loaded.only(needle).message; };
   CHECK(message("ssh_port") == "cluster.ssh_port must be between 1 and 65535, got 70000");
   CHECK(message("num_gpus") == "cluster.num_gpus must be -1 (all) or at least 1");
-  CHECK(message("tensor") == "parallelism.tensor must be between 1 and 2147483647, got 0");
-  CHECK(message("pipeline") == "parallelism.pipeline must be between 1 and 2147483647, got -1");
+  CHECK(message("tensor") == "parallelism.tensor must be between 1 and 65536, got 0");
+  CHECK(message("pipeline") == "parallelism.pipeline must be between 1 and 65536, got -1");
   CHECK(message("dropout") == "model.dropout must be between 0 and 1, got 1.5");
-  CHECK(message("num_layers") ==
-        "model.num_layers must be between 1 and 2147483647, got 3000000000");
+  CHECK(message("num_layers") == "model.num_layers must be between 1 and 4096, got 3000000000");
   CHECK(message("init_seed") == "model.init_seed must be at least 0, got -1");
   CHECK(message("training.steps") == "training.steps must be at least 1, got 0");
   CHECK(message("stage") == "training.zero_optimization.stage must be between 0 and 3, got 4");
@@ -1288,4 +1288,41 @@ data: {train: demo}
   }
 }
 
+}  // namespace dslaunch::spec
+
+namespace dslaunch::spec {
+namespace {
+
+TEST_CASE("a spec path that is a device or a folder is refused, not read forever") {
+  for (const char* path : {"/dev/zero", "/tmp"}) {
+    INFO(path);
+    const Loaded loaded = testing::load_file(path);
+    REQUIRE(loaded.errors().size() == 1);
+    CHECK(loaded.diagnostics.format() ==
+          fmt::format("{}: error: cannot read job spec '{}': not a regular file\n", path, path));
+  }
+}
+
+TEST_CASE("a DeepSpeed config that is a device is refused at the deepspeed_config key") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(
+      "deepspeed_config: /dev/zero\ndata: {train: demo}\n"
+      "training: {steps: 1}\n");
+  REQUIRE(loaded.errors().size() == 1);
+  CHECK(loaded.diagnostics.format().find(
+            ":1:19: error: cannot read DeepSpeed config '/dev/zero': not a regular file") !=
+        std::string::npos);
+}
+
+TEST_CASE("parse_job_spec reads text in memory like a file") {
+  Diagnostics diagnostics;
+  SourceMap locations;
+  const JobSpec spec = parse_job_spec("data: {train: demo}\ntraining: {steps: 7}\n",
+                                      "/jobs/inline.yaml", {}, diagnostics, locations);
+  CHECK_FALSE(diagnostics.has_errors());
+  CHECK(spec.name == "inline");
+  CHECK(spec.training.steps == 7);
+}
+
+}  // namespace
 }  // namespace dslaunch::spec
