@@ -10,8 +10,10 @@ cd "$(dirname "$0")/.."
 
 seconds=${1:-30}
 fuzzers=(hostfile_fuzzer spec_fuzzer)
-# A separate output base: clang here, gcc in the main build.
-output_base=${DSLAUNCH_FUZZ_OUTPUT_BASE:-$HOME/.cache/dslaunch-fuzz-bazel}
+# A separate output base (clang here, gcc in the main build), one per checkout
+# as Bazel's own are.
+workspace_key=$(pwd | md5sum | cut -c1-12)
+output_base=${DSLAUNCH_FUZZ_OUTPUT_BASE:-$HOME/.cache/dslaunch-fuzz-bazel/$workspace_key}
 artifacts=${DSLAUNCH_FUZZ_ARTIFACTS:-/tmp/dslaunch-fuzz}
 fuzz_bazel() { bazel --output_base="$output_base" "$@"; }
 
