@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "launcher/spec/text_file.h"
 #include "topology/hostfile.h"
@@ -92,7 +93,15 @@ std::optional<std::vector<topology::HostfileEntry>> host_entries(const spec::Job
   // This machine alone: num_gpus ranks, else every GPU, else one CPU rank
   // (as torchrun's --nproc-per-node defaults to 1).
   int slots = cluster.num_gpus;
-  if (slots < 1) slots = cluster.device == spec::Device::kCuda ? inputs.machine.gpus : 1;
+  const int gpus = inputs.machine.gpus;
+  if (cluster.device == spec::Device::kCuda && gpus > 0 && slots > gpus) {
+    diagnostics.error(locations.find("cluster.num_gpus"),
+                      fmt::format("cluster.num_gpus is {} but this machine has {} GPU(s); a local "
+                                  "job runs on this machine only",
+                                  slots, gpus));
+    return std::nullopt;
+  }
+  if (slots < 1) slots = cluster.device == spec::Device::kCuda ? gpus : 1;
   if (slots < 1) {
     diagnostics.error(locations.find("cluster.device"),
                       "cluster.device is cuda but this machine shows no GPUs (nvidia-smi found "
@@ -150,6 +159,28 @@ int64_t device_memory(const spec::JobSpec& spec, const LocalMachine& machine,
     busiest = std::max(busiest, rank.local_world_size);
   }
   return machine.memory_bytes / busiest;
+}
+
+// Remote hosts are described by the spec's topology hint, else assumed to be
+// like this machine; say so when that assumption is made, since a login node
+// often differs from the compute nodes.
+void add_assumed_topology_warning(const spec::JobSpec& spec, JobPlan& plan) {
+  const bool remote =
+      std::any_of(plan.hosts.begin(), plan.hosts.end(),
+                  [](const topology::HostSlots& h) { return h.host != "localhost"; });
+  const spec::TopologyHint& hint = spec.cluster.topology;
+  std::vector<std::string> assumed;
+  if (hint.cores_per_host == 0) assumed.push_back("cores_per_host");
+  if (hint.numa_nodes_per_host == 0) assumed.push_back("numa_nodes_per_host");
+  if (spec.cluster.device == spec::Device::kCuda) {
+    if (hint.gpu_islands.empty()) assumed.push_back("gpu_islands");
+    if (hint.device_memory_gb == 0) assumed.push_back("device_memory_gb");
+  }
+  if (!remote || assumed.empty()) return;
+  plan.warnings.push_back(fmt::format(
+      "the hosts' insides are assumed to be like this machine's for cluster.topology.{}; set "
+      "them in the spec if the hosts differ",
+      fmt::join(assumed, ", cluster.topology.")));
 }
 
 void add_memory_warnings(const spec::JobSpec& spec, JobPlan& plan) {
@@ -237,6 +268,7 @@ std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMa
   }
   if (!plan.placement.errors.empty()) return std::nullopt;
   plan.warnings = plan.placement.warnings;
+  add_assumed_topology_warning(spec, plan);
 
   plan.padded_vocab_size = padded_vocab_size(spec.model, tensor);
   plan.total_parameters = total_parameters(spec.model);

@@ -41,6 +41,22 @@ void read_enum(MapReader& reader, std::string_view key, const std::vector<std::s
   out = static_cast<Enum>(index);
 }
 
+// host, host:port, [v6]:port or [v6]; the port, when given, in 1..65535.
+void check_controller_address(MapReader& cluster, const std::string& address) {
+  if (address.empty()) return;
+  static const std::regex pattern(R"(([^\s:\[\]]+|\[[0-9A-Fa-f:.]+\])(:(\d{1,5}))?)");
+  std::smatch match;
+  const bool valid =
+      std::regex_match(address, match, pattern) &&
+      (!match[3].matched || (std::stoi(match[3].str()) >= 1 && std::stoi(match[3].str()) <= 65535));
+  if (!valid) {
+    cluster.error("controller_address",
+                  fmt::format("cluster.controller_address '{}' must be host or host:port (port "
+                              "1-65535), such as 10.0.0.5:29500 or [fd00::5]:29500",
+                              address));
+  }
+}
+
 void read_cluster(MapReader cluster, ClusterSpec& out, const fs::path& spec_dir) {
   read_enum(cluster, "runner", {"local", "openmpi", "slurm"}, out.runner);
   read_enum(cluster, "device", {"cpu", "cuda"}, out.device);
@@ -72,6 +88,7 @@ void read_cluster(MapReader cluster, ClusterSpec& out, const fs::path& spec_dir)
   cluster.integer("ssh_port", out.ssh_port, 1, 65535);
   cluster.string("network_interface", out.network_interface);
   cluster.string("controller_address", out.controller_address);
+  check_controller_address(cluster, out.controller_address);
 
   MapReader topology = cluster.map("topology");
   topology.integer("cores_per_host", out.topology.cores_per_host, 1, kNoLimit);

@@ -1,5 +1,6 @@
 #include "launcher/plan/job_plan.h"
 
+#include <algorithm>
 #include <unistd.h>
 
 #include <atomic>
@@ -712,8 +713,8 @@ cluster:
   hosts:
     - {host: a, slots: 6}
     - {host: b, slots: 6}
-  topology:
-    device_memory_gb: 80
+  topology: {cores_per_host: 8, numa_nodes_per_host: 1, gpu_islands: [[0, 1, 2, 3, 4, 5]],
+             device_memory_gb: 80}
 parallelism:
   tensor: 4
 training:
@@ -833,6 +834,62 @@ training: {train_micro_batch_size_per_gpu: 1, steps: 1}
   const Diagnostic error = planned.only_error();
   CHECK(error.message.rfind("4000000 ranks on 2 host(s) is more than dslaunch plans (2097152)",
                             0) == 0);
+}
+
+}  // namespace
+}  // namespace dslaunch::plan
+
+namespace dslaunch::plan {
+namespace {
+
+TEST_CASE("a local CUDA job cannot ask for more GPUs than this machine has") {
+  Folder folder;
+  LocalMachine server = laptop();
+  server.gpus = 2;
+  const Planned planned = plan_file(folder.write("cuda.yaml", R"(
+cluster:
+  device: cuda
+  num_gpus: 4
+training: {train_micro_batch_size_per_gpu: 1, steps: 1}
+data: {train: demo}
+)"),
+                                    inputs(server));
+  const Diagnostic error = planned.only_error();
+  CHECK(error.location.line == 3);  // the fixture drops the leading newline
+  CHECK(error.message ==
+        "cluster.num_gpus is 4 but this machine has 2 GPU(s); a local job runs on this machine "
+        "only");
+}
+
+TEST_CASE("remote hosts described by this machine alone get a warning naming what was assumed") {
+  Folder folder;
+  folder.write("two.hostfile", "a slots=2\nb slots=2\n");
+  const std::string spec_head = R"(
+cluster:
+  runner: openmpi
+  device: cuda
+  hostfile: two.hostfile
+)";
+  const std::string spec_tail = R"(
+training: {train_micro_batch_size_per_gpu: 1, steps: 1}
+data: {train: demo}
+)";
+  const Planned assumed = plan_file(folder.write("assumed.yaml", spec_head + spec_tail));
+  REQUIRE(assumed.plan.has_value());
+  CHECK(std::count(assumed.plan->warnings.begin(), assumed.plan->warnings.end(),
+                   "the hosts' insides are assumed to be like this machine's for "
+                   "cluster.topology.cores_per_host, cluster.topology.numa_nodes_per_host, "
+                   "cluster.topology.gpu_islands, cluster.topology.device_memory_gb; set them in "
+                   "the spec if the hosts differ") == 1);
+
+  const Planned described = plan_file(folder.write(
+      "described.yaml",
+      spec_head + R"(  topology: {cores_per_host: 8, numa_nodes_per_host: 1, device_memory_gb: 80,
+             gpu_islands: [[0, 1]]}
+)" + spec_tail));
+  INFO(described.diagnostics.format());
+  REQUIRE(described.plan.has_value());
+  CHECK(described.plan->warnings.empty());
 }
 
 }  // namespace

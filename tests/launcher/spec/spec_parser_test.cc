@@ -1326,3 +1326,29 @@ TEST_CASE("parse_job_spec reads text in memory like a file") {
 
 }  // namespace
 }  // namespace dslaunch::spec
+
+namespace dslaunch::spec {
+namespace {
+
+TEST_CASE("controller_address takes host or host:port with a port in range") {
+  SpecFolder folder;
+  for (const char* good : {"10.0.0.5", "head-node:29500", "[fd00::5]:29500", "[::1]"}) {
+    INFO(good);
+    const Loaded loaded = folder.load(fmt::format(
+        "cluster: {{controller_address: '{}'}}\ndata: {{train: demo}}\ntraining: {{steps: 1}}\n",
+        good));
+    CHECK(loaded.errors().empty());
+    CHECK(loaded.spec.cluster.controller_address == good);
+  }
+  for (const char* bad : {"host:0", "host:70000", "host:port", "a b:1", "fd00::5:29500"}) {
+    INFO(bad);
+    const Loaded loaded = folder.load(fmt::format(
+        "cluster: {{controller_address: '{}'}}\ndata: {{train: demo}}\ntraining: {{steps: 1}}\n",
+        bad));
+    REQUIRE(loaded.errors().size() == 1);
+    CHECK(loaded.diagnostics.format().find("must be host or host:port") != std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace dslaunch::spec
