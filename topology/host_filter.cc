@@ -1,7 +1,8 @@
 #include "topology/host_filter.h"
 
+#include "topology/text_fields.h"
+
 #include <algorithm>
-#include <charconv>
 #include <numeric>
 #include <optional>
 #include <unordered_map>
@@ -9,26 +10,6 @@
 
 namespace dslaunch::topology {
 namespace {
-
-std::string quoted(std::string_view text) { return "\"" + std::string(text) + "\""; }
-
-std::vector<std::string_view> split(std::string_view text, char separator) {
-  std::vector<std::string_view> parts;
-  size_t start = 0;
-  for (size_t end = text.find(separator); end != std::string_view::npos;
-       end = text.find(separator, start)) {
-    parts.push_back(text.substr(start, end - start));
-    start = end + 1;
-  }
-  parts.push_back(text.substr(start));
-  return parts;
-}
-
-bool parse_int(std::string_view text, int& value) {
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  return ec == std::errc() && ptr == end;
-}
 
 // "1 host", "2 hosts".
 std::string count_of(size_t count, std::string_view noun) {
@@ -85,7 +66,7 @@ NamedByHost parse_filter(std::string_view what, std::string_view spec,
       bool slots_ok = true;
       for (const std::string_view text : split(list, ',')) {
         int slot = 0;
-        if (parse_int(text, slot)) {
+        if (parse_whole_number(text, slot)) {
           slots.push_back(slot);
         } else {
           errors.push_back(prefix + "slot " + quoted(text) + " in " + quoted(element) +

@@ -1,6 +1,7 @@
 #include "topology/hostfile.h"
 
-#include <charconv>
+#include "topology/text_fields.h"
+
 #include <unordered_map>
 
 namespace dslaunch::topology {
@@ -9,8 +10,6 @@ namespace {
 constexpr std::string_view kBlanks = " \t";
 constexpr std::string_view kSlotsKey = "slots=";
 constexpr std::string_view kExpected = R"(expected "hostname slots=N")";
-
-std::string quoted(std::string_view text) { return "\"" + std::string(text) + "\""; }
 
 std::string_view trim_blanks(std::string_view text) {
   const size_t first = text.find_first_not_of(kBlanks);
@@ -27,14 +26,6 @@ std::vector<std::string_view> split_blanks(std::string_view text) {
     start = text.find_first_not_of(kBlanks, end);
   }
   return tokens;
-}
-
-// A whole-text integer; from_chars alone would accept "4abc" and report overflow only
-// through `ec`.
-bool parse_int(std::string_view text, int& value) {
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  return ec == std::errc() && ptr == end;
 }
 
 struct ParsedLine {
@@ -67,7 +58,7 @@ ParsedLine parse_entry(std::string_view entry) {
     return malformed(std::string(kExpected) + ", got " + quoted(entry) + "; write " +
                      quoted(std::string(parsed.host) + " slots=N"));
   }
-  if (!parse_int(tokens[1].substr(kSlotsKey.size()), parsed.slots) || parsed.slots < 1) {
+  if (!parse_whole_number(tokens[1].substr(kSlotsKey.size()), parsed.slots) || parsed.slots < 1) {
     return malformed(std::string(kExpected) + " with N a whole number >= 1, got " +
                      quoted(tokens[1]) + "; write for example " +
                      quoted(std::string(parsed.host) + " slots=1"));

@@ -1,6 +1,7 @@
 #include "topology/slurm_nodelist.h"
 
-#include <charconv>
+#include "topology/text_fields.h"
+
 #include <cstdint>
 #include <limits>
 
@@ -10,27 +11,6 @@ namespace {
 // Far above any real allocation, low enough that a typo such as `node[1-999999999]`
 // or `1(x999999999)` fails with a message instead of exhausting memory.
 constexpr uint64_t kMaxNodes = uint64_t{1} << 20;
-
-std::string quoted(std::string_view text) { return "\"" + std::string(text) + "\""; }
-
-std::vector<std::string_view> split(std::string_view text, char separator) {
-  std::vector<std::string_view> parts;
-  size_t start = 0;
-  for (size_t end = text.find(separator); end != std::string_view::npos;
-       end = text.find(separator, start)) {
-    parts.push_back(text.substr(start, end - start));
-    start = end + 1;
-  }
-  parts.push_back(text.substr(start));
-  return parts;
-}
-
-// Digits only: unsigned from_chars rejects signs, and `ptr` catches trailing junk.
-bool parse_number(std::string_view text, uint64_t& value) {
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  return ec == std::errc() && ptr == end;
-}
 
 // Splits a node list at the commas outside brackets, which separate hosts; the
 // commas inside separate ranges.
@@ -81,7 +61,7 @@ std::vector<std::string> expand_ranges(std::string_view ranges, std::string_view
         dash == std::string_view::npos ? low_text : range.substr(dash + 1);
     uint64_t low = 0;
     uint64_t high = 0;
-    if (!parse_number(low_text, low) || !parse_number(high_text, high)) {
+    if (!parse_whole_number(low_text, low) || !parse_whole_number(high_text, high)) {
       error = "range " + quoted(range) + " in " + quoted(host) +
               " is not numeric; write a number such as \"7\" or a range such as \"01-03\"";
       return {};
@@ -145,11 +125,11 @@ bool parse_tasks_item(std::string_view item, uint64_t& count, uint64_t& repeat) 
   if (paren != std::string_view::npos) {
     const std::string_view suffix = item.substr(paren);
     if (!suffix.starts_with("(x") || !suffix.ends_with(')') ||
-        !parse_number(suffix.substr(2, suffix.size() - 3), repeat)) {
+        !parse_whole_number(suffix.substr(2, suffix.size() - 3), repeat)) {
       return false;
     }
   }
-  return parse_number(item.substr(0, paren), count);
+  return parse_whole_number(item.substr(0, paren), count);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 #include "launcher/plan/job_plan.h"
 
-#include <algorithm>
 #include <unistd.h>
+#include <algorithm>
 
 #include <atomic>
 #include <cstdint>
