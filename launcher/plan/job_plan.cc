@@ -246,17 +246,20 @@ std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMa
   }
   const int data = static_cast<int>(world / (static_cast<int64_t>(tensor) * pipeline));
 
-  const spec::BatchInput& batch = spec.training.batch;
-  const spec::BatchResolution resolution = spec::resolve_batch_sizes(batch, data);
-  if (!resolution.sizes) {
-    diagnostics.error(
-        locations.find(batch.train_batch_size      ? "training.train_batch_size"
-                       : batch.micro_batch_per_gpu ? "training.train_micro_batch_size_per_gpu"
-                                                   : "training"),
-        resolution.error);
-    return std::nullopt;
+  const bool training = spec.kind == spec::JobKind::kTrain;
+  if (training) {
+    const spec::BatchInput& batch = spec.training.batch;
+    const spec::BatchResolution resolution = spec::resolve_batch_sizes(batch, data);
+    if (!resolution.sizes) {
+      diagnostics.error(
+          locations.find(batch.train_batch_size      ? "training.train_batch_size"
+                         : batch.micro_batch_per_gpu ? "training.train_micro_batch_size_per_gpu"
+                                                     : "training"),
+          resolution.error);
+      return std::nullopt;
+    }
+    plan.batch = *resolution.sizes;
   }
-  plan.batch = *resolution.sizes;
 
   plan.grid = topology::ProcessGrid(topology::GridShape{pipeline, data, tensor});
   plan.placement =
@@ -270,6 +273,7 @@ std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMa
   plan.warnings = plan.placement.warnings;
   add_assumed_topology_warning(spec, plan);
 
+  if (!training) return plan;  // a commbench holds no model
   plan.padded_vocab_size = padded_vocab_size(spec.model, tensor);
   plan.total_parameters = total_parameters(spec.model);
   for (int stage = 0; stage < pipeline; ++stage) {

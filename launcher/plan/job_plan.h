@@ -28,16 +28,18 @@ struct PlanInputs {
 struct JobPlan {
   spec::Device device = spec::Device::kCuda;
   std::vector<topology::HostSlots> hosts;  // after filters, hostfile order
-  spec::BatchSizes batch;
+  spec::BatchSizes batch;                  // all 0 for a commbench
+
   topology::ProcessGrid grid{topology::GridShape{}};
   topology::Placement placement;
-  std::vector<ModelStateBytes> memory_by_stage;  // index: pipeline stage
+  std::vector<ModelStateBytes> memory_by_stage;  // index: pipeline stage; empty for a commbench
   int64_t device_memory_bytes = 0;               // per rank; 0 when unknown
   int64_t padded_vocab_size = 0;
   int64_t total_parameters = 0;
   std::vector<std::string> warnings;
 
   int world_size() const { return grid.world_size(); }
+  // Precondition: memory_by_stage is not empty (a training job).
   const ModelStateBytes& memory_of_rank(int rank) const {
     return memory_by_stage[grid.coord_of(rank).pipe];
   }

@@ -50,6 +50,7 @@ void write_plan_json(std::ostream& stream, const spec::JobSpec& spec, const JobP
   for (const topology::HostSlots& host : plan.hosts) host_json[host.host] = json_string(host.host);
 
   append(out, "{{\n  \"name\": {},\n", json_string(spec.name));
+  append(out, "  \"kind\": \"{}\",\n", spec.kind == spec::JobKind::kTrain ? "train" : "commbench");
   append(out, "  \"device\": \"{}\",\n", plan.device == spec::Device::kCuda ? "cuda" : "cpu");
   append(out, "  \"world_size\": {},\n", plan.world_size());
   append(out, "  \"hosts\": {{");
@@ -85,7 +86,9 @@ void write_plan_json(std::ostream& stream, const spec::JobSpec& spec, const JobP
   append(out, "  \"model\": {{\"parameters\": {}, \"padded_vocab_size\": {}}},\n",
          plan.total_parameters, plan.padded_vocab_size);
 
-  write_lines(out, "memory", plan.placement.ranks, [&](const topology::RankPlacement& rank) {
+  const std::vector<topology::RankPlacement> no_ranks;
+  const auto& with_memory = plan.memory_by_stage.empty() ? no_ranks : plan.placement.ranks;
+  write_lines(out, "memory", with_memory, [&](const topology::RankPlacement& rank) {
     const ModelStateBytes& bytes = plan.memory_of_rank(rank.rank);
     append(out,
            "{{\"rank\": {}, \"parameters\": {}, \"gradients\": {}, \"optimizer_states\": {}, "

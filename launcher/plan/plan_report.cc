@@ -45,15 +45,22 @@ std::string plan_to_text(const spec::JobSpec& spec, const JobPlan& plan, int max
   std::string out;
   out += fmt::format("job {}: {} rank(s) on {} host(s), device {}\n", spec.name, plan.world_size(),
                      plan.hosts.size(), device_name(plan.device));
-  out += fmt::format(
-      "model: {} layers, hidden {}, {} heads, vocab {} (padded {}), seq {}: "
-      "{:.1f}M parameters\n",
-      spec.model.num_layers, spec.model.hidden_size, spec.model.num_attention_heads,
-      spec.model.vocab_size, plan.padded_vocab_size, spec.model.seq_length,
-      plan.total_parameters / 1e6);
-  out += fmt::format("batch: train_batch_size {} = micro {} x accumulation {} x data {}\n",
-                     plan.batch.train_batch_size, plan.batch.micro_batch_per_gpu,
-                     plan.batch.gradient_accumulation_steps, shape.data);
+  if (spec.kind == spec::JobKind::kCommbench) {
+    out += fmt::format("commbench: {} on the {} group(s), {} to {} bytes\n",
+                       fmt::join(spec.commbench.collectives, ", "),
+                       fmt::join(spec.commbench.groups, ", "), spec.commbench.min_bytes,
+                       spec.commbench.max_bytes);
+  } else {
+    out += fmt::format(
+        "model: {} layers, hidden {}, {} heads, vocab {} (padded {}), seq {}: "
+        "{:.1f}M parameters\n",
+        spec.model.num_layers, spec.model.hidden_size, spec.model.num_attention_heads,
+        spec.model.vocab_size, plan.padded_vocab_size, spec.model.seq_length,
+        plan.total_parameters / 1e6);
+    out += fmt::format("batch: train_batch_size {} = micro {} x accumulation {} x data {}\n",
+                       plan.batch.train_batch_size, plan.batch.micro_batch_per_gpu,
+                       plan.batch.gradient_accumulation_steps, shape.data);
+  }
   out += fmt::format("grid: pipe {} x data {} x model {}\n\n", shape.pipe, shape.data, shape.model);
 
   out += fmt::format("{:>6}  {:<20} {:>4}  {:>4} {:>4} {:>5}  {:>5}  {:<8} {}\n", "rank", "host",
@@ -74,18 +81,21 @@ std::string plan_to_text(const spec::JobSpec& spec, const JobPlan& plan, int max
   append_groups(out, "data", plan.grid.data_groups(), max_rows);
   append_groups(out, "pipe", plan.grid.pipe_groups(), max_rows);
 
-  out += fmt::format("\nmodel states per rank ({}, ZeRO stage {}, data-parallel {})\n",
-                     precision(spec.training), spec.training.zero.stage, shape.data);
-  out += fmt::format("{:>6}  {:>12} {:>12} {:>12} {:>12} {:>12}\n", "stage", "parameters",
-                     "gradients", "optimizer", "on device", "offloaded");
-  for (size_t stage = 0; stage < plan.memory_by_stage.size(); ++stage) {
-    const ModelStateBytes& bytes = plan.memory_by_stage[stage];
-    out += fmt::format("{:>6}  {:>12} {:>12} {:>12} {:>12} {:>12}\n", stage, gib(bytes.parameters),
-                       gib(bytes.gradients), gib(bytes.optimizer_states), gib(bytes.device_total()),
-                       gib(bytes.offloaded_to_host + bytes.offloaded_to_nvme));
-  }
-  if (plan.device_memory_bytes > 0) {
-    out += fmt::format("device memory per rank: {}\n", gib(plan.device_memory_bytes));
+  if (!plan.memory_by_stage.empty()) {
+    out += fmt::format("\nmodel states per rank ({}, ZeRO stage {}, data-parallel {})\n",
+                       precision(spec.training), spec.training.zero.stage, shape.data);
+    out += fmt::format("{:>6}  {:>12} {:>12} {:>12} {:>12} {:>12}\n", "stage", "parameters",
+                       "gradients", "optimizer", "on device", "offloaded");
+    for (size_t stage = 0; stage < plan.memory_by_stage.size(); ++stage) {
+      const ModelStateBytes& bytes = plan.memory_by_stage[stage];
+      out +=
+          fmt::format("{:>6}  {:>12} {:>12} {:>12} {:>12} {:>12}\n", stage, gib(bytes.parameters),
+                      gib(bytes.gradients), gib(bytes.optimizer_states), gib(bytes.device_total()),
+                      gib(bytes.offloaded_to_host + bytes.offloaded_to_nvme));
+    }
+    if (plan.device_memory_bytes > 0) {
+      out += fmt::format("device memory per rank: {}\n", gib(plan.device_memory_bytes));
+    }
   }
   if (!plan.warnings.empty()) {
     out += "\nwarnings\n";

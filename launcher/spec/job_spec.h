@@ -157,7 +157,23 @@ struct FaultToleranceSpec {
   double heartbeat_timeout_s = 60;
 };
 
+enum class JobKind { kTrain, kCommbench };
+
+// `kind: commbench`: timed collectives on the job's process groups, checked
+// and reported with nccl-tests' bandwidth definitions, to test a cluster
+// before training on it.
+struct CommbenchSpec {
+  std::vector<std::string> collectives = {"all_reduce", "all_gather", "reduce_scatter",
+                                          "all_to_all"};
+  std::vector<std::string> groups = {"world"};  // world, data, model, pipe
+  int64_t min_bytes = 1024;
+  int64_t max_bytes = 16 << 20;
+  int iterations = 20;
+  int warmup = 5;
+};
+
 struct JobSpec {
+  JobKind kind = JobKind::kTrain;
   std::string name;
   std::string spec_path;         // as given on the command line
   std::string deepspeed_config;  // resolved path, "" = none
@@ -168,6 +184,7 @@ struct JobSpec {
   TrainingSpec training;
   CheckpointSpec checkpoint;
   FaultToleranceSpec fault_tolerance;
+  CommbenchSpec commbench;
   std::map<std::string, std::string> env;
 };
 

@@ -125,11 +125,11 @@ void read_model(MapReader model, ModelSpec& out) {
   model.finish();
 }
 
-void read_data(MapReader data, DataSpec& out, const fs::path& spec_dir) {
+void read_data(MapReader data, DataSpec& out, const fs::path& spec_dir, JobKind kind) {
   data.string("train", out.train);
   data.string("valid", out.valid);
   read_enum(data, "format", {"auto", "llmc", "megatron"}, out.format);
-  if (out.train.empty()) {
+  if (out.train.empty() && kind == JobKind::kTrain) {
     data.error("train",
                "data.train is required: an llm.c token file, a Megatron dataset prefix "
                "(path without .bin/.idx), or 'demo' for the built-in corpus");
@@ -277,13 +277,13 @@ void read_scheduler(MapReader scheduler, SchedulerSpec& out) {
 }
 
 void read_training(MapReader training, TrainingSpec& out, const ParallelismSpec& parallelism,
-                   const fs::path& spec_dir) {
+                   const fs::path& spec_dir, JobKind kind) {
   training.optional_integer("train_batch_size", out.batch.train_batch_size, 1);
   training.optional_integer("train_micro_batch_size_per_gpu", out.batch.micro_batch_per_gpu, 1);
   training.optional_integer("gradient_accumulation_steps", out.batch.gradient_accumulation_steps,
                             1);
   training.integer("steps", out.steps, 1, kNoLimit);
-  if (!training.has("steps")) {
+  if (!training.has("steps") && kind == JobKind::kTrain) {
     training.error("steps", "training.steps is required: the number of optimizer steps to run");
   }
   MapReader fp16 = training.map("fp16");
@@ -334,6 +334,21 @@ void read_parallelism(MapReader parallelism, ParallelismSpec& out, const ModelSp
                                   "{}: every stage must hold the same number of layers",
                                   model.num_layers, out.pipeline));
   }
+}
+
+void read_commbench(MapReader commbench, CommbenchSpec& out) {
+  commbench.choice_list("collectives", {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"},
+                        out.collectives);
+  commbench.choice_list("groups", {"world", "data", "model", "pipe"}, out.groups);
+  commbench.integer("min_bytes", out.min_bytes, 4, int64_t{1} << 34);
+  commbench.integer("max_bytes", out.max_bytes, 4, int64_t{1} << 34);
+  commbench.integer("iterations", out.iterations, 1, 1'000'000);
+  commbench.integer("warmup", out.warmup, 0, 1'000'000);
+  if (out.max_bytes < out.min_bytes) {
+    commbench.error("max_bytes", fmt::format("commbench.max_bytes {} is below min_bytes {}",
+                                             out.max_bytes, out.min_bytes));
+  }
+  commbench.finish();
 }
 
 void read_checkpoint(MapReader checkpoint, CheckpointSpec& out, const fs::path& spec_dir) {
@@ -472,6 +487,9 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const Loa
 
   MapReader top(context, root, "");
   if (!root.IsMap()) return spec;
+  int kind = static_cast<int>(spec.kind);
+  top.choice("kind", {"train", "commbench"}, kind);
+  spec.kind = static_cast<JobKind>(kind);
   top.string("name", spec.name);
   if (spec.name.empty()) spec.name = fs::path(path).stem().string();
   if (!std::regex_match(spec.name, std::regex("[A-Za-z0-9][A-Za-z0-9._-]*"))) {
@@ -488,8 +506,13 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const Loa
   read_cluster(top.map("cluster"), spec.cluster, spec_dir);
   read_model(top.map("model"), spec.model);
   read_parallelism(top.map("parallelism"), spec.parallelism, spec.model);
-  read_data(top.map("data"), spec.data, spec_dir);
-  read_training(top.map("training"), spec.training, spec.parallelism, spec_dir);
+  read_data(top.map("data"), spec.data, spec_dir, spec.kind);
+  read_training(top.map("training"), spec.training, spec.parallelism, spec_dir, spec.kind);
+  MapReader commbench = top.map("commbench");
+  read_commbench(commbench, spec.commbench);
+  if (spec.kind != JobKind::kCommbench && top.has("commbench")) {
+    top.error("commbench", "the commbench section needs kind: commbench");
+  }
   read_checkpoint(top.map("checkpoint"), spec.checkpoint, spec_dir);
   read_fault_tolerance(top.map("fault_tolerance"), spec.fault_tolerance);
   top.string_map("env", spec.env);

@@ -1,6 +1,7 @@
 #include "launcher/spec/yaml_reader.h"
 
 #include <strings.h>
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -254,6 +255,42 @@ void MapReader::number_list(std::string_view key, std::vector<double>& out) {
     numbers.push_back(*number);
   }
   out = numbers;
+}
+
+void MapReader::choice_list(std::string_view key, const std::vector<std::string>& choices,
+                            std::vector<std::string>& out) {
+  accept(key);
+  const YAML::Node value = lookup(key);
+  if (!value.IsDefined() || value.IsNull()) return;
+  const std::string path = child_path(key);
+  context_.locations().set(path, context_.location_of(path, value));
+  const std::string expected = fmt::format("a list of {}", fmt::join(choices, ", "));
+  if (!value.IsSequence() || value.size() == 0) {
+    error(key, fmt::format("{} must be {}, got {}", path, expected, node_kind(value)));
+    return;
+  }
+  std::vector<std::string> items;
+  for (const YAML::Node& item : value) {
+    const auto match =
+        !item.IsScalar()
+            ? choices.end()
+            : std::find_if(choices.begin(), choices.end(), [&](const std::string& choice) {
+                return strcasecmp(choice.c_str(), item.Scalar().c_str()) == 0;
+              });
+    if (match == choices.end()) {
+      const std::string suggestion =
+          item.IsScalar() ? nearest_key(item.Scalar(), choices) : std::string();
+      error(key, fmt::format("{} must be {}, got {}{}", path, expected, node_kind(item),
+                             suggestion.empty() ? "" : "; did you mean '" + suggestion + "'?"));
+      return;
+    }
+    if (std::find(items.begin(), items.end(), *match) != items.end()) {
+      error(key, fmt::format("{} lists '{}' twice", path, *match));
+      return;
+    }
+    items.push_back(*match);
+  }
+  out = items;
 }
 
 void MapReader::integer_lists(std::string_view key, std::vector<std::vector<int>>& out, int min) {

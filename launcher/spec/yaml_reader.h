@@ -61,6 +61,10 @@ class MapReader {
   // One of `choices`, matched without regard to case; `out` gets the index.
   void choice(std::string_view key, const std::vector<std::string>& choices, int& out);
   void number_list(std::string_view key, std::vector<double>& out);
+  // A non-empty list of distinct items from `choices` (case-insensitive),
+  // stored in their canonical spelling.
+  void choice_list(std::string_view key, const std::vector<std::string>& choices,
+                   std::vector<std::string>& out);
   void integer_lists(std::string_view key, std::vector<std::vector<int>>& out, int min);
   void string_map(std::string_view key, std::map<std::string, std::string>& out);
 

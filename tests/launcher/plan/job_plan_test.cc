@@ -894,3 +894,25 @@ data: {train: demo}
 
 }  // namespace
 }  // namespace dslaunch::plan
+
+namespace dslaunch::plan {
+namespace {
+
+TEST_CASE("a commbench plan places ranks but resolves no batch and estimates no memory") {
+  Folder folder;
+  const Planned planned = plan_file(folder.write("bench.yaml", R"(
+kind: commbench
+cluster: {device: cpu, num_gpus: 4}
+parallelism: {tensor: 2}
+)"));
+  INFO(planned.diagnostics.format());
+  REQUIRE(planned.plan.has_value());
+  const JobPlan& plan = *planned.plan;
+  CHECK(plan.grid.shape() == topology::GridShape{1, 2, 2});
+  CHECK(plan.batch.train_batch_size == 0);
+  CHECK(plan.memory_by_stage.empty());
+  CHECK(plan.placement.ranks.size() == 4);
+}
+
+}  // namespace
+}  // namespace dslaunch::plan

@@ -490,8 +490,8 @@ TEST_CASE("an unknown top-level key lists the job spec's sections") {
   const Loaded loaded = folder.load(std::string(kMinimal) + "resources: {gpus: 8}\n");
   const Diagnostic& unknown = loaded.only("unknown key 'resources'");
   CHECK(unknown.message ==
-        "unknown key 'resources' in the job spec; valid keys: name, deepspeed_config, cluster, "
-        "model, parallelism, data, training, checkpoint, fault_tolerance, env");
+        "unknown key 'resources' in the job spec; valid keys: kind, name, deepspeed_config, "
+        "cluster, model, parallelism, data, training, commbench, checkpoint, fault_tolerance, env");
   CHECK(unknown.location.line == 5);
   CHECK(unknown.location.column == 1);
 }
@@ -1348,6 +1348,57 @@ TEST_CASE("controller_address takes host or host:port with a port in range") {
     REQUIRE(loaded.errors().size() == 1);
     CHECK(loaded.diagnostics.format().find("must be host or host:port") != std::string::npos);
   }
+}
+
+}  // namespace
+}  // namespace dslaunch::spec
+
+namespace dslaunch::spec {
+namespace {
+
+TEST_CASE("a commbench job needs neither data nor training steps") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(R"(kind: commbench
+commbench:
+  collectives: [All_Reduce, all_to_all]
+  groups: [world, model]
+  max_bytes: 65536
+)");
+  INFO(loaded.diagnostics.format());
+  CHECK(loaded.errors().empty());
+  CHECK(loaded.spec.kind == JobKind::kCommbench);
+  CHECK(loaded.spec.commbench.collectives == std::vector<std::string>{"all_reduce", "all_to_all"});
+  CHECK(loaded.spec.commbench.groups == std::vector<std::string>{"world", "model"});
+  CHECK(loaded.spec.commbench.min_bytes == 1024);
+  CHECK(loaded.spec.commbench.max_bytes == 65536);
+}
+
+TEST_CASE("commbench settings are checked") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(R"(kind: commbench
+commbench:
+  collectives: [all_reduse]
+  groups: [world, world]
+  min_bytes: 4096
+  max_bytes: 1024
+)");
+  const std::string text = loaded.diagnostics.format();
+  CHECK(loaded.errors().size() == 3);
+  CHECK(text.find(":3:16: error: commbench.collectives must be a list of all_reduce, all_gather, "
+                  "reduce_scatter, all_to_all, got 'all_reduse'; did you mean 'all_reduce'?") !=
+        std::string::npos);
+  CHECK(text.find(":4:11: error: commbench.groups lists 'world' twice") != std::string::npos);
+  CHECK(text.find(":6:14: error: commbench.max_bytes 1024 is below min_bytes 4096") !=
+        std::string::npos);
+}
+
+TEST_CASE("a commbench section in a training job is an error") {
+  SpecFolder folder;
+  const Loaded loaded =
+      folder.load("data: {train: demo}\ntraining: {steps: 1}\ncommbench: {iterations: 3}\n");
+  REQUIRE(loaded.errors().size() == 1);
+  CHECK(loaded.diagnostics.format().find(":3:12: error: the commbench section needs kind: "
+                                         "commbench") != std::string::npos);
 }
 
 }  // namespace
