@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include "topology/host_filter.h"
 #include "topology/placement.h"
