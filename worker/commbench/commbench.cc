@@ -155,6 +155,17 @@ std::vector<CommbenchResult> run_commbench(
           if (!error.empty()) return results;
           if (on_result) on_result(result);
           results.push_back(std::move(result));
+          if (options.stop_requested) {
+            const int local_stop = options.stop_requested() ? 1 : 0;
+            int any_stop = 0;
+            const int rc = MPI_Allreduce(&local_stop, &any_stop, 1, MPI_INT, MPI_LOR,
+                                         groups.world());
+            if (rc != MPI_SUCCESS) {
+              error = mpi_error_message("MPI_Allreduce", rc);
+              return results;
+            }
+            if (any_stop != 0) return results;
+          }
         }
         if (bytes > options.max_bytes / 2) break;  // doubling would pass max_bytes (or overflow)
         bytes *= 2;

@@ -20,6 +20,9 @@ struct CommbenchOptions {
   int64_t max_bytes = 16 * 1024 * 1024;  // >= min_bytes; at most 2^31-1 floats
   int iterations = 20;                   // timed calls per measurement, >= 1
   int warmup = 5;                        // untimed calls before them, >= 0
+  // Asked on every rank after each measurement; when any rank answers true
+  // (agreed by an all-reduce over the world), the benchmark ends early.
+  std::function<bool()> stop_requested;
 };
 
 // One measurement: one collective at one size on one kind of group.

@@ -250,3 +250,19 @@ TEST_CASE("Results print as an nccl-tests-like table") {
   wrong.correct = false;
   CHECK(format_result(wrong).ends_with("  WRONG"));
 }
+
+TEST_CASE("A stop asked for on one rank ends the benchmark on every rank after that measurement") {
+  const auto groups = make_groups(GridShape{1, world_size(), 1});
+  int rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  CommbenchOptions options = small_options();
+  int measured = 0;
+  // Only the last rank asks, after its second measurement.
+  options.stop_requested = [&] { return rank == world_size() - 1 && measured >= 2; };
+  std::string error;
+  const auto results = run_commbench(
+      *groups, options, [&](const CommbenchResult&) { ++measured; }, error);
+  REQUIRE(error.empty());
+  CHECK(results.size() == 2);
+  CHECK(measured == 2);
+}
