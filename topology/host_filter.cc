@@ -3,6 +3,7 @@
 #include "topology/text_fields.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 #include <optional>
 #include <unordered_map>
@@ -12,7 +13,7 @@ namespace dslaunch::topology {
 namespace {
 
 // "1 host", "2 hosts".
-std::string count_of(size_t count, std::string_view noun) {
+std::string count_of(int64_t count, std::string_view noun) {
   return std::to_string(count) + " " + std::string(noun) + (count == 1 ? "" : "s");
 }
 
@@ -106,25 +107,63 @@ NamedByHost parse_filter(std::string_view what, std::string_view spec,
   return named;
 }
 
-void check_count(std::string_view name, int count, std::vector<std::string>& errors) {
+// Checks num_nodes or num_gpus; `filter` is "include" or "exclude" when one is
+// given, else empty.
+void check_count(std::string_view name, int count, std::string_view filter,
+                 std::vector<std::string>& errors) {
+  if (count == -1) return;
+  if (!filter.empty()) {
+    // DeepSpeed's runner raises "Cannot specify num_nodes/gpus with include/exclude": the
+    // filter already says which hosts and slots to use, and counting on top of it would
+    // silently pick some of them.
+    errors.push_back(std::string(name) + " cannot be used with " + std::string(filter) +
+                     ": DeepSpeed's launcher rejects num_nodes/num_gpus together with "
+                     "include/exclude; choose the hosts and slots with " +
+                     std::string(filter) + " alone (such as \"worker-0:0,1\") or drop " +
+                     std::string(name));
+    return;
+  }
   if (count == 0 || count < -1) {
     errors.push_back(std::string(name) + " must be -1 (all) or at least 1, got " +
                      std::to_string(count));
   }
 }
 
-// The slots left on one host: those named by an include, or all but those named by
-// an exclude.
-std::vector<int> kept_slots(const HostfileEntry& host, const std::optional<Named>& named,
-                            bool including) {
-  if (including) {
-    if (!named) return {};
-    return named->all_slots ? first_slots(host.slots) : named->slots;
+// Hostfile and Slurm hosts are checked when parsed; other sources (the spec's
+// inline hosts) are checked here, since rankfiles and filters rely on the names.
+void check_host_names(const std::vector<HostfileEntry>& hosts, std::vector<std::string>& errors) {
+  for (const HostfileEntry& host : hosts) {
+    if (valid_host_name(host.host)) continue;
+    std::string message = host_name_problem(host.host);
+    if (host.line > 0) message += " (declared on line " + std::to_string(host.line) + ")";
+    errors.push_back(std::move(message));
   }
-  if (!named) return first_slots(host.slots);
-  if (named->all_slots) return {};
+}
+
+// How many slots one host keeps: those named by an include, or all but those
+// named by an exclude. Counted without building them; `named` slots are
+// already checked to be distinct and on the host.
+int64_t kept_count(const HostfileEntry& host, const std::optional<Named>& named, bool including) {
+  const int64_t all = std::max(host.slots, 0);
+  if (including) {
+    if (!named) return 0;
+    return named->all_slots ? all : static_cast<int64_t>(named->slots.size());
+  }
+  if (!named) return all;
+  return named->all_slots ? 0 : all - static_cast<int64_t>(named->slots.size());
+}
+
+// The first `count` (<= kept_count) of the slots one host keeps, ascending.
+std::vector<int> kept_slots(const HostfileEntry& host, const std::optional<Named>& named,
+                            bool including, int count) {
+  if (!named) return first_slots(count);  // no filter names the host: all of its slots
+  if (including) {
+    if (named->all_slots) return first_slots(count);
+    return {named->slots.begin(), named->slots.begin() + count};
+  }
   std::vector<int> kept;
-  for (const int slot : first_slots(host.slots)) {
+  kept.reserve(count);
+  for (int slot = 0; slot < host.slots && static_cast<int>(kept.size()) < count; ++slot) {
     if (!std::binary_search(named->slots.begin(), named->slots.end(), slot)) {
       kept.push_back(slot);
     }
@@ -142,8 +181,10 @@ ResourceSelection select_resources(const std::vector<HostfileEntry>& hosts,
   if (!include.empty() && !exclude.empty()) {
     errors.push_back("include and exclude cannot be used together; use one of them");
   }
-  check_count("num_nodes", num_nodes, errors);
-  check_count("num_gpus", num_gpus, errors);
+  const std::string_view filter = !include.empty() ? "include" : !exclude.empty() ? "exclude" : "";
+  check_count("num_nodes", num_nodes, filter, errors);
+  check_count("num_gpus", num_gpus, filter, errors);
+  check_host_names(hosts, errors);
 
   // Hash lookups keep filters over 16k-host hostfiles linear.
   std::unordered_map<std::string_view, size_t> index;
@@ -158,36 +199,61 @@ ResourceSelection select_resources(const std::vector<HostfileEntry>& hosts,
   }
   if (!errors.empty()) return result;
 
-  std::vector<HostSlots> selected;
+  // Counts first, slot lists after: a host's slot count is bounded (kMaxSlotsPerHost
+  // in hostfiles) but their sum is not, so the world size is checked before any
+  // slot list is built.
+  struct Kept {
+    size_t host;    // index into `hosts`
+    int64_t slots;  // how many it keeps
+  };
+  std::vector<Kept> kept;
   for (size_t i = 0; i < hosts.size(); ++i) {
-    std::vector<int> slots = kept_slots(hosts[i], named[i], including);
-    if (!slots.empty()) selected.push_back({hosts[i].host, std::move(slots)});
+    const int64_t count = kept_count(hosts[i], named[i], including);
+    if (count > 0) kept.push_back({i, count});
   }
-  if (selected.empty()) {
+  if (kept.empty()) {
     errors.push_back(
         "no hosts selected: no host in the hostfile has a slot left after include/exclude");
     return result;
   }
 
-  if (num_nodes > static_cast<int>(selected.size())) {
+  if (num_nodes > static_cast<int>(kept.size())) {
     errors.push_back("num_nodes is " + std::to_string(num_nodes) + " but the selection has only " +
-                     count_of(selected.size(), "host"));
+                     count_of(kept.size(), "host"));
   } else if (num_nodes != -1) {
-    selected.resize(num_nodes);
+    kept.resize(num_nodes);
   }
   if (num_gpus != -1) {
     const auto fewest = std::min_element(
-        selected.begin(), selected.end(),
-        [](const HostSlots& a, const HostSlots& b) { return a.slots.size() < b.slots.size(); });
-    if (num_gpus > static_cast<int>(fewest->slots.size())) {
+        kept.begin(), kept.end(), [](const Kept& a, const Kept& b) { return a.slots < b.slots; });
+    if (num_gpus > fewest->slots) {
       errors.push_back("num_gpus is " + std::to_string(num_gpus) + " but host " +
-                       quoted(fewest->host) + " has only " +
-                       count_of(fewest->slots.size(), "selected slot"));
+                       quoted(hosts[fewest->host].host) + " has only " +
+                       count_of(fewest->slots, "selected slot"));
     } else {
-      for (HostSlots& host : selected) host.slots.resize(num_gpus);
+      for (Kept& host : kept) host.slots = num_gpus;
     }
   }
-  if (errors.empty()) result.hosts = std::move(selected);
+  if (!errors.empty()) return result;
+
+  int64_t world = 0;
+  for (const Kept& host : kept) world += host.slots;
+  if (world > kMaxWorldSize) {
+    errors.push_back(std::to_string(world) + " ranks on " + std::to_string(kept.size()) +
+                     " host(s) is more than dslaunch plans (" + std::to_string(kMaxWorldSize) +
+                     "); check the slots in the hostfile, or select fewer with num_nodes, "
+                     "num_gpus or include");
+    return result;
+  }
+
+  result.hosts.reserve(kept.size());
+  for (const Kept& host : kept) {
+    const HostfileEntry& entry = hosts[host.host];
+    // Each count is at most the world size, which fits an int.
+    result.hosts.push_back(
+        {entry.host, kept_slots(entry, named[host.host], including, static_cast<int>(host.slots)),
+         entry.slots});
+  }
   return result;
 }
 

@@ -7,25 +7,24 @@
 namespace dslaunch::topology {
 namespace {
 
-constexpr std::string_view kBlanks = " \t";
 constexpr std::string_view kSlotsKey = "slots=";
 constexpr std::string_view kExpected = R"(expected "hostname slots=N")";
+constexpr std::string_view kNameCharacters =
+    R"(a host name may hold only ASCII letters, digits, "-", "." and "_")";
 
-std::string_view trim_blanks(std::string_view text) {
-  const size_t first = text.find_first_not_of(kBlanks);
-  if (first == std::string_view::npos) return {};
-  return text.substr(first, text.find_last_not_of(kBlanks) - first + 1);
+bool host_name_character(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '.' || c == '_';
 }
 
-std::vector<std::string_view> split_blanks(std::string_view text) {
-  std::vector<std::string_view> tokens;
-  size_t start = text.find_first_not_of(kBlanks);
-  while (start != std::string_view::npos) {
-    const size_t end = text.find_first_of(kBlanks, start);
-    tokens.push_back(text.substr(start, end - start));
-    start = text.find_first_not_of(kBlanks, end);
-  }
-  return tokens;
+// `name` quoted for a message, its first 32 characters only when it is long:
+// the message should fit a terminal line.
+std::string quoted_name(std::string_view name) {
+  constexpr size_t kShown = 32;
+  if (name.size() <= kShown + 8) return quoted(name);
+  std::string text = quoted(name.substr(0, kShown));
+  text.insert(text.size() - 1, "...");
+  return text;
 }
 
 struct ParsedLine {
@@ -54,6 +53,9 @@ ParsedLine parse_entry(std::string_view entry) {
   }
   ParsedLine parsed;
   parsed.host = tokens[0];
+  if (std::string problem = host_name_problem(parsed.host); !problem.empty()) {
+    return malformed(std::move(problem));
+  }
   if (!tokens[1].starts_with(kSlotsKey)) {
     return malformed(std::string(kExpected) + ", got " + quoted(entry) + "; write " +
                      quoted(std::string(parsed.host) + " slots=N"));
@@ -63,10 +65,51 @@ ParsedLine parse_entry(std::string_view entry) {
                      quoted(tokens[1]) + "; write for example " +
                      quoted(std::string(parsed.host) + " slots=1"));
   }
+  if (parsed.slots > kMaxSlotsPerHost) {
+    return malformed(quoted(tokens[1]) + " is more than the " + std::to_string(kMaxSlotsPerHost) +
+                     " slots one host may have; write the host's GPU count, for example " +
+                     quoted(std::string(parsed.host) + " slots=8"));
+  }
   return parsed;
 }
 
 }  // namespace
+
+bool valid_host_name(std::string_view name) {
+  if (name.empty() || name.size() > kMaxHostNameLength || name.front() == '-') return false;
+  for (const char c : name) {
+    if (!host_name_character(c)) return false;
+  }
+  return true;
+}
+
+std::string host_name_problem(std::string_view name) {
+  if (valid_host_name(name)) return {};  // the common case builds no message
+  if (name.empty()) return "host name \"\" is empty; write a name such as \"worker-0\"";
+  const std::string shown = "host name " + quoted_name(name);
+  if (name.size() > kMaxHostNameLength) {
+    return shown + " is " + std::to_string(name.size()) +
+           " characters long; a host name has at most " + std::to_string(kMaxHostNameLength);
+  }
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    if (host_name_character(c)) continue;
+    // quoted() writes a byte outside printable ASCII as \xNN.
+    const std::string held = shown + " holds " + quoted(name.substr(i, 1)) + " (character " +
+                             std::to_string(i + 1) + ")";
+    if (c == ':' || c == '@') {
+      return held + ", which separates hosts and slots in include/exclude; " +
+             std::string(kNameCharacters);
+    }
+    return held + "; " + std::string(kNameCharacters);
+  }
+  if (name.front() == '-') {
+    return shown +
+           " starts with \"-\", which ssh and mpirun would read as an option; start it "
+           "with a letter or digit";
+  }
+  return {};
+}
 
 ParsedHostfile parse_hostfile(std::string_view text) {
   ParsedHostfile result;

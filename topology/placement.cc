@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
+#include <limits>
 #include <string_view>
 #include <utility>
 
@@ -256,6 +257,11 @@ Placement place_ranks(const ProcessGrid& grid, const std::vector<HostSlots>& hos
         break;
       }
     }
+    if (host.total_slots > 0 && !host.slots.empty() && host.slots.back() >= host.total_slots) {
+      placement.errors.push_back("host " + host.host + ": slot " +
+                                 std::to_string(host.slots.back()) + " is past the host's " +
+                                 std::to_string(host.total_slots) + " slots");
+    }
   }
   if (!placement.errors.empty()) return placement;
 
@@ -265,8 +271,13 @@ Placement place_ranks(const ProcessGrid& grid, const std::vector<HostSlots>& hos
 
   // CPU rank slots are not GPUs: islands do not apply to them.
   const std::vector<std::pair<int, int>> no_islands;
-  int listed_gpus = 0;
-  for (const auto& island : topology.gpu_islands) listed_gpus += static_cast<int>(island.size());
+  // The GPUs the islands describe: the highest index listed + 1, since a hint may
+  // leave some GPUs out (they are islands alone). by_gpu is sorted and, past the
+  // checks above, non-negative.
+  const int listed_gpus =
+      by_gpu.empty() ? 0
+                     : static_cast<int>(std::min<int64_t>(by_gpu.back().first + int64_t{1},
+                                                          std::numeric_limits<int>::max()));
 
   // Scratch reused across hosts, so that large clusters cost no per-host allocations.
   SlotScratch scratch;
@@ -287,7 +298,10 @@ Placement place_ranks(const ProcessGrid& grid, const std::vector<HostSlots>& hos
 
     // For kCuda, the ranks on one NUMA node split its cores in GPU order.
     if (device == DeviceKind::kCuda) {
-      const int gpus = listed_gpus > 0 ? listed_gpus : host.slots.back() + 1;
+      // The host's GPU count, which must not depend on which GPUs were selected, or
+      // `include a:0,1` would move GPU 1 to another NUMA node: the most of what the
+      // islands list, the host's slots before filters and its highest selected slot.
+      const int gpus = std::max({listed_gpus, host.total_slots, host.slots.back() + 1});
       std::fill(ranks_on_node.begin(), ranks_on_node.end(), 0);
       node_of_slot.resize(host.slots.size());
       index_on_node.resize(host.slots.size());

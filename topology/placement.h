@@ -19,7 +19,10 @@ struct HostTopology {
   // GPUs that share the fastest links (an NVLink/NVSwitch island, or a PCIe
   // switch), as lists of GPU indices. Empty: all GPUs are equally linked.
   std::vector<std::vector<int>> gpu_islands;
-  // NUMA node of each GPU index; empty: GPU g of G sits on node g * numa_nodes / G.
+  // NUMA node of each GPU index; empty (or -1): GPU g of G sits on node
+  // g * numa_nodes / G, where G, the host's GPU count, is the largest of the
+  // highest GPU index in gpu_islands + 1, the host's total_slots and its
+  // highest selected slot + 1 (so it does not change with the filters).
   std::vector<int> gpu_numa_node;
 };
 

@@ -3,7 +3,8 @@
 #include "topology/text_fields.h"
 
 #include <cstdint>
-#include <limits>
+#include <string_view>
+#include <unordered_set>
 
 namespace dslaunch::topology {
 namespace {
@@ -132,6 +133,21 @@ bool parse_tasks_item(std::string_view item, uint64_t& count, uint64_t& repeat) 
   return parse_whole_number(item.substr(0, paren), count);
 }
 
+// The first problem with the expanded names: one that is not a valid host name
+// (the pattern's literal parts can hold anything), or one listed twice, which
+// Slurm never does and which would place two ranks on each of its slots.
+std::string check_names(const std::vector<std::string>& names) {
+  std::unordered_set<std::string_view> seen;
+  seen.reserve(names.size());
+  for (const std::string& name : names) {
+    if (std::string problem = host_name_problem(name); !problem.empty()) return problem;
+    if (!seen.insert(name).second) {
+      return "node " + quoted(name) + " is listed twice; list each node once";
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 NodelistExpansion expand_nodelist(std::string_view nodelist) {
@@ -145,6 +161,7 @@ NodelistExpansion expand_nodelist(std::string_view nodelist) {
     expand_host(host, result.hosts, result.error);
     if (!result.error.empty()) break;
   }
+  if (result.error.empty()) result.error = check_names(result.hosts);
   if (!result.error.empty()) {
     result.error += " (in node list " + quoted(nodelist) + ")";
     result.hosts.clear();
@@ -171,8 +188,16 @@ TasksPerNode expand_tasks_per_node(std::string_view tasks_per_node) {
                      " has a count below 1; every node runs at least one task";
       break;
     }
-    if (count > std::numeric_limits<int>::max() || repeat > kMaxNodes - result.counts.size()) {
-      result.error = "item " + quoted(item) + " in " + quoted(tasks_per_node) + " is too large";
+    if (count > static_cast<uint64_t>(kMaxSlotsPerHost)) {
+      result.error = "item " + quoted(item) + " in " + quoted(tasks_per_node) + " asks for " +
+                     std::to_string(count) + " tasks on one node, more than the " +
+                     std::to_string(kMaxSlotsPerHost) +
+                     " slots one host may have; ask Slurm for fewer (--ntasks-per-node)";
+      break;
+    }
+    if (repeat > kMaxNodes - result.counts.size()) {
+      result.error = "item " + quoted(item) + " in " + quoted(tasks_per_node) +
+                     " is too large: more than " + std::to_string(kMaxNodes) + " nodes";
       break;
     }
     result.counts.insert(result.counts.end(), repeat, static_cast<int>(count));

@@ -18,7 +18,9 @@ struct NodelistExpansion {
 // Expands a Slurm node list such as `node[01-03,07],gpu-a[1-2],login` into
 // host names, keeping each range's zero padding (`node[08-10]` gives node08,
 // node09, node10). Several bracket groups in one name multiply
-// (`r[1-2]n[1-2]`). A malformed list is an error naming the offending part.
+// (`r[1-2]n[1-2]`). A malformed list, a name that is not a valid host name
+// (valid_host_name) and a node listed twice (`node1,node[1-2]`) are errors
+// naming the offending part.
 NodelistExpansion expand_nodelist(std::string_view nodelist);
 
 struct TasksPerNode {
@@ -26,7 +28,8 @@ struct TasksPerNode {
   std::string error;
 };
 
-// Expands SLURM_TASKS_PER_NODE, such as `2(x3),1` into {2, 2, 2, 1}.
+// Expands SLURM_TASKS_PER_NODE, such as `2(x3),1` into {2, 2, 2, 1}. A count
+// must be 1 to kMaxSlotsPerHost.
 TasksPerNode expand_tasks_per_node(std::string_view tasks_per_node);
 
 struct SlurmHosts {

@@ -21,7 +21,8 @@ void check_hostfile(const dslaunch::topology::ParsedHostfile& parsed) {
   std::set<std::string> names;
   int previous_line = 0;
   for (const auto& host : parsed.hosts) {
-    require(host.slots >= 1 && !host.host.empty());
+    require(host.slots >= 1 && host.slots <= dslaunch::topology::kMaxSlotsPerHost);
+    require(dslaunch::topology::valid_host_name(host.host));
     require(host.line > previous_line);
     require(names.insert(host.host).second);
     previous_line = host.line;
@@ -37,16 +38,20 @@ void check_selection(const std::vector<dslaunch::topology::HostfileEntry>& hosts
   }
   require(!selection.hosts.empty());
   size_t next = 0;  // selected hosts keep hostfile order
+  int64_t world = 0;
   for (const auto& selected : selection.hosts) {
     while (next < hosts.size() && hosts[next].host != selected.host) ++next;
     require(next < hosts.size());
     require(!selected.slots.empty());
+    require(selected.total_slots == hosts[next].slots);
+    world += static_cast<int64_t>(selected.slots.size());
     for (size_t i = 0; i < selected.slots.size(); ++i) {
       require(selected.slots[i] >= 0 && selected.slots[i] < hosts[next].slots);
       require(i == 0 || selected.slots[i - 1] < selected.slots[i]);
     }
     ++next;
   }
+  require(world <= dslaunch::topology::kMaxWorldSize);
 }
 
 }  // namespace
@@ -67,8 +72,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   const auto expanded = dslaunch::topology::expand_nodelist(nodelist);
   require(!expanded.error.empty() || !expanded.hosts.empty());  // an empty list is an error
-  for (const std::string& host : expanded.hosts) require(!host.empty());
+  std::set<std::string> nodes;
+  for (const std::string& host : expanded.hosts) {
+    require(dslaunch::topology::valid_host_name(host));
+    require(nodes.insert(host).second);  // each node once
+  }
   const auto tasks = dslaunch::topology::expand_tasks_per_node(nodelist);
-  for (const int count : tasks.counts) require(count >= 1);
+  for (const int count : tasks.counts) {
+    require(count >= 1 && count <= dslaunch::topology::kMaxSlotsPerHost);
+  }
   return 0;
 }

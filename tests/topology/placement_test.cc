@@ -9,15 +9,20 @@
 
 #include <catch2/catch.hpp>
 
+#include "topology/host_filter.h"
+#include "topology/hostfile.h"
+
 using dslaunch::topology::DeviceKind;
 using dslaunch::topology::GridCoord;
 using dslaunch::topology::GridShape;
 using dslaunch::topology::HostSlots;
 using dslaunch::topology::HostTopology;
+using dslaunch::topology::parse_hostfile;
 using dslaunch::topology::place_ranks;
 using dslaunch::topology::Placement;
 using dslaunch::topology::ProcessGrid;
 using dslaunch::topology::RankPlacement;
+using dslaunch::topology::select_resources;
 using dslaunch::topology::to_rankfile;
 
 namespace {
@@ -226,6 +231,51 @@ TEST_CASE("include-filtered GPUs 0,1,4,5 give each tensor group of 2 its own NVL
   CHECK(placement.warnings.empty());
 }
 
+TEST_CASE("a GPU's NUMA node does not change when only some of the host's GPUs are selected") {
+  // An 8-GPU host with 2 NUMA nodes: GPUs 0-3 sit on node 0 whatever is selected.
+  const ProcessGrid grid(GridShape{.pipe = 1, .data = 2, .model = 1});
+  const auto placement =
+      place_ranks(grid, {HostSlots{"a", {0, 1}, 8}}, cores_and_nodes(16, 2), DeviceKind::kCuda);
+  check_ranks(placement, {
+                             {"a", 0, 0, {0, 1, 2, 3}, 0},
+                             {"a", 1, 1, {4, 5, 6, 7}, 0},
+                         });
+  CHECK(to_rankfile(placement) == "rank 0=a slot=0-3\nrank 1=a slot=4-7\n");
+}
+
+TEST_CASE("include a:0,1 and num_gpus 2 on an 8-GPU host bind GPU 1 to NUMA node 0") {
+  const auto parsed = parse_hostfile("a slots=8\n");
+  REQUIRE(parsed.errors.empty());
+  const ProcessGrid grid(GridShape{.pipe = 1, .data = 2, .model = 1});
+  for (const auto& [include, num_gpus] :
+       std::vector<std::pair<std::string, int>>{{"a:0,1", -1}, {"", 2}}) {
+    INFO("include \"" << include << "\", num_gpus " << num_gpus);
+    const auto selection = select_resources(parsed.hosts, include, "", -1, num_gpus);
+    REQUIRE(selection.errors.empty());
+    check_ranks(place_ranks(grid, selection.hosts, cores_and_nodes(16, 2), DeviceKind::kCuda),
+                {
+                    {"a", 0, 0, {0, 1, 2, 3}, 0},
+                    {"a", 1, 1, {4, 5, 6, 7}, 0},
+                });
+  }
+}
+
+TEST_CASE("GPUs left out of gpu_islands still count toward the host's GPU count") {
+  // The islands name GPUs 0, 1, 6 and 7 of 8: 4 entries, but the host has 8
+  // GPUs, so with 4 NUMA nodes GPU 1 is on node 0 and GPU 6 on node 3.
+  HostTopology topology = cores_and_nodes(8, 4);
+  topology.gpu_islands = {{0, 1}, {6, 7}};
+  const ProcessGrid grid(GridShape{.pipe = 1, .data = 4, .model = 1});
+  const auto placement =
+      place_ranks(grid, {HostSlots{"a", {0, 1, 6, 7}}}, topology, DeviceKind::kCuda);
+  check_ranks(placement, {
+                             {"a", 0, 0, {0}, 0},
+                             {"a", 1, 1, {1}, 0},
+                             {"a", 6, 2, {6}, 3},
+                             {"a", 7, 3, {7}, 3},
+                         });
+}
+
 TEST_CASE("tensor groups take the GPUs of one island even when islands interleave indices") {
   HostTopology topology = cores_and_nodes(16, 2);
   topology.gpu_islands = {{0, 2, 4, 6}, {1, 3, 5, 7}};
@@ -390,6 +440,10 @@ TEST_CASE("an inconsistent host topology or slot list is an error") {
   CHECK(unsorted.errors ==
         std::vector<std::string>{
             "host a: slots must be distinct, non-negative and in increasing order"});
+
+  const auto past_total =
+      place_ranks(grid, {HostSlots{"a", {0, 4}, 4}}, cores_and_nodes(2, 1), DeviceKind::kCuda);
+  CHECK(past_total.errors == std::vector<std::string>{"host a: slot 4 is past the host's 4 slots"});
 }
 
 TEST_CASE("for many shapes and host sizes every slot takes one rank and groups stay whole") {

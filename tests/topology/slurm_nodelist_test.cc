@@ -121,6 +121,29 @@ TEST_CASE("a node list too large to hold in memory is an error, not an allocatio
   CHECK(expanded("n[1-100000]").size() == 100000);
 }
 
+TEST_CASE("a node listed twice is an error naming it") {
+  CHECK(nodelist_error("node1,node1") ==
+        R"(node "node1" is listed twice; list each node once (in node list "node1,node1"))");
+  CHECK_THAT(nodelist_error("node[1-3],node2"), Contains(R"(node "node2" is listed twice)"));
+  CHECK_THAT(nodelist_error("n[1,1]"), Contains(R"(node "n1" is listed twice)"));
+  // Different padding makes different names, as Slurm writes them.
+  CHECK(expanded("n[1],n[01]") == Names{"n1", "n01"});
+}
+
+TEST_CASE("a node name that is not a valid host name is an error") {
+  CHECK(nodelist_error("ok,no:de[1-2]") ==
+        R"(host name "no:de1" holds ":" (character 3), which separates hosts and slots in )"
+        R"(include/exclude; a host name may hold only ASCII letters, digits, "-", "." and "_" )"
+        R"((in node list "ok,no:de[1-2]"))");
+  CHECK_THAT(nodelist_error("a@b"), Contains(R"(host name "a@b" holds "@")"));
+  CHECK_THAT(nodelist_error("n\xff[1-2]"), Contains(R"(host name "n\xff1" holds "\xff")"));
+  CHECK_THAT(nodelist_error("a b"), Contains(R"(host name "a b" holds " ")"));
+  CHECK_THAT(nodelist_error("-n[1-2]"), Contains(R"(host name "-n1" starts with "-")"));
+  CHECK_THAT(nodelist_error(std::string(250, 'n') + "[1000-1001]"),
+             Contains("is 254 characters long"));
+  CHECK(expanded("gpu_a[1-2].cluster") == Names{"gpu_a1.cluster", "gpu_a2.cluster"});
+}
+
 TEST_CASE("tasks per node expand their repetitions") {
   CHECK(expand_tasks_per_node("2(x3),1").counts == std::vector<int>{2, 2, 2, 1});
   CHECK(expand_tasks_per_node("4").counts == std::vector<int>{4});
@@ -139,6 +162,28 @@ TEST_CASE("malformed tasks per node are errors quoting the item") {
   }
   CHECK_THAT(tasks_error("2,,1"), Contains(R"(malformed item "" in "2,,1")"));
   CHECK_THAT(tasks_error("1(x99999999)"), Contains("too large"));
+}
+
+TEST_CASE("a task count above 65,536 per node is an error, not a slot list") {
+  CHECK(expand_tasks_per_node("65536,1").counts == std::vector<int>{65536, 1});
+  CHECK(tasks_error("1,65537") ==
+        R"(item "65537" in "1,65537" asks for 65537 tasks on one node, more than the 65536 )"
+        R"(slots one host may have; ask Slurm for fewer (--ntasks-per-node))");
+  CHECK_THAT(tasks_error("2147483647(x2)"), Contains("asks for 2147483647 tasks on one node"));
+
+  const auto slurm = from_environment(
+      {{"SLURM_JOB_NODELIST", "node[1-2]"}, {"SLURM_TASKS_PER_NODE", "8,2147483647"}});
+  REQUIRE(slurm.has_value());
+  CHECK(slurm->hosts.empty());
+  CHECK_THAT(slurm->error, Contains(R"(SLURM_TASKS_PER_NODE: item "2147483647")"));
+}
+
+TEST_CASE("an allocation that lists a node twice is an error naming the variable") {
+  const auto slurm =
+      from_environment({{"SLURM_JOB_NODELIST", "node1,node1"}, {"SLURM_TASKS_PER_NODE", "4(x2)"}});
+  REQUIRE(slurm.has_value());
+  CHECK(slurm->hosts.empty());
+  CHECK_THAT(slurm->error, Contains(R"(SLURM_JOB_NODELIST: node "node1" is listed twice)"));
 }
 
 TEST_CASE("task counts below 1 are errors") {
