@@ -65,9 +65,11 @@ Location SourceMap::find(const std::string& path) const {
   std::string key = path;
   while (true) {
     if (auto it = locations_.find(key); it != locations_.end()) return it->second;
-    const auto dot = key.rfind('.');
-    if (dot == std::string::npos) return fallback_;
-    key.resize(dot);
+    // The parents of "cluster.hosts[1].slots" are "cluster.hosts[1]",
+    // "cluster.hosts" and "cluster".
+    const auto cut = key.find_last_of(".[");
+    if (cut == std::string::npos) return fallback_;
+    key.resize(cut);
   }
 }
 

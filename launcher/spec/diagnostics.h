@@ -49,8 +49,9 @@ class Diagnostics {
 class SourceMap {
  public:
   void set(const std::string& path, Location where);
-  // The location of `path`, else of its nearest recorded parent, else of the
-  // spec file as a whole.
+  // The location of `path`, else of its nearest recorded parent (parents of
+  // "cluster.hosts[1].slots" are "cluster.hosts[1]", "cluster.hosts" and
+  // "cluster"), else of the spec file as a whole.
   Location find(const std::string& path) const;
   void set_fallback(Location where) { fallback_ = std::move(where); }
 

@@ -175,6 +175,10 @@ struct CommbenchSpec {
 struct JobSpec {
   JobKind kind = JobKind::kTrain;
   std::string name;
+  // The spec document after command-line overrides and the DeepSpeed config
+  // merge: what the controller stores and hands to every rank, which parses
+  // it into this same struct.
+  std::string resolved_yaml;
   std::string spec_path;         // as given on the command line
   std::string deepspeed_config;  // resolved path, "" = none
   ClusterSpec cluster;

@@ -1,18 +1,25 @@
 #include "launcher/spec/spec_parser.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <limits>
-#include <regex>
+#include <map>
+#include <optional>
 #include <sstream>
+#include <string_view>
 #include <system_error>
+#include <vector>
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include "launcher/spec/deepspeed_config.h"
+#include "launcher/spec/merge_keys.h"
 #include "launcher/spec/overrides.h"
 #include "launcher/spec/text_file.h"
 #include "launcher/spec/yaml_reader.h"
+#include "topology/hostfile.h"
 
 namespace dslaunch::spec {
 namespace {
@@ -22,16 +29,42 @@ namespace fs = std::filesystem;
 constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
 constexpr double kUnbounded = std::numeric_limits<double>::max();
 
-// Relative paths in the spec file are relative to the spec's folder, as in
+// The longest job name (it names the job's folder) and controller address
+// (a DNS name has at most 253 characters, plus the port).
+constexpr size_t kMaxNameLength = 128;
+constexpr size_t kMaxAddressLength = 255;
+
+// Relative paths are relative to the folder of the file that holds them (the
+// spec, or the DeepSpeed config for the keys it supplies), as in
 // docker-compose files; values from the command line are relative to the
-// working directory.
-std::string resolve_path(const std::string& value, const Location& where,
-                         const fs::path& spec_dir) {
+// working directory, and stay as given.
+std::string resolve_path(const std::string& value, const Location& where) {
   if (value.empty() || value == "demo" || fs::path(value).is_absolute() || !where.origin.empty()) {
     return value;
   }
-  return (spec_dir / value).lexically_normal().string();
+  return fs::absolute(fs::path(where.file).parent_path() / value).lexically_normal().string();
 }
+
+// What a relative path in a message is relative to.
+std::string relative_to(const Location& where, const std::string& spec_path) {
+  if (!where.origin.empty()) return "the working directory (it was given on the command line)";
+  if (where.file == spec_path) return "the spec's folder";
+  return fmt::format("the folder of {}", where.file);
+}
+
+// A value as shown in a message: long ones cut, so that a 50 KB value does
+// not become a 50 KB message.
+std::string shown(std::string_view value) {
+  constexpr size_t kShown = 40;
+  if (value.size() <= kShown) return "'" + std::string(value) + "'";
+  return fmt::format("'{}...' ({} characters)", value.substr(0, kShown), value.size());
+}
+
+bool ascii_alnum(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+bool ascii_digit(char c) { return c >= '0' && c <= '9'; }
 
 template <typename Enum>
 void read_enum(MapReader& reader, std::string_view key, const std::vector<std::string>& names,
@@ -41,15 +74,75 @@ void read_enum(MapReader& reader, std::string_view key, const std::vector<std::s
   out = static_cast<Enum>(index);
 }
 
+// The job's name names its folder: a letter or digit, then letters, digits,
+// '.', '_' and '-', at most kMaxNameLength in all. "" when it is fine.
+// (Character checks, not std::regex: its recursive matcher overflows the
+// stack on long input.)
+std::string name_problem(const std::string& name) {
+  if (name.size() > kMaxNameLength) {
+    return fmt::format(
+        "name {} is too long; a job name has at most {} characters (it names the "
+        "job's folder)",
+        shown(name), kMaxNameLength);
+  }
+  const bool valid_characters = std::all_of(name.begin(), name.end(), [](char c) {
+    return ascii_alnum(c) || c == '.' || c == '_' || c == '-';
+  });
+  if (!valid_characters || name.empty() || !ascii_alnum(name.front())) {
+    return fmt::format(
+        "name {} may hold only letters, digits, '.', '_' and '-', starting with a "
+        "letter or digit (it names the job's folder)",
+        shown(name));
+  }
+  return "";
+}
+
 // host, host:port, [v6]:port or [v6]; the port, when given, in 1..65535.
+bool valid_controller_address(std::string_view address) {
+  std::string_view port;
+  bool has_port = false;
+  if (address.starts_with('[')) {
+    const size_t close = address.find(']');
+    if (close == std::string_view::npos || close == 1) return false;
+    for (const char c : address.substr(1, close - 1)) {
+      const bool hex = ascii_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+      if (!hex && c != ':' && c != '.') return false;
+    }
+    const std::string_view rest = address.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return false;
+      port = rest.substr(1);
+      has_port = true;
+    }
+  } else {
+    const size_t colon = address.find(':');
+    const std::string_view host = address.substr(0, colon);
+    if (host.empty()) return false;
+    for (const char c : host) {
+      // Blanks and control characters, and the characters of [v6] and :port.
+      if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f || c == '[' || c == ']') return false;
+    }
+    if (colon != std::string_view::npos) {
+      port = address.substr(colon + 1);
+      has_port = true;
+    }
+  }
+  if (!has_port) return true;
+  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), ascii_digit)) {
+    return false;
+  }
+  const int number = std::stoi(std::string(port));
+  return number >= 1 && number <= 65535;
+}
+
 void check_controller_address(MapReader& cluster, const std::string& address) {
   if (address.empty()) return;
-  static const std::regex pattern(R"(([^\s:\[\]]+|\[[0-9A-Fa-f:.]+\])(:(\d{1,5}))?)");
-  std::smatch match;
-  const bool valid =
-      std::regex_match(address, match, pattern) &&
-      (!match[3].matched || (std::stoi(match[3].str()) >= 1 && std::stoi(match[3].str()) <= 65535));
-  if (!valid) {
+  if (address.size() > kMaxAddressLength) {
+    cluster.error("controller_address",
+                  fmt::format("cluster.controller_address {} is too long; give a host or "
+                              "host:port of at most {} characters",
+                              shown(address), kMaxAddressLength));
+  } else if (!valid_controller_address(address)) {
     cluster.error("controller_address",
                   fmt::format("cluster.controller_address '{}' must be host or host:port (port "
                               "1-65535), such as 10.0.0.5:29500 or [fd00::5]:29500",
@@ -57,21 +150,39 @@ void check_controller_address(MapReader& cluster, const std::string& address) {
   }
 }
 
-void read_cluster(MapReader cluster, ClusterSpec& out, const fs::path& spec_dir) {
-  read_enum(cluster, "runner", {"local", "openmpi", "slurm"}, out.runner);
-  read_enum(cluster, "device", {"cpu", "cuda"}, out.device);
-  cluster.string("hostfile", out.hostfile);
-  out.hostfile = resolve_path(out.hostfile, cluster.location_of("hostfile"), spec_dir);
+// Inline hosts as the hostfile parser takes them: a valid, distinct name
+// (the planner would place a repeated host's slots twice) and 1 to
+// kMaxSlotsPerHost slots.
+void read_hosts(MapReader& cluster, ClusterSpec& out) {
+  std::map<std::string, Location> first_listed;
   for (MapReader host : cluster.map_list("hosts")) {
     InlineHost entry;
     host.string("host", entry.host);
-    host.integer("slots", entry.slots, 1, kNoLimit);
+    host.integer("slots", entry.slots, 1, topology::kMaxSlotsPerHost);
     entry.line = host.location().line;
-    if (entry.host.empty()) host.error("host", host.path() + " needs a host name: host: NAME");
+    if (entry.host.empty()) {
+      host.error("host", host.path() + " needs a host name: host: NAME");
+    } else if (std::string problem = topology::host_name_problem(entry.host); !problem.empty()) {
+      host.error("host", fmt::format("{}.host: {}", host.path(), problem));
+    } else if (auto first = first_listed.find(entry.host); first != first_listed.end()) {
+      host.error("host", fmt::format("{}: host '{}' is already listed (first at {}); list each "
+                                     "host once",
+                                     host.path(), entry.host, first->second.to_string()));
+    } else {
+      first_listed.emplace(entry.host, host.location_of("host"));
+    }
     if (!host.has("slots")) host.error("slots", host.path() + " needs slots: N (N >= 1)");
     host.finish();
     out.hosts.push_back(entry);
   }
+}
+
+void read_cluster(MapReader cluster, ClusterSpec& out) {
+  read_enum(cluster, "runner", {"local", "openmpi", "slurm"}, out.runner);
+  read_enum(cluster, "device", {"cpu", "cuda"}, out.device);
+  cluster.string("hostfile", out.hostfile);
+  out.hostfile = resolve_path(out.hostfile, cluster.location_of("hostfile"));
+  read_hosts(cluster, out);
   if (!out.hostfile.empty() && !out.hosts.empty()) {
     cluster.error("hosts", "give cluster.hostfile or cluster.hosts, not both");
   }
@@ -116,7 +227,8 @@ void read_model(MapReader model, ModelSpec& out) {
   if (out.dropout == 1) model.error("dropout", "model.dropout must be below 1");
   model.integer("init_seed", out.init_seed);
   model.integer("make_vocab_size_divisible_by", out.make_vocab_size_divisible_by, 1, kMaxParallel);
-  if (out.hidden_size % out.num_attention_heads != 0) {
+  if (model.read_ok("hidden_size") && model.read_ok("num_attention_heads") &&
+      out.hidden_size % out.num_attention_heads != 0) {
     model.error("hidden_size",
                 fmt::format("model.hidden_size {} must be divisible by model.num_attention_heads "
                             "{} (each head gets hidden_size / heads dimensions)",
@@ -125,7 +237,7 @@ void read_model(MapReader model, ModelSpec& out) {
   model.finish();
 }
 
-void read_data(MapReader data, DataSpec& out, const fs::path& spec_dir, JobKind kind) {
+void read_data(MapReader data, DataSpec& out, const std::string& spec_path, JobKind kind) {
   data.string("train", out.train);
   data.string("valid", out.valid);
   read_enum(data, "format", {"auto", "llmc", "megatron"}, out.format);
@@ -135,7 +247,9 @@ void read_data(MapReader data, DataSpec& out, const fs::path& spec_dir, JobKind 
                "(path without .bin/.idx), or 'demo' for the built-in corpus");
   }
   const auto check_exists = [&](const char* key, std::string& path) {
-    path = resolve_path(path, data.location_of(key), spec_dir);
+    const Location where = data.location_of(key);
+    const bool relative = !path.empty() && !fs::path(path).is_absolute();
+    path = resolve_path(path, where);
     if (path.empty() || path == "demo") return;
     // The error_code overloads: a path the OS refuses (too long, no
     // permission) is "no data there", not an exception out of the parser.
@@ -149,9 +263,12 @@ void read_data(MapReader data, DataSpec& out, const fs::path& spec_dir, JobKind 
                        : out.format == DataFormat::kMegatron ? megatron
                                                              : file || megatron;
     if (!found) {
-      data.error(key, fmt::format("data.{}: no data at '{}' (looked for that file, and for "
-                                  "{}.bin with {}.idx); the path is relative to the spec's folder",
-                                  key, path, path, path));
+      data.error(key,
+                 fmt::format(
+                     "data.{}: no data at '{}' (looked for that file, and for "
+                     "{}.bin with {}.idx){}",
+                     key, path, path, path,
+                     relative ? "; the path is relative to " + relative_to(where, spec_path) : ""));
     }
   };
   check_exists("train", out.train);
@@ -159,10 +276,10 @@ void read_data(MapReader data, DataSpec& out, const fs::path& spec_dir, JobKind 
   data.finish();
 }
 
-void read_offload(MapReader offload, OffloadSpec& out, const fs::path& spec_dir) {
+void read_offload(MapReader offload, OffloadSpec& out) {
   read_enum(offload, "device", {"none", "cpu", "nvme"}, out.device);
   offload.string("nvme_path", out.nvme_path);
-  out.nvme_path = resolve_path(out.nvme_path, offload.location_of("nvme_path"), spec_dir);
+  out.nvme_path = resolve_path(out.nvme_path, offload.location_of("nvme_path"));
   offload.boolean("pin_memory", out.pin_memory);
   if (out.device == OffloadDevice::kNvme && out.nvme_path.empty()) {
     offload.error("device", offload.path() +
@@ -183,7 +300,7 @@ void read_zero_alias(MapReader& zero, const std::string& key, int64_t& out) {
   zero.integer(key, out, 0, kNoLimit);
 }
 
-void read_zero(MapReader zero, ZeroSpec& out, const fs::path& spec_dir) {
+void read_zero(MapReader zero, ZeroSpec& out) {
   zero.integer("stage", out.stage, 0, 3);
   zero.integer("reduce_bucket_size", out.reduce_bucket_size, 1, kNoLimit);
   zero.integer("allgather_bucket_size", out.allgather_bucket_size, 1, kNoLimit);
@@ -194,15 +311,18 @@ void read_zero(MapReader zero, ZeroSpec& out, const fs::path& spec_dir) {
   read_zero_alias(zero, "prefetch_bucket_size", out.prefetch_bucket_size);
   read_zero_alias(zero, "param_persistence_threshold", out.param_persistence_threshold);
   read_zero_alias(zero, "max_live_parameters", out.max_live_parameters);
-  read_offload(zero.map("offload_optimizer"), out.offload_optimizer, spec_dir);
-  read_offload(zero.map("offload_param"), out.offload_param, spec_dir);
-  if (out.offload_param.device != OffloadDevice::kNone && out.stage != 3) {
+  read_offload(zero.map("offload_optimizer"), out.offload_optimizer);
+  read_offload(zero.map("offload_param"), out.offload_param);
+  // A stage that could not be read is not 0: the rules below would blame
+  // the default.
+  const bool stage_read = zero.read_ok("stage");
+  if (stage_read && out.offload_param.device != OffloadDevice::kNone && out.stage != 3) {
     zero.error("offload_param",
                fmt::format("offload_param needs ZeRO stage 3 (parameters are partitioned only "
                            "there); set {}.stage: 3 or remove offload_param",
                            zero.path()));
   }
-  if (out.offload_optimizer.device != OffloadDevice::kNone && out.stage == 0) {
+  if (stage_read && out.offload_optimizer.device != OffloadDevice::kNone && out.stage == 0) {
     zero.error(
         "offload_optimizer",
         fmt::format("offload_optimizer needs ZeRO stage 1, 2 or 3; set {}.stage", zero.path()));
@@ -228,7 +348,7 @@ void read_optimizer(MapReader optimizer, OptimizerSpec& out) {
   // DeepSpeed's "Adam" decouples weight decay (AdamW) unless adam_w_mode is false.
   params.boolean("adam_w_mode", out.decoupled_weight_decay);
   if (out.type == OptimizerType::kAdamW) {
-    if (!out.decoupled_weight_decay) {
+    if (!out.decoupled_weight_decay && optimizer.read_ok("type")) {
       params.error("adam_w_mode",
                    "AdamW always decouples weight decay; use type: Adam with "
                    "adam_w_mode: false for L2-coupled Adam");
@@ -242,6 +362,14 @@ void read_optimizer(MapReader optimizer, OptimizerSpec& out) {
 void read_scheduler(MapReader scheduler, SchedulerSpec& out) {
   read_enum(scheduler, "type", {"none", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"}, out.type);
   MapReader params = scheduler.map("params");
+  if (!scheduler.read_ok("type")) {
+    // Which params are valid depends on the type: without it, checking them
+    // would only add false "unknown key" errors to the one about the type.
+    for (const std::string& key : params.keys()) params.accept(key);
+    params.finish();
+    scheduler.finish();
+    return;
+  }
   params.integer("warmup_num_steps", out.warmup_num_steps, 0, kNoLimit);
   read_enum(params, "warmup_type", {"log", "linear"}, out.warmup_type);
   if (out.type == SchedulerType::kWarmupLR || out.type == SchedulerType::kWarmupDecayLR) {
@@ -254,7 +382,8 @@ void read_scheduler(MapReader scheduler, SchedulerSpec& out) {
       params.error("total_num_steps", scheduler.path() +
                                           " needs params.total_num_steps, the step where the "
                                           "decay ends");
-    } else if (out.warmup_num_steps > out.total_num_steps) {
+    } else if (params.read_ok("warmup_num_steps") && params.read_ok("total_num_steps") &&
+               out.warmup_num_steps > out.total_num_steps) {
       params.error("warmup_num_steps",
                    fmt::format("{}.warmup_num_steps {} is past total_num_steps {}", params.path(),
                                out.warmup_num_steps, out.total_num_steps));
@@ -277,7 +406,7 @@ void read_scheduler(MapReader scheduler, SchedulerSpec& out) {
 }
 
 void read_training(MapReader training, TrainingSpec& out, const ParallelismSpec& parallelism,
-                   const fs::path& spec_dir, JobKind kind) {
+                   JobKind kind) {
   training.optional_integer("train_batch_size", out.batch.train_batch_size, 1);
   training.optional_integer("train_micro_batch_size_per_gpu", out.batch.micro_batch_per_gpu, 1);
   training.optional_integer("gradient_accumulation_steps", out.batch.gradient_accumulation_steps,
@@ -300,7 +429,7 @@ void read_training(MapReader training, TrainingSpec& out, const ParallelismSpec&
   if (out.fp16.enabled && out.bf16) {
     training.error("bf16", "fp16.enabled and bf16.enabled are both true; choose one precision");
   }
-  read_zero(training.map("zero_optimization"), out.zero, spec_dir);
+  read_zero(training.map("zero_optimization"), out.zero);
   if (parallelism.pipeline > 1 && out.zero.stage >= 2) {
     training.error("zero_optimization",
                    fmt::format("ZeRO stage {} cannot be combined with pipeline parallelism "
@@ -313,22 +442,28 @@ void read_training(MapReader training, TrainingSpec& out, const ParallelismSpec&
   training.finish();
 }
 
-void read_parallelism(MapReader parallelism, ParallelismSpec& out, const ModelSpec& model) {
+// `read_ok` tells whether a model key ("hidden_size") was read without a
+// problem: a rule is checked only when all its inputs were.
+void read_parallelism(MapReader parallelism, ParallelismSpec& out, const ModelSpec& model,
+                      const std::function<bool(const char*)>& model_read_ok) {
   parallelism.integer("tensor", out.tensor, 1, kMaxParallel);
   parallelism.integer("pipeline", out.pipeline, 1, kMaxParallel);
   parallelism.finish();
-  if (model.num_attention_heads % out.tensor != 0) {
+  const bool tensor_read = parallelism.read_ok("tensor");
+  const bool pipeline_read = parallelism.read_ok("pipeline");
+  if (tensor_read && model_read_ok("num_attention_heads") &&
+      model.num_attention_heads % out.tensor != 0) {
     parallelism.error("tensor", fmt::format("model.num_attention_heads {} is not divisible by "
                                             "parallelism.tensor {}: each tensor rank needs "
                                             "whole heads",
                                             model.num_attention_heads, out.tensor));
   }
-  if (model.hidden_size % out.tensor != 0) {
+  if (tensor_read && model_read_ok("hidden_size") && model.hidden_size % out.tensor != 0) {
     parallelism.error("tensor",
                       fmt::format("model.hidden_size {} is not divisible by parallelism.tensor {}",
                                   model.hidden_size, out.tensor));
   }
-  if (model.num_layers % out.pipeline != 0) {
+  if (pipeline_read && model_read_ok("num_layers") && model.num_layers % out.pipeline != 0) {
     parallelism.error("pipeline",
                       fmt::format("model.num_layers {} is not divisible by parallelism.pipeline "
                                   "{}: every stage must hold the same number of layers",
@@ -344,16 +479,17 @@ void read_commbench(MapReader commbench, CommbenchSpec& out) {
   commbench.integer("max_bytes", out.max_bytes, 4, int64_t{1} << 34);
   commbench.integer("iterations", out.iterations, 1, 1'000'000);
   commbench.integer("warmup", out.warmup, 0, 1'000'000);
-  if (out.max_bytes < out.min_bytes) {
+  if (commbench.read_ok("min_bytes") && commbench.read_ok("max_bytes") &&
+      out.max_bytes < out.min_bytes) {
     commbench.error("max_bytes", fmt::format("commbench.max_bytes {} is below min_bytes {}",
                                              out.max_bytes, out.min_bytes));
   }
   commbench.finish();
 }
 
-void read_checkpoint(MapReader checkpoint, CheckpointSpec& out, const fs::path& spec_dir) {
+void read_checkpoint(MapReader checkpoint, CheckpointSpec& out) {
   checkpoint.string("dir", out.dir);
-  out.dir = resolve_path(out.dir, checkpoint.location_of("dir"), spec_dir);
+  out.dir = resolve_path(out.dir, checkpoint.location_of("dir"));
   checkpoint.integer("interval", out.interval, 0, kNoLimit);
   checkpoint.integer("keep", out.keep, 1, kNoLimit);
   checkpoint.finish();
@@ -363,13 +499,48 @@ void read_fault_tolerance(MapReader fault, FaultToleranceSpec& out) {
   fault.integer("max_restarts", out.max_restarts, 0, kNoLimit);
   fault.number("heartbeat_interval", out.heartbeat_interval_s, 0.01, kUnbounded);
   fault.number("heartbeat_timeout", out.heartbeat_timeout_s, 0.01, kUnbounded);
-  if (out.heartbeat_timeout_s <= out.heartbeat_interval_s) {
+  if (fault.read_ok("heartbeat_interval") && fault.read_ok("heartbeat_timeout") &&
+      out.heartbeat_timeout_s <= out.heartbeat_interval_s) {
     fault.error("heartbeat_timeout",
                 fmt::format("fault_tolerance.heartbeat_timeout ({}s) must be longer than "
                             "heartbeat_interval ({}s)",
                             out.heartbeat_timeout_s, out.heartbeat_interval_s));
   }
   fault.finish();
+}
+
+// Sets `path` in `node` to `value` when the spec gave that key.
+void write_back(YAML::Node node, const std::string& path, const std::string& value) {
+  std::stringstream parts(path);
+  std::string key;
+  std::vector<std::string> keys;
+  while (std::getline(parts, key, '.')) keys.push_back(key);
+  for (size_t i = 0; i + 1 < keys.size(); ++i) {
+    if (!node.IsMap() || !node[keys[i]].IsMap()) return;
+    node.reset(node[keys[i]]);
+  }
+  if (node.IsMap() && node[keys.back()].IsScalar()) node[keys.back()] = value;
+}
+
+// The spec as ranks receive it: the document after --set overrides and the
+// DeepSpeed merge, without `deepspeed_config` (already merged in), with the
+// job's name and every path made absolute, so it reads the same wherever it
+// is parsed.
+std::string resolved_document(const YAML::Node& root, const JobSpec& spec) {
+  YAML::Node resolved = YAML::Clone(root);
+  resolved.remove("deepspeed_config");
+  resolved["name"] = spec.name;
+  write_back(resolved, "cluster.hostfile", spec.cluster.hostfile);
+  write_back(resolved, "data.train", spec.data.train);
+  write_back(resolved, "data.valid", spec.data.valid);
+  write_back(resolved, "checkpoint.dir", spec.checkpoint.dir);
+  write_back(resolved, "training.zero_optimization.offload_optimizer.nvme_path",
+             spec.training.zero.offload_optimizer.nvme_path);
+  write_back(resolved, "training.zero_optimization.offload_param.nvme_path",
+             spec.training.zero.offload_param.nvme_path);
+  YAML::Emitter out;
+  out << resolved;
+  return std::string(out.c_str()) + "\n";
 }
 
 // The --set, --hostfile, --include and --exclude inputs, applied to the
@@ -389,6 +560,20 @@ void apply_command_line(YAML::Node& root, const LoadOptions& options, ReadContex
   };
   flag("--hostfile", "cluster.hostfile",
        options.hostfile.empty() ? "" : fs::absolute(options.hostfile).lexically_normal().string());
+  // A filter on the command line replaces the spec's filter, include and
+  // exclude alike: left beside a command-line --include, the spec's exclude
+  // would make the pair the error "include and exclude cannot be used
+  // together", which the user never wrote.
+  if ((!options.include.empty() || !options.exclude.empty()) && root.IsMap()) {
+    const YAML::Node& document = root;
+    YAML::Node cluster = document["cluster"];
+    if (cluster.IsDefined() && cluster.IsMap()) {
+      while (cluster.remove("include")) {
+      }
+      while (cluster.remove("exclude")) {
+      }
+    }
+  }
   flag("--include", "cluster.include", options.include);
   flag("--exclude", "cluster.exclude", options.exclude);
   for (const Override& override_value : overrides) {
@@ -415,7 +600,7 @@ YAML::Node node_at(const YAML::Node& node, const std::string& path) {
 }
 
 // Merges the DeepSpeed JSON config named by `deepspeed_config` under the
-// spec's training section.
+// spec's training section. Values taken from the JSON are located in it.
 void merge_deepspeed_config(YAML::Node& root, const std::string& json_path,
                             const Location& key_location, ReadContext& context) {
   DeepSpeedConfig config = load_deepspeed_config(json_path);
@@ -424,10 +609,8 @@ void merge_deepspeed_config(YAML::Node& root, const std::string& json_path,
         config.error_location.line > 0 ? config.error_location : key_location, config.error);
     return;
   }
-  for (const std::string& key : config.ignored) {
-    context.diagnostics().warning(
-        Location{json_path, 0, 0, ""},
-        fmt::format("DeepSpeed key '{}' has no effect in dslaunch and is ignored", key));
+  for (const Diagnostic& problem : config.problems) {
+    context.diagnostics().error(problem.location, problem.message);
   }
   std::vector<std::string> overridden;
   const YAML::Node spec_training = root["training"];
@@ -436,16 +619,91 @@ void merge_deepspeed_config(YAML::Node& root, const std::string& json_path,
   if (spec_training.IsDefined() && !spec_training.IsNull() && !spec_training.IsMap()) return;
   root["training"] = merge_training(
       config.training, spec_training,
-      [&](const std::string& path) {
-        context.set_origin("training." + path,
-                           Location{json_path, 0, 0, fmt::format("{} (key {})", json_path, path)});
-      },
+      [&](const std::string& path) { context.set_file("training." + path, json_path); },
       overridden);
   for (const std::string& path : overridden) {
     context.diagnostics().warning(
         context.location_of("training." + path, node_at(spec_training, path)),
         fmt::format("training.{} in the job spec overrides the value in {}", path, json_path));
   }
+}
+
+// DeepSpeed keys that dslaunch does not use are warnings wherever they
+// appear under training, in the JSON config or in the YAML itself: users
+// converting a DeepSpeed config to YAML bring the same keys, and refusing in
+// one place what is accepted in the other would only make them delete keys
+// by hand.
+std::optional<std::string> ignored_training_key(const std::string& path) {
+  constexpr std::string_view kTraining = "training.";
+  if (!path.starts_with(kTraining)) return std::nullopt;
+  const std::string_view key = std::string_view(path).substr(kTraining.size());
+  if (!is_ignored_deepspeed_key(key)) return std::nullopt;
+  return ignored_deepspeed_key_warning(key);
+}
+
+// Where a second YAML document starts: its '---' line when one precedes it
+// (with only blanks and comments between), else its first value.
+Location second_document(std::string_view text, const YAML::Mark& mark, const std::string& path) {
+  std::vector<std::string_view> lines;
+  for (size_t start = 0; start <= text.size();) {
+    const size_t end = std::min(text.find('\n', start), text.size());
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  for (int line = std::min<int>(mark.line, static_cast<int>(lines.size()) - 1); line >= 0; --line) {
+    const std::string_view content = lines[line];
+    if (content.starts_with("---")) return Location{path, line + 1, 1, ""};
+    const auto first = content.find_first_not_of(" \t\r");
+    const bool blank_or_comment = first == std::string_view::npos || content[first] == '#';
+    if (line < mark.line && !blank_or_comment && !content.starts_with("...")) break;
+  }
+  return Location{path, mark.line + 1, mark.column + 1, ""};
+}
+
+// The job spec's one YAML document; every problem in reading it is reported.
+std::optional<YAML::Node> read_document(std::string_view text, const std::string& path,
+                                        Diagnostics& diagnostics) {
+  std::vector<YAML::Node> documents;
+  try {
+    documents = YAML::LoadAll(std::string(text));
+  } catch (const YAML::Exception& e) {
+    diagnostics.error(Location{path, e.mark.line + 1, e.mark.column + 1, ""},
+                      "YAML syntax error: " + e.msg);
+    return std::nullopt;
+  }
+  // yaml-cpp's Load would return the first document and drop the rest
+  // without a word. A document holding nothing (a trailing '---') loses
+  // nothing, so only one with content is an error.
+  for (size_t i = 1; i < documents.size(); ++i) {
+    if (!documents[i].IsDefined() || documents[i].IsNull()) continue;
+    diagnostics.error(second_document(text, documents[i].Mark(), path),
+                      "a second YAML document starts here, and a job spec is one document; "
+                      "remove the '---' line to merge the two, or move this one to a file of "
+                      "its own");
+    break;
+  }
+  return documents.empty() ? YAML::Node() : documents.front();
+}
+
+bool valid_env_name(const std::string& name) {
+  return !name.empty() && !ascii_digit(name.front()) &&
+         std::all_of(name.begin(), name.end(), [](char c) { return ascii_alnum(c) || c == '_'; });
+}
+
+// Why `name` cannot be an environment variable's name, with the name it
+// probably should have been; "" when it is fine. POSIX shells and mpirun's
+// -x take only these names.
+std::string env_name_problem(const std::string& name) {
+  if (valid_env_name(name)) return "";
+  std::string fixed = name.substr(0, std::min(name.size(), kMaxNameLength));
+  for (char& c : fixed) {
+    if (!ascii_alnum(c)) c = '_';
+  }
+  if (fixed.empty() || ascii_digit(fixed.front())) fixed = "_" + fixed;
+  return fmt::format(
+      "env name {} is not a variable name: use letters, digits and '_', not "
+      "starting with a digit, such as '{}'",
+      shown(name), fixed);
 }
 
 }  // namespace
@@ -468,22 +726,18 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const Loa
   JobSpec spec;
   spec.spec_path = path;
   locations.set_fallback(Location{path, 0, 0, ""});
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(text));
-  } catch (const YAML::Exception& e) {
-    diagnostics.error(Location{path, e.mark.line + 1, e.mark.column + 1, ""},
-                      "YAML syntax error: " + e.msg);
-    return spec;
-  }
+  std::optional<YAML::Node> document = read_document(text, path, diagnostics);
+  if (!document) return spec;
+  YAML::Node root = *document;
   if (!root.IsDefined() || root.IsNull()) {
     diagnostics.error(Location{path, 0, 0, ""},
                       "the job spec is empty; see jobs/demo.yaml for a complete example");
     return spec;
   }
+  expand_merge_keys(root, path, diagnostics);
   ReadContext context(path, diagnostics, locations);
+  context.set_ignored_keys(ignored_training_key);
   apply_command_line(root, options, context);
-  const fs::path spec_dir = fs::path(path).parent_path();
 
   MapReader top(context, root, "");
   if (!root.IsMap()) return spec;
@@ -492,31 +746,34 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const Loa
   spec.kind = static_cast<JobKind>(kind);
   top.string("name", spec.name);
   if (spec.name.empty()) spec.name = fs::path(path).stem().string();
-  if (!std::regex_match(spec.name, std::regex("[A-Za-z0-9][A-Za-z0-9._-]*"))) {
-    top.error("name", fmt::format("name '{}' may hold only letters, digits, '.', '_' and '-' "
-                                  "(it names the job's folder)",
-                                  spec.name));
+  if (std::string problem = name_problem(spec.name); !problem.empty()) {
+    top.error("name", problem);
   }
   top.string("deepspeed_config", spec.deepspeed_config);
   if (!spec.deepspeed_config.empty()) {
     const Location where = top.location_of("deepspeed_config");
-    spec.deepspeed_config = resolve_path(spec.deepspeed_config, where, spec_dir);
+    spec.deepspeed_config = resolve_path(spec.deepspeed_config, where);
     merge_deepspeed_config(root, spec.deepspeed_config, where, context);
   }
-  read_cluster(top.map("cluster"), spec.cluster, spec_dir);
+  read_cluster(top.map("cluster"), spec.cluster);
   read_model(top.map("model"), spec.model);
-  read_parallelism(top.map("parallelism"), spec.parallelism, spec.model);
-  read_data(top.map("data"), spec.data, spec_dir, spec.kind);
-  read_training(top.map("training"), spec.training, spec.parallelism, spec_dir, spec.kind);
+  read_parallelism(top.map("parallelism"), spec.parallelism, spec.model,
+                   [&](const char* key) { return context.read_ok(std::string("model.") + key); });
+  read_data(top.map("data"), spec.data, path, spec.kind);
+  read_training(top.map("training"), spec.training, spec.parallelism, spec.kind);
   MapReader commbench = top.map("commbench");
   read_commbench(commbench, spec.commbench);
   if (spec.kind != JobKind::kCommbench && top.has("commbench")) {
     top.error("commbench", "the commbench section needs kind: commbench");
   }
-  read_checkpoint(top.map("checkpoint"), spec.checkpoint, spec_dir);
+  read_checkpoint(top.map("checkpoint"), spec.checkpoint);
   read_fault_tolerance(top.map("fault_tolerance"), spec.fault_tolerance);
-  top.string_map("env", spec.env);
+  top.string_map("env", spec.env, env_name_problem);
+  // Top-level keys starting with "x-" hold YAML anchors for the rest of the
+  // spec to merge or alias, as in docker-compose files; they are not read.
+  top.accept_prefix("x-");
   top.finish();
+  spec.resolved_yaml = resolved_document(root, spec);
   return spec;
 }
 

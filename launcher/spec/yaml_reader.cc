@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <initializer_list>
 #include <limits>
 
 #include <fmt/format.h>
@@ -14,28 +15,82 @@
 namespace dslaunch::spec {
 namespace {
 
+constexpr std::string_view kCoreTagPrefix = "tag:yaml.org,2002:";
+
+// An explicit tag as the user wrote it (`!!str`, `!custom`); "" for none.
+// yaml-cpp reports "?" for a plain scalar, "!" for a quoted one and "" for a
+// JSON null: none of those is a tag the user wrote.
+std::string explicit_tag(const YAML::Node& node) {
+  const std::string& tag = node.Tag();
+  if (tag.empty() || tag == "?" || tag == "!") return "";
+  if (tag.starts_with(kCoreTagPrefix)) return "!!" + tag.substr(kCoreTagPrefix.size());
+  return tag;
+}
+
 std::string node_kind(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Map:
       return "a mapping";
     case YAML::NodeType::Sequence:
       return "a list";
-    case YAML::NodeType::Scalar:
-      return "'" + node.Scalar() + "'";
+    case YAML::NodeType::Scalar: {
+      const std::string tag = explicit_tag(node);
+      return (tag.empty() ? "" : tag + " ") + "'" + node.Scalar() + "'";
+    }
     default:
       return "nothing";
   }
 }
 
+// Whether the scalar's tag lets it be read as one of the YAML core types in
+// `types` ("int", "float", "bool"): no explicit tag, or one of those. A
+// `!!str 4` is the string "4", as YAML says, and not an integer.
+bool tag_allows(const YAML::Node& node, std::initializer_list<std::string_view> types) {
+  const std::string tag = explicit_tag(node);
+  if (tag.empty()) return true;
+  for (const std::string_view type : types) {
+    if (tag == "!!" + std::string(type)) return true;
+  }
+  return false;
+}
+
+// A decimal number as YAML and JSON write it: an optional sign, digits with
+// at most one '.', and an optional exponent. strtod alone would also take
+// leading blanks, hex (0x10, 0x1p4), "inf" and "nan".
+bool decimal_syntax(std::string_view text) {
+  size_t i = 0;
+  if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+  size_t digits = 0;
+  bool point = false;
+  for (; i < text.size(); ++i) {
+    if (text[i] >= '0' && text[i] <= '9') {
+      ++digits;
+    } else if (text[i] == '.' && !point) {
+      point = true;
+    } else {
+      break;
+    }
+  }
+  if (digits == 0) return false;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    const size_t exponent_start = i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+    if (i == exponent_start) return false;
+  }
+  return i == text.size();
+}
+
 std::optional<int64_t> parse_integer(const std::string& text) {
-  int64_t value = 0;
+  if (!decimal_syntax(text)) return std::nullopt;
+  const char* begin = text.data() + (text.front() == '+' ? 1 : 0);
   const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  int64_t value = 0;
+  const auto [ptr, ec] = std::from_chars(begin, end, value);
   if (ec == std::errc() && ptr == end) return value;
   // DeepSpeed configs write sizes as floats ("reduce_bucket_size": 5e8).
-  char* parsed_end = nullptr;
-  const double as_double = std::strtod(text.c_str(), &parsed_end);
-  if (text.empty() || parsed_end != text.c_str() + text.size()) return std::nullopt;
+  const double as_double = std::strtod(text.c_str(), nullptr);
   if (!std::isfinite(as_double) || as_double != std::floor(as_double) ||
       std::fabs(as_double) > 9.0e18) {
     return std::nullopt;
@@ -44,24 +99,39 @@ std::optional<int64_t> parse_integer(const std::string& text) {
 }
 
 std::optional<double> parse_number(const std::string& text) {
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value)) {
-    return std::nullopt;
-  }
+  if (!decimal_syntax(text)) return std::nullopt;
+  const double value = std::strtod(text.c_str(), nullptr);
+  if (!std::isfinite(value)) return std::nullopt;
   return value;
+}
+
+std::optional<int64_t> integer_in(const YAML::Node& node) {
+  if (!node.IsScalar() || !tag_allows(node, {"int", "float"})) return std::nullopt;
+  return parse_integer(node.Scalar());
+}
+
+std::optional<double> number_in(const YAML::Node& node) {
+  if (!node.IsScalar() || !tag_allows(node, {"int", "float"})) return std::nullopt;
+  return parse_number(node.Scalar());
 }
 
 // Hugging Face's DeepSpeed integration writes "auto" for values its Trainer
 // fills in; dslaunch has no such trainer, so say so rather than "not a number".
-std::string bad_value_message(std::string_view path, const std::string& text,
+std::string bad_value_message(std::string_view path, const YAML::Node& value,
                               std::string_view expected) {
-  if (strcasecmp(text.c_str(), "auto") == 0) {
+  if (value.IsScalar() && explicit_tag(value).empty() &&
+      strcasecmp(value.Scalar().c_str(), "auto") == 0) {
     return fmt::format(
         "{} is 'auto', which the Hugging Face Trainer fills in; give dslaunch {} instead", path,
         expected);
   }
-  return fmt::format("{} must be {}, got '{}'", path, expected, text);
+  return fmt::format("{} must be {}, got {}", path, expected, node_kind(value));
+}
+
+// "a.b[2].c" -> "a.b[2]" -> "a.b" -> "a" -> "".
+std::string parent_path(const std::string& path) {
+  const auto cut = path.find_last_of(".[");
+  return cut == std::string::npos ? std::string() : path.substr(0, cut);
 }
 
 std::string format_number(double value) { return fmt::format("{:g}", value); }
@@ -75,22 +145,36 @@ void ReadContext::set_origin(const std::string& path, Location origin) {
   origins_[path] = std::move(origin);
 }
 
+void ReadContext::set_file(const std::string& path, std::string file) {
+  files_[path] = std::move(file);
+}
+
 Location ReadContext::location_of(const std::string& path, const YAML::Node& node) const {
-  std::string key = path;
-  while (!key.empty()) {
-    if (auto it = origins_.find(key); it != origins_.end()) return it->second;
-    // The parents of "cluster.hosts[1].slots" are "cluster.hosts[1]",
-    // "cluster.hosts" (a list set by --set) and "cluster".
-    const auto cut = key.find_last_of(".[");
-    key.resize(cut == std::string::npos ? 0 : cut);
-  }
   Location where;
   where.file = file_;
+  for (std::string key = path; !key.empty(); key = parent_path(key)) {
+    if (auto it = origins_.find(key); it != origins_.end()) return it->second;
+    if (auto it = files_.find(key); it != files_.end()) {
+      where.file = it->second;
+      break;
+    }
+  }
   if (node.IsDefined() && !node.Mark().is_null()) {
     where.line = node.Mark().line + 1;
     where.column = node.Mark().column + 1;
   }
   return where;
+}
+
+std::optional<std::string> ReadContext::ignored_key_warning(const std::string& path) const {
+  return ignored_keys_ ? ignored_keys_(path) : std::nullopt;
+}
+
+bool ReadContext::read_ok(const std::string& path) const {
+  for (std::string key = path; !key.empty(); key = parent_path(key)) {
+    if (failed_.count(key) > 0) return false;
+  }
+  return true;
 }
 
 MapReader::MapReader(ReadContext& context, YAML::Node node, std::string path)
@@ -99,6 +183,7 @@ MapReader::MapReader(ReadContext& context, YAML::Node node, std::string path)
     context_.diagnostics().error(
         location(), fmt::format("{} must be a mapping of keys to values, got {}",
                                 path_.empty() ? "the job spec" : path_, node_kind(node_)));
+    context_.mark_failed(path_);
     node_ = YAML::Node();
   }
 }
@@ -118,6 +203,13 @@ void MapReader::error(std::string_view key, std::string message) {
   context_.diagnostics().error(location_of(key), std::move(message));
 }
 
+void MapReader::fail(std::string_view key, std::string message) {
+  error(key, std::move(message));
+  context_.mark_failed(child_path(key));
+}
+
+bool MapReader::read_ok(std::string_view key) const { return context_.read_ok(child_path(key)); }
+
 YAML::Node MapReader::lookup(std::string_view key) const {
   if (!node_.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
   for (const auto& entry : node_) {
@@ -133,6 +225,15 @@ bool MapReader::has(std::string_view key) const {
 
 void MapReader::accept(std::string_view key) { declared_.emplace_back(key); }
 
+std::vector<std::string> MapReader::keys() const {
+  std::vector<std::string> out;
+  if (!node_.IsMap()) return out;
+  for (const auto& entry : node_) {
+    if (entry.first.IsScalar()) out.push_back(entry.first.Scalar());
+  }
+  return out;
+}
+
 std::optional<std::string> MapReader::scalar(std::string_view key, std::string_view expected) {
   accept(key);
   const YAML::Node value = lookup(key);
@@ -140,23 +241,23 @@ std::optional<std::string> MapReader::scalar(std::string_view key, std::string_v
   const std::string path = child_path(key);
   context_.locations().set(path, context_.location_of(path, value));
   if (!value.IsScalar()) {
-    error(key, fmt::format("{} must be {}, got {}", path, expected, node_kind(value)));
+    fail(key, fmt::format("{} must be {}, got {}", path, expected, node_kind(value)));
     return std::nullopt;
   }
   return value.Scalar();
 }
 
 void MapReader::integer(std::string_view key, int64_t& out, int64_t min, int64_t max) {
-  const auto text = scalar(key, "an integer");
-  if (!text) return;
-  const auto value = parse_integer(*text);
+  if (!scalar(key, "an integer")) return;
+  const YAML::Node node = lookup(key);
+  const auto value = integer_in(node);
   if (!value) {
-    error(key, bad_value_message(child_path(key), *text, "an integer"));
+    fail(key, bad_value_message(child_path(key), node, "an integer"));
   } else if (*value < min || *value > max) {
-    error(key, max == std::numeric_limits<int64_t>::max()
-                   ? fmt::format("{} must be at least {}, got {}", child_path(key), min, *value)
-                   : fmt::format("{} must be between {} and {}, got {}", child_path(key), min, max,
-                                 *value));
+    fail(key, max == std::numeric_limits<int64_t>::max()
+                  ? fmt::format("{} must be at least {}, got {}", child_path(key), min, *value)
+                  : fmt::format("{} must be between {} and {}, got {}", child_path(key), min, max,
+                                *value));
   } else {
     out = *value;
   }
@@ -187,26 +288,27 @@ void MapReader::optional_integer(std::string_view key, std::optional<int64_t>& o
 void MapReader::number(std::string_view key, double& out, double min, double max) {
   const auto text = scalar(key, "a number");
   if (!text) return;
-  const auto value = parse_number(*text);
+  const YAML::Node node = lookup(key);
+  const auto value = number_in(node);
   if (!value) {
-    error(key, bad_value_message(child_path(key), *text, "a number"));
+    fail(key, bad_value_message(child_path(key), node, "a number"));
   } else if (*value < min || *value > max) {
-    error(key, max == std::numeric_limits<double>::max()
-                   ? fmt::format("{} must be at least {}, got {}", child_path(key),
-                                 format_number(min), *text)
-                   : fmt::format("{} must be between {} and {}, got {}", child_path(key),
-                                 format_number(min), format_number(max), *text));
+    fail(key, max == std::numeric_limits<double>::max()
+                  ? fmt::format("{} must be at least {}, got {}", child_path(key),
+                                format_number(min), *text)
+                  : fmt::format("{} must be between {} and {}, got {}", child_path(key),
+                                format_number(min), format_number(max), *text));
   } else {
     out = *value;
   }
 }
 
 void MapReader::boolean(std::string_view key, bool& out) {
-  const auto text = scalar(key, "true or false");
-  if (!text) return;
+  if (!scalar(key, "true or false")) return;
+  const YAML::Node node = lookup(key);
   bool value = false;
-  if (!YAML::convert<bool>::decode(lookup(key), value)) {
-    error(key, bad_value_message(child_path(key), *text, "true or false"));
+  if (!tag_allows(node, {"bool"}) || !YAML::convert<bool>::decode(node, value)) {
+    fail(key, bad_value_message(child_path(key), node, "true or false"));
     return;
   }
   out = value;
@@ -226,9 +328,9 @@ void MapReader::choice(std::string_view key, const std::vector<std::string>& cho
     }
   }
   const std::string suggestion = nearest_key(*text, choices);
-  error(key,
-        fmt::format("{} must be one of {}, got '{}'{}", child_path(key), fmt::join(choices, ", "),
-                    *text, suggestion.empty() ? "" : "; did you mean '" + suggestion + "'?"));
+  fail(key,
+       fmt::format("{} must be one of {}, got '{}'{}", child_path(key), fmt::join(choices, ", "),
+                   *text, suggestion.empty() ? "" : "; did you mean '" + suggestion + "'?"));
 }
 
 void MapReader::number_list(std::string_view key, std::vector<double>& out) {
@@ -238,18 +340,18 @@ void MapReader::number_list(std::string_view key, std::vector<double>& out) {
   const std::string path = child_path(key);
   context_.locations().set(path, context_.location_of(path, value));
   if (value.IsScalar()) {
-    error(key, bad_value_message(path, value.Scalar(), "a list of numbers"));
+    fail(key, bad_value_message(path, value, "a list of numbers"));
     return;
   }
   if (!value.IsSequence()) {
-    error(key, fmt::format("{} must be a list of numbers, got {}", path, node_kind(value)));
+    fail(key, fmt::format("{} must be a list of numbers, got {}", path, node_kind(value)));
     return;
   }
   std::vector<double> numbers;
   for (const YAML::Node& item : value) {
-    const auto number = item.IsScalar() ? parse_number(item.Scalar()) : std::nullopt;
+    const auto number = number_in(item);
     if (!number) {
-      error(key, fmt::format("{} must be a list of numbers, got {}", path, node_kind(item)));
+      fail(key, fmt::format("{} must be a list of numbers, got {}", path, node_kind(item)));
       return;
     }
     numbers.push_back(*number);
@@ -266,7 +368,7 @@ void MapReader::choice_list(std::string_view key, const std::vector<std::string>
   context_.locations().set(path, context_.location_of(path, value));
   const std::string expected = fmt::format("a list of {}", fmt::join(choices, ", "));
   if (!value.IsSequence() || value.size() == 0) {
-    error(key, fmt::format("{} must be {}, got {}", path, expected, node_kind(value)));
+    fail(key, fmt::format("{} must be {}, got {}", path, expected, node_kind(value)));
     return;
   }
   std::vector<std::string> items;
@@ -280,12 +382,12 @@ void MapReader::choice_list(std::string_view key, const std::vector<std::string>
     if (match == choices.end()) {
       const std::string suggestion =
           item.IsScalar() ? nearest_key(item.Scalar(), choices) : std::string();
-      error(key, fmt::format("{} must be {}, got {}{}", path, expected, node_kind(item),
-                             suggestion.empty() ? "" : "; did you mean '" + suggestion + "'?"));
+      fail(key, fmt::format("{} must be {}, got {}{}", path, expected, node_kind(item),
+                            suggestion.empty() ? "" : "; did you mean '" + suggestion + "'?"));
       return;
     }
     if (std::find(items.begin(), items.end(), *match) != items.end()) {
-      error(key, fmt::format("{} lists '{}' twice", path, *match));
+      fail(key, fmt::format("{} lists '{}' twice", path, *match));
       return;
     }
     items.push_back(*match);
@@ -301,20 +403,20 @@ void MapReader::integer_lists(std::string_view key, std::vector<std::vector<int>
   context_.locations().set(path, context_.location_of(path, value));
   const std::string expected = fmt::format("a list of lists of integers >= {}", min);
   if (!value.IsSequence()) {
-    error(key, fmt::format("{} must be {}, got {}", path, expected, node_kind(value)));
+    fail(key, fmt::format("{} must be {}, got {}", path, expected, node_kind(value)));
     return;
   }
   std::vector<std::vector<int>> lists;
   for (const YAML::Node& inner : value) {
     if (!inner.IsSequence()) {
-      error(key, fmt::format("{} must be {}, got {}", path, expected, node_kind(inner)));
+      fail(key, fmt::format("{} must be {}, got {}", path, expected, node_kind(inner)));
       return;
     }
     std::vector<int> numbers;
     for (const YAML::Node& item : inner) {
-      const auto number = item.IsScalar() ? parse_integer(item.Scalar()) : std::nullopt;
+      const auto number = integer_in(item);
       if (!number || *number < min || *number > std::numeric_limits<int>::max()) {
-        error(key, fmt::format("{} must be {}, got {}", path, expected, node_kind(item)));
+        fail(key, fmt::format("{} must be {}, got {}", path, expected, node_kind(item)));
         return;
       }
       numbers.push_back(static_cast<int>(*number));
@@ -324,27 +426,48 @@ void MapReader::integer_lists(std::string_view key, std::vector<std::vector<int>
   out = lists;
 }
 
-void MapReader::string_map(std::string_view key, std::map<std::string, std::string>& out) {
+void MapReader::string_map(
+    std::string_view key, std::map<std::string, std::string>& out,
+    const std::function<std::string(const std::string& name)>& name_problem) {
   accept(key);
   const YAML::Node value = lookup(key);
   if (!value.IsDefined() || value.IsNull()) return;
   const std::string path = child_path(key);
   context_.locations().set(path, context_.location_of(path, value));
   if (!value.IsMap()) {
-    error(key,
-          fmt::format("{} must be a mapping of names to values, got {}", path, node_kind(value)));
+    fail(key,
+         fmt::format("{} must be a mapping of names to values, got {}", path, node_kind(value)));
     return;
   }
+  std::map<std::string, Location> seen;
   for (const auto& entry : value) {
-    if (!entry.first.IsScalar() || !entry.second.IsScalar()) {
-      context_.diagnostics().error(
-          context_.location_of(path, entry.first),
-          fmt::format("{} must map names to single values; '{}' maps to {}", path,
-                      entry.first.IsScalar() ? entry.first.Scalar() : "?",
-                      node_kind(entry.second)));
+    const std::string name = entry.first.IsScalar() ? entry.first.Scalar() : "?";
+    // Each name's own path, so that a --set of one name is located at its
+    // --set text.
+    const std::string name_path = path + "." + name;
+    const Location where = context_.location_of(name_path, entry.first);
+    const auto report = [&](std::string message) {
+      context_.diagnostics().error(where, std::move(message));
+      context_.mark_failed(name_path);
+    };
+    if (auto first = seen.find(name); first != seen.end()) {
+      report(fmt::format("{} is given twice (first at {}); keep one", name_path,
+                         first->second.to_string()));
       continue;
     }
-    out[entry.first.Scalar()] = entry.second.Scalar();
+    seen.emplace(name, where);
+    if (!entry.first.IsScalar() || !entry.second.IsScalar()) {
+      report(fmt::format("{} must map names to single values; '{}' maps to {}", path, name,
+                         node_kind(entry.second)));
+      continue;
+    }
+    if (name_problem) {
+      if (std::string problem = name_problem(name); !problem.empty()) {
+        report(std::move(problem));
+        continue;
+      }
+    }
+    out[name] = entry.second.Scalar();
   }
 }
 
@@ -366,7 +489,7 @@ std::vector<MapReader> MapReader::map_list(std::string_view key) {
   const std::string path = child_path(key);
   context_.locations().set(path, context_.location_of(path, value));
   if (!value.IsSequence()) {
-    error(key, fmt::format("{} must be a list of mappings, got {}", path, node_kind(value)));
+    fail(key, fmt::format("{} must be a list of mappings, got {}", path, node_kind(value)));
     return items;
   }
   for (size_t i = 0; i < value.size(); ++i) {
@@ -376,6 +499,7 @@ std::vector<MapReader> MapReader::map_list(std::string_view key) {
       context_.diagnostics().error(
           context_.location_of(item_path, item),
           fmt::format("{} must be a mapping, got {}", item_path, node_kind(item)));
+      context_.mark_failed(item_path);
       continue;
     }
     items.emplace_back(context_, item, item_path);
@@ -397,6 +521,14 @@ void MapReader::finish() {
     }
     seen.emplace(key, where);
     if (std::find(declared_.begin(), declared_.end(), key) != declared_.end()) continue;
+    if (std::any_of(accepted_prefixes_.begin(), accepted_prefixes_.end(),
+                    [&](const std::string& prefix) { return key.starts_with(prefix); })) {
+      continue;
+    }
+    if (std::optional<std::string> warning = context_.ignored_key_warning(path)) {
+      context_.diagnostics().warning(where, std::move(*warning));
+      continue;
+    }
     const std::string suggestion = nearest_key(key, declared_);
     const std::string section = path_.empty() ? "the job spec" : path_;
     context_.diagnostics().error(

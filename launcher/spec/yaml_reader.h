@@ -1,8 +1,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,12 +21,33 @@ class ReadContext {
  public:
   ReadContext(std::string file, Diagnostics& diagnostics, SourceMap& locations);
 
-  // Values at or under `path` came from somewhere other than the spec file
-  // (a --set override, the DeepSpeed JSON config).
+  // Values at or under `path` came from the command line (a --set override,
+  // --include, ...): they are located at `origin`, not in a file.
   void set_origin(const std::string& path, Location origin);
 
-  // Where the value at `path` (held in `node`) came from.
+  // Values at or under `path` were read from `file` (the DeepSpeed JSON
+  // config) rather than from the spec: their YAML marks are positions there.
+  void set_file(const std::string& path, std::string file);
+
+  // Where the value at `path` (held in `node`) came from: the nearest
+  // origin or file set for `path` or a parent ("a.b[2].c" has the parents
+  // "a.b[2]", "a.b" and "a"), else the spec file at the node's mark.
   Location location_of(const std::string& path, const YAML::Node& node) const;
+
+  // Keys MapReader::finish() accepts with a warning instead of reporting
+  // them unknown: `warning` returns the message for a full key path, or
+  // nullopt for a key that is really unknown.
+  using IgnoredKeys = std::function<std::optional<std::string>(const std::string& path)>;
+  void set_ignored_keys(IgnoredKeys warning) { ignored_keys_ = std::move(warning); }
+  std::optional<std::string> ignored_key_warning(const std::string& path) const;
+
+  // Records that the value at `path` was present but could not be read (wrong
+  // type, out of range, ...), so its default stands in. Checks that combine
+  // several keys skip themselves when one of their inputs failed, rather than
+  // report a second, false problem computed from a default.
+  void mark_failed(const std::string& path) { failed_.insert(path); }
+  // False when the value at `path`, or a mapping above it, failed to read.
+  bool read_ok(const std::string& path) const;
 
   Diagnostics& diagnostics() { return diagnostics_; }
   SourceMap& locations() { return locations_; }
@@ -35,6 +58,9 @@ class ReadContext {
   Diagnostics& diagnostics_;
   SourceMap& locations_;
   std::map<std::string, Location> origins_;
+  std::map<std::string, std::string> files_;
+  IgnoredKeys ignored_keys_;
+  std::set<std::string> failed_;
 };
 
 // Reads the keys of one YAML mapping into typed values, reporting every
@@ -44,7 +70,15 @@ class ReadContext {
 //
 // Every getter declares its key valid whether or not it is present, and
 // leaves `out` unchanged when the key is absent, null or wrong, so the
-// struct's defaults stand. A node that is absent is an empty mapping.
+// struct's defaults stand; a wrong value is also recorded (read_ok() turns
+// false). A node that is absent is an empty mapping.
+//
+// Scalars: numbers are decimal only (`16`, `-2`, `0.5`, `5e8`; no hex, no
+// blanks, no `.inf`), and an integer may be written as a whole float (`5e8`),
+// as DeepSpeed configs do. A value tagged `!!str` is a string and never a
+// number or a boolean. A quoted number ("16") is accepted as a number: YAML
+// users quote by habit, JSON configs quote what they please, and nothing is
+// ambiguous about what "16" means for a key that takes an integer.
 class MapReader {
  public:
   MapReader(ReadContext& context, YAML::Node node, std::string path);
@@ -66,7 +100,11 @@ class MapReader {
   void choice_list(std::string_view key, const std::vector<std::string>& choices,
                    std::vector<std::string>& out);
   void integer_lists(std::string_view key, std::vector<std::vector<int>>& out, int min);
-  void string_map(std::string_view key, std::map<std::string, std::string>& out);
+  // A mapping of names to single values. A name given twice is an error that
+  // names the first; `name_problem`, when given, returns why a name is
+  // refused ("" when it is fine), and refused names are left out of `out`.
+  void string_map(std::string_view key, std::map<std::string, std::string>& out,
+                  const std::function<std::string(const std::string& name)>& name_problem = {});
 
   // The mapping under `key` (an empty one when absent; an error when the
   // value is not a mapping).
@@ -77,8 +115,19 @@ class MapReader {
 
   // Declares keys this reader accepts but another part of the program reads.
   void accept(std::string_view key);
+  // Accepts every key that starts with `prefix`, silently; such keys are not
+  // offered as suggestions for unknown ones.
+  void accept_prefix(std::string_view prefix) { accepted_prefixes_.emplace_back(prefix); }
 
-  // Reports unknown and duplicate keys. Call once, after all getters.
+  // The scalar keys of the mapping, in document order (duplicates included).
+  std::vector<std::string> keys() const;
+
+  // Whether the value under `key` was read without a problem (true when it
+  // is absent): see ReadContext::mark_failed.
+  bool read_ok(std::string_view key) const;
+
+  // Reports unknown and duplicate keys; keys the context ignores get a
+  // warning instead. Call once, after all getters.
   void finish();
 
   const std::string& path() const { return path_; }
@@ -92,11 +141,14 @@ class MapReader {
   // the last reported as an error).
   std::optional<std::string> scalar(std::string_view key, std::string_view expected);
   YAML::Node lookup(std::string_view key) const;
+  // Reports a value under `key` that could not be read, and records it.
+  void fail(std::string_view key, std::string message);
 
   ReadContext& context_;
   YAML::Node node_;
   std::string path_;
   std::vector<std::string> declared_;
+  std::vector<std::string> accepted_prefixes_;
 };
 
 }  // namespace dslaunch::spec

@@ -22,6 +22,10 @@ using testing::SpecFolder;
 constexpr const char* kDsConfig = "tests/launcher/spec/testdata/ds_config.json";
 // Hugging Face Trainer's ZeRO-3 template, full of "auto".
 constexpr const char* kHfConfig = "tests/launcher/spec/testdata/hf_auto_ds_config.json";
+// The ZeRO-2 and ZeRO-3 configs of Hugging Face transformers'
+// tests/deepspeed/, as they are there.
+constexpr const char* kHfZero2 = "tests/launcher/spec/testdata/hf_ds_config_zero2.json";
+constexpr const char* kHfZero3 = "tests/launcher/spec/testdata/hf_ds_config_zero3.json";
 
 // Relative paths in a spec are relative to the spec's folder, so specs
 // written under $TEST_TMPDIR name the test data by absolute path.
@@ -37,23 +41,26 @@ LoadOptions sets(std::vector<std::string> overrides) {
 
 // --- load_deepspeed_config and merge_training -------------------------------------
 
-TEST_CASE(
-    "a DeepSpeed config becomes a training mapping, numbers spelled as DeepSpeed reads them") {
+TEST_CASE("a DeepSpeed config becomes a training mapping that keeps each value's line and column") {
   const DeepSpeedConfig config = load_deepspeed_config(kDsConfig);
   INFO(config.error);
   REQUIRE(config.error.empty());
+  CHECK(config.problems.empty());
   const YAML::Node& training = config.training;
   REQUIRE(training.IsMap());
+  // Values as the JSON spells them; the training checks read 5e8 as an integer.
   CHECK(training["train_batch_size"].Scalar() == "256");
-  CHECK(training["gradient_clipping"].Scalar() == "1");
+  CHECK(training["gradient_clipping"].Scalar() == "1.0");
   CHECK(training["fp16"]["enabled"].Scalar() == "true");
-  CHECK(training["zero_optimization"]["reduce_bucket_size"].Scalar() == "500000000");
-  CHECK(training["optimizer"]["params"]["lr"].Scalar() == "0.0003");
+  CHECK(training["zero_optimization"]["reduce_bucket_size"].Scalar() == "5e8");
+  CHECK(training["optimizer"]["params"]["lr"].Scalar() == "3e-4");
   REQUIRE(training["optimizer"]["params"]["betas"].IsSequence());
   CHECK(training["optimizer"]["params"]["betas"][0].Scalar() == "0.8");
-  // Monitoring keys are listed, not passed on to the training checks.
-  CHECK(config.ignored == std::vector<std::string>{"steps_per_print", "wall_clock_breakdown"});
-  CHECK_FALSE(training["steps_per_print"].IsDefined());
+  // 0-based, as yaml-cpp counts: line 19, column 27 in an editor.
+  CHECK(training["zero_optimization"]["reduce_bucket_size"].Mark().line == 18);
+  CHECK(training["zero_optimization"]["reduce_bucket_size"].Mark().column == 26);
+  // Monitoring keys stay, for the training checks to warn about.
+  CHECK(training["steps_per_print"].Scalar() == "100");
 }
 
 TEST_CASE("invalid JSON is located at the line and column of the syntax error") {
@@ -210,7 +217,7 @@ training:
   CHECK(stage.location.line == 7);
 }
 
-TEST_CASE("DeepSpeed monitoring keys are ignored with a warning naming the JSON file") {
+TEST_CASE("DeepSpeed monitoring keys are ignored with a warning at their line in the JSON file") {
   SpecFolder folder;
   const std::string json = absolute(kDsConfig);
   const Loaded loaded =
@@ -218,12 +225,12 @@ TEST_CASE("DeepSpeed monitoring keys are ignored with a warning naming the JSON 
   CHECK_FALSE(loaded.diagnostics.has_errors());
   CHECK(loaded.diagnostics.warnings() ==
         std::vector<std::string>{
-            json + ": DeepSpeed key 'steps_per_print' has no effect in dslaunch and is ignored",
-            json + ": DeepSpeed key 'wall_clock_breakdown' has no effect in dslaunch and is "
+            json + ":6:3: DeepSpeed key 'steps_per_print' has no effect in dslaunch and is ignored",
+            json + ":7:3: DeepSpeed key 'wall_clock_breakdown' has no effect in dslaunch and is "
                    "ignored"});
 }
 
-TEST_CASE("a typo or a bad value in the JSON is an error whose location names the JSON file") {
+TEST_CASE("a typo or a bad value in the JSON is an error at its line and column in the JSON file") {
   SpecFolder folder;
   const std::string json = folder.write("ds.json", R"({
   "trian_batch_size": 32,
@@ -235,15 +242,24 @@ TEST_CASE("a typo or a bad value in the JSON is an error whose location names th
   const Diagnostic& typo = loaded.only("trian_batch_size");
   CHECK(typo.message ==
         "unknown key 'trian_batch_size' in training; did you mean 'train_batch_size'?");
-  CHECK(typo.location.file == json);
-  CHECK(typo.location.to_string() == json + " (key trian_batch_size)");
+  CHECK(typo.location.to_string() == json + ":2:3");
   const Diagnostic& nested = loaded.only("contiguos_gradients");
   CHECK(nested.message ==
         "unknown key 'contiguos_gradients' in training.zero_optimization; did you mean "
         "'contiguous_gradients'?");
-  CHECK(nested.location.file == json);
+  CHECK(nested.location.to_string() == json + ":3:37");
   const Diagnostic& stage = loaded.only("stage must be between 0 and 3");
-  CHECK(stage.location.to_string() == json + " (key zero_optimization)");
+  CHECK(stage.location.to_string() == json + ":3:34");
+  // Sorted with the JSON file's lines, not first as command-line problems are.
+  CHECK(loaded.diagnostics.format() ==
+        json +
+            ":2:3: error: unknown key 'trian_batch_size' in training; did you mean "
+            "'train_batch_size'?\n" +
+            json +
+            ":3:34: error: training.zero_optimization.stage must be between 0 and 3, got 4\n" +
+            json +
+            ":3:37: error: unknown key 'contiguos_gradients' in "
+            "training.zero_optimization; did you mean 'contiguous_gradients'?\n");
 }
 
 TEST_CASE("invalid JSON in deepspeed_config is reported at file:line:col") {
@@ -340,6 +356,190 @@ TEST_CASE("a deepspeed_config given with --set is relative to the working direct
   CHECK(loaded.spec.deepspeed_config == kDsConfig);
   CHECK(loaded.spec.training.batch.train_batch_size == 256);
   CHECK(loaded.spec.training.zero.stage == 2);
+}
+
+// --- DeepSpeed keys dslaunch ignores -----------------------------------------------
+
+TEST_CASE("Hugging Face's ZeRO-2 config loads: its DeepSpeed-only keys are warnings") {
+  SpecFolder folder;
+  const std::string json = absolute(kHfZero2);
+  const Loaded loaded =
+      folder.load("deepspeed_config: " + json + "\ndata: {train: demo}\ntraining: {steps: 1}\n");
+  INFO(loaded.diagnostics.format());
+  CHECK(loaded.diagnostics.warnings() ==
+        std::vector<std::string>{
+            json + ":36:9: DeepSpeed key 'zero_optimization.allgather_partitions' has no effect in "
+                   "dslaunch and is ignored",
+            json + ":39:9: DeepSpeed key 'zero_optimization.reduce_scatter' has no effect in "
+                   "dslaunch and is ignored",
+            json + ":46:5: DeepSpeed key 'steps_per_print' has no effect in dslaunch and is "
+                   "ignored",
+            json + ":49:5: DeepSpeed key 'wall_clock_breakdown' has no effect in dslaunch and is "
+                   "ignored"});
+  // Only the "auto" values are errors, each at its line.
+  const std::vector<Diagnostic> errors = loaded.errors();
+  CHECK(errors.size() == 12);
+  for (const Diagnostic& error : errors) {
+    INFO(error.message);
+    CHECK(error.message.find("is 'auto', which the Hugging Face Trainer fills in") !=
+          std::string::npos);
+    CHECK(error.location.file == json);
+    CHECK(error.location.line > 0);
+  }
+  CHECK(loaded.only("training.fp16.enabled is 'auto'").location.to_string() == json + ":3:20");
+  CHECK(loaded.spec.training.zero.stage == 2);
+  CHECK(loaded.spec.training.zero.allgather_bucket_size == 200'000'000);
+  CHECK(loaded.spec.training.zero.offload_optimizer.device == OffloadDevice::kCpu);
+}
+
+TEST_CASE("Hugging Face's ZeRO-3 config loads: its DeepSpeed-only keys are warnings") {
+  SpecFolder folder;
+  const std::string json = absolute(kHfZero3);
+  const Loaded loaded =
+      folder.load("deepspeed_config: " + json + "\ndata: {train: demo}\ntraining: {steps: 1}\n");
+  INFO(loaded.diagnostics.format());
+  const std::string ignored = " has no effect in dslaunch and is ignored";
+  CHECK(loaded.diagnostics.warnings() ==
+        std::vector<std::string>{
+            json + ":42:9: DeepSpeed key 'zero_optimization.sub_group_size'" + ignored,
+            json + ":47:9: DeepSpeed key 'zero_optimization.stage3_max_reuse_distance'" + ignored,
+            json +
+                ":48:9: DeepSpeed key "
+                "'zero_optimization.stage3_gather_fp16_weights_on_model_save'" +
+                ignored,
+            json + ":53:5: DeepSpeed key 'steps_per_print'" + ignored,
+            json + ":56:5: DeepSpeed key 'wall_clock_breakdown'" + ignored});
+  const std::vector<Diagnostic> errors = loaded.errors();
+  CHECK(errors.size() == 15);
+  for (const Diagnostic& error : errors) {
+    INFO(error.message);
+    CHECK(error.message.find("is 'auto', which the Hugging Face Trainer fills in") !=
+          std::string::npos);
+    CHECK(error.location.file == json);
+  }
+  CHECK(loaded.spec.training.zero.stage == 3);
+  CHECK(loaded.spec.training.zero.max_live_parameters == 1'000'000'000);
+  CHECK(loaded.spec.training.zero.offload_param.device == OffloadDevice::kCpu);
+}
+
+TEST_CASE("the ignored DeepSpeed keys are warnings in the YAML training section too") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(R"(
+data: {train: demo}
+training:
+  steps: 1
+  steps_per_print: 10
+  zero_optimization:
+    stage: 3
+    round_robin_gradients: true
+    stage3_gather_16bit_weights_on_model_save: true
+    offload_param: {device: cpu, buffer_count: 4, max_in_cpu: 1e9}
+    offload_optimizer: {device: cpu, fast_init: true}
+  fp16: {enabled: true, auto_cast: false, consecutive_hysteresis: true}
+  bf16: {immediate_grad_update: true}
+  optimizer: {type: Adam, params: {torch_adam: true}}
+)");
+  INFO(loaded.diagnostics.format());
+  CHECK_FALSE(loaded.diagnostics.has_errors());
+  std::string expected;
+  for (const char* warning : {
+           ":4:3: warning: DeepSpeed key 'steps_per_print'",
+           ":7:5: warning: DeepSpeed key 'zero_optimization.round_robin_gradients'",
+           ":8:5: warning: DeepSpeed key "
+           "'zero_optimization.stage3_gather_16bit_weights_on_model_save'",
+           ":9:34: warning: DeepSpeed key 'zero_optimization.offload_param.buffer_count'",
+           ":9:51: warning: DeepSpeed key 'zero_optimization.offload_param.max_in_cpu'",
+           ":10:38: warning: DeepSpeed key 'zero_optimization.offload_optimizer.fast_init'",
+           ":11:25: warning: DeepSpeed key 'fp16.auto_cast'",
+           ":11:43: warning: DeepSpeed key 'fp16.consecutive_hysteresis'",
+           ":12:10: warning: DeepSpeed key 'bf16.immediate_grad_update'",
+           ":13:36: warning: DeepSpeed key 'optimizer.params.torch_adam'",
+       }) {
+    expected += loaded.path + warning + " has no effect in dslaunch and is ignored\n";
+  }
+  CHECK(loaded.diagnostics.format() == expected);
+  CHECK(loaded.spec.training.zero.offload_param.device == OffloadDevice::kCpu);
+}
+
+TEST_CASE("a key that is ignored only inside its section is still unknown elsewhere") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(R"(
+data: {train: demo}
+training:
+  steps: 1
+  round_robin_gradients: true
+  zero_optimization: {torch_adam: true}
+)");
+  REQUIRE(loaded.errors().size() == 2);
+  CHECK(loaded.only("round_robin_gradients").message ==
+        "unknown key 'round_robin_gradients' in training; valid keys: train_batch_size, "
+        "train_micro_batch_size_per_gpu, gradient_accumulation_steps, steps, fp16, bf16, "
+        "zero_optimization, optimizer, scheduler, gradient_clipping");
+  CHECK(loaded.only("torch_adam").location.line == 5);
+  CHECK(loaded.warnings().empty());
+}
+
+// --- The JSON read with positions ----------------------------------------------------
+
+TEST_CASE("a key given twice in the JSON is an error at the second, and the first is kept") {
+  SpecFolder folder;
+  const std::string json = folder.write("ds.json", R"({
+  "train_batch_size": 8,
+  "zero_optimization": {"stage": 1, "stage": 2},
+  "train_batch_size": 16
+})");
+  const Loaded loaded =
+      folder.load("deepspeed_config: ds.json\ndata: {train: demo}\ntraining: {steps: 1}\n");
+  INFO(loaded.diagnostics.format());
+  REQUIRE(loaded.errors().size() == 2);
+  CHECK(loaded.diagnostics.format() ==
+        json + ":3:37: error: zero_optimization.stage is given twice (first at " + json +
+            ":3:25); keep one\n" + json +
+            ":4:3: error: train_batch_size is given twice (first at " + json + ":2:3); keep one\n");
+  CHECK(loaded.spec.training.batch.train_batch_size == 8);
+  CHECK(loaded.spec.training.zero.stage == 1);
+  // Not mistaken for a key the job spec overrides.
+  CHECK(loaded.warnings().empty());
+}
+
+TEST_CASE("a relative nvme_path from the JSON is relative to the JSON file's folder") {
+  SpecFolder folder;
+  folder.write("configs/ds.json", R"({"zero_optimization": {"stage": 3,
+    "offload_param": {"device": "nvme", "nvme_path": "nvme/params"},
+    "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme"}}})");
+  const Loaded loaded = folder.load(
+      "deepspeed_config: ../configs/ds.json\ndata: {train: demo}\ntraining: {steps: 1}\n", {},
+      "jobs/spec.yaml");
+  INFO(loaded.diagnostics.format());
+  CHECK(loaded.diagnostics.all().empty());
+  CHECK(loaded.spec.training.zero.offload_param.nvme_path ==
+        (folder.dir() / "configs/nvme/params").lexically_normal().string());
+  CHECK(loaded.spec.training.zero.offload_optimizer.nvme_path == "/local_nvme");
+}
+
+TEST_CASE("JSON indented with tabs and written without blanks reads like any other") {
+  SpecFolder folder;
+  folder.write(
+      "ds.json",
+      "{\n\t\"train_batch_size\":32,\n\t\"fp16\":{\"enabled\":true,\"hysteresis\":4}\n}\n");
+  const Loaded loaded =
+      folder.load("deepspeed_config: ds.json\ndata: {train: demo}\ntraining: {steps: 1}\n");
+  INFO(loaded.diagnostics.format());
+  CHECK(loaded.diagnostics.all().empty());
+  CHECK(loaded.spec.training.batch.train_batch_size == 32);
+  CHECK(loaded.spec.training.fp16.enabled);
+  CHECK(loaded.spec.training.fp16.hysteresis == 4);
+}
+
+TEST_CASE("YAML that is not JSON is refused in a DeepSpeed config") {
+  SpecFolder folder;
+  const std::string json =
+      folder.write("ds.json", "{\"train_batch_size\": 8, # batch\n \"steps\": 1}\n");
+  const Loaded loaded =
+      folder.load("deepspeed_config: ds.json\ndata: {train: demo}\ntraining: {steps: 1}\n");
+  REQUIRE(loaded.errors().size() == 1);
+  const Diagnostic& error = loaded.only("is not valid JSON");
+  CHECK(error.location.to_string() == json + ":1:25");
 }
 
 }  // namespace dslaunch::spec

@@ -88,7 +88,8 @@ TEST_CASE("parse_override rejects text that is not key.path=value") {
     INFO("--set " << text);
     const ParsedOverride parsed = parse_override(text);
     CHECK(parsed.error ==
-          "--set takes key.path=value, for example --set training.steps=100; got '" +
+          "--set takes key.path=value, for example --set training.steps=100 or --set "
+          "cluster.hosts[0].slots=4; got '" +
               std::string(text) + "'");
     CHECK(parsed.value.origin == "--set " + std::string(text));
   }
@@ -116,7 +117,8 @@ TEST_CASE("apply_override creates the mappings on its path and keeps sibling key
 TEST_CASE("apply_override refuses a path through a single value or a list") {
   YAML::Node root = YAML::Load("training: {steps: 10}\ncluster: {hosts: [{host: a}]}");
   CHECK(apply(root, "training.steps.value=1") == "training.steps holds a single value, not keys");
-  CHECK(apply(root, "cluster.hosts.slots=1") == "cluster.hosts holds a list, not keys");
+  CHECK(apply(root, "cluster.hosts.slots=1") ==
+        "cluster.hosts holds a list, not keys; name an item, such as cluster.hosts[0]");
   CHECK(root["training"]["steps"].Scalar() == "10");
 }
 
@@ -210,9 +212,9 @@ TEST_CASE("a malformed --set is an error at its text, and the other overrides st
   CHECK(loaded.spec.training.steps == 42);
   CHECK(loaded.diagnostics.format() ==
         "--set training.steps: error: --set takes key.path=value, for example --set "
-        "training.steps=100; got 'training.steps'\n"
-        "--set =5: error: --set takes key.path=value, for example --set training.steps=100; got "
-        "'=5'\n"
+        "training.steps=100 or --set cluster.hosts[0].slots=4; got 'training.steps'\n"
+        "--set =5: error: --set takes key.path=value, for example --set training.steps=100 or "
+        "--set cluster.hosts[0].slots=4; got '=5'\n"
         "--set training.steps.value=1: error: training.steps holds a single value, not keys\n");
 }
 
@@ -289,6 +291,132 @@ TEST_CASE("--hostfile and inline hosts in the spec cannot both be given") {
   const Diagnostic& both = loaded.only("give cluster.hostfile or cluster.hosts, not both");
   CHECK(both.location.line == 9);
   CHECK(loaded.spec.cluster.hostfile == "/etc/dslaunch/hostfile");
+}
+
+// --- Long values, list items, YAML surprises ------------------------------------
+
+TEST_CASE("a 50 KB controller_address given with --set is an error at the --set text") {
+  SpecFolder folder;
+  const std::string text = "cluster.controller_address=" + std::string(50'000, 'h');
+  const Loaded loaded = folder.load(kSpec, sets({text}));
+  REQUIRE(loaded.errors().size() == 1);
+  const Diagnostic& address = loaded.only("is too long");
+  CHECK(address.location.to_string() == "--set " + text);
+}
+
+TEST_CASE("--set reaches into a list item with key[N]") {
+  SpecFolder folder;
+  const std::string spec =
+      std::string(kSpec) +
+      "cluster:\n  hosts:\n    - {host: a, slots: 1}\n    - {host: b, slots: 1}\n";
+  SECTION("an item's key") {
+    const Loaded loaded = folder.load(spec, sets({"cluster.hosts[1].slots=4"}));
+    INFO(loaded.diagnostics.format());
+    CHECK(loaded.diagnostics.all().empty());
+    REQUIRE(loaded.spec.cluster.hosts.size() == 2);
+    CHECK(loaded.spec.cluster.hosts[0].slots == 1);
+    CHECK(loaded.spec.cluster.hosts[1].slots == 4);
+    CHECK(loaded.locations.find("cluster.hosts[1].slots").to_string() ==
+          "--set cluster.hosts[1].slots=4");
+  }
+  SECTION("a bad value there is reported at the --set text") {
+    const Loaded loaded = folder.load(spec, sets({"cluster.hosts[0].slots=0"}));
+    REQUIRE(loaded.errors().size() == 1);
+    const Diagnostic& slots = loaded.only("slots");
+    CHECK(slots.message == "cluster.hosts[0].slots must be between 1 and 65536, got 0");
+    CHECK(slots.location.to_string() == "--set cluster.hosts[0].slots=0");
+  }
+  SECTION("an index past the end") {
+    const Loaded loaded = folder.load(spec, sets({"cluster.hosts[2].slots=4"}));
+    REQUIRE(loaded.errors().size() == 1);
+    CHECK(loaded.diagnostics.format() ==
+          "--set cluster.hosts[2].slots=4: error: cluster.hosts has 2 items, so [2] is past its "
+          "end; set the whole list, such as --set cluster.hosts=[...]\n");
+  }
+  SECTION("an index into something else than a list") {
+    const Loaded loaded = folder.load(spec, sets({"training[0].steps=1", "model.layers[0]=1"}));
+    CHECK(loaded.diagnostics.format() ==
+          "--set training[0].steps=1: error: training holds keys, not a list\n"
+          "--set model.layers[0]=1: error: model.layers has no list to index; set the whole "
+          "list, such as --set model.layers=[...]\n");
+  }
+}
+
+TEST_CASE("--set with a malformed index is refused like any malformed path") {
+  for (const char* text : {"a[=1", "a[]=1", "a[x]=1", "a[1]b=1", "[0]=1", "a[1234567]=1"}) {
+    INFO(text);
+    CHECK(parse_override(text).error.rfind("--set takes key.path=value", 0) == 0);
+  }
+}
+
+TEST_CASE("a --set value that YAML would read as a block mapping or list stays a string") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(kSpec, sets({"env.X=a: b", "env.Y=- y", "env.Z={a: b}"}));
+  REQUIRE(loaded.errors().size() == 1);
+  CHECK(loaded.spec.env == std::map<std::string, std::string>{{"X", "a: b"}, {"Y", "- y"}});
+  // A flow mapping is a mapping, and the problem is located at its --set.
+  const Diagnostic& nested = loaded.only("'Z' maps to a mapping");
+  CHECK(nested.location.to_string() == "--set env.Z={a: b}");
+}
+
+TEST_CASE("a --set value that YAML would read as a comment stays a string") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(kSpec, sets({"training.steps=#5"}));
+  REQUIRE(loaded.errors().size() == 1);
+  const Diagnostic& steps = loaded.only("training.steps");
+  CHECK(steps.message == "training.steps must be an integer, got '#5'");
+  CHECK(steps.location.to_string() == "--set training.steps=#5");
+  // Null spelled out is null.
+  for (const char* null_value : {"", "~", "null", "NULL"}) {
+    INFO(null_value);
+    CHECK(parse_override(std::string("data.valid=") + null_value).value.value.IsNull() ==
+          (std::string(null_value) != ""));
+  }
+}
+
+TEST_CASE("a missing data path given with --set says it is relative to the working directory") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(kSpec, sets({"data.train=no/such/tokens.bin"}));
+  REQUIRE(loaded.errors().size() == 1);
+  const Diagnostic& train = loaded.only("data.train: no data at");
+  CHECK(train.message ==
+        "data.train: no data at 'no/such/tokens.bin' (looked for that file, and for "
+        "no/such/tokens.bin.bin with no/such/tokens.bin.idx); the path is relative to the working "
+        "directory (it was given on the command line)");
+  CHECK(train.location.to_string() == "--set data.train=no/such/tokens.bin");
+
+  const Loaded in_file = folder.load("training: {steps: 1}\ndata: {train: no/such/tokens.bin}\n");
+  CHECK(in_file.only("data.train: no data at")
+            .message.ends_with("; the path is relative to the spec's folder"));
+}
+
+// --- Command-line filters ---------------------------------------------------------
+
+TEST_CASE("--include replaces the spec's exclude, and --exclude the spec's include") {
+  SpecFolder folder;
+  SECTION("--include") {
+    LoadOptions options;
+    options.include = "a:0";
+    const Loaded loaded =
+        folder.load(std::string(kSpec) + "cluster: {exclude: b, include: c}\n", options);
+    INFO(loaded.diagnostics.format());
+    CHECK(loaded.diagnostics.all().empty());
+    CHECK(loaded.spec.cluster.include == "a:0");
+    CHECK(loaded.spec.cluster.exclude.empty());
+  }
+  SECTION("--exclude") {
+    LoadOptions options;
+    options.exclude = "b";
+    const Loaded loaded = folder.load(std::string(kSpec) + "cluster: {include: a}\n", options);
+    CHECK(loaded.diagnostics.all().empty());
+    CHECK(loaded.spec.cluster.include.empty());
+    CHECK(loaded.spec.cluster.exclude == "b");
+    CHECK(loaded.locations.find("cluster.exclude").to_string() == "--exclude b");
+  }
+  SECTION("neither: the spec's filters stay") {
+    const Loaded loaded = folder.load(std::string(kSpec) + "cluster: {include: a}\n");
+    CHECK(loaded.spec.cluster.include == "a");
+  }
 }
 
 }  // namespace dslaunch::spec

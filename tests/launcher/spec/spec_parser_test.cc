@@ -1403,3 +1403,419 @@ TEST_CASE("a commbench section in a training job is an error") {
 
 }  // namespace
 }  // namespace dslaunch::spec
+
+namespace dslaunch::spec {
+namespace {
+
+TEST_CASE("the resolved document carries overrides and the DeepSpeed config, and parses alike") {
+  SpecFolder folder;
+  folder.write("ds.json", R"({"train_batch_size": 64, "optimizer": {"type": "Adam"}})");
+  LoadOptions options;
+  options.overrides = {"training.steps=77"};
+  const Loaded loaded = folder.load(
+      "deepspeed_config: ds.json\ndata: {train: demo}\ntraining: {steps: 1}\n", options);
+  REQUIRE(loaded.errors().empty());
+  const std::string& resolved = loaded.spec.resolved_yaml;
+  CHECK(resolved.find("deepspeed_config") == std::string::npos);
+  Diagnostics diagnostics;
+  SourceMap locations;
+  const JobSpec again = parse_job_spec(resolved, loaded.spec.spec_path, {}, diagnostics, locations);
+  INFO(diagnostics.format());
+  CHECK_FALSE(diagnostics.has_errors());
+  CHECK(again.training.steps == 77);
+  CHECK(again.training.batch.train_batch_size == 64);
+  CHECK(again.training.optimizer.type == OptimizerType::kAdam);
+  CHECK(again.resolved_yaml == resolved);
+}
+
+}  // namespace
+}  // namespace dslaunch::spec
+
+namespace dslaunch::spec {
+namespace {
+
+// --- Long values (std::regex overflowed the stack on them) ----------------------
+
+TEST_CASE("a 50 KB job name is an error, not a crash, and the message stays short") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load("name: " + std::string(50'000, 'a') + "\n" + minimal_and(""));
+  REQUIRE(loaded.errors().size() == 1);
+  const Diagnostic& name = loaded.only("is too long");
+  CHECK(name.message ==
+        "name '" + std::string(40, 'a') +
+            "...' (50000 characters) is too long; a job name has at most 128 characters (it "
+            "names the job's folder)");
+  CHECK(name.location.line == 1);
+  CHECK(name.location.column == 7);
+}
+
+TEST_CASE("a job name of 128 characters is accepted, and a 50 KB one with a slash refused") {
+  SpecFolder folder;
+  const std::string longest(128, 'n');
+  const Loaded fits = folder.load("name: " + longest + "\n" + minimal_and(""));
+  CHECK(fits.diagnostics.all().empty());
+  CHECK(fits.spec.name == longest);
+  const Loaded slash = folder.load("name: a/" + std::string(50'000, 'b') + "\n" + minimal_and(""));
+  REQUIRE(slash.errors().size() == 1);
+  slash.only("is too long");
+}
+
+TEST_CASE("a 50 KB controller_address is an error, not a crash") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(
+      minimal_and("cluster:\n  controller_address: " + std::string(50'000, 'h') + ":29500\n"));
+  REQUIRE(loaded.errors().size() == 1);
+  const Diagnostic& address = loaded.only("controller_address");
+  CHECK(address.message == "cluster.controller_address '" + std::string(40, 'h') +
+                               "...' (50006 characters) is too long; give a host or host:port "
+                               "of at most 255 characters");
+  CHECK(address.location.line == 6);
+  CHECK(address.location.column == 23);
+}
+
+TEST_CASE("a controller_address of 255 characters is accepted") {
+  SpecFolder folder;
+  const std::string address = std::string(249, 'h') + ":29500";
+  const Loaded loaded =
+      folder.load(minimal_and("cluster: {controller_address: " + address + "}\n"));
+  CHECK(loaded.diagnostics.all().empty());
+  CHECK(loaded.spec.cluster.controller_address == address);
+}
+
+TEST_CASE("controller_address edge cases are checked without a regex") {
+  SpecFolder folder;
+  for (const char* good : {"h:1", "h:65535", "[fd00::5]", "10.0.0.5:00080"}) {
+    INFO(good);
+    const Loaded loaded =
+        folder.load(minimal_and(fmt::format("cluster: {{controller_address: '{}'}}\n", good)));
+    CHECK(loaded.errors().empty());
+  }
+  for (const char* bad : {"h:", ":1", "[]:1", "[fd00::g]", "[fd00::5]x", "[fd00::5]:", "h:123456",
+                          "a\tb", "h]:1", "[fd00::5"}) {
+    INFO(bad);
+    const Loaded loaded =
+        folder.load(minimal_and(fmt::format("cluster: {{controller_address: \"{}\"}}\n", bad)));
+    REQUIRE(loaded.errors().size() == 1);
+    loaded.only("must be host or host:port");
+  }
+}
+
+// --- YAML documents, merge keys and x- keys ----------------------------------------
+
+TEST_CASE("a second YAML document is an error at its '---' line, not silently dropped") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(R"(
+data: {train: demo}
+training: {steps: 1}
+---
+# the real settings
+training: {steps: 2}
+)");
+  REQUIRE(loaded.diagnostics.all().size() == 1);
+  const Diagnostic& second = loaded.only("a second YAML document");
+  CHECK(second.message ==
+        "a second YAML document starts here, and a job spec is one document; remove the '---' "
+        "line to merge the two, or move this one to a file of its own");
+  CHECK(second.location.line == 3);
+  CHECK(second.location.column == 1);
+  CHECK(loaded.spec.training.steps == 1);
+}
+
+TEST_CASE("a leading '---' and a trailing empty document are fine") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load("---\n" + std::string(kMinimal) + "---\n...\n");
+  CHECK(loaded.diagnostics.all().empty());
+  CHECK(loaded.spec.training.steps == 10);
+}
+
+TEST_CASE("merge keys bring in an anchored mapping, and keys written out win") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(R"(
+x-offload: &offload
+  device: cpu
+  pin_memory: true
+data: {train: demo}
+training:
+  steps: 1
+  zero_optimization:
+    stage: 3
+    offload_optimizer:
+      <<: *offload
+    offload_param:
+      <<: *offload
+      pin_memory: false
+)");
+  INFO(loaded.diagnostics.format());
+  CHECK(loaded.diagnostics.all().empty());
+  const ZeroSpec& zero = loaded.spec.training.zero;
+  CHECK(zero.offload_optimizer.device == OffloadDevice::kCpu);
+  CHECK(zero.offload_optimizer.pin_memory);
+  CHECK(zero.offload_param.device == OffloadDevice::kCpu);
+  CHECK_FALSE(zero.offload_param.pin_memory);
+}
+
+TEST_CASE("a merge key takes a list of mappings, the earlier one winning") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(R"(
+x-small: &small {num_layers: 6, hidden_size: 512}
+x-wide: &wide {hidden_size: 1024, num_attention_heads: 16}
+data: {train: demo}
+training: {steps: 1}
+model:
+  <<: [*small, *wide]
+  seq_length: 256
+)");
+  INFO(loaded.diagnostics.format());
+  CHECK(loaded.diagnostics.all().empty());
+  CHECK(loaded.spec.model.num_layers == 6);
+  CHECK(loaded.spec.model.hidden_size == 512);
+  CHECK(loaded.spec.model.num_attention_heads == 16);
+  CHECK(loaded.spec.model.seq_length == 256);
+}
+
+TEST_CASE("a bad value brought in by a merge key is reported where it was written") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(R"(
+x-defaults: &defaults
+  steps: ten
+  gradient_clipping: 1
+data: {train: demo}
+training:
+  <<: *defaults
+)");
+  REQUIRE(loaded.diagnostics.all().size() == 1);
+  const Diagnostic& steps = loaded.only("training.steps must be an integer");
+  CHECK(steps.location.line == 2);
+  CHECK(steps.location.column == 10);
+  CHECK(loaded.spec.training.gradient_clipping == 1);
+}
+
+TEST_CASE("a merge key with something else than mappings is one clear error") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(minimal_and(R"(
+model:
+  <<: 12
+  num_layers: 4
+)"));
+  REQUIRE(loaded.diagnostics.all().size() == 1);
+  const Diagnostic& merge = loaded.diagnostics.all()[0];
+  CHECK(merge.message ==
+        "the merge key '<<' takes a mapping or a list of mappings, such as <<: *defaults; got "
+        "'12'");
+  CHECK(merge.location.line == 6);
+  CHECK(merge.location.column == 7);
+  CHECK(loaded.spec.model.num_layers == 4);
+}
+
+TEST_CASE("a quoted '<<' is an ordinary key, and an alias cycle does not hang") {
+  SpecFolder folder;
+  const Loaded quoted = folder.load(minimal_and("model: {\"<<\": {num_layers: 2}}\n"));
+  REQUIRE(quoted.errors().size() == 1);
+  quoted.only("unknown key '<<' in model");
+  CHECK(quoted.spec.model.num_layers == 12);
+
+  const Loaded cycle = folder.load(minimal_and("x-loop: &loop {<<: *loop, a: [*loop]}\n"));
+  CHECK(cycle.errors().empty());
+}
+
+TEST_CASE("top-level keys starting with x- are ignored without a word") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(minimal_and(R"(
+x-anything: {whatever: [1, 2]}
+x-note: written for the humans
+)"));
+  CHECK(loaded.diagnostics.all().empty());
+  SECTION("but only at the top level, and not offered as suggestions") {
+    const Loaded nested = folder.load(minimal_and("model: {x-note: 1}\nresources: 1\n"));
+    REQUIRE(nested.errors().size() == 2);
+    nested.only("unknown key 'x-note' in model");
+    CHECK(nested.only("unknown key 'resources'").message ==
+          "unknown key 'resources' in the job spec; valid keys: kind, name, deepspeed_config, "
+          "cluster, model, parallelism, data, training, commbench, checkpoint, fault_tolerance, "
+          "env");
+  }
+}
+
+// --- env ------------------------------------------------------------------------------
+
+TEST_CASE("env names must be variable names, each given once") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(minimal_and(R"(
+env:
+  GOOD_1: x
+  MY-VAR: y
+  1ABC: z
+  _ok: w
+  GOOD_1: again
+)"));
+  REQUIRE(loaded.errors().size() == 3);
+  const Diagnostic& dash = loaded.only("'MY-VAR'");
+  CHECK(dash.message ==
+        "env name 'MY-VAR' is not a variable name: use letters, digits and '_', not starting with "
+        "a digit, such as 'MY_VAR'");
+  CHECK(dash.location.line == 7);
+  CHECK(dash.location.column == 3);
+  CHECK(loaded.only("'1ABC'").message ==
+        "env name '1ABC' is not a variable name: use letters, digits and '_', not starting with "
+        "a digit, such as '_1ABC'");
+  const Diagnostic& twice = loaded.only("given twice");
+  CHECK(twice.message == "env.GOOD_1 is given twice (first at " + loaded.path + ":6:3); keep one");
+  CHECK(twice.location.line == 10);
+  CHECK(loaded.spec.env == std::map<std::string, std::string>{{"GOOD_1", "x"}, {"_ok", "w"}});
+}
+
+// --- One bad value, one error -------------------------------------------------------
+
+TEST_CASE("a value that failed to read does not feed the checks between keys") {
+  SpecFolder folder;
+  SECTION("heads that are not a number") {
+    const Loaded loaded =
+        folder.load(minimal_and("model: {hidden_size: 1024, num_attention_heads: x}\n"
+                                "parallelism: {tensor: 8}\n"));
+    REQUIRE(loaded.diagnostics.all().size() == 1);
+    CHECK(loaded.only("num_attention_heads").message ==
+          "model.num_attention_heads must be an integer, got 'x'");
+  }
+  SECTION("a hidden size out of range") {
+    const Loaded loaded = folder.load(minimal_and("model: {hidden_size: 0}\n"));
+    REQUIRE(loaded.diagnostics.all().size() == 1);
+    loaded.only("model.hidden_size must be between 1 and 1048576, got 0");
+  }
+  SECTION("a tensor size that is not a number") {
+    const Loaded loaded =
+        folder.load(minimal_and("model: {hidden_size: 100}\nparallelism: {tensor: two}\n"));
+    REQUIRE(loaded.diagnostics.all().size() == 2);
+    loaded.only("parallelism.tensor must be an integer, got 'two'");
+    loaded.only("hidden_size 100 must be divisible by model.num_attention_heads 12");
+  }
+  SECTION("a ZeRO stage that is not a number, with optimizer offload") {
+    const Loaded loaded = folder.load(R"(
+data: {train: demo}
+training:
+  steps: 1
+  zero_optimization: {stage: three, offload_optimizer: {device: cpu}}
+)");
+    REQUIRE(loaded.diagnostics.all().size() == 1);
+    loaded.only("training.zero_optimization.stage must be an integer, got 'three'");
+  }
+  SECTION("a scheduler type that is misspelled, with its params") {
+    const Loaded loaded = folder.load(R"(
+data: {train: demo}
+training:
+  steps: 1
+  scheduler:
+    type: WarmupLinear
+    params: {warmup_max_lr: 0.001, total_num_steps: 100}
+)");
+    REQUIRE(loaded.diagnostics.all().size() == 1);
+    loaded.only("training.scheduler.type must be one of");
+  }
+  SECTION("an optimizer type that is misspelled, with adam_w_mode: false") {
+    const Loaded own = folder.load(R"(
+data: {train: demo}
+training:
+  steps: 1
+  optimizer: {type: Adamm, params: {adam_w_mode: false}}
+)");
+    REQUIRE(own.diagnostics.all().size() == 1);
+    own.only("training.optimizer.type must be one of");
+  }
+  SECTION("a heartbeat that is not a number") {
+    const Loaded loaded = folder.load(
+        minimal_and("fault_tolerance: {heartbeat_interval: soon, heartbeat_timeout: 1}\n"));
+    REQUIRE(loaded.diagnostics.all().size() == 1);
+    loaded.only("fault_tolerance.heartbeat_interval must be a number, got 'soon'");
+  }
+}
+
+// --- Inline hosts -----------------------------------------------------------------
+
+TEST_CASE("inline hosts need valid, distinct names and at most 65536 slots") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(minimal_and(R"(
+cluster:
+  hosts:
+    - {host: a, slots: 1}
+    - {host: "bad host", slots: 1}
+    - {host: a, slots: 2}
+    - {host: c, slots: 100000}
+)"));
+  REQUIRE(loaded.errors().size() == 3);
+  const Diagnostic& bad = loaded.only("bad host");
+  CHECK(bad.message.rfind("cluster.hosts[1].host: host name \"bad host\" holds \" \"", 0) == 0);
+  CHECK(bad.location.line == 8);
+  CHECK(bad.location.column == 14);
+  const Diagnostic& twice = loaded.only("already listed");
+  CHECK(twice.message == "cluster.hosts[2]: host 'a' is already listed (first at " + loaded.path +
+                             ":7:14); list each host once");
+  CHECK(twice.location.line == 9);
+  CHECK(twice.location.column == 14);
+  CHECK(loaded.only("slots").message ==
+        "cluster.hosts[3].slots must be between 1 and 65536, got 100000");
+  CHECK(loaded.spec.cluster.hosts.size() == 4);
+}
+
+TEST_CASE("an inline host name starting with '-' is refused: ssh would read it as an option") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(minimal_and("cluster: {hosts: [{host: -oProxy, slots: 1}]}\n"));
+  REQUIRE(loaded.errors().size() == 1);
+  CHECK(loaded.only("cluster.hosts[0].host: host name").location.line == 5);
+}
+
+// --- Scalars ---------------------------------------------------------------------
+
+TEST_CASE("scalars: explicit tags are honoured, hex and blanks are not numbers") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(R"(
+data: {train: demo}
+training:
+  steps: !!str 4
+  train_batch_size: "16"
+  train_micro_batch_size_per_gpu: !!int "2"
+  gradient_clipping: 0x1p4
+  fp16: {enabled: !!str true, initial_scale_power: 0x10, min_loss_scale: +2}
+model: {dropout: " 0.5", num_layers: nan}
+)");
+  INFO(loaded.diagnostics.format());
+  const auto message = [&](std::string_view needle) { return loaded.only(needle).message; };
+  CHECK(message("training.steps") == "training.steps must be an integer, got !!str '4'");
+  CHECK(message("gradient_clipping") == "training.gradient_clipping must be a number, got '0x1p4'");
+  CHECK(message("fp16.enabled") == "training.fp16.enabled must be true or false, got !!str 'true'");
+  CHECK(message("initial_scale_power") ==
+        "training.fp16.initial_scale_power must be an integer, got '0x10'");
+  CHECK(message("dropout") == "model.dropout must be a number, got ' 0.5'");
+  CHECK(message("num_layers") == "model.num_layers must be an integer, got 'nan'");
+  CHECK(loaded.errors().size() == 6);
+  // Quoted numbers are numbers: YAML users quote by habit.
+  CHECK(loaded.spec.training.batch.train_batch_size == 16);
+  CHECK(loaded.spec.training.batch.micro_batch_per_gpu == 2);
+  CHECK(loaded.spec.training.fp16.min_loss_scale == 2);
+}
+
+TEST_CASE("a string tagged !!str is still a string") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(minimal_and("name: !!str 2024\nenv: {N: !!str 4}\n"));
+  CHECK(loaded.diagnostics.all().empty());
+  CHECK(loaded.spec.name == "2024");
+  CHECK(loaded.spec.env == std::map<std::string, std::string>{{"N", "4"}});
+}
+
+// --- Source map --------------------------------------------------------------------
+
+TEST_CASE("the source map walks up through list items to the list") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(minimal_and(R"(
+cluster:
+  hosts:
+    - {host: a, slots: 1}
+)"));
+  REQUIRE(loaded.diagnostics.all().empty());
+  CHECK(loaded.locations.find("cluster.hosts[0].slots").line == 7);
+  CHECK(loaded.locations.find("cluster.hosts[0].slots").column == 24);
+  // Never recorded: the nearest parent is the list, not the cluster section.
+  CHECK(loaded.locations.find("cluster.hosts[4].slots").line == 7);
+  CHECK(loaded.locations.find("cluster.hosts[4].slots").column == 5);
+}
+
+}  // namespace
+}  // namespace dslaunch::spec
