@@ -1,0 +1,311 @@
+#include "proto/controller_client.h"
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <utility>
+
+#include "proto/auth.h"
+
+namespace dslaunch::proto {
+
+namespace detail {
+
+// The callback-API half of a Session. Writes come from application threads
+// (send), so the reactor holds the call open with a hold until it will issue
+// no more writes: after StartWritesDone, or once the stream has ended.
+// Whoever flips write_in_flight_ to true under the mutex owns the next
+// StartWrite; the hold keeps the call (and this object) alive until then.
+// It owns itself (self_) from start until OnDone, so the Session may go first.
+// It must not own the channel: OnDone runs on one of gRPC's threads, and a
+// channel's last release there would shut down the completion queue that
+// thread is serving (a crash); the Session keeps the channel instead.
+class SessionReactor final
+    : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::ControllerCommand> {
+ public:
+  SessionReactor(int rank, size_t max_queued, ControllerClient::CommandCallback on_command,
+                 ControllerClient::EndCallback on_end)
+      : rank_(rank),
+        max_queued_(max_queued),
+        on_command_(std::move(on_command)),
+        on_end_(std::move(on_end)) {}
+
+  grpc::ClientContext& context() { return context_; }
+
+  // Starts the call on `stub`, with the announcement as its first message.
+  void start(std::shared_ptr<SessionReactor> self, v1::Controller::Stub& stub) {
+    self_ = std::move(self);
+    stub.async()->Session(&context_, this);
+    AddHold();
+    StartRead(&incoming_);
+    v1::WorkerMessage hello;
+    send(std::move(hello));
+    StartCall();
+  }
+
+  // Ends a session that never reached the wire (the client is unusable).
+  void end_unstarted(const grpc::Status& status) {
+    {
+      std::lock_guard lock(mutex_);
+      closing_ = true;
+      final_status_ = status;
+    }
+    if (on_end_) on_end_(status);
+    std::lock_guard lock(mutex_);
+    done_ = true;
+    done_cv_.notify_all();
+  }
+
+  bool send(v1::WorkerMessage message) {
+    message.set_rank(rank_);
+    const v1::WorkerMessage* next = nullptr;
+    {
+      std::lock_guard lock(mutex_);
+      if (closing_ || read_done_ || write_failed_ || queue_.size() >= max_queued_) return false;
+      queue_.push_back(std::move(message));
+      if (write_in_flight_) return true;
+      write_in_flight_ = true;
+      next = &queue_.front();  // deque: pushes at the back keep this reference valid
+    }
+    StartWrite(next);
+    return true;
+  }
+
+  void begin_close() {
+    bool writes_done = false;
+    bool release = false;
+    {
+      std::lock_guard lock(mutex_);
+      if (closing_) return;
+      closing_ = true;
+      if (!write_in_flight_ && !read_done_ && !write_failed_) writes_done = writes_done_ = true;
+      release = release_hold_locked();
+    }
+    if (writes_done) StartWritesDone();
+    if (release) RemoveHold();
+  }
+
+  void cancel() { context_.TryCancel(); }
+
+  std::optional<grpc::Status> wait_for_end(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    if (!done_cv_.wait_for(lock, timeout, [&] { return done_; })) return std::nullopt;
+    return final_status_;
+  }
+
+  grpc::Status wait_for_end() {
+    std::unique_lock lock(mutex_);
+    done_cv_.wait(lock, [&] { return done_; });
+    return final_status_;
+  }
+
+  bool ended() const {
+    std::lock_guard lock(mutex_);
+    return done_;
+  }
+
+  int rank() const { return rank_; }
+
+  void OnWriteDone(bool ok) override {
+    const v1::WorkerMessage* next = nullptr;
+    bool writes_done = false;
+    bool release = false;
+    {
+      std::lock_guard lock(mutex_);
+      queue_.pop_front();
+      if (!ok) write_failed_ = true;
+      if (!ok || read_done_) queue_.clear();
+      if (!queue_.empty()) {
+        next = &queue_.front();
+      } else {
+        write_in_flight_ = false;
+        if (closing_ && !writes_done_ && !read_done_ && !write_failed_) {
+          writes_done = writes_done_ = true;
+        }
+        release = release_hold_locked();
+      }
+    }
+    if (next != nullptr) StartWrite(next);
+    if (writes_done) StartWritesDone();
+    if (release) RemoveHold();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (ok) {
+      if (on_command_) on_command_(incoming_);
+      StartRead(&incoming_);
+      return;
+    }
+    // The controller finished the stream, or the connection is gone: no more
+    // writes will be started, so the call may end once the last one returns.
+    bool release = false;
+    {
+      std::lock_guard lock(mutex_);
+      read_done_ = true;
+      release = release_hold_locked();
+    }
+    if (release) RemoveHold();
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    // Destroyed (perhaps) when `keep` goes, after the lock: nothing touches
+    // this object once self_ is released.
+    std::shared_ptr<SessionReactor> keep;
+    {
+      std::lock_guard lock(mutex_);
+      final_status_ = status;
+    }
+    if (on_end_) on_end_(status);
+    std::lock_guard lock(mutex_);
+    done_ = true;
+    done_cv_.notify_all();
+    keep = std::move(self_);
+  }
+
+ private:
+  // The hold goes once no write is in flight and none can start again.
+  bool release_hold_locked() {
+    if (hold_released_ || write_in_flight_) return false;
+    if (!(writes_done_ || read_done_ || write_failed_)) return false;
+    hold_released_ = true;
+    return true;
+  }
+
+  const int rank_;
+  const size_t max_queued_;
+  const ControllerClient::CommandCallback on_command_;
+  const ControllerClient::EndCallback on_end_;
+  grpc::ClientContext context_;
+  v1::ControllerCommand incoming_;  // owned by the one read in flight
+
+  mutable std::mutex mutex_;
+  std::condition_variable done_cv_;
+  std::deque<v1::WorkerMessage> queue_;  // front() is being written while write_in_flight_
+  bool write_in_flight_ = false;
+  bool closing_ = false;
+  bool writes_done_ = false;
+  bool read_done_ = false;
+  bool write_failed_ = false;
+  bool hold_released_ = false;
+  bool done_ = false;
+  grpc::Status final_status_;
+  std::shared_ptr<SessionReactor> self_;
+};
+
+}  // namespace detail
+
+Session::Session(std::shared_ptr<grpc::Channel> channel,
+                 std::shared_ptr<detail::SessionReactor> reactor)
+    : channel_(std::move(channel)), reactor_(std::move(reactor)) {}
+
+Session::~Session() { close(); }
+
+bool Session::send(v1::WorkerMessage message) { return reactor_->send(std::move(message)); }
+
+grpc::Status Session::close(std::chrono::milliseconds timeout) {
+  reactor_->begin_close();
+  if (std::optional<grpc::Status> status = reactor_->wait_for_end(timeout)) return *status;
+  // The controller did not finish the stream in time; a cancelled call always
+  // reaches OnDone promptly.
+  reactor_->cancel();
+  return reactor_->wait_for_end();
+}
+
+std::optional<grpc::Status> Session::wait_for_end(std::chrono::milliseconds timeout) {
+  return reactor_->wait_for_end(timeout);
+}
+
+bool Session::ended() const { return reactor_->ended(); }
+
+int Session::rank() const { return reactor_->rank(); }
+
+namespace {
+
+grpc::ChannelArguments channel_arguments(const ClientOptions& options) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(options.keepalive_time.count()));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(options.keepalive_timeout.count()));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Keep pinging however long the connection carries no data (the default
+  // stops after 2 pings), so an idle session still notices a lost controller.
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  if (options.private_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  if (options.tls && !options.tls->server_name.empty()) {
+    args.SetSslTargetNameOverride(options.tls->server_name);
+  }
+  return args;
+}
+
+grpc::Status tls_credentials(const ClientTls& tls,
+                             std::shared_ptr<grpc::ChannelCredentials>& credentials) {
+  grpc::SslCredentialsOptions ssl;
+  std::string error;
+  if (!read_credential_file(tls.ca_file, ssl.pem_root_certs, error)) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "tls.ca: " + error);
+  }
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "tls: a client certificate needs both cert and key");
+  }
+  if (!tls.cert_file.empty()) {
+    if (!read_credential_file(tls.cert_file, ssl.pem_cert_chain, error) ||
+        !read_credential_file(tls.key_file, ssl.pem_private_key, error)) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "tls: " + error);
+    }
+  }
+  credentials = grpc::SslCredentials(ssl);
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+ControllerClient::ControllerClient(std::string address, std::string token, ClientOptions options)
+    : address_(std::move(address)), token_(std::move(token)), options_(std::move(options)) {
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (options_.tls) status_ = tls_credentials(*options_.tls, credentials);
+  if (!status_.ok()) return;
+  channel_ = grpc::CreateCustomChannel(address_, credentials, channel_arguments(options_));
+  stub_ = v1::Controller::NewStub(channel_);
+}
+
+void ControllerClient::prepare(grpc::ClientContext& context, bool with_deadline) const {
+  context.AddMetadata(std::string(kAuthorizationKey), bearer_value(token_));
+  if (with_deadline) context.set_deadline(std::chrono::system_clock::now() + options_.deadline);
+}
+
+grpc::Status ControllerClient::register_rank(const v1::RegisterRequest& request,
+                                             v1::RegisterReply* reply) {
+  if (!status_.ok()) return status_;
+  grpc::ClientContext context;
+  prepare(context, true);
+  return stub_->Register(&context, request, reply);
+}
+
+grpc::Status ControllerClient::get_status(v1::JobStatus* status) {
+  if (!status_.ok()) return status_;
+  grpc::ClientContext context;
+  prepare(context, true);
+  return stub_->GetStatus(&context, v1::GetStatusRequest(), status);
+}
+
+grpc::Status ControllerClient::stop(const v1::StopRequest& request, v1::StopReply* reply) {
+  if (!status_.ok()) return status_;
+  grpc::ClientContext context;
+  prepare(context, true);
+  return stub_->Stop(&context, request, reply);
+}
+
+std::unique_ptr<Session> ControllerClient::open_session(int rank, CommandCallback on_command,
+                                                        EndCallback on_end) {
+  auto reactor = std::make_shared<detail::SessionReactor>(rank, options_.max_queued_messages,
+                                                          std::move(on_command), std::move(on_end));
+  if (!status_.ok()) {
+    reactor->end_unstarted(status_);
+  } else {
+    prepare(reactor->context(), false);
+    reactor->start(reactor, *stub_);
+  }
+  return std::unique_ptr<Session>(new Session(channel_, std::move(reactor)));
+}
+
+}  // namespace dslaunch::proto

@@ -1,0 +1,143 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "proto/dslaunch.grpc.pb.h"
+#include "proto/dslaunch.pb.h"
+
+// The typed client of the Controller service, used by dsworker and by the
+// CLI (`dslaunch status`, `stop`). Every call carries the job token; every
+// unary call has a deadline; one Session per rank carries heartbeats and
+// events up and commands down.
+namespace dslaunch::proto {
+
+namespace v1 = dslaunch::v1;
+
+// Keepalive, declared once. The client pings an idle connection every
+// kKeepaliveTime and drops it when the answer takes longer than
+// kKeepaliveTimeout, so a controller that vanished without closing its
+// sockets (host down, network cut) ends the session within about 15 s. The
+// server (launcher/controller/controller_server.h) accepts pings this often.
+inline constexpr std::chrono::milliseconds kKeepaliveTime{10'000};
+inline constexpr std::chrono::milliseconds kKeepaliveTimeout{5'000};
+
+// TLS towards a controller started with `tls: {cert, key, ca}`.
+struct ClientTls {
+  std::string ca_file;    // PEM roots that signed the controller's certificate (required)
+  std::string cert_file;  // this client's certificate, when the controller asks for one
+  std::string key_file;   // its private key
+  // The name the certificate must carry, when it differs from the address's host.
+  std::string server_name;
+};
+
+struct ClientOptions {
+  std::chrono::milliseconds deadline{10'000};  // of every unary call
+  std::optional<ClientTls> tls;                // none: plaintext (single-host jobs)
+  std::chrono::milliseconds keepalive_time = kKeepaliveTime;
+  std::chrono::milliseconds keepalive_timeout = kKeepaliveTimeout;
+  // Messages a session queues while the connection is slow; send() refuses more.
+  size_t max_queued_messages = 1024;
+  // A TCP connection of this client's own, not shared with other clients in the
+  // process that talk to the same address (benchmarks and tests simulating
+  // many workers in one process; a dsworker has one client anyway).
+  bool private_connection = false;
+};
+
+namespace detail {
+class SessionReactor;
+}
+
+// One rank's open Session stream.
+//
+// Thread-safety: send(), ended() and wait_for_end() may be called from any
+// thread. The callbacks run on gRPC's threads, one at a time per session,
+// and must return promptly; they may call send() but must not call close()
+// or destroy the Session (that waits for them and would deadlock), nor
+// destroy the last ControllerClient or Session of a channel.
+class Session {
+ public:
+  ~Session();  // close() with its default timeout
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Queues `message` with its rank set to this session's rank and returns at
+  // once; a writer drains the queue one message at a time. Returns false,
+  // dropping the message, once the session is closing or ended, or when
+  // ClientOptions::max_queued_messages are already waiting.
+  bool send(v1::WorkerMessage message);
+
+  // Ends the stream cleanly: writes what is queued, tells the controller no
+  // more messages come, and waits for its final status. After `timeout` the
+  // call is cancelled instead. Blocks; returns the final status (OK for a
+  // clean end). Safe to call more than once.
+  grpc::Status close(std::chrono::milliseconds timeout = std::chrono::seconds(5));
+
+  // The final status once the stream ended (closed here, ended by the
+  // controller, or the connection lost), else nullopt after waiting `timeout`.
+  std::optional<grpc::Status> wait_for_end(std::chrono::milliseconds timeout);
+  bool ended() const;
+
+  int rank() const;
+
+ private:
+  friend class ControllerClient;
+  Session(std::shared_ptr<grpc::Channel> channel, std::shared_ptr<detail::SessionReactor> reactor);
+  // Released here, on the owner's thread, after the call ended (see the .cc).
+  std::shared_ptr<grpc::Channel> channel_;
+  std::shared_ptr<detail::SessionReactor> reactor_;
+};
+
+// A client of one controller. Thread-safe: unary calls and open_session may
+// run concurrently from any threads. Sessions keep the connection alive, so
+// they may outlive the client.
+class ControllerClient {
+ public:
+  // Called for each command the controller sends down a session.
+  using CommandCallback = std::function<void(const v1::ControllerCommand&)>;
+  // Called once when a session ends, with its final status: OK after a clean
+  // close(), UNAVAILABLE when the controller went away or shut down,
+  // UNAUTHENTICATED for a wrong token, INVALID_ARGUMENT for a bad stream.
+  using EndCallback = std::function<void(const grpc::Status&)>;
+
+  // `address` is "host:port". Does not connect yet. If a TLS file cannot be
+  // read, status() says why and every call returns that status.
+  ControllerClient(std::string address, std::string token, ClientOptions options = {});
+
+  const grpc::Status& status() const { return status_; }
+  const std::string& address() const { return address_; }
+
+  // Unary calls. Each blocks for at most options.deadline and returns the
+  // controller's status (DEADLINE_EXCEEDED when it did not answer in time,
+  // UNAVAILABLE when it cannot be reached, UNAUTHENTICATED for a wrong token).
+  grpc::Status register_rank(const v1::RegisterRequest& request, v1::RegisterReply* reply);
+  grpc::Status get_status(v1::JobStatus* status);
+  grpc::Status stop(const v1::StopRequest& request, v1::StopReply* reply);
+
+  // Opens rank `rank`'s session and announces the rank at once (a first
+  // message with no payload), so commands can come down before the first
+  // heartbeat. Does not block. The session has no deadline; it ends when
+  // closed, when the controller ends it, or when the connection is lost
+  // (keepalive notices a silent one). When the client is unusable (see
+  // status()) the session comes back already ended and on_end has run.
+  std::unique_ptr<Session> open_session(int rank, CommandCallback on_command,
+                                        EndCallback on_end = {});
+
+ private:
+  void prepare(grpc::ClientContext& context, bool with_deadline) const;
+
+  std::string address_;
+  std::string token_;
+  ClientOptions options_;
+  grpc::Status status_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Controller::Stub> stub_;
+};
+
+}  // namespace dslaunch::proto
