@@ -1,0 +1,369 @@
+#include "launcher/controller/controller_server.h"
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "proto/auth.h"
+#include "proto/controller_client.h"
+#include "proto/dslaunch.grpc.pb.h"
+
+namespace dslaunch::controller {
+
+static_assert(kMinClientPingInterval <= proto::kKeepaliveTime,
+              "the server must accept the client's keepalive pings");
+
+namespace {
+
+using SessionBase = grpc::ServerBidiReactor<v1::WorkerMessage, v1::ControllerCommand>;
+
+// The write side and the end of one session, shared between its reactor and
+// the handler's sink (which may outlive the reactor). Only one thread starts
+// each reactor operation: whoever sets write_in_flight_ under the mutex owns
+// the next StartWrite, and whoever sets finished_ owns the one Finish.
+// Finish waits for the write in flight, so the reactor (deleted in OnDone,
+// which follows Finish) is alive whenever this object touches it.
+class SessionCore final : public CommandSink {
+ public:
+  SessionCore(SessionBase* reactor, size_t max_queued)
+      : reactor_(reactor), max_queued_(max_queued) {}
+
+  bool send(const v1::ControllerCommand& command) override {
+    const v1::ControllerCommand* next = nullptr;
+    {
+      std::lock_guard lock(mutex_);
+      if (finish_requested_ || write_failed_ || queue_.size() >= max_queued_) return false;
+      queue_.push_back(command);
+      if (write_in_flight_) return true;
+      write_in_flight_ = true;
+      next = &queue_.front();  // deque: pushes at the back keep this reference valid
+    }
+    reactor_->StartWrite(next);
+    return true;
+  }
+
+  void on_write_done(bool ok) {
+    const v1::ControllerCommand* next = nullptr;
+    std::optional<grpc::Status> finish;
+    {
+      std::lock_guard lock(mutex_);
+      queue_.pop_front();
+      if (!ok) {
+        write_failed_ = true;
+        queue_.clear();
+      }
+      if (!queue_.empty()) {
+        next = &queue_.front();
+      } else {
+        write_in_flight_ = false;
+        finish = take_finish_locked();
+      }
+    }
+    if (next != nullptr) reactor_->StartWrite(next);
+    if (finish) reactor_->Finish(std::move(*finish));
+  }
+
+  // Ends the stream with `status` once the queued commands are written (the
+  // first status asked for wins). Thread-safe; later calls do nothing.
+  void finish(grpc::Status status) {
+    std::optional<grpc::Status> finish;
+    {
+      std::lock_guard lock(mutex_);
+      if (finish_requested_) return;
+      finish_requested_ = true;
+      status_ = std::move(status);
+      finish = take_finish_locked();
+    }
+    if (finish) reactor_->Finish(std::move(*finish));
+  }
+
+ private:
+  std::optional<grpc::Status> take_finish_locked() {
+    if (!finish_requested_ || write_in_flight_ || finished_) return std::nullopt;
+    finished_ = true;
+    return status_;
+  }
+
+  SessionBase* const reactor_;
+  const size_t max_queued_;
+  std::mutex mutex_;
+  std::deque<v1::ControllerCommand> queue_;  // front() is on the wire while write_in_flight_
+  bool write_in_flight_ = false;
+  bool write_failed_ = false;
+  bool finish_requested_ = false;
+  bool finished_ = false;
+  grpc::Status status_;
+};
+
+grpc::Status unauthenticated(std::string_view why) {
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(why));
+}
+
+}  // namespace
+
+// The service adapter: authenticates, checks streams, and turns gRPC's
+// callbacks into ControllerHandler calls.
+class ControllerService final : public v1::Controller::CallbackService {
+ public:
+  ControllerService(ControllerHandler& handler, ControllerServerOptions options)
+      : handler_(handler), options_(std::move(options)) {}
+
+  ControllerHandler& handler() { return handler_; }
+  const ControllerServerOptions& options() const { return options_; }
+  size_t max_queued_commands() const { return options_.max_queued_commands; }
+
+  grpc::Status authenticate(const grpc::CallbackServerContext* context) {
+    const auto& metadata = context->client_metadata();
+    const auto entry = metadata.find(std::string(proto::kAuthorizationKey));
+    grpc::Status status;
+    if (entry == metadata.end()) {
+      status = unauthenticated(
+          "no job token: every call must carry 'authorization: Bearer <token>' (the token is in "
+          "the job directory and in the ranks' environment)");
+    } else if (!proto::authorization_matches(
+                   std::string_view(entry->second.data(), entry->second.size()), options_.token)) {
+      status = unauthenticated("wrong job token: this controller runs another job");
+    }
+    if (!status.ok()) refused_.fetch_add(1, std::memory_order_relaxed);
+    return status;
+  }
+
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
+                                     const v1::RegisterRequest* request,
+                                     v1::RegisterReply* reply) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    grpc::Status status = authenticate(context);
+    if (status.ok()) status = handler_.register_rank(*request, reply);
+    reactor->Finish(std::move(status));
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
+                                      const v1::GetStatusRequest*, v1::JobStatus* reply) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    grpc::Status status = authenticate(context);
+    if (status.ok()) status = handler_.get_status(reply);
+    reactor->Finish(std::move(status));
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* Stop(grpc::CallbackServerContext* context,
+                                 const v1::StopRequest* request, v1::StopReply* reply) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    grpc::Status status = authenticate(context);
+    if (status.ok()) status = handler_.stop(*request, reply);
+    reactor->Finish(std::move(status));
+    return reactor;
+  }
+
+  SessionBase* Session(grpc::CallbackServerContext* context) override;
+
+  // A session joins the registry unless the server is shutting down.
+  bool add_session(const std::shared_ptr<SessionCore>& core) {
+    std::lock_guard lock(mutex_);
+    if (shutting_down_) return false;
+    sessions_.insert(core);
+    return true;
+  }
+
+  void remove_session(const std::shared_ptr<SessionCore>& core) {
+    std::lock_guard lock(mutex_);
+    sessions_.erase(core);
+  }
+
+  // Refuses new sessions and asks every open one to end.
+  void begin_shutdown() {
+    std::vector<std::shared_ptr<SessionCore>> open;
+    {
+      std::lock_guard lock(mutex_);
+      shutting_down_ = true;
+      open.assign(sessions_.begin(), sessions_.end());
+    }
+    // Outside the registry's lock: a Finish may run OnDone, which leaves it.
+    for (const auto& core : open) {
+      core->finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the controller is shutting down"));
+    }
+  }
+
+  size_t open_sessions() const {
+    std::lock_guard lock(mutex_);
+    return sessions_.size();
+  }
+
+  int64_t refused_calls() const { return refused_.load(std::memory_order_relaxed); }
+
+ private:
+  ControllerHandler& handler_;
+  const ControllerServerOptions options_;
+  std::atomic<int64_t> refused_{0};
+  mutable std::mutex mutex_;
+  bool shutting_down_ = false;
+  std::unordered_set<std::shared_ptr<SessionCore>> sessions_;
+};
+
+namespace {
+
+// One rank's Session stream. Reads one message at a time (so the handler sees
+// a rank's messages in order), writes through its SessionCore, and deletes
+// itself in OnDone.
+class SessionReactor final : public SessionBase {
+ public:
+  SessionReactor(ControllerService& service, grpc::CallbackServerContext* context)
+      : service_(service),
+        core_(std::make_shared<SessionCore>(this, service.max_queued_commands())) {
+    if (grpc::Status status = service_.authenticate(context); !status.ok()) {
+      core_->finish(std::move(status));
+      return;
+    }
+    if (!service_.add_session(core_)) {
+      core_->finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the controller is shutting down"));
+      return;
+    }
+    registered_ = true;
+    StartRead(&incoming_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The rank closed its side, or the call was cancelled or lost.
+      core_->finish(grpc::Status::OK);
+      return;
+    }
+    if (rank_ < 0) {
+      if (incoming_.rank() < 0) {
+        core_->finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                   "a session's first message must name its rank (got " +
+                                       std::to_string(incoming_.rank()) + ")"));
+        return;
+      }
+      rank_ = incoming_.rank();
+      service_.handler().session_opened(rank_, core_);
+    } else if (incoming_.rank() != rank_) {
+      core_->finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "this session belongs to rank " + std::to_string(rank_) +
+                                     " but a message claims rank " +
+                                     std::to_string(incoming_.rank())));
+      return;
+    }
+    if (incoming_.payload_case() != v1::WorkerMessage::PAYLOAD_NOT_SET) {
+      service_.handler().worker_message(incoming_);
+    }
+    StartRead(&incoming_);
+  }
+
+  void OnWriteDone(bool ok) override { core_->on_write_done(ok); }
+
+  void OnCancel() override {
+    core_->finish(grpc::Status(grpc::StatusCode::CANCELLED, "the session was cancelled"));
+  }
+
+  void OnDone() override {
+    if (rank_ >= 0) service_.handler().session_closed(rank_);
+    if (registered_) service_.remove_session(core_);
+    delete this;
+  }
+
+ private:
+  ControllerService& service_;
+  const std::shared_ptr<SessionCore> core_;
+  v1::WorkerMessage incoming_;  // owned by the one read in flight
+  int rank_ = -1;               // fixed by the first message
+  bool registered_ = false;
+};
+
+}  // namespace
+
+SessionBase* ControllerService::Session(grpc::CallbackServerContext* context) {
+  return new SessionReactor(*this, context);
+}
+
+namespace {
+
+std::shared_ptr<grpc::ServerCredentials> tls_credentials(const ServerTls& tls, std::string& error) {
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  if (!proto::read_credential_file(tls.cert_file, pair.cert_chain, error) ||
+      !proto::read_credential_file(tls.key_file, pair.private_key, error)) {
+    error = "tls: " + error;
+    return nullptr;
+  }
+  grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  if (!tls.ca_file.empty()) {
+    if (!proto::read_credential_file(tls.ca_file, ssl.pem_root_certs, error)) {
+      error = "tls.ca: " + error;
+      return nullptr;
+    }
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  ssl.pem_key_cert_pairs.push_back(std::move(pair));
+  return grpc::SslServerCredentials(ssl);
+}
+
+int milliseconds(std::chrono::milliseconds duration) { return static_cast<int>(duration.count()); }
+
+}  // namespace
+
+ControllerServer::ControllerServer(ControllerHandler& handler, ControllerServerOptions options)
+    : service_(std::make_unique<ControllerService>(handler, std::move(options))) {}
+
+ControllerServer::~ControllerServer() { shutdown(std::chrono::milliseconds(0)); }
+
+StartResult ControllerServer::start(const std::string& address) {
+  StartResult result;
+  if (server_ != nullptr || shut_down_) {
+    result.error = "the controller server was already started";
+    return result;
+  }
+  const ControllerServerOptions& options = service_->options();
+  if (options.token.empty()) {
+    result.error = "the controller needs a job token to authenticate its calls";
+    return result;
+  }
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (options.tls) {
+    credentials = tls_credentials(*options.tls, result.error);
+    if (credentials == nullptr) return result;
+  }
+
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, credentials, &result.port);
+  builder.RegisterService(service_.get());
+  // gRPC sets SO_REUSEPORT by default, which would let two controllers share
+  // one port and split the ranks' calls between them.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, milliseconds(proto::kKeepaliveTime));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, milliseconds(proto::kKeepaliveTimeout));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             milliseconds(kMinClientPingInterval));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || result.port == 0) {
+    server_.reset();
+    result.port = 0;
+    result.error = "cannot listen on " + address +
+                   ": the port is in use, or the host is not an address of this machine";
+  }
+  return result;
+}
+
+void ControllerServer::shutdown(std::chrono::milliseconds grace) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (server_ == nullptr) return;
+  service_->begin_shutdown();
+  server_->Shutdown(std::chrono::system_clock::now() + grace);
+  server_->Wait();
+}
+
+size_t ControllerServer::open_sessions() const { return service_->open_sessions(); }
+
+int64_t ControllerServer::refused_calls() const { return service_->refused_calls(); }
+
+}  // namespace dslaunch::controller

@@ -1,0 +1,88 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "launcher/controller/controller_handler.h"
+
+// The Controller gRPC service in front of a ControllerHandler, and the server
+// that runs it. The service uses gRPC's callback API: an open session costs a
+// small object, not a thread, so thousands of ranks are watched by a few
+// threads.
+namespace dslaunch::controller {
+
+// Server ping policy, compatible with proto::ClientOptions' keepalive: a
+// client may ping this often while idle and is never punished for pinging
+// more (no strike limit), so a healthy rank is never disconnected for its
+// keepalive. The server pings idle clients on the same schedule, so a rank
+// host that vanished is noticed too.
+inline constexpr std::chrono::milliseconds kMinClientPingInterval{5'000};
+
+// TLS for multi-host jobs (the spec's `tls: {cert, key, ca}`), in PEM files.
+struct ServerTls {
+  std::string cert_file;  // the controller's certificate chain (required)
+  std::string key_file;   // its private key (required)
+  // When set, clients must also present a certificate signed by this CA.
+  std::string ca_file;
+};
+
+struct ControllerServerOptions {
+  std::string token;             // the job token every call must carry (required)
+  std::optional<ServerTls> tls;  // none: plaintext (loopback, single-host jobs)
+  // Commands a session queues while its rank reads slowly; more are refused.
+  size_t max_queued_commands = 1024;
+};
+
+struct StartResult {
+  int port = 0;       // the bound port when ok()
+  std::string error;  // what went wrong, naming the address or file
+  bool ok() const { return error.empty(); }
+};
+
+class ControllerService;
+
+// Runs the Controller service for one job.
+//
+// Every call must carry options.token as "authorization: Bearer <token>";
+// others are answered UNAUTHENTICATED and never reach the handler. A
+// Session's first message fixes its rank; a later message naming another
+// rank ends the stream with INVALID_ARGUMENT. A message with no payload only
+// announces the rank.
+//
+// Thread-safety: start() and shutdown() are for the owning thread;
+// open_sessions() and refused_calls() may be called from any thread.
+class ControllerServer {
+ public:
+  // `handler` must outlive the server (until shutdown() returned).
+  ControllerServer(ControllerHandler& handler, ControllerServerOptions options);
+  ~ControllerServer();  // shutdown() with no grace period
+  ControllerServer(const ControllerServer&) = delete;
+  ControllerServer& operator=(const ControllerServer&) = delete;
+
+  // Listens on `address` ("host:port"; port 0 lets the OS choose) and starts
+  // serving. Returns the bound port, or an error (no token, a TLS file that
+  // cannot be read, an address that cannot be bound). Call once.
+  StartResult start(const std::string& address);
+
+  // Refuses new calls, ends every open session with UNAVAILABLE ("the
+  // controller is shutting down"), waits up to `grace` for calls in progress,
+  // then cancels the rest. Blocks until every handler call has returned and
+  // session_closed ran for every opened session. Idempotent.
+  void shutdown(std::chrono::milliseconds grace);
+
+  size_t open_sessions() const;
+  // Calls refused for a missing or wrong token since start().
+  int64_t refused_calls() const;
+
+ private:
+  std::unique_ptr<ControllerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  bool shut_down_ = false;
+};
+
+}  // namespace dslaunch::controller

@@ -1,0 +1,489 @@
+#include "launcher/controller/job_controller.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "launcher/controller/clock.h"
+#include "launcher/controller/controller_server.h"
+#include "launcher/controller/job_directory.h"
+#include "launcher/controller/job_handler.h"
+#include "launcher/controller/job_state.h"
+#include "launcher/controller/job_status.h"
+#include "launcher/plan/planned_job.h"
+#include "launcher/runner/failure_report.h"
+#include "launcher/runner/launch_command.h"
+#include "launcher/runner/rank_output.h"
+#include "launcher/runner/supervised_process.h"
+#include "proto/auth.h"
+
+namespace dslaunch::controller {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+// Interrupts received (SIGINT, SIGTERM). A signal handler can only reach a
+// global; the loop reads it.
+std::atomic<int> g_interrupts{0};
+
+void count_interrupt(int) { g_interrupts.fetch_add(1); }
+
+void install_interrupt_handlers() {
+  struct sigaction action {};
+  action.sa_handler = count_interrupt;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+int64_t unix_time_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// $DSLAUNCH_WORKER, else dsworker beside this binary (an installation),
+// else ../worker/dsworker (Bazel's output tree).
+std::string find_worker_binary(const std::string& requested) {
+  if (!requested.empty()) return fs::absolute(requested).string();
+  if (const char* from_env = std::getenv("DSLAUNCH_WORKER")) return from_env;
+  std::error_code error;
+  const fs::path self = fs::read_symlink("/proc/self/exe", error);
+  for (const fs::path& candidate : {self.parent_path() / "dsworker",
+                                    self.parent_path().parent_path() / "worker" / "dsworker"}) {
+    if (access(candidate.c_str(), X_OK) == 0) return candidate.string();
+  }
+  return "";
+}
+
+// The first IPv4 address of `interface_name` (any interface when empty) that
+// is not loopback: where ranks on other hosts can reach the controller.
+std::string routable_address(const std::string& interface_name) {
+  ifaddrs* interfaces = nullptr;
+  if (getifaddrs(&interfaces) != 0) return "";
+  std::string found;
+  for (ifaddrs* entry = interfaces; entry != nullptr && found.empty(); entry = entry->ifa_next) {
+    if (entry->ifa_addr == nullptr || entry->ifa_addr->sa_family != AF_INET) continue;
+    if (!interface_name.empty() && interface_name != entry->ifa_name) continue;
+    char text[INET_ADDRSTRLEN] = {};
+    const auto* address = reinterpret_cast<const sockaddr_in*>(entry->ifa_addr);
+    inet_ntop(AF_INET, &address->sin_addr, text, sizeof(text));
+    if (std::string(text).rfind("127.", 0) != 0) found = text;
+  }
+  freeifaddrs(interfaces);
+  return found;
+}
+
+// A port free on this host now (the OS picks it), for MASTER_PORT.
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 29500;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  int port = 29500;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+// Where the server listens and the address ranks dial.
+struct Endpoint {
+  std::string bind;
+  std::string dial_host;
+};
+
+Endpoint controller_endpoint(const spec::JobSpec& spec, const plan::JobPlan& plan) {
+  const std::string& configured = spec.cluster.controller_address;
+  if (!configured.empty()) {
+    const auto colon = configured.rfind(':');
+    const bool has_port = colon != std::string::npos && configured.back() != ']';
+    const std::string host = has_port ? configured.substr(0, colon) : configured;
+    return {(host.front() == '[' ? "[::]" : "0.0.0.0") +
+                std::string(has_port ? configured.substr(colon) : ":0"),
+            host};
+  }
+  if (plan.all_hosts_local) return {"127.0.0.1:0", "127.0.0.1"};
+  const std::string address = routable_address(spec.cluster.network_interface);
+  return {address.empty() ? "0.0.0.0:0" : address + ":0", address};
+}
+
+std::vector<v1::RankPlacement> placements(const plan::JobPlan& plan) {
+  std::vector<v1::RankPlacement> out;
+  for (const topology::RankPlacement& rank : plan.placement.ranks) {
+    v1::RankPlacement placement;
+    placement.set_rank(rank.rank);
+    placement.set_world_size(plan.world_size());
+    placement.set_local_rank(rank.local_rank);
+    placement.set_local_world_size(rank.local_world_size);
+    placement.set_host(rank.host);
+    placement.set_slot(rank.slot);
+    placement.set_pipe(rank.coord.pipe);
+    placement.set_data(rank.coord.data);
+    placement.set_model(rank.coord.model);
+    placement.set_device(rank.device);
+    for (const int core : rank.cpu_cores) placement.add_cpu_cores(core);
+    out.push_back(placement);
+  }
+  return out;
+}
+
+// Everything one attempt owns while it runs.
+class Attempt {
+ public:
+  Attempt(const RunOptions& options, const spec::JobSpec& spec, const plan::JobPlan& plan,
+          JobDirectory& directory, const std::string& token, const JobInfo& info)
+      : options_(options),
+        spec_(spec),
+        plan_(plan),
+        directory_(directory),
+        token_(token),
+        info_(info),
+        state_(plan.world_size(), timeouts(spec), clock_),
+        handler_(info, handler_attempt(), state_, directory, clock_),
+        progress_(options.progress, stdout) {}
+
+  int run() {
+    ControllerServer server(handler_, ControllerServerOptions{token_, std::nullopt, 1024});
+    const Endpoint endpoint = controller_endpoint(spec_, plan_);
+    const StartResult started = server.start(endpoint.bind);
+    if (!started.ok())
+      return fail_before_launch(server, "cannot start the controller: " + started.error);
+    info_.controller_address = fmt::format("{}:{}", endpoint.dial_host, started.port);
+    handler_.set_controller_address(info_.controller_address);
+    handler_.record_event(-1, "controller_started", info_.controller_address);
+
+    state_.start();
+    write_state();
+    const std::string worker = find_worker_binary(options_.worker_binary);
+    if (worker.empty()) {
+      return fail_before_launch(server,
+                                "cannot find dsworker beside dslaunch; set DSLAUNCH_WORKER");
+    }
+    runner::LaunchInputs inputs;
+    inputs.worker_binary = worker;
+    inputs.worker_args = {"run"};
+    std::string error;
+    inputs.attempt_dir =
+        fs::path(directory_.rank_log_path(0, 0, "stdout", error)).parent_path().parent_path();
+    inputs.job_id = info_.job_id;
+    inputs.job_token = token_;
+    inputs.restart_count = 0;
+    inputs.controller_address = info_.controller_address;
+    const std::string& rank0_host = plan_.placement.ranks.front().host;
+    inputs.master_address = rank0_host == "localhost" ? "127.0.0.1" : rank0_host;
+    inputs.master_port = free_port();
+    inputs.running_as_root = geteuid() == 0;
+    inputs.local_cores = static_cast<int>(std::thread::hardware_concurrency());
+    const runner::LaunchCommand command = runner::build_launch_command(spec_, plan_, inputs);
+    for (const auto& [path, contents] : command.files) {
+      std::ofstream file(path);
+      file << contents;
+      if (!file) return fail_before_launch(server, fmt::format("cannot write '{}'", path));
+    }
+    handler_.record_event(-1, "launching", fmt::format("{}", fmt::join(command.argv, " ")));
+    // Every rank's log files exist from the start, empty until it writes.
+    for (int rank = 0; rank < plan_.world_size(); ++rank) {
+      for (const char* stream : {"stdout", "stderr"}) {
+        std::ofstream(directory_.rank_log_path(0, rank, stream, error), std::ios::app);
+      }
+    }
+    process_ = runner::SupervisedProcess::start(command.argv, command.environment, error);
+    if (!process_) return fail_before_launch(server, error);
+    launched_ = clock_.now();
+    handler_.record_event(-1, "launcher_started", fmt::format("pid {}", process_->pid()));
+
+    const runner::OutputTags tags = spec_.cluster.runner == spec::Runner::kSlurm
+                                        ? runner::OutputTags::kSrun
+                                        : runner::OutputTags::kMpirun;
+    runner::FailureReportReader reports;
+    runner::RankOutput output(
+        tags,
+        [this, attempt_dir = inputs.attempt_dir](int rank, runner::OutputStream stream) {
+          const char* name = stream == runner::OutputStream::kStdout ? "stdout" : "stderr";
+          std::string ignored;
+          return rank < 0 ? fmt::format("{}/launcher.{}.log", attempt_dir, name)
+                          : directory_.rank_log_path(0, rank, name, ignored);
+        },
+        20,
+        [&](std::string_view line) {
+          if (auto failure = reports.read_line(line)) launcher_failures_.push_back(*failure);
+        });
+    watch(output);
+    finish(server, output);
+    return exit_code();
+  }
+
+ private:
+  static FailureTimeouts timeouts(const spec::JobSpec& spec) {
+    FailureTimeouts timeouts;
+    timeouts.heartbeat_timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(spec.fault_tolerance.heartbeat_timeout_s * 1000));
+    // Writing a checkpoint may take far longer than a step.
+    timeouts.checkpoint_timeout = 10 * timeouts.heartbeat_timeout;
+    return timeouts;
+  }
+
+  JobHandler::Attempt handler_attempt() const {
+    JobHandler::Attempt attempt;
+    attempt.heartbeat_interval_ms =
+        static_cast<int>(spec_.fault_tolerance.heartbeat_interval_s * 1000);
+    attempt.resolved_spec_yaml = spec_.resolved_yaml;
+    attempt.placements = placements(plan_);
+    return attempt;
+  }
+
+  int fail_before_launch(ControllerServer& server, const std::string& reason) {
+    state_.mark_failed(reason);
+    handler_.record_event(-1, "failed", reason);
+    server.shutdown(1s);
+    write_state();
+    std::cerr << "dslaunch: " << reason << "\n";
+    return kRunFailed;
+  }
+
+  void write_state() {
+    std::string error;
+    if (!directory_.write_state(status_to_json(handler_.status_now()), error)) {
+      std::cerr << "dslaunch: " << error << "\n";
+    }
+  }
+
+  // Rank exits the launcher reported, applied once each.
+  void apply_launcher_failures(runner::RankOutput& output) {
+    for (; applied_failures_ < launcher_failures_.size(); ++applied_failures_) {
+      const runner::LauncherFailure& failure = launcher_failures_[applied_failures_];
+      std::string tail;
+      for (const std::string& line : output.stderr_tail(failure.rank)) tail += line + "\n";
+      state_.on_rank_exit(failure.rank, failure.exit_code, failure.signal, tail);
+    }
+  }
+
+  // The loop: output, exits, heartbeats, stop requests, progress.
+  void watch(runner::RankOutput& output) {
+    auto next_state_write = clock_.now();
+    std::optional<Clock::TimePoint> stop_deadline;
+    int interrupts_seen = 0;
+    while (true) {
+      process_->pump_output(output, 100ms);
+      apply_launcher_failures(output);
+      const int interrupts = g_interrupts.load();
+      if (interrupts > interrupts_seen) {
+        interrupts_seen = interrupts;
+        if (interrupts == 1 && !handler_.stop_now_requested()) {
+          std::cerr << "\ndslaunch: stopping the job (interrupt again to kill it now)\n";
+          handler_.request_graceful_stop();
+          stop_deadline = clock_.now() + options_.termination_grace;
+        } else {
+          state_.request_stop();
+          handler_.record_event(-1, "stop_requested", "second interrupt: now");
+          break;
+        }
+      }
+      if (handler_.stop_now_requested()) break;
+      if (state_.stop_requested() && !stop_deadline) {
+        stop_deadline = clock_.now() + options_.termination_grace;
+      }
+      if (stop_deadline && clock_.now() >= *stop_deadline) break;
+      for (const int rank : state_.check_heartbeats()) {
+        handler_.record_event(rank, "lost", "no heartbeat within the timeout");
+      }
+      if (state_.phase() == JobPhase::kStarting &&
+          clock_.now() - launched_ > options_.registration_timeout) {
+        state_.mark_failed(fmt::format(
+            "not every rank registered within {}s of the start; see the logs of this attempt",
+            std::chrono::duration_cast<std::chrono::seconds>(options_.registration_timeout)
+                .count()));
+      }
+      if (state_.phase() == JobPhase::kFailed) {
+        collect_stacks_if_hung(output);
+        break;
+      }
+      if (const auto exited = process_->poll_exit()) {
+        drain(output);
+        apply_launcher_failures(output);
+        settle_exit(*exited);
+        break;
+      }
+      if (clock_.now() >= next_state_write) {
+        write_state();
+        progress_.update(handler_.status_now(), std::chrono::steady_clock::now());
+        next_state_write = clock_.now() + 1s;
+      }
+    }
+  }
+
+  // A hung rank usually leaves the others blocked in a collective with it:
+  // their stacks (recorded as "stacks" events) show where, before they are
+  // killed.
+  void collect_stacks_if_hung(runner::RankOutput& output) {
+    const auto cause = state_.root_cause();
+    if (!cause || !cause->hung) return;
+    v1::ControllerCommand dump;
+    dump.set_kind(v1::ControllerCommand::KIND_DUMP_STACKS);
+    if (handler_.broadcast(dump) == 0) return;
+    const auto until = std::chrono::steady_clock::now() + 3s;
+    while (std::chrono::steady_clock::now() < until) process_->pump_output(output, 100ms);
+  }
+
+  // Reads what the launcher and its ranks still had to say.
+  void drain(runner::RankOutput& output) {
+    const auto until = std::chrono::steady_clock::now() + 2s;
+    while (std::chrono::steady_clock::now() < until && process_->pump_output(output, 50ms)) {
+    }
+    output.finish();
+  }
+
+  // The launcher ended on its own: decide what that means for the job.
+  void settle_exit(const runner::ExitStatus& exited) {
+    handler_.record_event(-1, "launcher_exited", exited.to_string());
+    if (is_final(state_.phase())) return;
+    if (exited.code == 0 && handler_.sessions_lost().empty()) {
+      for (const RankRecord& rank : state_.ranks())
+        state_.on_rank_exit(rank.rank, 0, std::nullopt, "");
+      if (!is_final(state_.phase())) {
+        state_.mark_failed("the launcher exited 0, but not every rank registered and finished");
+      }
+      return;
+    }
+    const std::vector<int> lost = handler_.sessions_lost();
+    state_.mark_failed(
+        lost.empty()
+            ? fmt::format("the launcher ended with {} before the ranks finished",
+                          exited.to_string())
+            : fmt::format("rank {} ended its session unexpectedly; the launcher ended with {}",
+                          lost.front(), exited.to_string()));
+  }
+
+  void finish(ControllerServer& server, runner::RankOutput& output) {
+    if (!process_->poll_exit()) {
+      handler_.record_event(-1, "terminating", "SIGTERM to the launcher, then SIGKILL");
+      const runner::ExitStatus exited = process_->terminate(options_.termination_grace);
+      drain(output);
+      apply_launcher_failures(output);
+      handler_.record_event(-1, "launcher_exited", exited.to_string());
+    }
+    if (!is_final(state_.phase())) {
+      if (state_.stop_requested()) {
+        state_.mark_stopped();
+      } else {
+        state_.mark_failed("the job ended without every rank finishing");
+      }
+    }
+    server.shutdown(2s);
+    progress_.finish();
+    const v1::JobStatus status = handler_.status_now();
+    handler_.record_event(-1, "finished",
+                          status.state() + (status.reason().empty() ? "" : ": " + status.reason()));
+    write_state();
+    std::cout << fmt::format("job {} {}{}\n  job directory: {}\n", info_.job_id, status.state(),
+                             status.reason().empty() ? "" : ": " + status.reason(),
+                             directory_.path());
+  }
+
+  int exit_code() const {
+    switch (state_.phase()) {
+      case JobPhase::kSucceeded:
+        return kRunSucceeded;
+      case JobPhase::kStopped:
+        return kRunStopped;
+      default:
+        return kRunFailed;
+    }
+  }
+
+  const RunOptions& options_;
+  const spec::JobSpec& spec_;
+  const plan::JobPlan& plan_;
+  JobDirectory& directory_;
+  const std::string& token_;
+  JobInfo info_;
+  SteadyClock clock_;
+  JobState state_;
+  JobHandler handler_;
+  ProgressDisplay progress_;
+  std::unique_ptr<runner::SupervisedProcess> process_;
+  Clock::TimePoint launched_{};
+  std::vector<runner::LauncherFailure> launcher_failures_;
+  size_t applied_failures_ = 0;
+};
+
+}  // namespace
+
+int run_job(const RunOptions& options) {
+  spec::Diagnostics diagnostics;
+  std::optional<plan::PlannedJob> planned =
+      plan::load_and_plan(options.spec_path, options.load, diagnostics);
+  if (!planned) {
+    std::cerr << diagnostics.format();
+    return kRunBadInput;
+  }
+  const spec::JobSpec& spec = planned->spec;
+  const plan::JobPlan& job_plan = planned->plan;
+  if (spec.kind != spec::JobKind::kCommbench) {
+    std::cerr << fmt::format(
+        "{}: error: dslaunch run starts kind: commbench jobs so far; training comes with the "
+        "training engine. `dslaunch plan` checks training specs.\n",
+        options.spec_path);
+    return kRunBadInput;
+  }
+  if (spec.cluster.runner == spec::Runner::kLocal && !job_plan.all_hosts_local) {
+    std::cerr << fmt::format(
+        "{}: error: runner local starts ranks on this machine only, but the hosts include "
+        "others; set cluster.runner to openmpi (mpirun over ssh) or slurm\n",
+        options.spec_path);
+    return kRunBadInput;
+  }
+  for (const std::string& warning : job_plan.warnings) {
+    std::cerr << "dslaunch: warning: " << warning << "\n";
+  }
+
+  std::string error;
+  const std::string job_id = options.job_dir.empty()
+                                 ? new_job_id(spec.name)
+                                 : fs::path(options.job_dir).filename().string();
+  const std::string root = options.job_dir.empty()
+                               ? default_jobs_root()
+                               : fs::absolute(options.job_dir).parent_path().string();
+  std::optional<JobDirectory> directory = JobDirectory::create(root, job_id, error);
+  const proto::TokenResult token = proto::generate_token();
+  if (!directory || !token.ok() || !directory->write_spec(spec.resolved_yaml, error) ||
+      !directory->write_token(token.token, error)) {
+    std::cerr << "dslaunch: " << (token.ok() ? error : token.error) << "\n";
+    return kRunFailed;
+  }
+  install_interrupt_handlers();
+
+  JobInfo info;
+  info.job_id = job_id;
+  info.name = spec.name;
+  info.kind = spec.kind == spec::JobKind::kCommbench ? "commbench" : "train";
+  info.world_size = job_plan.world_size();
+  info.total_steps = spec.kind == spec::JobKind::kTrain ? spec.training.steps : 0;
+  info.started_unix_ms = unix_time_ms();
+  std::cout << fmt::format("job {}: {} rank(s) on {} host(s); job directory {}\n", job_id,
+                           job_plan.world_size(), job_plan.hosts.size(), directory->path());
+  Attempt attempt(options, spec, job_plan, *directory, token.token, info);
+  return attempt.run();
+}
+
+}  // namespace dslaunch::controller

@@ -1,0 +1,324 @@
+#include "launcher/controller/job_directory.h"
+
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <random>
+#include <system_error>
+
+#include <fmt/format.h>
+
+namespace dslaunch::controller {
+namespace {
+
+constexpr const char* kStateFile = "state.json";
+constexpr const char* kTokenFile = "token";
+
+std::string errno_text(int error_number) { return std::strerror(error_number); }
+
+std::string join(const std::string& dir, std::string_view name) {
+  return dir == "/" ? fmt::format("/{}", name) : fmt::format("{}/{}", dir, name);
+}
+
+std::string strip_trailing_slashes(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
+// Closes the descriptor when it goes out of scope.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+  bool ok() const { return fd_ >= 0; }
+  // Closes now, so that a late write error (NFS reports them on close) is seen.
+  int close() {
+    const int result = ::close(fd_);
+    fd_ = -1;
+    return result;
+  }
+
+ private:
+  int fd_;
+};
+
+// The whole of `data`, or false with errno set.
+bool write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t written = ::write(fd, data.data(), data.size());
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    data.remove_prefix(static_cast<size_t>(written));
+  }
+  return true;
+}
+
+// mkdir -p: creates every missing folder of `path` with `mode`; names the
+// folder that could not be made.
+bool make_folders(const std::string& path, mode_t mode, std::string& error) {
+  size_t end = 0;
+  while (end != std::string::npos) {
+    end = path.find('/', end + 1);
+    const std::string prefix = path.substr(0, end);
+    if (prefix.empty() || prefix == "/") continue;
+    if (::mkdir(prefix.c_str(), mode) == 0) continue;
+    const int mkdir_error = errno;
+    struct stat info {};
+    if (mkdir_error == EEXIST && ::stat(prefix.c_str(), &info) == 0) {
+      if (S_ISDIR(info.st_mode)) continue;
+      error = fmt::format("cannot create folder '{}': {}", prefix, errno_text(ENOTDIR));
+      return false;
+    }
+    error = fmt::format("cannot create folder '{}': {}", prefix, errno_text(mkdir_error));
+    return false;
+  }
+  return true;
+}
+
+bool fsync_folder(const std::string& dir, std::string& error) {
+  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.ok() || ::fsync(fd.get()) != 0) {
+    error = fmt::format("cannot sync folder '{}': {}", dir, errno_text(errno));
+    return false;
+  }
+  return true;
+}
+
+// Writes `content` to a new `<dir>/<name>.tmp` with `mode`, syncs it, renames
+// it over `<dir>/<name>` and syncs the folder: a reader sees the old file or
+// the new one, never a part. On failure the old file is untouched.
+bool replace_file(const std::string& dir, std::string_view name, std::string_view content,
+                  mode_t mode, std::string& error) {
+  const std::string path = join(dir, name);
+  const std::string temporary = path + ".tmp";
+  // A stale temporary file (a crash mid-write) goes; creating with O_EXCL then
+  // follows no link and inherits no other file's mode.
+  if (::unlink(temporary.c_str()) != 0 && errno != ENOENT) {
+    error = fmt::format("cannot remove stale '{}': {}", temporary, errno_text(errno));
+    return false;
+  }
+  Fd fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
+  if (!fd.ok()) {
+    error = fmt::format("cannot write '{}': {}", temporary, errno_text(errno));
+    return false;
+  }
+  // The umask may have taken bits away; the mode is exact whatever it is.
+  const bool written = ::fchmod(fd.get(), mode) == 0 && write_all(fd.get(), content) &&
+                       ::fsync(fd.get()) == 0 && fd.close() == 0;
+  if (!written) {
+    error = fmt::format("cannot write '{}': {}", temporary, errno_text(errno));
+    ::unlink(temporary.c_str());
+    return false;
+  }
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    error = fmt::format("cannot rename '{}' to '{}': {}", temporary, path, errno_text(errno));
+    ::unlink(temporary.c_str());
+    return false;
+  }
+  return fsync_folder(dir, error);
+}
+
+// Appends `line` with one write to a file opened for this call alone, so the
+// line is in the file (if not yet on the disk) when this returns.
+bool append_line(const std::string& path, std::string_view line, std::string& error) {
+  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (!fd.ok() || !write_all(fd.get(), line) || fd.close() != 0) {
+    error = fmt::format("cannot append to '{}': {}", path, errno_text(errno));
+    return false;
+  }
+  return true;
+}
+
+std::optional<std::string> read_whole_file(const std::string& path, std::string& error) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.ok()) {
+    error = fmt::format("cannot read '{}': {}", path, errno_text(errno));
+    return std::nullopt;
+  }
+  std::string content;
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t got = ::read(fd.get(), buffer, sizeof buffer);
+    if (got == 0) break;
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      error = fmt::format("cannot read '{}': {}", path, errno_text(errno));
+      return std::nullopt;
+    }
+    content.append(buffer, static_cast<size_t>(got));
+  }
+  return content;
+}
+
+// Text from the ranks (stderr tails, error reports) need not be UTF-8;
+// replacing bad bytes keeps dump() from throwing.
+template <typename Json>
+std::string dump(const Json& json, int indent) {
+  return json.dump(indent, ' ', false, Json::error_handler_t::replace);
+}
+
+}  // namespace
+
+std::string default_jobs_root() {
+  if (const char* home = std::getenv("DSLAUNCH_HOME"); home && *home) {
+    return strip_trailing_slashes(home) + "/jobs";
+  }
+  const char* home = std::getenv("HOME");
+  if (!home || !*home) {
+    const passwd* entry = ::getpwuid(::getuid());
+    home = entry && entry->pw_dir ? entry->pw_dir : ".";
+  }
+  return strip_trailing_slashes(home) + "/.dslaunch/jobs";
+}
+
+std::string new_job_id(const std::string& name) {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  ::localtime_r(&now, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
+  std::random_device random;
+  const unsigned suffix = random() & 0xffffu;
+  return fmt::format("{}-{}-{:04x}", name, stamp, suffix);
+}
+
+std::optional<JobDirectory> JobDirectory::create(const std::string& root, const std::string& job_id,
+                                                 std::string& error) {
+  if (job_id.empty() || job_id == "." || job_id == ".." || job_id.find('/') != std::string::npos) {
+    error = fmt::format("invalid job id '{}': it must be a single folder name", job_id);
+    return std::nullopt;
+  }
+  const std::string base = strip_trailing_slashes(root.empty() ? "." : root);
+  if (!make_folders(base, 0755, error)) return std::nullopt;
+  const std::string path = join(base, job_id);
+  // The folder holds the job's token: only its owner may look inside.
+  if (::mkdir(path.c_str(), 0700) == 0) {
+    if (::chmod(path.c_str(), 0700) != 0) {
+      error = fmt::format("cannot restrict job folder '{}': {}", path, errno_text(errno));
+      return std::nullopt;
+    }
+  } else if (errno != EEXIST) {
+    error = fmt::format("cannot create job folder '{}': {}", path, errno_text(errno));
+    return std::nullopt;
+  }
+  return open(path, error);
+}
+
+std::optional<JobDirectory> JobDirectory::open(const std::string& dir, std::string& error) {
+  const std::string path = strip_trailing_slashes(dir);
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    error = fmt::format("cannot open job folder '{}': {}", path, errno_text(errno));
+    return std::nullopt;
+  }
+  if (!S_ISDIR(info.st_mode)) {
+    error = fmt::format("cannot open job folder '{}': {}", path, errno_text(ENOTDIR));
+    return std::nullopt;
+  }
+  return JobDirectory(path);
+}
+
+std::string JobDirectory::job_id() const {
+  const auto slash = path_.rfind('/');
+  return slash == std::string::npos ? path_ : path_.substr(slash + 1);
+}
+
+bool JobDirectory::write_spec(std::string_view yaml, std::string& error) {
+  return replace_file(path_, "spec.yaml", yaml, 0644, error);
+}
+
+bool JobDirectory::write_state(const nlohmann::json& state, std::string& error) {
+  return replace_file(path_, kStateFile, dump(state, 2) + "\n", 0644, error);
+}
+
+std::optional<nlohmann::json> JobDirectory::read_state(std::string& error) const {
+  const std::string path = join(path_, kStateFile);
+  const auto text = read_whole_file(path, error);
+  if (!text) return std::nullopt;
+  try {
+    return nlohmann::json::parse(*text);
+  } catch (const nlohmann::json::exception& parse_error) {
+    error = fmt::format("cannot parse '{}': {}", path, parse_error.what());
+    return std::nullopt;
+  }
+}
+
+bool JobDirectory::append_event(int rank, std::string_view kind, std::string_view detail,
+                                std::string& error) {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now).count();
+  nlohmann::ordered_json event;
+  event["time"] = static_cast<double>(ms) / 1000.0;
+  event["rank"] = rank < 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(rank);
+  event["kind"] = kind;
+  event["detail"] = detail;
+  return append_line(join(path_, "events.jsonl"), dump(event, -1) + "\n", error);
+}
+
+bool JobDirectory::append_metrics(const nlohmann::json& step_metrics, std::string& error) {
+  return append_line(join(path_, "metrics.jsonl"), dump(step_metrics, -1) + "\n", error);
+}
+
+bool JobDirectory::write_token(std::string_view token, std::string& error) {
+  return replace_file(path_, kTokenFile, token, 0600, error);
+}
+
+std::optional<std::string> JobDirectory::read_token(std::string& error) const {
+  const std::string path = join(path_, kTokenFile);
+  auto token = read_whole_file(path, error);
+  if (!token) return std::nullopt;
+  while (!token->empty() && (token->back() == '\n' || token->back() == '\r')) token->pop_back();
+  if (token->empty()) {
+    error = fmt::format("token file '{}' is empty", path);
+    return std::nullopt;
+  }
+  return token;
+}
+
+std::string JobDirectory::rank_log_path(int attempt, int rank, std::string_view stream,
+                                        std::string& error) const {
+  if (attempt < 0 || rank < 0 || (stream != "stdout" && stream != "stderr")) {
+    error = fmt::format("no log for attempt {}, rank {}, stream '{}' (stdout or stderr)", attempt,
+                        rank, stream);
+    return {};
+  }
+  const std::string folder = fmt::format("{}/logs/attempt_{}/rank_{}", path_, attempt, rank);
+  if (!make_folders(folder, 0755, error)) return {};
+  return fmt::format("{}/{}.log", folder, stream);
+}
+
+std::vector<std::string> list_job_dirs(const std::string& root) {
+  namespace fs = std::filesystem;
+  const std::string base = strip_trailing_slashes(root);
+  std::vector<std::string> names;
+  std::error_code status;
+  for (fs::directory_iterator it(base, status), end; !status && it != end; it.increment(status)) {
+    std::error_code ignored;
+    if (!it->is_directory(ignored)) continue;
+    if (!fs::is_regular_file(it->path() / kStateFile, ignored)) continue;
+    names.push_back(it->path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> dirs;
+  dirs.reserve(names.size());
+  for (const std::string& name : names) dirs.push_back(join(base, name));
+  return dirs;
+}
+
+}  // namespace dslaunch::controller

@@ -1,0 +1,60 @@
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dslaunch::controller {
+
+// Where jobs live: $DSLAUNCH_HOME/jobs, else ~/.dslaunch/jobs.
+std::string default_jobs_root();
+
+// "<name>-<YYYYmmdd-HHMMSS>-<4 hex>": sortable by start time, unique enough
+// for one user's jobs.
+std::string new_job_id(const std::string& name);
+
+// The record of one job on disk, written by the controller alone:
+//   <dir>/spec.yaml                 the resolved spec
+//   <dir>/state.json                the job and every rank now (atomically replaced)
+//   <dir>/events.jsonl              one JSON object per event: time, rank, kind, detail
+//   <dir>/metrics.jsonl             one JSON object per training step
+//   <dir>/token                     the job's secret, mode 0600 (for `status`/`stop`)
+//   <dir>/logs/attempt_<k>/rank_<r>/{stdout,stderr}.log
+// Methods return false and set `error` (naming the file and the reason) on
+// failure. Not thread-safe: the controller serialises writes.
+class JobDirectory {
+ public:
+  // Creates `root`/`job_id`; an existing folder is reused (a resumed job).
+  static std::optional<JobDirectory> create(const std::string& root, const std::string& job_id,
+                                            std::string& error);
+  // An existing job folder (for status, logs, stop).
+  static std::optional<JobDirectory> open(const std::string& dir, std::string& error);
+
+  const std::string& path() const { return path_; }
+  std::string job_id() const;
+
+  bool write_spec(std::string_view yaml, std::string& error);
+  // Written to a temporary file, fsynced and renamed over state.json, so a
+  // reader never sees half a state.
+  bool write_state(const nlohmann::json& state, std::string& error);
+  std::optional<nlohmann::json> read_state(std::string& error) const;
+  bool append_event(int rank, std::string_view kind, std::string_view detail, std::string& error);
+  bool append_metrics(const nlohmann::json& step_metrics, std::string& error);
+  bool write_token(std::string_view token, std::string& error);
+  std::optional<std::string> read_token(std::string& error) const;
+  // The log file of one rank in one attempt; its folder is created.
+  std::string rank_log_path(int attempt, int rank, std::string_view stream /* stdout|stderr */,
+                            std::string& error) const;
+
+ private:
+  explicit JobDirectory(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
+
+// Job folders under `root`, oldest first (by job id).
+std::vector<std::string> list_job_dirs(const std::string& root);
+
+}  // namespace dslaunch::controller

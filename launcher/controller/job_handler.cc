@@ -1,0 +1,159 @@
+#include "launcher/controller/job_handler.h"
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+namespace dslaunch::controller {
+namespace {
+
+int64_t unix_time_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+JobHandler::JobHandler(JobInfo info, Attempt attempt, JobState& state, JobDirectory& directory,
+                       const Clock& clock)
+    : info_(std::move(info)),
+      attempt_(std::move(attempt)),
+      state_(state),
+      directory_(directory),
+      clock_(clock),
+      finished_(info_.world_size, false) {}
+
+grpc::Status JobHandler::register_rank(const v1::RegisterRequest& request,
+                                       v1::RegisterReply* reply) {
+  if (request.restart_count() != attempt_.number) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        fmt::format("rank {} belongs to attempt {}, not the current attempt {}",
+                                    request.rank(), request.restart_count(), attempt_.number));
+  }
+  if (!state_.on_register(request.rank(), request.host(), request.pid(), request.device())) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        fmt::format("rank {} cannot register: outside the world of {}, already "
+                                    "registered, or the job has ended",
+                                    request.rank(), info_.world_size));
+  }
+  reply->set_job_id(info_.job_id);
+  reply->set_resolved_spec_yaml(attempt_.resolved_spec_yaml);
+  *reply->mutable_placement() = attempt_.placements.at(request.rank());
+  reply->set_heartbeat_interval_ms(attempt_.heartbeat_interval_ms);
+  record_event(request.rank(), "registered",
+               fmt::format("{} pid {} {} ({})", request.host(), request.pid(), request.device(),
+                           request.version()));
+  return grpc::Status::OK;
+}
+
+void JobHandler::session_opened(int rank, std::shared_ptr<CommandSink> sink) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  sinks_[rank] = std::move(sink);
+}
+
+void JobHandler::worker_message(const v1::WorkerMessage& message) {
+  const int rank = message.rank();
+  if (message.has_heartbeat()) {
+    state_.on_heartbeat(rank, message.heartbeat());
+    if (message.heartbeat().phase() == v1::PHASE_FINISHED && rank >= 0 && rank < info_.world_size) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      finished_[rank] = true;
+    }
+    return;
+  }
+  if (!message.has_event()) return;
+  const v1::WorkerEvent& event = message.event();
+  switch (event.kind()) {
+    case v1::WorkerEvent::KIND_ERROR:
+      state_.on_error_event(rank, event.message());
+      record_event(rank, "error", event.message());
+      break;
+    case v1::WorkerEvent::KIND_STEP_METRICS: {
+      nlohmann::json line = {{"time_ms", unix_time_ms()}, {"rank", rank}, {"step", event.step()}};
+      if (!event.message().empty()) line["what"] = event.message();
+      for (const auto& [name, value] : event.metrics()) line[name] = value;
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::string error;
+      directory_.append_metrics(line, error);
+      break;
+    }
+    case v1::WorkerEvent::KIND_STACKS:
+      record_event(rank, "stacks", event.message());
+      break;
+    case v1::WorkerEvent::KIND_CHECKPOINT_WRITTEN:
+      record_event(rank, "checkpoint_written", fmt::format("step {}", event.step()));
+      break;
+    default:
+      break;
+  }
+}
+
+void JobHandler::session_closed(int rank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  sinks_.erase(rank);
+  if (rank >= 0 && rank < info_.world_size && !finished_[rank]) sessions_lost_.push_back(rank);
+}
+
+grpc::Status JobHandler::get_status(v1::JobStatus* status) {
+  *status = status_now();
+  return grpc::Status::OK;
+}
+
+grpc::Status JobHandler::stop(const v1::StopRequest& request, v1::StopReply* reply) {
+  if (request.now()) {
+    stop_now_.store(true);
+    state_.request_stop();
+    record_event(-1, "stop_requested", "now");
+  } else {
+    request_graceful_stop();
+  }
+  reply->set_state(to_string(state_.phase()));
+  return grpc::Status::OK;
+}
+
+void JobHandler::request_graceful_stop() {
+  state_.request_stop();
+  record_event(-1, "stop_requested", "graceful");
+  v1::ControllerCommand command;
+  command.set_kind(v1::ControllerCommand::KIND_STOP);
+  broadcast(command);
+}
+
+int JobHandler::broadcast(const v1::ControllerCommand& command) {
+  std::vector<std::shared_ptr<CommandSink>> sinks;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [rank, sink] : sinks_) sinks.push_back(sink);
+  }
+  int sent = 0;
+  for (const auto& sink : sinks) sent += sink->send(command) ? 1 : 0;
+  return sent;
+}
+
+std::vector<int> JobHandler::sessions_lost() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sessions_lost_;
+}
+
+void JobHandler::record_event(int rank, const std::string& kind, const std::string& detail) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string error;
+  directory_.append_event(rank, kind, detail, error);
+}
+
+v1::JobStatus JobHandler::status_now() const {
+  JobInfo info;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    info = info_;
+  }
+  return make_job_status(info, state_, clock_, attempt_.number, attempt_.restarts, unix_time_ms());
+}
+
+void JobHandler::set_controller_address(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  info_.controller_address = address;
+}
+
+}  // namespace dslaunch::controller

@@ -1,0 +1,70 @@
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "launcher/controller/controller_handler.h"
+#include "launcher/controller/job_directory.h"
+#include "launcher/controller/job_state.h"
+#include "launcher/controller/job_status.h"
+
+namespace dslaunch::controller {
+
+// What the controller answers its ranks and CLI clients during one attempt:
+// registrations (with the resolved spec and each rank's placement), session
+// messages (heartbeats, errors, metrics, stacks) into the JobState and the
+// job directory, status, and stop requests. Thread-safe (gRPC threads call
+// it concurrently); the job directory is written under one lock.
+class JobHandler final : public ControllerHandler {
+ public:
+  struct Attempt {
+    int number = 0;  // DSL_RESTART_COUNT of the ranks it accepts
+    int restarts = 0;
+    int heartbeat_interval_ms = 5000;
+    std::string resolved_spec_yaml;
+    std::vector<v1::RankPlacement> placements;  // indexed by rank
+  };
+
+  // `state`, `directory` and `clock` must outlive the handler.
+  JobHandler(JobInfo info, Attempt attempt, JobState& state, JobDirectory& directory,
+             const Clock& clock);
+
+  grpc::Status register_rank(const v1::RegisterRequest& request, v1::RegisterReply* reply) override;
+  void session_opened(int rank, std::shared_ptr<CommandSink> sink) override;
+  void worker_message(const v1::WorkerMessage& message) override;
+  void session_closed(int rank) override;
+  grpc::Status get_status(v1::JobStatus* status) override;
+  grpc::Status stop(const v1::StopRequest& request, v1::StopReply* reply) override;
+
+  // Sends `command` to every open session; returns how many took it.
+  int broadcast(const v1::ControllerCommand& command);
+  // `dslaunch stop --now` or a second interrupt: end the job at once.
+  bool stop_now_requested() const { return stop_now_.load(); }
+  // A graceful stop was asked for over gRPC (the controller forwards it).
+  void request_graceful_stop();
+  // Ranks whose session ended before they reported PHASE_FINISHED, in order.
+  std::vector<int> sessions_lost() const;
+  // Records an event in events.jsonl (also used by the controller loop).
+  void record_event(int rank, const std::string& kind, const std::string& detail);
+  v1::JobStatus status_now() const;
+  // Known once the server is listening.
+  void set_controller_address(const std::string& address);
+
+ private:
+  JobInfo info_;  // the controller address is set later, under mutex_
+  const Attempt attempt_;
+  JobState& state_;
+  JobDirectory& directory_;
+  const Clock& clock_;
+  std::atomic<bool> stop_now_{false};
+  mutable std::mutex mutex_;  // guards the maps below and the job directory
+  std::map<int, std::shared_ptr<CommandSink>> sinks_;
+  std::vector<bool> finished_;
+  std::vector<int> sessions_lost_;
+};
+
+}  // namespace dslaunch::controller

@@ -1,0 +1,148 @@
+#include "launcher/controller/job_status.h"
+
+namespace dslaunch::controller {
+namespace {
+
+template <typename T>
+T get_or(const nlohmann::json& json, const char* key, T fallback) {
+  const auto it = json.find(key);
+  if (it == json.end() || it->is_null()) return fallback;
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    return fallback;
+  }
+}
+
+nlohmann::json memory_json(const v1::MemoryUsage& memory) {
+  return {{"parameters", memory.parameters()},
+          {"gradients", memory.gradients()},
+          {"optimizer_states", memory.optimizer_states()},
+          {"activations", memory.activations()},
+          {"communication_buffers", memory.communication_buffers()}};
+}
+
+void memory_from_json(const nlohmann::json& json, v1::MemoryUsage* memory) {
+  memory->set_parameters(get_or<int64_t>(json, "parameters", 0));
+  memory->set_gradients(get_or<int64_t>(json, "gradients", 0));
+  memory->set_optimizer_states(get_or<int64_t>(json, "optimizer_states", 0));
+  memory->set_activations(get_or<int64_t>(json, "activations", 0));
+  memory->set_communication_buffers(get_or<int64_t>(json, "communication_buffers", 0));
+}
+
+}  // namespace
+
+v1::JobStatus make_job_status(const JobInfo& info, const JobState& state, const Clock& clock,
+                              int attempt, int restarts, int64_t now_unix_ms) {
+  v1::JobStatus status;
+  status.set_job_id(info.job_id);
+  status.set_name(info.name);
+  status.set_kind(info.kind);
+  status.set_world_size(info.world_size);
+  status.set_controller_address(info.controller_address);
+  status.set_started_unix_ms(info.started_unix_ms);
+  status.set_updated_unix_ms(now_unix_ms);
+  status.set_attempt(attempt);
+  status.set_restarts(restarts);
+  status.set_state(to_string(state.phase()));
+  status.set_total_steps(info.total_steps);
+  const v1::Heartbeat latest = state.latest_heartbeat();
+  status.set_step(latest.step());
+  status.set_loss(latest.loss());
+  status.set_tokens_per_s(latest.tokens_per_s());
+  if (const auto cause = state.root_cause()) status.set_reason(cause->to_string());
+  const auto now = clock.now();
+  for (const RankRecord& record : state.ranks()) {
+    v1::RankStatus* rank = status.add_ranks();
+    rank->set_rank(record.rank);
+    rank->set_host(record.host);
+    rank->set_pid(record.pid);
+    rank->set_device(record.device);
+    rank->set_state(to_string(record.phase));
+    rank->set_heartbeat_age_ms(
+        record.pid == 0
+            ? -1
+            : std::chrono::duration_cast<std::chrono::milliseconds>(now - record.last_heartbeat)
+                  .count());
+    rank->set_step(record.heartbeat.step());
+    *rank->mutable_memory() = record.heartbeat.memory();
+    if (record.exit_code) rank->set_exit_code(*record.exit_code);
+    if (record.exit_signal) rank->set_exit_signal(*record.exit_signal);
+  }
+  return status;
+}
+
+nlohmann::json status_to_json(const v1::JobStatus& status) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const v1::RankStatus& rank : status.ranks()) {
+    nlohmann::json entry = {{"rank", rank.rank()},   {"host", rank.host()},
+                            {"pid", rank.pid()},     {"device", rank.device()},
+                            {"state", rank.state()}, {"heartbeat_age_ms", rank.heartbeat_age_ms()},
+                            {"step", rank.step()},   {"memory", memory_json(rank.memory())},
+                            {"exit_code", nullptr},  {"exit_signal", nullptr}};
+    if (rank.has_exit_code()) entry["exit_code"] = rank.exit_code();
+    if (rank.has_exit_signal()) entry["exit_signal"] = rank.exit_signal();
+    ranks.push_back(entry);
+  }
+  return {{"job_id", status.job_id()},
+          {"name", status.name()},
+          {"kind", status.kind()},
+          {"state", status.state()},
+          {"attempt", status.attempt()},
+          {"restarts", status.restarts()},
+          {"world_size", status.world_size()},
+          {"step", status.step()},
+          {"total_steps", status.total_steps()},
+          {"loss", status.loss()},
+          {"tokens_per_s", status.tokens_per_s()},
+          {"last_checkpoint_step", status.last_checkpoint_step()},
+          {"reason", status.reason()},
+          {"controller_address", status.controller_address()},
+          {"started_unix_ms", status.started_unix_ms()},
+          {"updated_unix_ms", status.updated_unix_ms()},
+          {"ranks", ranks}};
+}
+
+v1::JobStatus status_from_json(const nlohmann::json& json) {
+  v1::JobStatus status;
+  status.set_job_id(get_or<std::string>(json, "job_id", ""));
+  status.set_name(get_or<std::string>(json, "name", ""));
+  status.set_kind(get_or<std::string>(json, "kind", ""));
+  status.set_state(get_or<std::string>(json, "state", ""));
+  status.set_attempt(get_or<int>(json, "attempt", 0));
+  status.set_restarts(get_or<int>(json, "restarts", 0));
+  status.set_world_size(get_or<int>(json, "world_size", 0));
+  status.set_step(get_or<int64_t>(json, "step", 0));
+  status.set_total_steps(get_or<int64_t>(json, "total_steps", 0));
+  status.set_loss(get_or<double>(json, "loss", 0));
+  status.set_tokens_per_s(get_or<double>(json, "tokens_per_s", 0));
+  status.set_last_checkpoint_step(get_or<int64_t>(json, "last_checkpoint_step", 0));
+  status.set_reason(get_or<std::string>(json, "reason", ""));
+  status.set_controller_address(get_or<std::string>(json, "controller_address", ""));
+  status.set_started_unix_ms(get_or<int64_t>(json, "started_unix_ms", 0));
+  status.set_updated_unix_ms(get_or<int64_t>(json, "updated_unix_ms", 0));
+  const auto ranks = json.find("ranks");
+  if (ranks == json.end() || !ranks->is_array()) return status;
+  for (const nlohmann::json& entry : *ranks) {
+    v1::RankStatus* rank = status.add_ranks();
+    rank->set_rank(get_or<int>(entry, "rank", 0));
+    rank->set_host(get_or<std::string>(entry, "host", ""));
+    rank->set_pid(get_or<int64_t>(entry, "pid", 0));
+    rank->set_device(get_or<std::string>(entry, "device", ""));
+    rank->set_state(get_or<std::string>(entry, "state", ""));
+    rank->set_heartbeat_age_ms(get_or<int64_t>(entry, "heartbeat_age_ms", -1));
+    rank->set_step(get_or<int64_t>(entry, "step", 0));
+    if (const auto memory = entry.find("memory"); memory != entry.end()) {
+      memory_from_json(*memory, rank->mutable_memory());
+    }
+    if (const auto code = get_or<int>(entry, "exit_code", -1000); code != -1000) {
+      rank->set_exit_code(code);
+    }
+    if (const auto signal = get_or<int>(entry, "exit_signal", -1000); signal != -1000) {
+      rank->set_exit_signal(signal);
+    }
+  }
+  return status;
+}
+
+}  // namespace dslaunch::controller
