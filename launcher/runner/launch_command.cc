@@ -45,6 +45,7 @@ std::map<std::string, std::string> rank_environment(const spec::JobSpec& spec,
   environment["DSL_RESTART_COUNT"] = std::to_string(inputs.restart_count);
   environment["DSL_CONTROLLER"] = inputs.controller_address;
   environment["DSL_WORLD_SIZE"] = std::to_string(plan.world_size());
+  environment["DSL_DEVICE"] = plan.device == spec::Device::kCuda ? "cuda" : "cpu";
   return environment;
 }
 

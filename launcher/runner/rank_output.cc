@@ -56,8 +56,11 @@ std::optional<Tagged> parse_srun(std::string_view line, OutputStream pipe) {
 }  // namespace
 
 RankOutput::RankOutput(OutputTags tags, std::function<std::string(int, OutputStream)> path_of,
-                       size_t tail_lines)
-    : tags_(tags), path_of_(std::move(path_of)), tail_lines_(tail_lines) {}
+                       size_t tail_lines, std::function<void(std::string_view)> on_launcher_line)
+    : tags_(tags),
+      path_of_(std::move(path_of)),
+      tail_lines_(tail_lines),
+      on_launcher_line_(std::move(on_launcher_line)) {}
 
 void RankOutput::feed(OutputStream pipe, std::string_view bytes) {
   std::string& pending = pending_[static_cast<int>(pipe)];
@@ -92,6 +95,7 @@ void RankOutput::route(OutputStream pipe, std::string_view line) {
       tags_ == OutputTags::kMpirun ? parse_mpirun(line) : parse_srun(line, pipe);
   if (!tagged) {
     write(-1, pipe, line);
+    if (on_launcher_line_) on_launcher_line_(line);
     return;
   }
   write(tagged->rank, tagged->stream, tagged->text);

@@ -26,8 +26,11 @@ class RankOutput {
  public:
   // `path_of(rank, stream)` names a rank's file ("" for the launcher's own
   // lines: rank -1). Files are opened on first use, appended to.
+  // `on_launcher_line`, when set, also sees each of the launcher's own lines
+  // (to read its failure reports).
   RankOutput(OutputTags tags, std::function<std::string(int rank, OutputStream)> path_of,
-             size_t tail_lines = 20);
+             size_t tail_lines = 20,
+             std::function<void(std::string_view)> on_launcher_line = nullptr);
 
   // Bytes read from the launcher's stdout or stderr pipe; partial lines are
   // kept until their newline arrives.
@@ -45,6 +48,7 @@ class RankOutput {
   OutputTags tags_;
   std::function<std::string(int, OutputStream)> path_of_;
   size_t tail_lines_;
+  std::function<void(std::string_view)> on_launcher_line_;
   std::string pending_[2];
   std::map<std::pair<int, int>, std::unique_ptr<FILE, int (*)(FILE*)>> files_;
   std::map<int, std::deque<std::string>> tails_;

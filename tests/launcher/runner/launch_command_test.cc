@@ -47,9 +47,10 @@ LaunchInputs inputs() {
   return in;
 }
 
-const Argv kForwarded = {"-x", "DSL_CONTROLLER",    "-x", "DSL_JOB_ID",     "-x", "DSL_JOB_TOKEN",
-                         "-x", "DSL_RESTART_COUNT", "-x", "DSL_WORLD_SIZE", "-x", "MASTER_ADDR",
-                         "-x", "MASTER_PORT",       "-x", "OMP_NUM_THREADS"};
+const Argv kForwarded = {
+    "-x", "DSL_CONTROLLER", "-x", "DSL_DEVICE",        "-x", "DSL_JOB_ID",
+    "-x", "DSL_JOB_TOKEN",  "-x", "DSL_RESTART_COUNT", "-x", "DSL_WORLD_SIZE",
+    "-x", "MASTER_ADDR",    "-x", "MASTER_PORT",       "-x", "OMP_NUM_THREADS"};
 
 spec::JobSpec spec_for(spec::Runner runner) {
   spec::JobSpec spec;
@@ -64,6 +65,7 @@ TEST_CASE("every rank gets the controller's variables and the spec's env") {
   const auto environment =
       rank_environment(spec_for(spec::Runner::kLocal), plan_of(1, 2, spec::Device::kCpu), inputs());
   CHECK(environment == std::map<std::string, std::string>{{"DSL_CONTROLLER", "10.0.0.1:40000"},
+                                                          {"DSL_DEVICE", "cpu"},
                                                           {"DSL_JOB_ID", "j1"},
                                                           {"DSL_JOB_TOKEN", "s3cret-token"},
                                                           {"DSL_RESTART_COUNT", "2"},
