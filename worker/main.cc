@@ -10,6 +10,7 @@
 
 #include "tools/build_info/build_info.h"
 #include "worker/parallel/world_probe.h"
+#include "worker/worker_run.h"
 
 namespace {
 
@@ -81,6 +82,11 @@ int main(int argc, char** argv) {
       "all-reduce verified end to end (run under mpirun)");
   probe->add_flag("--json", probe_json, "Print one JSON object instead of a table");
 
+  CLI::App* run = app.add_subcommand(
+      "run",
+      "Run this rank of a job: started by `dslaunch run` through mpirun or srun, configured by "
+      "the environment it sets (DSL_CONTROLLER, DSL_JOB_TOKEN, ...)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -88,6 +94,7 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : kUsageError;
   }
   if (probe->parsed()) return run_probe(probe_json);
+  if (run->parsed()) return dslaunch::worker::run_worker();
   std::cerr << app.help() << "\ndsworker: a subcommand is required\n";
   return kUsageError;
 }

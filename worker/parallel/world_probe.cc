@@ -58,7 +58,8 @@ WorldProbe probe_world(MPI_Comm comm) {
   char library[MPI_MAX_LIBRARY_VERSION_STRING] = {};
   int library_length = 0;
   MPI_Get_library_version(library, &library_length);
-  probe.mpi_library = first_line(std::string(library, library_length));
+  // Open MPI counts the terminating NUL in library_length.
+  probe.mpi_library = first_line(std::string(library));
 
   RankIdentity& self = probe.self;
   int rc = MPI_Comm_rank(comm, &self.rank);

@@ -23,6 +23,7 @@ TEST_CASE("probe_world on the world communicator") {
   CHECK(probe.self.pid == getpid());
   CHECK(probe.mpi_library.rfind("Open MPI v", 0) == 0);
   CHECK(probe.mpi_library.back() != ' ');
+  CHECK(probe.mpi_library.find('\0') == std::string::npos);
   // All ranks share this host, so node-local numbering is the world's.
   CHECK(probe.self.local_rank == rank);
   CHECK(probe.self.local_world_size == size);

@@ -1,0 +1,319 @@
+#include "worker/worker_run.h"
+
+#include <mpi.h>
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "launcher/spec/spec_parser.h"
+#include "proto/controller_client.h"
+#include "tools/build_info/build_info.h"
+#include "worker/commbench/commbench.h"
+#include "worker/parallel/process_groups.h"
+#include "worker/rank_environment.h"
+#include "worker/stack_dump.h"
+
+namespace dslaunch::worker {
+namespace {
+
+namespace v1 = dslaunch::v1;
+using namespace std::chrono_literals;
+
+constexpr int kDone = 0;
+constexpr int kWorkloadFailed = 1;
+constexpr int kUnusable = 2;
+constexpr int kControllerLost = 3;
+
+// What the session's threads and the workload share.
+struct RankStatus {
+  std::atomic<bool> stop_requested{false};
+  std::atomic<bool> stacks_requested{false};
+  std::atomic<bool> finished{false};
+  std::atomic<int64_t> step{0};
+  std::atomic<int> phase{v1::PHASE_INIT};
+  std::atomic<int64_t> communication_bytes{0};
+};
+
+std::string env_or_empty(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? "" : value;
+}
+
+std::string host_name() {
+  std::array<char, 256> name{};
+  gethostname(name.data(), name.size() - 1);
+  return name.data();
+}
+
+int64_t unix_time_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Registration, retried while the controller is not reachable yet (it
+// starts before the ranks, but a busy host may delay it).
+grpc::Status register_with_retries(proto::ControllerClient& client,
+                                   const v1::RegisterRequest& request, v1::RegisterReply* reply) {
+  grpc::Status status;
+  auto backoff = 250ms;
+  for (int attempt = 0; attempt < 6; ++attempt) {
+    status = client.register_rank(request, reply);
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return status;
+    std::this_thread::sleep_for(backoff);
+    backoff *= 2;
+  }
+  return status;
+}
+
+void bind_to_cores(const v1::RankPlacement& placement) {
+  if (placement.cpu_cores_size() == 0) return;
+  cpu_set_t cores;
+  CPU_ZERO(&cores);
+  for (const int core : placement.cpu_cores()) CPU_SET(core, &cores);
+  if (sched_setaffinity(0, sizeof(cores), &cores) != 0) {
+    std::cerr << fmt::format("dsworker: cannot bind to the planned cores; running unbound\n");
+  }
+}
+
+void send_event(proto::Session& session, v1::WorkerEvent::Kind kind, const std::string& message) {
+  v1::WorkerMessage out;
+  out.mutable_event()->set_kind(kind);
+  out.mutable_event()->set_message(message);
+  session.send(out);
+}
+
+// Heartbeats at the controller's interval until the rank finishes, and
+// answers stack-dump requests: gRPC's callback threads must not wait for a
+// capture, so they only flag it and wake this thread.
+void heartbeat_loop(proto::Session& session, RankStatus& status, std::chrono::milliseconds interval,
+                    pthread_t workload_thread, std::mutex& mutex, std::condition_variable& wake) {
+  std::unique_lock<std::mutex> lock(mutex);
+  while (!status.finished.load()) {
+    if (status.stacks_requested.exchange(false)) {
+      v1::WorkerMessage stacks;
+      stacks.mutable_event()->set_kind(v1::WorkerEvent::KIND_STACKS);
+      stacks.mutable_event()->set_message(capture_stack(workload_thread, 2s));
+      session.send(stacks);
+    }
+    v1::WorkerMessage message;
+    v1::Heartbeat* heartbeat = message.mutable_heartbeat();
+    heartbeat->set_step(status.step.load());
+    heartbeat->set_phase(static_cast<v1::Phase>(status.phase.load()));
+    heartbeat->set_unix_time_ms(unix_time_ms());
+    heartbeat->mutable_memory()->set_communication_buffers(status.communication_bytes.load());
+    session.send(message);
+    wake.wait_for(lock, interval,
+                  [&] { return status.finished.load() || status.stacks_requested.load(); });
+  }
+}
+
+// Maps the spec's commbench section onto the benchmark's options.
+commbench::CommbenchOptions commbench_options(const spec::CommbenchSpec& spec, RankStatus& status) {
+  commbench::CommbenchOptions options;
+  options.collectives.clear();
+  for (const std::string& name : spec.collectives) {
+    if (const auto collective = commbench::parse_collective(name)) {
+      options.collectives.push_back(*collective);
+    }
+  }
+  options.groups.clear();
+  for (const std::string& name : spec.groups) {
+    if (const auto axis = parse_axis(name)) options.groups.push_back(*axis);
+  }
+  options.min_bytes = spec.min_bytes;
+  options.max_bytes = spec.max_bytes;
+  options.iterations = spec.iterations;
+  options.warmup = spec.warmup;
+  options.stop_requested = [&status] { return status.stop_requested.load(); };
+  return options;
+}
+
+// Runs the commbench on every rank; rank 0 prints the table and reports each
+// result. Returns the exit code.
+int run_commbench_workload(const spec::JobSpec& spec, const ProcessGroups& groups,
+                           proto::Session& session, RankStatus& status) {
+  const bool reporter = groups.rank() == 0;
+  status.communication_bytes.store(2 * spec.commbench.max_bytes);
+  status.phase.store(v1::PHASE_TRAIN);
+  if (reporter) std::cout << commbench::format_header() << std::endl;
+  int wrong = 0;
+  std::string error;
+  commbench::run_commbench(
+      groups, commbench_options(spec.commbench, status),
+      [&](const commbench::CommbenchResult& result) {
+        status.step.fetch_add(1);
+        if (!result.correct) ++wrong;
+        if (!reporter) return;
+        std::cout << commbench::format_result(result) << std::endl;
+        v1::WorkerMessage message;
+        v1::WorkerEvent* event = message.mutable_event();
+        event->set_kind(v1::WorkerEvent::KIND_STEP_METRICS);
+        event->set_step(status.step.load());
+        event->set_message(result.group + " " + result.collective);
+        auto& metrics = *event->mutable_metrics();
+        metrics["bytes"] = static_cast<double>(result.bytes);
+        metrics["ranks"] = result.ranks;
+        metrics["time_us"] = result.time_us;
+        metrics["algbw_gbs"] = result.algbw_gbs;
+        metrics["busbw_gbs"] = result.busbw_gbs;
+        metrics["correct"] = result.correct ? 1 : 0;
+        session.send(message);
+      },
+      error);
+  if (!error.empty()) {
+    send_event(session, v1::WorkerEvent::KIND_ERROR, "commbench: " + error);
+    std::cerr << "dsworker: commbench: " << error << std::endl;
+    return kWorkloadFailed;
+  }
+  if (wrong > 0) {
+    const std::string message =
+        fmt::format("commbench: {} measurement(s) gave wrong results", wrong);
+    send_event(session, v1::WorkerEvent::KIND_ERROR, message);
+    std::cerr << "dsworker: " << message << std::endl;
+    return kWorkloadFailed;
+  }
+  return kDone;
+}
+
+}  // namespace
+
+int run_worker() {
+  install_stack_dump_handler();
+  std::string error;
+  const auto rank_env =
+      read_rank_environment([](const char* name) { return std::getenv(name); }, error);
+  if (!rank_env) {
+    std::cerr << "dsworker: " << error << std::endl;
+    return kUnusable;
+  }
+  export_rank_environment(*rank_env);
+  const std::string address = env_or_empty("DSL_CONTROLLER");
+  const std::string token = env_or_empty("DSL_JOB_TOKEN");
+  if (address.empty() || token.empty()) {
+    std::cerr << "dsworker: DSL_CONTROLLER or DSL_JOB_TOKEN is not set: dsworker run is started "
+                 "by `dslaunch run`\n";
+    return kUnusable;
+  }
+
+  int provided = 0;
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+    std::cerr << "dsworker: MPI_Init_thread failed\n";
+    return kUnusable;
+  }
+  proto::ControllerClient client(address, token);
+  v1::RegisterRequest request;
+  request.set_rank(rank_env->rank);
+  request.set_restart_count(std::atoi(env_or_empty("DSL_RESTART_COUNT").c_str()));
+  request.set_host(host_name());
+  request.set_pid(getpid());
+  request.set_device(
+      env_or_empty("DSL_DEVICE") == "cuda" ? fmt::format("cuda:{}", rank_env->local_rank) : "cpu");
+  request.set_version(version_line("dsworker"));
+  v1::RegisterReply reply;
+  const grpc::Status registered = register_with_retries(client, request, &reply);
+  if (!registered.ok()) {
+    std::cerr << fmt::format("dsworker rank {}: cannot register with the controller at {}: {}\n",
+                             rank_env->rank, address, registered.error_message());
+    MPI_Finalize();
+    return registered.error_code() == grpc::StatusCode::UNAVAILABLE ? kControllerLost : kUnusable;
+  }
+
+  spec::Diagnostics diagnostics;
+  spec::SourceMap locations;
+  const spec::JobSpec spec = spec::parse_job_spec(
+      reply.resolved_spec_yaml(), reply.job_id() + "/spec.yaml", {}, diagnostics, locations);
+  if (diagnostics.has_errors()) {
+    std::cerr << "dsworker: the controller's resolved spec does not load:\n"
+              << diagnostics.format();
+    MPI_Finalize();
+    return kUnusable;
+  }
+  bind_to_cores(reply.placement());
+
+  RankStatus status;
+  const pthread_t workload_thread = pthread_self();
+  std::mutex heartbeat_mutex;
+  std::condition_variable heartbeat_wake;
+  std::atomic<bool> closing{false};
+  std::atomic<bool> controller_lost{false};
+  std::unique_ptr<proto::Session> session = client.open_session(
+      rank_env->rank,
+      [&](const v1::ControllerCommand& command) {
+        switch (command.kind()) {
+          case v1::ControllerCommand::KIND_STOP:
+            status.stop_requested.store(true);
+            break;
+          case v1::ControllerCommand::KIND_DUMP_STACKS:
+            status.stacks_requested.store(true);
+            heartbeat_wake.notify_all();
+            break;
+          case v1::ControllerCommand::KIND_CHECKPOINT_NOW:
+            std::cerr << "dsworker: checkpoint requested; a commbench job holds no state to save\n";
+            break;
+          default:
+            break;
+        }
+      },
+      [&](const grpc::Status& end) {
+        if (closing.load()) return;
+        controller_lost.store(true);
+        std::cerr << fmt::format("dsworker rank {}: lost the controller ({}); exiting\n",
+                                 rank_env->rank, end.error_message());
+        // The job cannot be supervised, stopped or restarted any more: end
+        // this rank now rather than run on unseen.
+        std::_Exit(kControllerLost);
+      });
+
+  const auto interval = std::chrono::milliseconds(std::max(100, reply.heartbeat_interval_ms()));
+  std::thread heartbeats(heartbeat_loop, std::ref(*session), std::ref(status), interval,
+                         workload_thread, std::ref(heartbeat_mutex), std::ref(heartbeat_wake));
+
+  int exit_code = kDone;
+  const topology::GridShape shape{
+      spec.parallelism.pipeline,
+      reply.placement().world_size() / (spec.parallelism.pipeline * spec.parallelism.tensor),
+      spec.parallelism.tensor};
+  auto created = ProcessGroups::create(MPI_COMM_WORLD, shape);
+  if (!created.groups) {
+    send_event(*session, v1::WorkerEvent::KIND_ERROR, "process groups: " + created.error);
+    exit_code = kWorkloadFailed;
+  } else if (spec.kind == spec::JobKind::kCommbench) {
+    exit_code = run_commbench_workload(spec, *created.groups, *session, status);
+  } else {
+    send_event(*session, v1::WorkerEvent::KIND_ERROR,
+               "this dsworker runs commbench jobs only; training comes with the engine");
+    exit_code = kWorkloadFailed;
+  }
+  created.groups.reset();
+
+  status.phase.store(v1::PHASE_FINISHED);
+  {
+    std::lock_guard<std::mutex> lock(heartbeat_mutex);
+    status.finished.store(true);
+  }
+  heartbeat_wake.notify_all();
+  heartbeats.join();
+  v1::WorkerMessage last;
+  last.mutable_heartbeat()->set_step(status.step.load());
+  last.mutable_heartbeat()->set_phase(v1::PHASE_FINISHED);
+  last.mutable_heartbeat()->set_unix_time_ms(unix_time_ms());
+  session->send(last);
+  closing.store(true);
+  session->close();
+  if (exit_code == kDone) MPI_Finalize();
+  return exit_code;
+}
+
+}  // namespace dslaunch::worker
