@@ -17,6 +17,8 @@
 
 #include <fmt/format.h>
 
+#include "bench/median_time.h"
+
 #include "launcher/capture_output.h"
 #include "launcher/plan/job_plan.h"
 #include "launcher/plan/plan_json.h"
@@ -25,24 +27,13 @@
 
 namespace {
 
+using dslaunch::bench::median_ms;
+
 namespace fs = std::filesystem;
 
 constexpr int kHosts = 16384;
 constexpr int kSlots = 8;
 constexpr double kTargetMs = 2000;
-
-double median_ms(int runs, const std::function<void()>& work) {
-  std::vector<double> times;
-  for (int i = 0; i < runs; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    work();
-    times.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
 
 std::string write_inputs(const fs::path& dir) {
   fs::create_directories(dir);

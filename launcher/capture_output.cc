@@ -1,6 +1,8 @@
 #include "launcher/capture_output.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,7 +14,8 @@ extern char** environ;
 
 namespace dslaunch::launcher {
 
-std::optional<CapturedOutput> capture_output(const std::vector<std::string>& argv) {
+std::optional<CapturedOutput> capture_output(const std::vector<std::string>& argv,
+                                             std::chrono::milliseconds timeout) {
   if (argv.empty()) return std::nullopt;
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) return std::nullopt;
@@ -35,7 +38,16 @@ std::optional<CapturedOutput> capture_output(const std::vector<std::string>& arg
 
   CapturedOutput result;
   std::array<char, 4096> buffer{};
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd readable{pipe_fds[0], POLLIN, 0};
+    if (left.count() <= 0 || poll(&readable, 1, static_cast<int>(left.count())) == 0) {
+      kill(pid, SIGKILL);
+      result.timed_out = true;
+      break;
+    }
     const ssize_t n = read(pipe_fds[0], buffer.data(), buffer.size());
     if (n > 0) {
       result.output.append(buffer.data(), static_cast<size_t>(n));

@@ -5,7 +5,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "launcher/controller/job_controller.h"
 #include "launcher/environment_report.h"
+#include "launcher/job_commands.h"
 #include "launcher/plan_command.h"
 #include "tools/build_info/build_info.h"
 
@@ -58,6 +60,46 @@ int main(int argc, char** argv) {
                    "Also write the placement as an Open MPI rankfile to this path");
   plan->add_flag("--json", plan_options.json, "Print one JSON object instead of text");
 
+  dslaunch::controller::RunOptions run_options;
+  std::string progress = "auto";
+  CLI::App* run = app.add_subcommand(
+      "run", "Start the job: every rank through the spec's runner, watched until it ends");
+  run->add_option("spec", run_options.spec_path, "The job spec (YAML)")->required();
+  run->add_option("--job-dir", run_options.job_dir,
+                  "The job's directory (default: ~/.dslaunch/jobs/<job id>)");
+  run->add_option("--hostfile", run_options.load.hostfile, "DeepSpeed hostfile");
+  run->add_option("--include", run_options.load.include, "Only these hosts/slots");
+  run->add_option("--exclude", run_options.load.exclude, "All but these hosts/slots");
+  run->add_option("--set", run_options.load.overrides,
+                  "Override a spec value, as key.path=value (repeatable)")
+      ->take_all();
+  run->add_option("--progress", progress, "auto (a bar on a terminal), bar, plain or off")
+      ->check(CLI::IsMember({"auto", "bar", "plain", "off"}));
+
+  std::optional<std::string> status_job;
+  bool status_json = false;
+  CLI::App* status = app.add_subcommand(
+      "status", "Where every job stands, or with JOB where each of its ranks stands");
+  status->add_option("job", status_job, "A job id, a unique prefix of one, or a job directory");
+  status->add_flag("--json", status_json, "Print JSON instead of a table");
+
+  CLI::App* list = app.add_subcommand("list", "Every job: id, state and directory");
+
+  std::string stop_job;
+  bool stop_now = false;
+  CLI::App* stop = app.add_subcommand(
+      "stop", "Stop a running job: gracefully (the ranks finish their step), or --now");
+  stop->add_option("job", stop_job, "The job")->required();
+  stop->add_flag("--now", stop_now, "Kill the ranks at once");
+
+  std::string logs_job;
+  std::optional<int> logs_rank;
+  bool logs_follow = false;
+  CLI::App* logs = app.add_subcommand("logs", "Print a job's output (its latest attempt)");
+  logs->add_option("job", logs_job, "The job")->required();
+  logs->add_option("--rank", logs_rank, "Only this rank (stdout to stdout, stderr to stderr)");
+  logs->add_flag("--follow,-f", logs_follow, "Keep printing new output until the job ends");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -66,6 +108,19 @@ int main(int argc, char** argv) {
   }
   if (report->parsed()) return run_report(report_json);
   if (plan->parsed()) return dslaunch::launcher::run_plan_command(plan_options);
+  if (run->parsed()) {
+    using Mode = dslaunch::controller::ProgressDisplay::Mode;
+    run_options.progress = progress == "bar"     ? Mode::kTerminal
+                           : progress == "plain" ? Mode::kPlain
+                           : progress == "off"
+                               ? Mode::kOff
+                               : dslaunch::controller::ProgressDisplay::mode_for(stdout);
+    return dslaunch::controller::run_job(run_options);
+  }
+  if (status->parsed()) return dslaunch::launcher::run_status_command(status_job, status_json);
+  if (list->parsed()) return dslaunch::launcher::run_list_command();
+  if (stop->parsed()) return dslaunch::launcher::run_stop_command(stop_job, stop_now);
+  if (logs->parsed()) return dslaunch::launcher::run_logs_command(logs_job, logs_rank, logs_follow);
   std::cerr << app.help() << "\ndslaunch: a subcommand is required\n";
   return kUsageError;
 }

@@ -6,9 +6,9 @@
 #include <fstream>
 #include <iostream>
 
-#include "launcher/plan/job_plan.h"
 #include "launcher/plan/plan_json.h"
 #include "launcher/plan/plan_report.h"
+#include "launcher/plan/planned_job.h"
 #include "launcher/spec/diagnostics.h"
 
 namespace dslaunch::launcher {
@@ -25,21 +25,15 @@ int report_problems(const spec::Diagnostics& diagnostics) {
 
 int run_plan_command(const PlanCommandOptions& options) {
   spec::Diagnostics diagnostics;
-  spec::SourceMap locations;
-  const spec::JobSpec job =
-      spec::load_job_spec(options.spec_path, options.load, diagnostics, locations);
-  if (diagnostics.has_errors()) return report_problems(diagnostics);
-
-  const plan::PlanInputs inputs{plan::probe_local_machine(),
-                                [](const char* name) { return std::getenv(name); }};
-  std::optional<plan::JobPlan> job_plan = plan::make_plan(job, locations, inputs, diagnostics);
-  if (!job_plan) return report_problems(diagnostics);
-  const std::vector<std::string> spec_warnings = diagnostics.warnings();
-  job_plan->warnings.insert(job_plan->warnings.begin(), spec_warnings.begin(), spec_warnings.end());
+  std::optional<plan::PlannedJob> planned =
+      plan::load_and_plan(options.spec_path, options.load, diagnostics);
+  if (!planned) return report_problems(diagnostics);
+  const spec::JobSpec& job = planned->spec;
+  const plan::JobPlan& job_plan = planned->plan;
 
   if (!options.rankfile.empty()) {
     std::ofstream rankfile(options.rankfile);
-    if (rankfile) rankfile << topology::to_rankfile(job_plan->placement) << std::flush;
+    if (rankfile) rankfile << topology::to_rankfile(job_plan.placement) << std::flush;
     if (!rankfile) {
       // Read errno before anything else can change it.
       const std::string reason = std::strerror(errno);
@@ -48,9 +42,9 @@ int run_plan_command(const PlanCommandOptions& options) {
     }
   }
   if (options.json) {
-    plan::write_plan_json(std::cout, job, *job_plan);
+    plan::write_plan_json(std::cout, job, job_plan);
   } else {
-    std::cout << plan::plan_to_text(job, *job_plan, options.max_rows);
+    std::cout << plan::plan_to_text(job, job_plan, options.max_rows);
   }
   return 0;
 }

@@ -1,6 +1,9 @@
 #include "launcher/plan/job_plan.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -15,9 +18,6 @@ namespace {
 using spec::Location;
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-// 16x the largest clusters trained on today; a slot count beyond it is a typo
-// in the hostfile, and planning it would exhaust memory.
-constexpr int64_t kMaxWorldSize = 1 << 21;
 
 // The hosts the job may use, before filters, from the first source that has
 // them: hostfile, inline hosts, the Slurm allocation, this machine.
@@ -42,26 +42,11 @@ std::optional<std::vector<topology::HostfileEntry>> host_entries(const spec::Job
     return parsed.hosts;
   }
   if (!cluster.hosts.empty()) {
-    // The hostfile parser rejects a host listed twice; inline hosts need the
-    // same check, or the host's slots would be placed twice.
+    // The spec parser has checked the names, counts and duplicates.
     std::vector<topology::HostfileEntry> entries;
-    bool duplicates = false;
     for (const spec::InlineHost& host : cluster.hosts) {
-      const auto first =
-          std::find_if(entries.begin(), entries.end(),
-                       [&](const topology::HostfileEntry& e) { return e.host == host.host; });
-      if (first != entries.end()) {
-        Location where = locations.find("cluster.hosts");
-        if (where.origin.empty() && host.line > 0) where = Location{where.file, host.line, 0, ""};
-        diagnostics.error(where, fmt::format("host '{}' is already listed in cluster.hosts (line "
-                                             "{}); list each host once",
-                                             host.host, first->line));
-        duplicates = true;
-        continue;
-      }
       entries.push_back({host.host, host.slots, host.line});
     }
-    if (duplicates) return std::nullopt;
     return entries;
   }
   // A local runner starts ranks on this machine only, so a Slurm allocation
@@ -183,6 +168,26 @@ void add_assumed_topology_warning(const spec::JobSpec& spec, JobPlan& plan) {
       fmt::join(assumed, ", cluster.topology.")));
 }
 
+bool is_this_machine(const std::string& host) {
+  std::array<char, 256> name{};
+  gethostname(name.data(), name.size() - 1);
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == name.data();
+}
+
+// The local runner starts mpirun on this machine only: hosts elsewhere would
+// not get their ranks.
+void add_local_runner_warning(const spec::JobSpec& spec, JobPlan& plan) {
+  if (spec.cluster.runner != spec::Runner::kLocal) return;
+  for (const topology::HostSlots& host : plan.hosts) {
+    if (is_this_machine(host.host)) continue;
+    plan.warnings.push_back(fmt::format(
+        "runner local starts ranks on this machine only, but the hosts include '{}': set "
+        "cluster.runner to openmpi (mpirun over ssh) or slurm to run there",
+        host.host));
+    return;
+  }
+}
+
 void add_memory_warnings(const spec::JobSpec& spec, JobPlan& plan) {
   if (plan.device_memory_bytes == 0) {
     plan.warnings.push_back(
@@ -225,14 +230,6 @@ std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMa
   int64_t world = 0;
   for (const topology::HostSlots& host : plan.hosts) world += host.slots.size();
 
-  if (world > kMaxWorldSize) {
-    diagnostics.error(filter_location("", cluster, locations),
-                      fmt::format("{} ranks on {} host(s) is more than dslaunch plans ({}); check "
-                                  "the slots in the hostfile, or select fewer with num_nodes, "
-                                  "num_gpus or include",
-                                  world, plan.hosts.size(), kMaxWorldSize));
-    return std::nullopt;
-  }
   const int tensor = spec.parallelism.tensor;
   const int pipeline = spec.parallelism.pipeline;
   if (world % (static_cast<int64_t>(tensor) * pipeline) != 0) {
@@ -272,6 +269,10 @@ std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMa
   if (!plan.placement.errors.empty()) return std::nullopt;
   plan.warnings = plan.placement.warnings;
   add_assumed_topology_warning(spec, plan);
+  add_local_runner_warning(spec, plan);
+  for (const topology::HostSlots& host : plan.hosts) {
+    plan.all_hosts_local = plan.all_hosts_local && is_this_machine(host.host);
+  }
 
   if (!training) return plan;  // a commbench holds no model
   plan.padded_vocab_size = padded_vocab_size(spec.model, tensor);

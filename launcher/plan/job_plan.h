@@ -37,6 +37,9 @@ struct JobPlan {
   int64_t padded_vocab_size = 0;
   int64_t total_parameters = 0;
   std::vector<std::string> warnings;
+  // Every host is this machine (or its loopback names): what the local
+  // runner can start.
+  bool all_hosts_local = true;
 
   int world_size() const { return grid.world_size(); }
   // Precondition: memory_by_stage is not empty (a training job).

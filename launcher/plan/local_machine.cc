@@ -33,12 +33,12 @@ LocalMachine probe_local_machine() {
 
   const auto memory = launcher::capture_output(
       {"nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"});
-  if (!memory || memory->exit_code != 0) return machine;
+  if (!memory || memory->exit_code != 0 || memory->timed_out) return machine;
   const GpuMemoryQuery query = parse_gpu_memory_query(memory->output);
   machine.gpus = query.gpus;
   machine.gpu_memory_bytes = query.first_gpu_bytes;
   const auto topo_matrix = launcher::capture_output({"nvidia-smi", "topo", "-m"});
-  if (topo_matrix && topo_matrix->exit_code == 0) {
+  if (topo_matrix && topo_matrix->exit_code == 0 && !topo_matrix->timed_out) {
     machine.gpu_topology = topology::parse_nvidia_smi_topo(topo_matrix->output);
   }
   return machine;

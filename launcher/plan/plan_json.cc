@@ -11,7 +11,11 @@
 namespace dslaunch::plan {
 namespace {
 
-std::string json_string(const std::string& text) { return nlohmann::json(text).dump(); }
+// Bytes that are not UTF-8 (a warning quoting odd input) become U+FFFD
+// rather than an exception.
+std::string json_string(const std::string& text) {
+  return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 template <typename... Args>
 void append(fmt::memory_buffer& out, fmt::format_string<Args...> format, Args&&... args) {

@@ -179,8 +179,8 @@ TEST_CASE("dslaunch plan --json plans the 2-host example: 16 ranks, a stage per 
   const auto warnings = plan["warnings"].get<std::vector<std::string>>();
   REQUIRE(warnings.size() == 1);
   CHECK(warnings[0] == runfile("jobs/gpt2-medium-ds_config.json") +
-                           ": DeepSpeed key 'steps_per_print' has no effect in dslaunch and is "
-                           "ignored");
+                           ":5:3: DeepSpeed key 'steps_per_print' has no effect in dslaunch and "
+                           "is ignored");
 }
 
 TEST_CASE("dslaunch plan --include keeps one host of the 2-host example: 8 ranks, data 1") {

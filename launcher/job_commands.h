@@ -1,0 +1,32 @@
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace dslaunch::launcher {
+
+// The commands that look at jobs started by `dslaunch run`. A JOB is a job
+// id under the jobs root ($DSLAUNCH_HOME/jobs or ~/.dslaunch/jobs), a unique
+// prefix of one, or the path of a job directory. While a job runs, status
+// and stop talk to its controller over gRPC with the job's token; once it
+// ended (or when its controller does not answer), status reads state.json.
+// Each returns the process exit code: 0, 1 (the job or its controller could
+// not be reached as asked), 2 (bad input, such as an unknown job).
+
+// `dslaunch status [JOB] [--json]`: one row per job, or one row per rank.
+int run_status_command(const std::optional<std::string>& job, bool json);
+
+// `dslaunch list`: every job's id, state, start time and name.
+int run_list_command();
+
+// `dslaunch stop JOB [--now]`: graceful (the ranks stop at their next
+// chance; a checkpoint first once training exists), or at once.
+int run_stop_command(const std::string& job, bool now);
+
+// `dslaunch logs JOB [--rank N] [--follow]`: the latest attempt's output.
+// With --rank, that rank's stdout on stdout and stderr on stderr; without,
+// every rank's lines prefixed "rank N | ". --follow keeps printing new lines
+// until the job has ended.
+int run_logs_command(const std::string& job, std::optional<int> rank, bool follow);
+
+}  // namespace dslaunch::launcher

@@ -1,0 +1,24 @@
+#include "launcher/plan/planned_job.h"
+
+#include <cstdlib>
+
+#include "launcher/plan/local_machine.h"
+
+namespace dslaunch::plan {
+
+std::optional<PlannedJob> load_and_plan(const std::string& path, const spec::LoadOptions& options,
+                                        spec::Diagnostics& diagnostics) {
+  PlannedJob job;
+  job.spec = spec::load_job_spec(path, options, diagnostics, job.locations);
+  if (diagnostics.has_errors()) return std::nullopt;
+  const PlanInputs inputs{probe_local_machine(),
+                          [](const char* name) { return std::getenv(name); }};
+  std::optional<JobPlan> plan = make_plan(job.spec, job.locations, inputs, diagnostics);
+  if (!plan) return std::nullopt;
+  job.plan = std::move(*plan);
+  const std::vector<std::string> spec_warnings = diagnostics.warnings();
+  job.plan.warnings.insert(job.plan.warnings.begin(), spec_warnings.begin(), spec_warnings.end());
+  return job;
+}
+
+}  // namespace dslaunch::plan
