@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # The demo command (README): installs what is missing, builds dslaunch and
-# dsworker, and runs them on this machine.
-#
-# What it runs grows with the project: today the environment report, the plan
-# of the demo job (jobs/demo.yaml) and a 2-rank MPI probe; training the demo
-# job joins once `dslaunch run` exists.
+# dsworker, and runs them on this machine: the environment report, the plan
+# of the demo training job (jobs/demo.yaml), and a real 4-rank job started
+# and watched by `dslaunch run`: the collectives benchmark (jobs/commbench.yaml).
+# Training the demo job joins once the training engine exists.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,5 +18,8 @@ echo
 echo "== dslaunch plan jobs/demo.yaml"
 "$bin/launcher/dslaunch" plan jobs/demo.yaml
 echo
-echo "== dsworker probe on 2 ranks"
-tools/mpirun_local.sh 2 "$bin/worker/dsworker" probe
+echo "== dslaunch run jobs/commbench.yaml"
+"$bin/launcher/dslaunch" run jobs/commbench.yaml --set commbench.max_bytes=1048576
+echo
+echo "== dslaunch status"
+"$bin/launcher/dslaunch" status

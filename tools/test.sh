@@ -37,7 +37,15 @@ echo "== running the tests (bazel test //...)"
 events=$(mktemp)
 trap 'rm -f "$events"' EXIT
 bazel test --keep_going --build_event_json_file="$events" //...
+bazel_status=$?
 testlogs=$(bazel info bazel-testlogs 2>/dev/null)
+# 0: all passed; 3: some tests failed (counted below). Anything else means
+# Bazel could not load, analyse or build part of //... , and tests there
+# never ran: that is a failure of its own.
+case "$bazel_status" in
+  0|3) ;;
+  *) checks+=(--check "bazel test //... (exit code $bazel_status: a package did not load or build)=failed") ;;
+esac
 
 echo "== summary"
 python3 tools/test_summary.py --bep "$events" --testlogs "$testlogs" "${checks[@]}"
