@@ -71,6 +71,13 @@ std::optional<JobDirectory> find_job(const std::string& job, std::string& error)
   return std::nullopt;
 }
 
+// TLS towards the job's controller when its job uses it.
+proto::ClientOptions client_options(const v1::JobStatus& status) {
+  proto::ClientOptions options;
+  if (!status.tls_ca().empty()) options.tls = proto::ClientTls{status.tls_ca(), "", "", ""};
+  return options;
+}
+
 struct JobView {
   v1::JobStatus status;
   bool live = false;  // answered by the running controller
@@ -90,7 +97,7 @@ std::optional<JobView> view_job(const JobDirectory& directory, std::string& erro
     view.note = token ? "no controller address recorded" : token_error;
     return view;
   }
-  proto::ClientOptions options;
+  proto::ClientOptions options = client_options(view.status);
   options.deadline = kStatusDeadline;
   proto::ControllerClient client(view.status.controller_address(), *token, options);
   v1::JobStatus live;
@@ -274,7 +281,7 @@ int run_stop_command(const std::string& job, bool now) {
     std::cerr << "dslaunch stop: " << error << "\n";
     return kUnreachable;
   }
-  proto::ControllerClient client(status.controller_address(), *token);
+  proto::ControllerClient client(status.controller_address(), *token, client_options(status));
   v1::StopRequest request;
   request.set_now(now);
   v1::StopReply reply;

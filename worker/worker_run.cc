@@ -212,7 +212,11 @@ int run_worker() {
     std::cerr << "dsworker: MPI_Init_thread failed\n";
     return kUnusable;
   }
-  proto::ControllerClient client(address, token);
+  proto::ClientOptions client_options;
+  if (const std::string ca = env_or_empty("DSL_TLS_CA"); !ca.empty()) {
+    client_options.tls = proto::ClientTls{ca, "", "", ""};
+  }
+  proto::ControllerClient client(address, token, client_options);
   v1::RegisterRequest request;
   request.set_rank(rank_env->rank);
   request.set_restart_count(std::atoi(env_or_empty("DSL_RESTART_COUNT").c_str()));

@@ -4,7 +4,8 @@ namespace dslaunch::worker {
 
 // `dsworker run`: one rank's life in a job started by `dslaunch run`.
 // Everything comes from the environment the runner set (DSL_CONTROLLER,
-// DSL_JOB_TOKEN, DSL_RESTART_COUNT, DSL_DEVICE, and the launcher's rank
+// DSL_JOB_TOKEN, DSL_RESTART_COUNT, DSL_DEVICE, DSL_TLS_CA when the control
+// plane uses TLS, and the launcher's rank
 // variables): register with the controller, take the resolved spec and this
 // rank's placement from it, bind to the planned cores, build the process
 // groups, keep the session (heartbeats up; stop, checkpoint-now and

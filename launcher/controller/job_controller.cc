@@ -163,7 +163,13 @@ class Attempt {
         progress_(options.progress, stdout) {}
 
   int run() {
-    ControllerServer server(handler_, ControllerServerOptions{token_, std::nullopt, 1024});
+    ControllerServerOptions server_options{token_, std::nullopt, 1024};
+    if (spec_.cluster.tls.enabled()) {
+      // The token authenticates the ranks; TLS keeps it and the traffic
+      // private and proves the controller's identity to them.
+      server_options.tls = ServerTls{spec_.cluster.tls.cert, spec_.cluster.tls.key, ""};
+    }
+    ControllerServer server(handler_, server_options);
     const Endpoint endpoint = controller_endpoint(spec_, plan_);
     const StartResult started = server.start(endpoint.bind);
     if (!started.ok())
@@ -480,6 +486,7 @@ int run_job(const RunOptions& options) {
   info.world_size = job_plan.world_size();
   info.total_steps = spec.kind == spec::JobKind::kTrain ? spec.training.steps : 0;
   info.started_unix_ms = unix_time_ms();
+  info.tls_ca = spec.cluster.tls.ca;
   std::cout << fmt::format("job {}: {} rank(s) on {} host(s); job directory {}\n", job_id,
                            job_plan.world_size(), job_plan.hosts.size(), directory->path());
   Attempt attempt(options, spec, job_plan, *directory, token.token, info);

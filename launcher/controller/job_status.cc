@@ -40,6 +40,7 @@ v1::JobStatus make_job_status(const JobInfo& info, const JobState& state, const 
   status.set_kind(info.kind);
   status.set_world_size(info.world_size);
   status.set_controller_address(info.controller_address);
+  status.set_tls_ca(info.tls_ca);
   status.set_started_unix_ms(info.started_unix_ms);
   status.set_updated_unix_ms(now_unix_ms);
   status.set_attempt(attempt);
@@ -98,6 +99,7 @@ nlohmann::json status_to_json(const v1::JobStatus& status) {
           {"last_checkpoint_step", status.last_checkpoint_step()},
           {"reason", status.reason()},
           {"controller_address", status.controller_address()},
+          {"tls_ca", status.tls_ca()},
           {"started_unix_ms", status.started_unix_ms()},
           {"updated_unix_ms", status.updated_unix_ms()},
           {"ranks", ranks}};
@@ -119,6 +121,7 @@ v1::JobStatus status_from_json(const nlohmann::json& json) {
   status.set_last_checkpoint_step(get_or<int64_t>(json, "last_checkpoint_step", 0));
   status.set_reason(get_or<std::string>(json, "reason", ""));
   status.set_controller_address(get_or<std::string>(json, "controller_address", ""));
+  status.set_tls_ca(get_or<std::string>(json, "tls_ca", ""));
   status.set_started_unix_ms(get_or<int64_t>(json, "started_unix_ms", 0));
   status.set_updated_unix_ms(get_or<int64_t>(json, "updated_unix_ms", 0));
   const auto ranks = json.find("ranks");

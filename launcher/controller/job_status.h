@@ -18,6 +18,7 @@ struct JobInfo {
   int world_size = 0;
   int64_t total_steps = 0;  // 0 when not known in advance
   std::string controller_address;
+  std::string tls_ca;  // "" when the control plane is plaintext
   int64_t started_unix_ms = 0;
 };
 

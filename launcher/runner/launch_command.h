@@ -41,8 +41,8 @@ struct LaunchCommand {
 // LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE, which each rank takes from
 // its launcher: OMPI_COMM_WORLD_* or SLURM_*): MASTER_ADDR, MASTER_PORT,
 // DSL_JOB_ID, DSL_JOB_TOKEN, DSL_RESTART_COUNT, DSL_CONTROLLER,
-// DSL_WORLD_SIZE, DSL_DEVICE (cpu or cuda), and the spec's env (which cannot
-// override those).
+// DSL_WORLD_SIZE, DSL_DEVICE (cpu or cuda), DSL_TLS_CA (with cluster.tls),
+// and the spec's env (which cannot override those).
 std::map<std::string, std::string> rank_environment(const spec::JobSpec& spec,
                                                     const plan::JobPlan& plan,
                                                     const LaunchInputs& inputs);

@@ -32,6 +32,15 @@ struct TopologyHint {
   double device_memory_gb = 0;                // 0: unknown (CUDA) or host memory per rank (CPU)
 };
 
+// TLS on the control plane, for multi-host jobs: the controller serves with
+// `cert` and `key`; ranks and the CLI verify it with `ca`. All three or none.
+struct TlsSpec {
+  std::string cert;
+  std::string key;
+  std::string ca;  // must be readable at the same path on every rank's host
+  bool enabled() const { return !cert.empty(); }
+};
+
 struct ClusterSpec {
   Runner runner = Runner::kLocal;
   Device device = Device::kCuda;
@@ -46,6 +55,7 @@ struct ClusterSpec {
   std::string
       controller_address;  // host[:port]; "" = loopback (1 host) or the first routable address
   TopologyHint topology;
+  TlsSpec tls;
 };
 
 struct ParallelismSpec {
