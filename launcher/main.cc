@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   plan->add_option("--exclude", plan_options.load.exclude,
                    "All but these hosts/slots, as host1:0,1@host2");
   plan->add_option("--set", plan_options.load.overrides,
-                   "Override a spec value, as key.path=value (repeatable)")
+                   "Override a spec value, as key.path=value or key.list[N].key=value (repeatable)")
       ->take_all();
   plan->add_option("--rankfile", plan_options.rankfile,
                    "Also write the placement as an Open MPI rankfile to this path");
@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
   run->add_option("--include", run_options.load.include, "Only these hosts/slots");
   run->add_option("--exclude", run_options.load.exclude, "All but these hosts/slots");
   run->add_option("--set", run_options.load.overrides,
-                  "Override a spec value, as key.path=value (repeatable)")
+                  "Override a spec value, as key.path=value or key.list[N].key=value (repeatable)")
       ->take_all();
   run->add_option("--progress", progress, "auto (a bar on a terminal), bar, plain or off")
       ->check(CLI::IsMember({"auto", "bar", "plain", "off"}));

@@ -110,7 +110,12 @@ std::string apply_override(YAML::Node& root, const Override& override_value) {
       }
       walked += (walked.empty() ? "" : ".") + step.key;
       if (last) {
-        current[step.key] = override_value.value;
+        // A new entry rather than an assignment: the old value node may be
+        // shared through an alias or a merge key (<<: *offload), and
+        // assigning to it would change every mapping that shares it.
+        while (current.remove(step.key)) {
+        }
+        current.force_insert(step.key, override_value.value);
         return "";
       }
       next = current[step.key];

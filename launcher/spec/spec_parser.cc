@@ -18,6 +18,7 @@
 #include "launcher/spec/merge_keys.h"
 #include "launcher/spec/overrides.h"
 #include "launcher/spec/text_file.h"
+#include "launcher/spec/yaml_document.h"
 #include "launcher/spec/yaml_reader.h"
 #include "topology/hostfile.h"
 
@@ -177,6 +178,27 @@ void read_hosts(MapReader& cluster, ClusterSpec& out) {
   }
 }
 
+void read_tls(MapReader tls, TlsSpec& out) {
+  const auto read_file_key = [&](const char* key, std::string& path) {
+    tls.string(key, path);
+    path = resolve_path(path, tls.location_of(key));
+    std::error_code ignored;
+    if (!path.empty() && !fs::is_regular_file(path, ignored)) {
+      tls.error(key, fmt::format("{}.{}: no file at '{}'", tls.path(), key, path));
+    }
+  };
+  read_file_key("cert", out.cert);
+  read_file_key("key", out.key);
+  read_file_key("ca", out.ca);
+  const int given = !out.cert.empty() + !out.key.empty() + !out.ca.empty();
+  if (given != 0 && given != 3) {
+    tls.error("cert", fmt::format("{} needs cert (the controller's certificate), key (its "
+                                  "private key) and ca (what ranks verify it with), all three",
+                                  tls.path()));
+  }
+  tls.finish();
+}
+
 void read_cluster(MapReader cluster, ClusterSpec& out) {
   read_enum(cluster, "runner", {"local", "openmpi", "slurm"}, out.runner);
   read_enum(cluster, "device", {"cpu", "cuda"}, out.device);
@@ -200,6 +222,8 @@ void read_cluster(MapReader cluster, ClusterSpec& out) {
   cluster.string("network_interface", out.network_interface);
   cluster.string("controller_address", out.controller_address);
   check_controller_address(cluster, out.controller_address);
+
+  read_tls(cluster.map("tls"), out.tls);
 
   MapReader topology = cluster.map("topology");
   topology.integer("cores_per_host", out.topology.cores_per_host, 1, kNoLimit);
@@ -534,6 +558,9 @@ std::string resolved_document(const YAML::Node& root, const JobSpec& spec) {
   write_back(resolved, "data.train", spec.data.train);
   write_back(resolved, "data.valid", spec.data.valid);
   write_back(resolved, "checkpoint.dir", spec.checkpoint.dir);
+  write_back(resolved, "cluster.tls.cert", spec.cluster.tls.cert);
+  write_back(resolved, "cluster.tls.key", spec.cluster.tls.key);
+  write_back(resolved, "cluster.tls.ca", spec.cluster.tls.ca);
   write_back(resolved, "training.zero_optimization.offload_optimizer.nvme_path",
              spec.training.zero.offload_optimizer.nvme_path);
   write_back(resolved, "training.zero_optimization.offload_param.nvme_path",
@@ -641,50 +668,6 @@ std::optional<std::string> ignored_training_key(const std::string& path) {
   return ignored_deepspeed_key_warning(key);
 }
 
-// Where a second YAML document starts: its '---' line when one precedes it
-// (with only blanks and comments between), else its first value.
-Location second_document(std::string_view text, const YAML::Mark& mark, const std::string& path) {
-  std::vector<std::string_view> lines;
-  for (size_t start = 0; start <= text.size();) {
-    const size_t end = std::min(text.find('\n', start), text.size());
-    lines.push_back(text.substr(start, end - start));
-    start = end + 1;
-  }
-  for (int line = std::min<int>(mark.line, static_cast<int>(lines.size()) - 1); line >= 0; --line) {
-    const std::string_view content = lines[line];
-    if (content.starts_with("---")) return Location{path, line + 1, 1, ""};
-    const auto first = content.find_first_not_of(" \t\r");
-    const bool blank_or_comment = first == std::string_view::npos || content[first] == '#';
-    if (line < mark.line && !blank_or_comment && !content.starts_with("...")) break;
-  }
-  return Location{path, mark.line + 1, mark.column + 1, ""};
-}
-
-// The job spec's one YAML document; every problem in reading it is reported.
-std::optional<YAML::Node> read_document(std::string_view text, const std::string& path,
-                                        Diagnostics& diagnostics) {
-  std::vector<YAML::Node> documents;
-  try {
-    documents = YAML::LoadAll(std::string(text));
-  } catch (const YAML::Exception& e) {
-    diagnostics.error(Location{path, e.mark.line + 1, e.mark.column + 1, ""},
-                      "YAML syntax error: " + e.msg);
-    return std::nullopt;
-  }
-  // yaml-cpp's Load would return the first document and drop the rest
-  // without a word. A document holding nothing (a trailing '---') loses
-  // nothing, so only one with content is an error.
-  for (size_t i = 1; i < documents.size(); ++i) {
-    if (!documents[i].IsDefined() || documents[i].IsNull()) continue;
-    diagnostics.error(second_document(text, documents[i].Mark(), path),
-                      "a second YAML document starts here, and a job spec is one document; "
-                      "remove the '---' line to merge the two, or move this one to a file of "
-                      "its own");
-    break;
-  }
-  return documents.empty() ? YAML::Node() : documents.front();
-}
-
 bool valid_env_name(const std::string& name) {
   return !name.empty() && !ascii_digit(name.front()) &&
          std::all_of(name.begin(), name.end(), [](char c) { return ascii_alnum(c) || c == '_'; });
@@ -726,7 +709,7 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const Loa
   JobSpec spec;
   spec.spec_path = path;
   locations.set_fallback(Location{path, 0, 0, ""});
-  std::optional<YAML::Node> document = read_document(text, path, diagnostics);
+  std::optional<YAML::Node> document = read_yaml_document(text, path, diagnostics);
   if (!document) return spec;
   YAML::Node root = *document;
   if (!root.IsDefined() || root.IsNull()) {

@@ -13,8 +13,10 @@ namespace dslaunch::spec {
 struct LoadOptions {
   std::vector<std::string> overrides;  // --set key.path=value, applied in order
   std::string hostfile;                // --hostfile (relative to the working directory)
-  std::string include;                 // --include
-  std::string exclude;                 // --exclude
+  // --include / --exclude: either one replaces both of the spec's
+  // cluster.include and cluster.exclude (the command line wins).
+  std::string include;
+  std::string exclude;
 };
 
 // Reads, checks and types the job spec at `path`. Every problem is reported
@@ -23,11 +25,16 @@ struct LoadOptions {
 // callers must check diagnostics.has_errors(). `locations` receives where
 // every key came from, for later checks that involve the hosts.
 //
-// Checked here: syntax, unknown keys (with the nearest valid key), types,
-// ranges, choices, and rules between keys that do not depend on the hosts
-// (fp16 with bf16, offload needing ZeRO stage 3, heads and hidden size
-// divisible by tensor, layers by pipeline, ...). Relative paths in the spec
-// are resolved against the spec's folder.
+// Checked here: syntax (one YAML document; merge keys `<<` expanded;
+// top-level `x-` keys ignored), unknown keys (with the nearest valid key;
+// DeepSpeed keys dslaunch does not use are warnings), types, ranges,
+// choices, and rules between keys that do not depend on the hosts (fp16 with
+// bf16, offload needing ZeRO stage 3, heads and hidden size divisible by
+// tensor, layers by pipeline, inline hosts valid and distinct, ...). A rule
+// between keys is skipped when one of its keys could not be read, so one
+// mistake gives one error. Relative paths are resolved against the folder of
+// the file that holds them (the spec, or the DeepSpeed config); values from
+// `options` against the working directory.
 JobSpec load_job_spec(const std::string& path, const LoadOptions& options, Diagnostics& diagnostics,
                       SourceMap& locations);
 

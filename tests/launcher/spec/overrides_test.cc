@@ -342,6 +342,30 @@ TEST_CASE("--set reaches into a list item with key[N]") {
   }
 }
 
+TEST_CASE("--set changes only its own key when the value came from a merge key") {
+  SpecFolder folder;
+  const Loaded loaded =
+      folder.load(R"(
+x-offload: &offload {device: cpu, pin_memory: true}
+data: {train: demo}
+training:
+  steps: 1
+  zero_optimization:
+    stage: 3
+    offload_optimizer: {<<: *offload}
+    offload_param: {<<: *offload}
+)",
+                  sets({"training.zero_optimization.offload_param.device=nvme",
+                        "training.zero_optimization.offload_param.nvme_path=/n"}));
+  INFO(loaded.diagnostics.format());
+  CHECK(loaded.diagnostics.all().empty());
+  const ZeroSpec& zero = loaded.spec.training.zero;
+  CHECK(zero.offload_param.device == OffloadDevice::kNvme);
+  CHECK(zero.offload_param.pin_memory);
+  CHECK(zero.offload_optimizer.device == OffloadDevice::kCpu);
+  CHECK(zero.offload_optimizer.pin_memory);
+}
+
 TEST_CASE("--set with a malformed index is refused like any malformed path") {
   for (const char* text : {"a[=1", "a[]=1", "a[x]=1", "a[1]b=1", "[0]=1", "a[1234567]=1"}) {
     INFO(text);

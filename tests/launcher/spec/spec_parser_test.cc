@@ -1528,6 +1528,15 @@ TEST_CASE("a leading '---' and a trailing empty document are fine") {
   CHECK(loaded.spec.training.steps == 10);
 }
 
+TEST_CASE("malformed text that yaml-cpp's LoadAll loops on is reported, not a hang") {
+  // Found by the spec fuzzer: yaml-cpp reads endless null documents here.
+  SpecFolder folder;
+  const Loaded loaded = folder.load(
+      ", <<: *o}\ndata: {train: demo}\ntraining:\n  <<: [*b&, {gradient_cl]\n"
+      "deepspeots: 1}, {host: a, slots: 2}]}\n-\343--\nb:");
+  CHECK(loaded.diagnostics.has_errors());
+}
+
 TEST_CASE("merge keys bring in an anchored mapping, and keys written out win") {
   SpecFolder folder;
   const Loaded loaded = folder.load(R"(
