@@ -158,8 +158,8 @@ std::vector<CommbenchResult> run_commbench(
           if (options.stop_requested) {
             const int local_stop = options.stop_requested() ? 1 : 0;
             int any_stop = 0;
-            const int rc = MPI_Allreduce(&local_stop, &any_stop, 1, MPI_INT, MPI_LOR,
-                                         groups.world());
+            const int rc =
+                MPI_Allreduce(&local_stop, &any_stop, 1, MPI_INT, MPI_LOR, groups.world());
             if (rc != MPI_SUCCESS) {
               error = mpi_error_message("MPI_Allreduce", rc);
               return results;
