@@ -210,7 +210,11 @@ class Attempt {
     // Every rank's log files exist from the start, empty until it writes.
     for (int rank = 0; rank < plan_.world_size(); ++rank) {
       for (const char* stream : {"stdout", "stderr"}) {
-        std::ofstream(directory_.rank_log_path(0, rank, stream, error), std::ios::app);
+        const std::string path = directory_.rank_log_path(0, rank, stream, error);
+        if (path.empty() || !std::ofstream(path, std::ios::app)) {
+          return fail_before_launch(
+              server, path.empty() ? error : fmt::format("cannot create the log '{}'", path));
+        }
       }
     }
     process_ = runner::SupervisedProcess::start(command.argv, command.environment, error);

@@ -1,6 +1,7 @@
 #include "launcher/controller/job_handler.h"
 
 #include <chrono>
+#include <iostream>
 
 #include <fmt/format.h>
 
@@ -75,7 +76,7 @@ void JobHandler::worker_message(const v1::WorkerMessage& message) {
       for (const auto& [name, value] : event.metrics()) line[name] = value;
       std::lock_guard<std::mutex> lock(mutex_);
       std::string error;
-      directory_.append_metrics(line, error);
+      if (!directory_.append_metrics(line, error)) report_write_failure(error);
       break;
     }
     case v1::WorkerEvent::KIND_STACKS:
@@ -139,7 +140,16 @@ std::vector<int> JobHandler::sessions_lost() const {
 void JobHandler::record_event(int rank, const std::string& kind, const std::string& detail) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string error;
-  directory_.append_event(rank, kind, detail, error);
+  if (!directory_.append_event(rank, kind, detail, error)) report_write_failure(error);
+}
+
+void JobHandler::report_write_failure(const std::string& error) {
+  // The job goes on (its ranks are unaffected), but the user must learn that
+  // its record is incomplete: say so once, not for every heartbeat.
+  if (!write_failure_reported_.exchange(true)) {
+    std::cerr << "dslaunch: the job directory is not being written (" << error
+              << "); the job continues, but events and metrics are being lost\n";
+  }
 }
 
 v1::JobStatus JobHandler::status_now() const {

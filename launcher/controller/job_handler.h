@@ -55,12 +55,17 @@ class JobHandler final : public ControllerHandler {
   void set_controller_address(const std::string& address);
 
  private:
+  // Called with mutex_ held when events.jsonl or metrics.jsonl cannot be
+  // appended to (a full disk): tells the user once.
+  void report_write_failure(const std::string& error);
+
   JobInfo info_;  // the controller address is set later, under mutex_
   const Attempt attempt_;
   JobState& state_;
   JobDirectory& directory_;
   const Clock& clock_;
   std::atomic<bool> stop_now_{false};
+  std::atomic<bool> write_failure_reported_{false};
   mutable std::mutex mutex_;  // guards the maps below and the job directory
   std::map<int, std::shared_ptr<CommandSink>> sinks_;
   std::vector<bool> finished_;
