@@ -13,8 +13,10 @@ packages=(
   # libraries wrapped in WORKSPACE
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libopenmpi-dev openmpi-bin
-  libyaml-cpp-dev libspdlog-dev libfmt-dev libopenblas-dev
+  libyaml-cpp-dev libspdlog-dev libfmt-dev libopenblas-openmp-dev
   catch2 libcli11-dev nlohmann-json3-dev libxxhash-dev libhwloc-dev
+  # the independent PyTorch reference (tools/reference) for tests and benchmarks
+  python3-torch python3-numpy
 )
 
 missing=()

@@ -22,3 +22,7 @@ TEST_CASE("the linked BLAS multiplies matrices correctly") {
               0.0f, c.data(), 2);
   CHECK(c == std::vector<float>{58, 64, 139, 154});
 }
+
+TEST_CASE("the OpenMP build of OpenBLAS is linked, sharing the kernels' thread pool") {
+  CHECK(dslaunch::kernels::query_blas_info().config.find("USE_OPENMP") != std::string::npos);
+}

@@ -1,0 +1,134 @@
+#pragma once
+
+// The compute kernels the engine runs, behind one interface: the CPU backend
+// (OpenBLAS and vectorised loops) is the reference the CUDA backend is tested
+// against.
+//
+// Conventions, for every kernel:
+// - Tensors are dense, row-major float arrays in the backend's memory; shapes
+//   are given in comments as (B, T, C): batch, time, channels. NH is the head
+//   count, V the real vocabulary and Vp the padded one (V <= Vp).
+// - Linear weights are in Hugging Face's Conv1D layout, (in, out), so that
+//   out = inp · weight + bias.
+// - Backward kernels ACCUMULATE into the gradients they write (+=), as
+//   llm.c's do: gradient accumulation over micro-batches and residual
+//   branches then need no extra buffers. Callers zero gradients when a new
+//   step begins.
+// - A backend is used from one thread at a time; it may use several threads
+//   inside a call.
+// - CPU backend: every kernel gives the same bits whatever the thread count,
+//   except matmul_* and logits_*, whose products are OpenBLAS's threaded
+//   sgemm; OpenBLAS does not promise it there (0.3.21 does give the same bits
+//   on 1 and 2 threads). Results differ between vector units (AVX-512, AVX2,
+//   SSE), as each rounds its sums in its own order.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace dslaunch::kernels {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;
+
+  // out (B,T,C) = wte[tokens] + wpe[t]. tokens (B,T) must lie in [0, Vp).
+  virtual void encoder_forward(float* out, const int32_t* tokens, const float* wte,
+                               const float* wpe, int64_t B, int64_t T, int64_t C) = 0;
+  // dwte (Vp,C) and dwpe (maxT,C) += the scatter of dout (B,T,C).
+  virtual void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                                int64_t B, int64_t T, int64_t C) = 0;
+
+  // out (N,C) = (inp - mean) * rstd * weight + bias, per row; saves mean and
+  // rstd (N) for the backward pass. eps is 1e-5, as in GPT-2.
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int64_t N, int64_t C) = 0;
+  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const float* inp, const float* weight, const float* mean,
+                                  const float* rstd, int64_t N, int64_t C) = 0;
+
+  // out (N,OC) = inp (N,C) · weight (C,OC) + bias (OC); bias may be null.
+  virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                              int64_t N, int64_t C, int64_t OC) = 0;
+  // dinp (N,C) += dout · weightᵀ; dweight (C,OC) += inpᵀ · dout; dbias (OC)
+  // += the column sums of dout. dbias may be null; dinp may be null when the
+  // input needs no gradient.
+  virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, int64_t N, int64_t C,
+                               int64_t OC) = 0;
+
+  // The output projection tied to the token embedding: logits (N,Vp) = inp
+  // (N,C) · wteᵀ, wte (Vp,C).
+  virtual void logits_forward(float* logits, const float* inp, const float* wte, int64_t N,
+                              int64_t C, int64_t Vp) = 0;
+  // dinp (N,C) += dlogits · wte; dwte (Vp,C) += dlogitsᵀ · inp.
+  virtual void logits_backward(float* dinp, float* dwte, const float* dlogits, const float* inp,
+                               const float* wte, int64_t N, int64_t C, int64_t Vp) = 0;
+
+  // Causal multi-head self-attention over a fused projection qkv (B,T,3C)
+  // laid out [q | k | v], each split into NH heads of C/NH channels. Writes
+  // out (B,T,C) and keeps att (B,NH,T,T), the softmax probabilities (zero
+  // above the diagonal), for the backward pass. Scores are scaled by
+  // 1/sqrt(C/NH).
+  virtual void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
+                                 int64_t C, int64_t NH) = 0;
+  // dqkv (B,T,3C) += the gradient through attention. scratch must hold
+  // B*NH*T*T floats; its contents are overwritten.
+  virtual void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                  const float* att, int64_t B, int64_t T, int64_t C,
+                                  int64_t NH) = 0;
+
+  // out = 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))), elementwise; out
+  // may be inp.
+  virtual void gelu_forward(float* out, const float* inp, int64_t n) = 0;
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
+
+  // out = a + b, elementwise; out may be a or b.
+  virtual void residual_forward(float* out, const float* a, const float* b, int64_t n) = 0;
+  // da += dout; db += dout.
+  virtual void residual_backward(float* da, float* db, const float* dout, int64_t n) = 0;
+
+  // probs (N,Vp): the softmax of each row's first V logits; the padded
+  // columns [V, Vp) get probability 0. probs may be logits (in place).
+  virtual void softmax_forward(float* probs, const float* logits, int64_t N, int64_t V,
+                               int64_t Vp) = 0;
+  // losses (N) = -log probs[i, targets[i]]. targets must lie in [0, V).
+  virtual void crossentropy_forward(float* losses, const float* probs, const int32_t* targets,
+                                    int64_t N, int64_t Vp) = 0;
+  // The fused gradient of softmax and cross-entropy: dlogits (N,Vp) +=
+  // (probs - onehot(target)) · dlosses[i]; padded columns stay unchanged.
+  virtual void crossentropy_softmax_backward(float* dlogits, const float* dlosses,
+                                             const float* probs, const int32_t* targets, int64_t N,
+                                             int64_t V, int64_t Vp) = 0;
+
+  // One AdamW step (Loshchilov & Hutter, with PyTorch's bias correction) on
+  // n parameters: m and v are the first and second moments, step counts
+  // from 1. Weight decay is decoupled: params -= lr·weight_decay·params.
+  // With decoupled = false it is Adam's L2 penalty instead (grad += wd·param).
+  struct AdamWParams {
+    float lr = 1e-3f;
+    float beta1 = 0.9f;
+    float beta2 = 0.999f;
+    float eps = 1e-8f;
+    float weight_decay = 0;
+    bool decoupled = true;
+    int64_t step = 1;
+  };
+  virtual void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,
+                            const AdamWParams& hyper) = 0;
+
+  // Σ x², accumulated in double so the result does not depend on how the
+  // caller splits a buffer.
+  virtual double sum_of_squares(const float* x, int64_t n) = 0;
+  // x *= factor.
+  virtual void scale(float* x, int64_t n, float factor) = 0;
+};
+
+// The CPU backend with `threads` compute threads (OpenMP, shared with
+// OpenBLAS); every one of them flushes denormals to zero (FTZ and DAZ),
+// which keeps tiny gradients from slowing arithmetic tenfold.
+std::unique_ptr<Backend> make_cpu_backend(int threads);
+
+}  // namespace dslaunch::kernels

@@ -1,0 +1,157 @@
+// make_cpu_backend(): the CPU backend, the reference every other backend is
+// tested against.
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/blas_setup.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace dslaunch::kernels {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads) : threads_(std::max(threads, 1)) { prepare_calling_thread(); }
+
+  std::string name() const override { return "cpu"; }
+
+  void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                       int64_t B, int64_t T, int64_t C) override {
+    prepare_calling_thread();
+    cpu::encoder_forward(out, tokens, wte, wpe, B, T, C);
+  }
+  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                        int64_t B, int64_t T, int64_t C) override {
+    prepare_calling_thread();
+    cpu::encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+  }
+
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int64_t N, int64_t C) override {
+    prepare_calling_thread();
+    cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+  }
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, int64_t N, int64_t C) override {
+    prepare_calling_thread();
+    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
+                            layernorm_partials_);
+  }
+
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                      int64_t N, int64_t C, int64_t OC) override {
+    prepare_calling_thread();
+    cpu::matmul_forward(out, inp, weight, bias, N, C, OC);
+  }
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, int64_t N, int64_t C,
+                       int64_t OC) override {
+    prepare_calling_thread();
+    cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+
+  void logits_forward(float* logits, const float* inp, const float* wte, int64_t N, int64_t C,
+                      int64_t Vp) override {
+    prepare_calling_thread();
+    cpu::logits_forward(logits, inp, wte, N, C, Vp);
+  }
+  void logits_backward(float* dinp, float* dwte, const float* dlogits, const float* inp,
+                       const float* wte, int64_t N, int64_t C, int64_t Vp) override {
+    prepare_calling_thread();
+    cpu::logits_backward(dinp, dwte, dlogits, inp, wte, N, C, Vp);
+  }
+
+  void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+                         int64_t NH) override {
+    prepare_calling_thread();
+    cpu::attention_forward(out, att, qkv, B, T, C, NH);
+  }
+  void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                          const float* att, int64_t B, int64_t T, int64_t C, int64_t NH) override {
+    prepare_calling_thread();
+    cpu::attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+  }
+
+  void gelu_forward(float* out, const float* inp, int64_t n) override {
+    prepare_calling_thread();
+    cpu::gelu_forward(out, inp, n);
+  }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override {
+    prepare_calling_thread();
+    cpu::gelu_backward(dinp, inp, dout, n);
+  }
+
+  void residual_forward(float* out, const float* a, const float* b, int64_t n) override {
+    prepare_calling_thread();
+    cpu::residual_forward(out, a, b, n);
+  }
+  void residual_backward(float* da, float* db, const float* dout, int64_t n) override {
+    prepare_calling_thread();
+    cpu::residual_backward(da, db, dout, n);
+  }
+
+  void softmax_forward(float* probs, const float* logits, int64_t N, int64_t V,
+                       int64_t Vp) override {
+    prepare_calling_thread();
+    cpu::softmax_forward(probs, logits, N, V, Vp);
+  }
+  void crossentropy_forward(float* losses, const float* probs, const int32_t* targets, int64_t N,
+                            int64_t Vp) override {
+    prepare_calling_thread();
+    cpu::crossentropy_forward(losses, probs, targets, N, Vp);
+  }
+  void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const float* probs,
+                                     const int32_t* targets, int64_t N, int64_t V,
+                                     int64_t Vp) override {
+    prepare_calling_thread();
+    cpu::crossentropy_softmax_backward(dlogits, dlosses, probs, targets, N, V, Vp);
+  }
+
+  void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,
+                    const AdamWParams& hyper) override {
+    prepare_calling_thread();
+    cpu::adamw_update(params, grads, m, v, n, hyper);
+  }
+
+  double sum_of_squares(const float* x, int64_t n) override {
+    prepare_calling_thread();
+    return cpu::sum_of_squares(x, n);
+  }
+  void scale(float* x, int64_t n, float factor) override {
+    prepare_calling_thread();
+    cpu::scale(x, n, factor);
+  }
+
+ private:
+  // OpenMP's thread count and MXCSR are per-thread state, an OpenMP pool
+  // belongs to the thread that starts it, and OpenBLAS's thread count is
+  // global; so the thread counts and FTZ/DAZ are set again whenever the
+  // backend is called from another thread than last time or something (say,
+  // another backend) changed a count in between. Cheap to check on every call.
+  void prepare_calling_thread() {
+    if (std::this_thread::get_id() == prepared_thread_ && omp_get_max_threads() == threads_ &&
+        openblas_get_num_threads() == threads_) {
+      return;
+    }
+    set_compute_threads(threads_);
+    prepared_thread_ = std::this_thread::get_id();
+  }
+
+  const int threads_;
+  std::thread::id prepared_thread_;
+  std::vector<double> layernorm_partials_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) {
+  return std::make_unique<CpuBackend>(threads);
+}
+
+}  // namespace dslaunch::kernels

@@ -1,0 +1,69 @@
+#pragma once
+
+// The CPU backend's kernels as free functions; kernels/backend.h states what
+// each computes, the shapes and the accumulation rules. Each uses the calling
+// thread's OpenMP thread count (set_compute_threads), and none of the loops
+// here depends on that count for its result: the work is split into pieces
+// that do not depend on it, and partial sums are combined in a fixed order.
+// Products go through OpenBLAS (see Backend's comments for what that means
+// for bitwise reproducibility).
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/backend.h"
+
+namespace dslaunch::kernels::cpu {
+
+// encoder.cc
+void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                     int64_t B, int64_t T, int64_t C);
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
+                      int64_t T, int64_t C);
+
+// layernorm.cc. `partials` is scratch for the per-block sums of dweight and
+// dbias; it grows as needed.
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int64_t C);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int64_t N, int64_t C, std::vector<double>& partials);
+
+// matmul.cc: the linear layers and the tied output projection.
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+                    int64_t C, int64_t OC);
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int64_t N, int64_t C, int64_t OC);
+void logits_forward(float* logits, const float* inp, const float* wte, int64_t N, int64_t C,
+                    int64_t Vp);
+void logits_backward(float* dinp, float* dwte, const float* dlogits, const float* inp,
+                     const float* wte, int64_t N, int64_t C, int64_t Vp);
+
+// attention.cc
+void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+                       int64_t NH);
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* att, int64_t B, int64_t T, int64_t C, int64_t NH);
+
+// gelu.cc
+void gelu_forward(float* out, const float* inp, int64_t n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+
+// softmax_crossentropy.cc
+void softmax_forward(float* probs, const float* logits, int64_t N, int64_t V, int64_t Vp);
+void crossentropy_forward(float* losses, const float* probs, const int32_t* targets, int64_t N,
+                          int64_t Vp);
+void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const float* probs,
+                                   const int32_t* targets, int64_t N, int64_t V, int64_t Vp);
+
+// adamw.cc
+void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,
+                  const Backend::AdamWParams& hyper);
+
+// elementwise.cc
+void residual_forward(float* out, const float* a, const float* b, int64_t n);
+void residual_backward(float* da, float* db, const float* dout, int64_t n);
+double sum_of_squares(const float* x, int64_t n);
+void scale(float* x, int64_t n, float factor);
+
+}  // namespace dslaunch::kernels::cpu

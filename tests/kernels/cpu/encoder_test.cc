@@ -1,0 +1,61 @@
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "tests/kernels/cpu/kernel_testing.h"
+
+namespace dslaunch::kernels::testing {
+namespace {
+
+// B=2, T=3 over a vocabulary of Vp=5 and maxT=4 positions; C=70 spans two of
+// the backward pass's column blocks. Token 3 repeats, token 4 never occurs.
+constexpr int64_t B = 2, T = 3, C = 70, Vp = 5, maxT = 4;
+const std::vector<int32_t> kTokens = {3, 0, 3, 1, 3, 2};
+
+std::vector<double> reference_encoder(const std::vector<double>& wte,
+                                      const std::vector<double>& wpe) {
+  std::vector<double> out(B * T * C);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t c = 0; c < C; ++c) {
+        out[(b * T + t) * C + c] = wte[kTokens[b * T + t] * C + c] + wpe[t * C + c];
+      }
+    }
+  }
+  return out;
+}
+
+TEST_CASE("encoder_forward adds the token and position embeddings") {
+  const auto wte = random_floats(Vp * C, 1);
+  const auto wpe = random_floats(maxT * C, 2);
+  std::vector<float> out(B * T * C);
+  cpu_backend().encoder_forward(out.data(), kTokens.data(), wte.data(), wpe.data(), B, T, C);
+  CHECK(relative_error(out, reference_encoder(to_double(wte), to_double(wpe))) < 1e-7);
+}
+
+TEST_CASE("encoder_backward accumulates the gradients of both embeddings") {
+  const auto wte = to_double(random_floats(Vp * C, 1));
+  const auto wpe = to_double(random_floats(maxT * C, 2));
+  const auto dout = random_floats(B * T * C, 3);
+  const auto dwte_before = random_floats(Vp * C, 4, -0.25f, 0.25f);
+  const auto dwpe_before = random_floats(maxT * C, 5, -0.25f, 0.25f);
+  auto dwte = dwte_before;
+  auto dwpe = dwpe_before;
+  cpu_backend().encoder_backward(dwte.data(), dwpe.data(), dout.data(), kTokens.data(), B, T, C);
+
+  const auto weights = to_double(dout);
+  const auto expected_dwte = numeric_gradient(
+      [&](const std::vector<double>& x) { return reference_encoder(x, wpe); }, wte, weights);
+  const auto expected_dwpe = numeric_gradient(
+      [&](const std::vector<double>& x) { return reference_encoder(wte, x); }, wpe, weights);
+  CHECK(relative_error(added(dwte, dwte_before), expected_dwte) < kGradientTolerance);
+  CHECK(relative_error(added(dwpe, dwpe_before), expected_dwpe) < kGradientTolerance);
+  // Rows no token or position reached are untouched.
+  for (int64_t c = 0; c < C; ++c) {
+    CHECK(dwte[4 * C + c] == dwte_before[4 * C + c]);
+    CHECK(dwpe[3 * C + c] == dwpe_before[3 * C + c]);
+  }
+}
+
+}  // namespace
+}  // namespace dslaunch::kernels::testing
