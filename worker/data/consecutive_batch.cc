@@ -1,0 +1,16 @@
+#include "worker/data/consecutive_batch.h"
+
+namespace dslaunch::worker::data {
+
+int64_t consecutive_batch_count(int64_t tokens, int64_t batch, int64_t seq_len) {
+  return tokens < 1 ? 0 : (tokens - 1) / (batch * seq_len);
+}
+
+void consecutive_batch(TokenRange range, int64_t n, int64_t batch, int64_t seq_len, int32_t* inputs,
+                       int32_t* targets) {
+  const int64_t tokens = batch * seq_len;
+  range.read(n * tokens, tokens, inputs);
+  range.read(n * tokens + 1, tokens, targets);
+}
+
+}  // namespace dslaunch::worker::data
