@@ -1,0 +1,251 @@
+// Runs under mpirun (see mpi_test): every rank executes every test case.
+#include "worker/parallel/gradient_reducer.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <random>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+using dslaunch::worker::GradientReducer;
+
+namespace {
+
+using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+
+int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+int world_size() {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+// Whole numbers plus quarters, different on every rank and step: exactly
+// representable, and so is their sum over up to 4 ranks, and the mean over a
+// power-of-two number of ranks.
+float gradient(int rank, int step, int64_t i) {
+  return static_cast<float>(i % 613 - 300) + 0.25f * static_cast<float>(rank + 1) +
+         8.0f * static_cast<float>(step);
+}
+
+// Fills in place: the reducer holds the buffer's address.
+void fill_gradients(std::vector<float>& grads, int rank, int step) {
+  for (std::size_t i = 0; i < grads.size(); ++i)
+    grads[i] = gradient(rank, step, static_cast<int64_t>(i));
+}
+
+std::vector<float> rank_gradients(int rank, int step, int64_t n) {
+  std::vector<float> grads(n);
+  fill_gradients(grads, rank, step);
+  return grads;
+}
+
+std::vector<float> mean_gradients(int size, int step, int64_t n) {
+  std::vector<float> mean(n);
+  for (int64_t i = 0; i < n; ++i) {
+    double sum = 0;
+    for (int r = 0; r < size; ++r) sum += gradient(r, step, i);
+    mean[i] = static_cast<float>(sum / size);
+  }
+  return mean;
+}
+
+// Consecutive ranges covering [0, n) with sizes cycling through `sizes`,
+// listed from the end of the buffer (as backward finishes them) or the start.
+Ranges chunks(int64_t n, const std::vector<int64_t>& sizes, bool from_end) {
+  Ranges ranges;
+  std::size_t next = 0;
+  if (from_end) {
+    for (int64_t end = n; end > 0;) {
+      const int64_t begin = std::max<int64_t>(0, end - sizes[next++ % sizes.size()]);
+      ranges.emplace_back(begin, end);
+      end = begin;
+    }
+  } else {
+    for (int64_t begin = 0; begin < n;) {
+      const int64_t end = std::min<int64_t>(n, begin + sizes[next++ % sizes.size()]);
+      ranges.emplace_back(begin, end);
+      begin = end;
+    }
+  }
+  return ranges;
+}
+
+struct ReportOrder {
+  const char* name;
+  Ranges ranges;
+};
+
+std::vector<ReportOrder> report_orders(int64_t n, int rank) {
+  Ranges shuffled = chunks(n, {13}, false);
+  // A different order on every rank: the launch order must not depend on it.
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(1234 + rank));
+  return {{"whole buffer at once", {{0, n}}},
+          {"backward-like chunks from the end", chunks(n, {1, 5, 17, 2, 40}, true)},
+          {"single floats from the end", chunks(n, {1}, true)},
+          {"chunks from the start", chunks(n, {3, 11, 1, 29}, false)},
+          {"chunks in a rank-dependent random order", shuffled}};
+}
+
+// Polls instead of sleeping a fixed time: returns as soon as `done` holds, or
+// false after a generous deadline.
+template <typename Predicate>
+bool eventually(Predicate done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("the buffer holds the exact mean over ranks for any bucket size and report order") {
+  const int rank = world_rank();
+  const int size = world_size();
+  const int64_t n = 301;
+  const std::vector<float> expected = mean_gradients(size, 0, n);
+
+  for (int64_t bucket : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{7}, int64_t{64}, int64_t{150},
+                         int64_t{300}, int64_t{301}, int64_t{302}, int64_t{1} << 40}) {
+    for (const ReportOrder& order : report_orders(n, rank)) {
+      INFO("bucket " << bucket << ", " << order.name);
+      std::vector<float> grads = rank_gradients(rank, 0, n);
+      GradientReducer reducer(MPI_COMM_WORLD, grads.data(), n, bucket);
+      CHECK(reducer.bucket_count() == (n + std::min(bucket, n) - 1) / std::min(bucket, n));
+      for (const auto& [begin, end] : order.ranges) reducer.ready(begin, end);
+      REQUIRE(reducer.finish() == "");
+      CHECK(grads == expected);
+    }
+  }
+}
+
+TEST_CASE("one reducer serves many steps") {
+  const int rank = world_rank();
+  const int size = world_size();
+  const int64_t n = 1000;
+  std::vector<float> grads(n);
+  GradientReducer reducer(MPI_COMM_WORLD, grads.data(), n, 96);
+  CHECK(reducer.bucket_count() == 11);
+  for (int step = 0; step < 4; ++step) {
+    INFO("step " << step);
+    fill_gradients(grads, rank, step);
+    for (const auto& [begin, end] : chunks(n, {50 + step, 7}, true)) reducer.ready(begin, end);
+    REQUIRE(reducer.finish() == "");
+    CHECK(reducer.reduced_buckets() == 0);  // counts restart with the step
+    CHECK(grads == mean_gradients(size, step, n));
+  }
+}
+
+TEST_CASE("buckets are reduced during the step, in order from the end of the buffer") {
+  const int rank = world_rank();
+  const int size = world_size();
+  const int64_t n = 1000;
+  std::vector<float> grads = rank_gradients(rank, 0, n);
+  GradientReducer reducer(MPI_COMM_WORLD, grads.data(), n, 100);
+  REQUIRE(reducer.bucket_count() == 10);
+
+  // The front of the buffer is bucket 9, launched only after buckets 0..8.
+  reducer.ready(0, 100);
+  CHECK(reducer.reduced_buckets() == 0);
+  // The last 100 floats are bucket 0: complete, so reduced without finish().
+  reducer.ready(900, 1000);
+  CHECK(eventually([&] { return reducer.reduced_buckets() == 1; }));
+  // Half of bucket 1 is not enough to launch it.
+  reducer.ready(850, 900);
+  CHECK(reducer.reduced_buckets() == 1);
+  reducer.ready(800, 850);
+  reducer.ready(100, 800);
+  CHECK(eventually([&] { return reducer.reduced_buckets() == 10; }));
+  REQUIRE(reducer.finish() == "");
+  CHECK(grads == mean_gradients(size, 0, n));
+}
+
+TEST_CASE("a communicator of one rank leaves the values unchanged") {
+  const int rank = world_rank();
+  const int64_t n = 500;
+  std::vector<float> grads = rank_gradients(rank, 0, n);
+  const std::vector<float> original = grads;
+  GradientReducer reducer(MPI_COMM_SELF, grads.data(), n, 64);
+  CHECK(reducer.bucket_count() == 8);
+  reducer.ready(436, 500);  // bucket 0 exactly
+  CHECK(reducer.reduced_buckets() == 1);
+  reducer.ready(0, 436);
+  CHECK(reducer.reduced_buckets() == 8);
+  CHECK(reducer.finish() == "");
+  CHECK(grads == original);
+}
+
+TEST_CASE("an empty buffer needs no reports") {
+  GradientReducer reducer(MPI_COMM_WORLD, nullptr, 0, 10);
+  CHECK(reducer.bucket_count() == 0);
+  CHECK(reducer.finish() == "");
+}
+
+TEST_CASE("misreported ranges make finish fail and the next step still works") {
+  const int rank = world_rank();
+  const int size = world_size();
+  const int64_t n = 200;
+  std::vector<float> grads = rank_gradients(rank, 0, n);
+  GradientReducer reducer(MPI_COMM_WORLD, grads.data(), n, 64);
+
+  SECTION("a range outside the buffer") {
+    reducer.ready(150, 201);
+    reducer.ready(0, n);
+    const std::string error = reducer.finish();
+    CHECK_THAT(error, Catch::Contains("ready[150, 201)") && Catch::Contains("[0, 200)"));
+  }
+  SECTION("a reversed range") {
+    reducer.ready(10, 5);
+    reducer.ready(0, n);
+    CHECK_THAT(reducer.finish(), Catch::Contains("ready[10, 5)"));
+  }
+  SECTION("a float reported twice") {
+    reducer.ready(0, n);
+    reducer.ready(199, 200);
+    CHECK_THAT(reducer.finish(),
+               Catch::Contains("already reported") && Catch::Contains("[136, 200)"));
+  }
+  SECTION("floats never reported (the same on every rank, so no rank waits)") {
+    reducer.ready(100, 200);
+    CHECK_THAT(reducer.finish(),
+               Catch::Contains("28 floats of bucket [72, 136) were never passed to ready()"));
+  }
+  fill_gradients(grads, rank, 1);
+  reducer.ready(0, n);
+  REQUIRE(reducer.finish() == "");
+  CHECK(grads == mean_gradients(size, 1, n));
+}
+
+TEST_CASE("bad construction arguments are reported by finish") {
+  std::vector<float> grads(10);
+  GradientReducer reducer(MPI_COMM_WORLD, grads.data(), 10, 0);
+  reducer.ready(0, 10);
+  CHECK_THAT(reducer.finish(), Catch::Contains("bucket size >= 1 (got n 10, bucket size 0)"));
+}
+
+TEST_CASE("destroying a reducer in the middle of a step does not hang") {
+  const int rank = world_rank();
+  const int64_t n = 1000;
+  std::vector<float> grads = rank_gradients(rank, 0, n);
+  {
+    GradientReducer reducer(MPI_COMM_WORLD, grads.data(), n, 10);
+    reducer.ready(500, 1000);  // 50 buckets launched, none waited for
+  }
+  // The world communicator is still usable: the reducer's traffic was on its own.
+  int one = 1, total = 0;
+  REQUIRE(MPI_Allreduce(&one, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS);
+  CHECK(total == world_size());
+}
