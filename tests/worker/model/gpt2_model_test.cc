@@ -1,0 +1,203 @@
+#include "worker/model/gpt2_model.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/backend.h"
+
+namespace dslaunch::worker::model {
+namespace {
+
+Gpt2Config tiny_config() {
+  Gpt2Config config;
+  config.num_layers = 2;
+  config.channels = 16;
+  config.num_heads = 2;
+  config.vocab_size = 20;
+  config.padded_vocab_size = 24;
+  config.max_seq_len = 8;
+  return config;
+}
+
+struct Batch {
+  std::vector<int32_t> inputs;
+  std::vector<int32_t> targets;
+};
+
+Batch random_batch(int64_t B, int64_t T, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 engine(seed);
+  Batch batch;
+  for (int64_t i = 0; i < B * T; ++i) {
+    batch.inputs.push_back(static_cast<int32_t>(engine() % vocab));
+    batch.targets.push_back(static_cast<int32_t>(engine() % vocab));
+  }
+  return batch;
+}
+
+TEST_CASE("the initial loss is close to ln(vocabulary): small weights give near-uniform logits") {
+  const ParameterTable table(tiny_config());
+  auto backend = kernels::make_cpu_backend(1);
+  std::vector<float> params(table.total());
+  init_gpt2_parameters(table, 7, params.data());
+  Gpt2Model model(table, *backend, 2, 8);
+  const Batch batch = random_batch(2, 8, 20, 1);
+  const float loss = model.forward(params.data(), batch.inputs.data(), batch.targets.data(), 2);
+  CHECK(loss == Approx(std::log(20.0)).margin(0.05));
+}
+
+TEST_CASE("initialisation is deterministic in the seed and follows GPT-2's scheme") {
+  Gpt2Config config = tiny_config();
+  config.channels = 64;
+  config.num_heads = 4;
+  const ParameterTable table(config);
+  std::vector<float> a(table.total()), b(table.total()), c(table.total());
+  init_gpt2_parameters(table, 42, a.data());
+  init_gpt2_parameters(table, 42, b.data());
+  init_gpt2_parameters(table, 43, c.data());
+  CHECK(a == b);
+  CHECK(a != c);
+  auto stddev = [&](const std::string& name) {
+    const TensorInfo& t = table.at(name);
+    double sum = 0, squares = 0;
+    for (int64_t i = 0; i < t.numel; ++i) {
+      sum += a[t.offset + i];
+      squares += static_cast<double>(a[t.offset + i]) * a[t.offset + i];
+    }
+    const double mean = sum / t.numel;
+    return std::sqrt(squares / t.numel - mean * mean);
+  };
+  CHECK(stddev("transformer.h.0.attn.c_attn.weight") == Approx(0.02).epsilon(0.05));
+  CHECK(stddev("transformer.wte.weight") == Approx(0.02).epsilon(0.1));
+  CHECK(stddev("transformer.h.1.mlp.c_proj.weight") == Approx(0.02 / 2.0).epsilon(0.05));
+  CHECK(stddev("transformer.h.0.attn.c_proj.weight") == Approx(0.02 / 2.0).epsilon(0.05));
+  const TensorInfo& ln = table.at("transformer.h.1.ln_2.weight");
+  const TensorInfo& bias = table.at("transformer.h.1.mlp.c_fc.bias");
+  for (int64_t i = 0; i < ln.numel; ++i) CHECK(a[ln.offset + i] == 1.0f);
+  for (int64_t i = 0; i < bias.numel; ++i) CHECK(a[bias.offset + i] == 0.0f);
+}
+
+// The model's gradient of every tensor against central differences of the
+// loss along a random direction inside that tensor.
+TEST_CASE("backward matches finite differences of the loss for every parameter tensor") {
+  const ParameterTable table(tiny_config());
+  auto backend = kernels::make_cpu_backend(1);
+  std::vector<float> params(table.total());
+  init_gpt2_parameters(table, 3, params.data());
+  // Larger weights than GPT-2's init make every path's gradient visible.
+  for (float& p : params) p *= 3;
+  const int64_t B = 2, T = 8;
+  const Batch batch = random_batch(B, T, 20, 9);
+  Gpt2Model model(table, *backend, B, T);
+  std::vector<float> grads(table.total(), 0.0f);
+  model.forward(params.data(), batch.inputs.data(), batch.targets.data(), B);
+  model.backward(params.data(), grads.data(), 1.0f, {});
+
+  std::mt19937_64 engine(11);
+  std::normal_distribution<double> normal;
+  for (const TensorInfo& tensor : table.tensors()) {
+    // A unit direction, so the step's size does not grow with the tensor.
+    std::vector<double> direction(tensor.numel);
+    double norm = 0;
+    for (double& d : direction) {
+      d = normal(engine);
+      norm += d * d;
+    }
+    for (double& d : direction) d /= std::sqrt(norm);
+    double analytic = 0;
+    for (int64_t i = 0; i < tensor.numel; ++i) analytic += grads[tensor.offset + i] * direction[i];
+    const double h = 1e-2;
+    auto loss_at = [&](double sign) {
+      std::vector<float> moved = params;
+      for (int64_t i = 0; i < tensor.numel; ++i) {
+        moved[tensor.offset + i] += static_cast<float>(sign * h * direction[i]);
+      }
+      return static_cast<double>(
+          model.forward(moved.data(), batch.inputs.data(), batch.targets.data(), B));
+    };
+    const double numeric = (loss_at(1) - loss_at(-1)) / (2 * h);
+    INFO(tensor.name << ": analytic " << analytic << ", numeric " << numeric);
+    CHECK(analytic == Approx(numeric).epsilon(0.02).margin(2e-4));
+  }
+}
+
+TEST_CASE("backward accumulates, scales by loss_scale, and reports every float once in order") {
+  const ParameterTable table(tiny_config());
+  auto backend = kernels::make_cpu_backend(1);
+  std::vector<float> params(table.total());
+  init_gpt2_parameters(table, 5, params.data());
+  Gpt2Model model(table, *backend, 2, 8);
+  const Batch batch = random_batch(2, 8, 20, 2);
+  std::vector<float> once(table.total(), 0.0f);
+  std::vector<int> reported(table.total(), 0);
+  std::vector<int64_t> order;
+  model.forward(params.data(), batch.inputs.data(), batch.targets.data(), 2);
+  model.backward(params.data(), once.data(), 1.0f, [&](int64_t begin, int64_t end) {
+    order.push_back(begin);
+    for (int64_t i = begin; i < end; ++i) ++reported[i];
+  });
+  for (int64_t i = 0; i < table.total(); ++i) REQUIRE(reported[i] == 1);
+  // ln_f, then block 1, block 0, then the embeddings.
+  REQUIRE(order.size() == 4);
+  CHECK(order[0] == table.at("transformer.ln_f.weight").offset);
+  CHECK(order[1] == table.layer_range(1).first);
+  CHECK(order[2] == table.layer_range(0).first);
+  CHECK(order[3] == 0);
+
+  std::vector<float> twice(table.total(), 0.0f);
+  for (int pass = 0; pass < 2; ++pass) {
+    model.forward(params.data(), batch.inputs.data(), batch.targets.data(), 2);
+    model.backward(params.data(), twice.data(), 0.5f, {});
+  }
+  for (int64_t i = 0; i < table.total(); ++i) {
+    REQUIRE(twice[i] == Approx(once[i]).margin(1e-7).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("the padded vocabulary rows get no gradient") {
+  const ParameterTable table(tiny_config());
+  auto backend = kernels::make_cpu_backend(1);
+  std::vector<float> params(table.total());
+  init_gpt2_parameters(table, 5, params.data());
+  Gpt2Model model(table, *backend, 2, 8);
+  const Batch batch = random_batch(2, 8, 20, 4);
+  std::vector<float> grads(table.total(), 0.0f);
+  model.forward(params.data(), batch.inputs.data(), batch.targets.data(), 2);
+  model.backward(params.data(), grads.data(), 1.0f, {});
+  const int64_t C = table.config().channels;
+  for (int64_t row = 20; row < 24; ++row) {
+    for (int64_t c = 0; c < C; ++c) REQUIRE(grads[row * C + c] == 0.0f);
+  }
+}
+
+TEST_CASE("tokens outside the vocabulary are refused before any computation") {
+  const ParameterTable table(tiny_config());
+  auto backend = kernels::make_cpu_backend(1);
+  std::vector<float> params(table.total());
+  Gpt2Model model(table, *backend, 1, 8);
+  std::vector<int32_t> inputs(8, 1), targets(8, 1);
+  targets[3] = 20;
+  CHECK_THROWS_WITH(model.forward(params.data(), inputs.data(), targets.data(), 1),
+                    Catch::Contains("outside the vocabulary"));
+}
+
+TEST_CASE("the parameter table lays blocks out contiguously with Conv1D shapes") {
+  const ParameterTable table(tiny_config());
+  const int64_t C = 16;
+  CHECK(table.at("transformer.wte.weight").shape == std::vector<int64_t>{24, C});
+  CHECK(table.at("transformer.h.0.attn.c_attn.weight").shape == std::vector<int64_t>{C, 3 * C});
+  CHECK(table.at("transformer.h.1.mlp.c_proj.weight").shape == std::vector<int64_t>{4 * C, C});
+  const auto [begin0, end0] = table.layer_range(0);
+  const auto [begin1, end1] = table.layer_range(1);
+  CHECK(begin0 == (24 + 8) * C);
+  CHECK(end0 == begin1);
+  CHECK(end1 - begin1 == 12 * C * C + 13 * C);
+  CHECK(table.total() == end1 + 2 * C);
+  CHECK(table.at("transformer.h.0.ln_1.bias").weight_decay == false);
+  CHECK(table.at("transformer.h.0.mlp.c_fc.weight").weight_decay == true);
+}
+
+}  // namespace
+}  // namespace dslaunch::worker::model

@@ -1,0 +1,323 @@
+#include "worker/model/gpt2_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace dslaunch::worker::model {
+namespace {
+
+// Offsets of one micro-batch's activations, in floats. Per block: what the
+// backward pass reads; the matrix products' outputs that feed a residual add
+// go through `scratch` and are not kept.
+struct ActivationLayout {
+  int64_t encoded = 0;  // (B,T,C): the block input of layer 0
+  struct Block {
+    int64_t ln1, ln1_mean, ln1_rstd;  // (B,T,C), (B,T), (B,T)
+    int64_t qkv;                      // (B,T,3C)
+    int64_t atty;                     // (B,T,C)
+    int64_t att;                      // (B,NH,T,T)
+    int64_t residual2;                // (B,T,C)
+    int64_t ln2, ln2_mean, ln2_rstd;  // (B,T,C), (B,T), (B,T)
+    int64_t fch, fch_gelu;            // (B,T,4C) each
+    int64_t residual3;                // (B,T,C): the block's output
+  };
+  std::vector<Block> blocks;
+  int64_t lnf = 0, lnf_mean = 0, lnf_rstd = 0;  // (B,T,C), (B,T), (B,T)
+  int64_t logits = 0;                           // (B,T,Vp), reused as dlogits
+  int64_t probs = 0;                            // (B,T,Vp)
+  int64_t losses = 0;                           // (B,T)
+  int64_t scratch = 0;                          // (B,T,C)
+  int64_t total = 0;
+
+  ActivationLayout(const Gpt2Config& c, int64_t B, int64_t T) {
+    const int64_t N = B * T;
+    const int64_t C = c.channels;
+    auto take = [this](int64_t n) {
+      const int64_t at = total;
+      total += n;
+      return at;
+    };
+    encoded = take(N * C);
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      Block b{};
+      b.ln1 = take(N * C);
+      b.ln1_mean = take(N);
+      b.ln1_rstd = take(N);
+      b.qkv = take(N * 3 * C);
+      b.atty = take(N * C);
+      b.att = take(B * c.num_heads * T * T);
+      b.residual2 = take(N * C);
+      b.ln2 = take(N * C);
+      b.ln2_mean = take(N);
+      b.ln2_rstd = take(N);
+      b.fch = take(N * 4 * C);
+      b.fch_gelu = take(N * 4 * C);
+      b.residual3 = take(N * C);
+      blocks.push_back(b);
+    }
+    lnf = take(N * C);
+    lnf_mean = take(N);
+    lnf_rstd = take(N);
+    logits = take(N * c.padded_vocab_size);
+    probs = take(N * c.padded_vocab_size);
+    losses = take(N);
+    scratch = take(N * C);
+  }
+};
+
+// The backward pass's temporaries, shared by every block.
+struct GradientLayout {
+  int64_t dresidual, dln, datty, dqkv, dfch, dfch_gelu, datt_scratch, total = 0;
+
+  GradientLayout(const Gpt2Config& c, int64_t B, int64_t T) {
+    const int64_t N = B * T;
+    const int64_t C = c.channels;
+    auto take = [this](int64_t n) {
+      const int64_t at = total;
+      total += n;
+      return at;
+    };
+    dresidual = take(N * C);
+    dln = take(N * C);
+    datty = take(N * C);
+    dqkv = take(N * 3 * C);
+    dfch = take(N * 4 * C);
+    dfch_gelu = take(N * 4 * C);
+    datt_scratch = take(B * c.num_heads * T * T);
+  }
+};
+
+// Pointers to one block's parameters (or gradients) in a flat buffer.
+template <typename Float>
+struct BlockTensors {
+  Float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+
+  BlockTensors(const ParameterTable& table, int layer, Float* base) {
+    const std::string p = fmt::format("transformer.h.{}.", layer);
+    auto at = [&](const char* name) { return base + table.at(p + name).offset; };
+    ln1w = at("ln_1.weight");
+    ln1b = at("ln_1.bias");
+    qkvw = at("attn.c_attn.weight");
+    qkvb = at("attn.c_attn.bias");
+    projw = at("attn.c_proj.weight");
+    projb = at("attn.c_proj.bias");
+    ln2w = at("ln_2.weight");
+    ln2b = at("ln_2.bias");
+    fcw = at("mlp.c_fc.weight");
+    fcb = at("mlp.c_fc.bias");
+    fcprojw = at("mlp.c_proj.weight");
+    fcprojb = at("mlp.c_proj.bias");
+  }
+};
+
+void zero(float* x, int64_t n) { std::memset(x, 0, sizeof(float) * n); }
+
+// splitmix64: decorrelates the per-tensor seeds derived from one job seed.
+uint64_t mix_seed(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Normal samples by Box-Muller from raw 64-bit draws: std::normal_distribution
+// is implementation-defined, and the initialisation must not change with the
+// standard library.
+void fill_normal(float* out, int64_t n, double stddev, uint64_t seed) {
+  std::mt19937_64 engine(seed);
+  auto uniform = [&engine] { return (static_cast<double>(engine() >> 11) + 0.5) * 0x1.0p-53; };
+  for (int64_t i = 0; i < n; i += 2) {
+    const double radius = std::sqrt(-2.0 * std::log(uniform()));
+    const double angle = 2.0 * M_PI * uniform();
+    out[i] = static_cast<float>(stddev * radius * std::cos(angle));
+    if (i + 1 < n) out[i + 1] = static_cast<float>(stddev * radius * std::sin(angle));
+  }
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+Gpt2Model::Gpt2Model(const ParameterTable& table, kernels::Backend& backend, int64_t max_batch,
+                     int64_t seq_len)
+    : table_(table), backend_(backend), max_batch_(max_batch), seq_len_(seq_len) {
+  if (seq_len < 1 || seq_len > table.config().max_seq_len) {
+    throw std::invalid_argument(
+        fmt::format("sequence length {} is outside [1, {}]", seq_len, table.config().max_seq_len));
+  }
+  activations_.resize(ActivationLayout(table.config(), max_batch, seq_len).total);
+  activation_grads_.resize(GradientLayout(table.config(), max_batch, seq_len).total);
+  inputs_.resize(max_batch * seq_len);
+  targets_.resize(max_batch * seq_len);
+}
+
+int64_t Gpt2Model::activation_bytes() const {
+  return static_cast<int64_t>((activations_.size() + activation_grads_.size()) * sizeof(float) +
+                              (inputs_.size() + targets_.size()) * sizeof(int32_t));
+}
+
+double Gpt2Model::flops_per_token() const {
+  const Gpt2Config& c = table_.config();
+  const double matrix_params = static_cast<double>(c.num_layers) * 12 * c.channels * c.channels +
+                               static_cast<double>(c.padded_vocab_size) * c.channels;
+  return 6 * matrix_params + 12.0 * c.num_layers * c.channels * seq_len_;
+}
+
+float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32_t* targets,
+                         int64_t B) {
+  if (B < 1 || B > max_batch_) {
+    throw std::invalid_argument(fmt::format("batch {} is outside [1, {}]", B, max_batch_));
+  }
+  const Gpt2Config& c = table_.config();
+  const int64_t T = seq_len_, C = c.channels, NH = c.num_heads, N = B * T;
+  const int64_t Vp = c.padded_vocab_size, V = c.vocab_size;
+  for (int64_t i = 0; i < N; ++i) {
+    if (inputs[i] < 0 || inputs[i] >= V || targets[i] < 0 || targets[i] >= V) {
+      throw std::invalid_argument(
+          fmt::format("token {} at position {} is outside the vocabulary [0, {})",
+                      (inputs[i] < 0 || inputs[i] >= V) ? inputs[i] : targets[i], i, V));
+    }
+  }
+  batch_ = B;
+  std::memcpy(inputs_.data(), inputs, sizeof(int32_t) * N);
+  std::memcpy(targets_.data(), targets, sizeof(int32_t) * N);
+
+  const ActivationLayout a(c, B, T);
+  float* act = activations_.data();
+  const float* wte = params + table_.at("transformer.wte.weight").offset;
+  const float* wpe = params + table_.at("transformer.wpe.weight").offset;
+  backend_.encoder_forward(act + a.encoded, inputs, wte, wpe, B, T, C);
+  const float* residual = act + a.encoded;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const BlockTensors<const float> w(table_, l, params);
+    const ActivationLayout::Block& b = a.blocks[l];
+    backend_.layernorm_forward(act + b.ln1, act + b.ln1_mean, act + b.ln1_rstd, residual, w.ln1w,
+                               w.ln1b, N, C);
+    backend_.matmul_forward(act + b.qkv, act + b.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
+    backend_.attention_forward(act + b.atty, act + b.att, act + b.qkv, B, T, C, NH);
+    backend_.matmul_forward(act + a.scratch, act + b.atty, w.projw, w.projb, N, C, C);
+    backend_.residual_forward(act + b.residual2, residual, act + a.scratch, N * C);
+    backend_.layernorm_forward(act + b.ln2, act + b.ln2_mean, act + b.ln2_rstd, act + b.residual2,
+                               w.ln2w, w.ln2b, N, C);
+    backend_.matmul_forward(act + b.fch, act + b.ln2, w.fcw, w.fcb, N, C, 4 * C);
+    backend_.gelu_forward(act + b.fch_gelu, act + b.fch, N * 4 * C);
+    backend_.matmul_forward(act + a.scratch, act + b.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
+    backend_.residual_forward(act + b.residual3, act + b.residual2, act + a.scratch, N * C);
+    residual = act + b.residual3;
+  }
+  const float* lnfw = params + table_.at("transformer.ln_f.weight").offset;
+  const float* lnfb = params + table_.at("transformer.ln_f.bias").offset;
+  backend_.layernorm_forward(act + a.lnf, act + a.lnf_mean, act + a.lnf_rstd, residual, lnfw, lnfb,
+                             N, C);
+  backend_.logits_forward(act + a.logits, act + a.lnf, wte, N, C, Vp);
+  backend_.softmax_forward(act + a.probs, act + a.logits, N, V, Vp);
+  backend_.crossentropy_forward(act + a.losses, act + a.probs, targets, N, Vp);
+  double sum = 0;
+  for (int64_t i = 0; i < N; ++i) sum += act[a.losses + i];
+  return static_cast<float>(sum / static_cast<double>(N));
+}
+
+void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
+                         const GradientsReady& on_ready) {
+  if (batch_ == 0) throw std::logic_error("Gpt2Model::backward() without a forward()");
+  const Gpt2Config& c = table_.config();
+  const int64_t B = batch_, T = seq_len_, C = c.channels, NH = c.num_heads, N = B * T;
+  const int64_t Vp = c.padded_vocab_size, V = c.vocab_size;
+  const ActivationLayout a(c, B, T);
+  const GradientLayout g(c, B, T);
+  float* act = activations_.data();
+  float* d = activation_grads_.data();
+  auto report = [&](int64_t begin, int64_t end) {
+    if (on_ready) on_ready(begin, end);
+  };
+
+  // dlosses: every position weighs loss_scale / N in the mean. The logits
+  // are not needed any more, so their buffer takes their gradient.
+  float* dlosses = act + a.losses;
+  for (int64_t i = 0; i < N; ++i) dlosses[i] = loss_scale / static_cast<float>(N);
+  float* dlogits = act + a.logits;
+  zero(dlogits, N * Vp);
+  backend_.crossentropy_softmax_backward(dlogits, dlosses, act + a.probs, targets_.data(), N, V,
+                                         Vp);
+  const TensorInfo& wte_info = table_.at("transformer.wte.weight");
+  const TensorInfo& lnfw_info = table_.at("transformer.ln_f.weight");
+  const TensorInfo& lnfb_info = table_.at("transformer.ln_f.bias");
+  zero(d + g.dln, N * C);
+  backend_.logits_backward(d + g.dln, grads + wte_info.offset, dlogits, act + a.lnf,
+                           params + wte_info.offset, N, C, Vp);
+  const float* last_residual =
+      c.num_layers > 0 ? act + a.blocks[c.num_layers - 1].residual3 : act + a.encoded;
+  float* dresidual = d + g.dresidual;
+  zero(dresidual, N * C);
+  backend_.layernorm_backward(dresidual, grads + lnfw_info.offset, grads + lnfb_info.offset,
+                              d + g.dln, last_residual, params + lnfw_info.offset, act + a.lnf_mean,
+                              act + a.lnf_rstd, N, C);
+  report(lnfw_info.offset, lnfb_info.offset + lnfb_info.numel);
+
+  // dresidual carries the gradient of the block's output; each residual add
+  // passes it on unchanged, and the LayerNorm backward adds its branch to it.
+  for (int l = static_cast<int>(c.num_layers) - 1; l >= 0; --l) {
+    const BlockTensors<const float> w(table_, l, params);
+    const BlockTensors<float> dw(table_, l, grads);
+    const ActivationLayout::Block& b = a.blocks[l];
+    const float* residual = l == 0 ? act + a.encoded : act + a.blocks[l - 1].residual3;
+
+    zero(d + g.dfch_gelu, N * 4 * C);
+    backend_.matmul_backward(d + g.dfch_gelu, dw.fcprojw, dw.fcprojb, dresidual, act + b.fch_gelu,
+                             w.fcprojw, N, 4 * C, C);
+    zero(d + g.dfch, N * 4 * C);
+    backend_.gelu_backward(d + g.dfch, act + b.fch, d + g.dfch_gelu, N * 4 * C);
+    zero(d + g.dln, N * C);
+    backend_.matmul_backward(d + g.dln, dw.fcw, dw.fcb, d + g.dfch, act + b.ln2, w.fcw, N, C,
+                             4 * C);
+    backend_.layernorm_backward(dresidual, dw.ln2w, dw.ln2b, d + g.dln, act + b.residual2, w.ln2w,
+                                act + b.ln2_mean, act + b.ln2_rstd, N, C);
+    zero(d + g.datty, N * C);
+    backend_.matmul_backward(d + g.datty, dw.projw, dw.projb, dresidual, act + b.atty, w.projw, N,
+                             C, C);
+    zero(d + g.dqkv, N * 3 * C);
+    backend_.attention_backward(d + g.dqkv, d + g.datt_scratch, d + g.datty, act + b.qkv,
+                                act + b.att, B, T, C, NH);
+    zero(d + g.dln, N * C);
+    backend_.matmul_backward(d + g.dln, dw.qkvw, dw.qkvb, d + g.dqkv, act + b.ln1, w.qkvw, N, C,
+                             3 * C);
+    backend_.layernorm_backward(dresidual, dw.ln1w, dw.ln1b, d + g.dln, residual, w.ln1w,
+                                act + b.ln1_mean, act + b.ln1_rstd, N, C);
+    const auto [begin, end] = table_.layer_range(l);
+    report(begin, end);
+  }
+  const TensorInfo& wpe_info = table_.at("transformer.wpe.weight");
+  backend_.encoder_backward(grads + wte_info.offset, grads + wpe_info.offset, dresidual,
+                            inputs_.data(), B, T, C);
+  report(wte_info.offset, wpe_info.offset + wpe_info.numel);
+}
+
+void init_gpt2_parameters(const ParameterTable& table, uint64_t seed, float* params) {
+  const Gpt2Config& c = table.config();
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.num_layers));
+  for (size_t i = 0; i < table.tensors().size(); ++i) {
+    const TensorInfo& t = table.tensors()[i];
+    float* out = params + t.offset;
+    if (t.shape.size() == 1) {
+      const float value = ends_with(t.name, "ln_1.weight") || ends_with(t.name, "ln_2.weight") ||
+                                  ends_with(t.name, "ln_f.weight")
+                              ? 1.0f
+                              : 0.0f;
+      std::fill(out, out + t.numel, value);
+      continue;
+    }
+    const bool residual_projection =
+        ends_with(t.name, "attn.c_proj.weight") || ends_with(t.name, "mlp.c_proj.weight");
+    fill_normal(out, t.numel, residual_projection ? residual_std : 0.02,
+                mix_seed(seed ^ mix_seed(i)));
+  }
+}
+
+}  // namespace dslaunch::worker::model

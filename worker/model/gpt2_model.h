@@ -1,0 +1,70 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "worker/model/gpt2_config.h"
+
+namespace dslaunch::worker::model {
+
+// GPT-2's forward and backward passes over flat buffers laid out by a
+// ParameterTable: token and position embeddings, pre-LayerNorm blocks
+// (causal self-attention with a fused QKV projection, a 4x MLP with GELU),
+// a final LayerNorm and the output projection tied to the token embedding.
+//
+// Owns the activations for micro-batches of up to max_batch x seq_len
+// tokens; the parameter and gradient buffers belong to the caller. Not
+// thread-safe; the backend is used from the calling thread.
+class Gpt2Model {
+ public:
+  // Called during backward() with [begin, end) float ranges of the gradient
+  // buffer whose values are final for this micro-batch, in the order they
+  // complete (ln_f, the blocks from last to first, then the embeddings).
+  // Every float of the buffer is reported exactly once per backward().
+  using GradientsReady = std::function<void(int64_t begin, int64_t end)>;
+
+  Gpt2Model(const ParameterTable& table, kernels::Backend& backend, int64_t max_batch,
+            int64_t seq_len);
+
+  // Runs the model on inputs (B,T) and returns the mean cross-entropy over
+  // the B*T targets (B,T). B <= max_batch, T == seq_len <= max_seq_len; token
+  // ids must be below the real vocabulary size. Keeps the activations for
+  // backward().
+  float forward(const float* params, const int32_t* inputs, const int32_t* targets, int64_t B);
+
+  // The gradient of `loss_scale` times the last forward()'s mean loss,
+  // ACCUMULATED into grads (same layout as params). Pass 1/accumulation_steps
+  // as loss_scale to average over micro-batches. on_ready may be empty.
+  void backward(const float* params, float* grads, float loss_scale,
+                const GradientsReady& on_ready);
+
+  // Forward and backward floating-point operations per token at this
+  // sequence length (matrix products only, as llm.c and Megatron count them:
+  // 6 per parameter of the matrices plus attention's 12*L*C*T).
+  double flops_per_token() const;
+
+  int64_t seq_len() const { return seq_len_; }
+  int64_t activation_bytes() const;
+
+ private:
+  const ParameterTable& table_;
+  kernels::Backend& backend_;
+  int64_t max_batch_;
+  int64_t seq_len_;
+  int64_t batch_ = 0;  // B of the last forward()
+  std::vector<float> activations_;
+  std::vector<float> activation_grads_;
+  std::vector<int32_t> inputs_;
+  std::vector<int32_t> targets_;
+};
+
+// The GPT-2 initialisation, deterministic in `seed`: weights and embeddings
+// normal(0, 0.02), the two residual projections (attn.c_proj, mlp.c_proj)
+// normal(0, 0.02/sqrt(2*num_layers)), biases 0, LayerNorm weights 1. Each
+// tensor draws from its own stream (seed, tensor index), so any slice of the
+// buffer can be initialised without the rest.
+void init_gpt2_parameters(const ParameterTable& table, uint64_t seed, float* params);
+
+}  // namespace dslaunch::worker::model
