@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "kernels/cpu/blas_setup.h"
 #include "tools/build_info/build_info.h"
 #include "worker/parallel/world_probe.h"
 #include "worker/worker_run.h"
@@ -69,6 +70,9 @@ int run_probe(bool as_json) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // OpenBLAS picks its kernels when it loads, before MPI or any thread
+  // starts: restart once with the fastest core type this CPU supports.
+  dslaunch::kernels::ensure_fast_blas(argv);
   CLI::App app{"dsworker is the per-rank daemon of a dslaunch job, started by `dslaunch run`.",
                "dsworker"};
   app.set_version_flag("--version", dslaunch::version_line("dsworker"),

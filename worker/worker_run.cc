@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -23,6 +24,7 @@
 #include "worker/parallel/process_groups.h"
 #include "worker/rank_environment.h"
 #include "worker/stack_dump.h"
+#include "worker/train_workload.h"
 
 namespace dslaunch::worker {
 namespace {
@@ -85,6 +87,14 @@ void bind_to_cores(const v1::RankPlacement& placement) {
   if (sched_setaffinity(0, sizeof(cores), &cores) != 0) {
     std::cerr << fmt::format("dsworker: cannot bind to the planned cores; running unbound\n");
   }
+}
+
+// Threads for the rank's kernels: one per core it is bound to, otherwise
+// an equal share of the machine.
+int compute_threads(const v1::RankPlacement& placement) {
+  if (placement.cpu_cores_size() > 0) return placement.cpu_cores_size();
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, cores / std::max(1, placement.local_world_size()));
 }
 
 void send_event(proto::Session& session, v1::WorkerEvent::Kind kind, const std::string& message) {
@@ -264,7 +274,7 @@ int run_worker() {
             heartbeat_wake.notify_all();
             break;
           case v1::ControllerCommand::KIND_CHECKPOINT_NOW:
-            std::cerr << "dsworker: checkpoint requested; a commbench job holds no state to save\n";
+            std::cerr << "dsworker: checkpoint requested; checkpoints are not implemented yet\n";
             break;
           default:
             break;
@@ -296,9 +306,18 @@ int run_worker() {
   } else if (spec.kind == spec::JobKind::kCommbench) {
     exit_code = run_commbench_workload(spec, *created.groups, *session, status);
   } else {
-    send_event(*session, v1::WorkerEvent::KIND_ERROR,
-               "this dsworker runs commbench jobs only; training comes with the engine");
-    exit_code = kWorkloadFailed;
+    TrainWorkloadContext context;
+    context.spec = &spec;
+    context.groups = created.groups.get();
+    context.session = session.get();
+    context.job_directory = reply.job_directory();
+    context.compute_threads = compute_threads(reply.placement());
+    context.stop_requested = [&status] { return status.stop_requested.load(); };
+    context.on_step_started = [&status](int64_t step) {
+      status.step.store(step);
+      status.phase.store(v1::PHASE_TRAIN);
+    };
+    exit_code = run_train_workload(context);
   }
   created.groups.reset();
 

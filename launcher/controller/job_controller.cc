@@ -30,6 +30,7 @@
 #include "launcher/runner/rank_output.h"
 #include "launcher/runner/supervised_process.h"
 #include "proto/auth.h"
+#include "worker/engine/training_support.h"
 
 namespace dslaunch::controller {
 namespace {
@@ -449,12 +450,12 @@ int run_job(const RunOptions& options) {
   }
   const spec::JobSpec& spec = planned->spec;
   const plan::JobPlan& job_plan = planned->plan;
-  if (spec.kind != spec::JobKind::kCommbench) {
-    std::cerr << fmt::format(
-        "{}: error: dslaunch run starts kind: commbench jobs so far; training comes with the "
-        "training engine. `dslaunch plan` checks training specs.\n",
-        options.spec_path);
-    return kRunBadInput;
+  if (spec.kind == spec::JobKind::kTrain) {
+    if (const std::string problem = worker::engine::training_support_problem(spec);
+        !problem.empty()) {
+      std::cerr << fmt::format("{}: error: {}\n", options.spec_path, problem);
+      return kRunBadInput;
+    }
   }
   if (spec.cluster.runner == spec::Runner::kLocal && !job_plan.all_hosts_local) {
     std::cerr << fmt::format(

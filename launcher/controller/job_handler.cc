@@ -42,6 +42,7 @@ grpc::Status JobHandler::register_rank(const v1::RegisterRequest& request,
   reply->set_resolved_spec_yaml(attempt_.resolved_spec_yaml);
   *reply->mutable_placement() = attempt_.placements.at(request.rank());
   reply->set_heartbeat_interval_ms(attempt_.heartbeat_interval_ms);
+  reply->set_job_directory(directory_.path());
   record_event(request.rank(), "registered",
                fmt::format("{} pid {} {} ({})", request.host(), request.pid(), request.device(),
                            request.version()));

@@ -153,6 +153,9 @@ struct TrainingSpec {
   OptimizerSpec optimizer;
   SchedulerSpec scheduler;
   double gradient_clipping = 0;  // max global gradient norm; 0 = no clipping
+  uint64_t seed = 1234;          // the order training samples are drawn in
+  int64_t eval_interval = 0;     // steps between evaluations; 0 = only after the last step
+  int64_t eval_batches = 8;      // consecutive (micro batch, seq_length) windows of the valid split
 };
 
 struct CheckpointSpec {

@@ -282,7 +282,14 @@ void read_data(MapReader data, DataSpec& out, const std::string& spec_path, JobK
       return fs::is_regular_file(candidate, ignored);
     };
     const bool file = is_file(path);
-    const bool megatron = is_file(path + ".bin") && is_file(path + ".idx");
+    // A Megatron prefix, also when given as its .bin or .idx file.
+    const auto has_pair = [&](const std::string& prefix) {
+      return is_file(prefix + ".bin") && is_file(prefix + ".idx");
+    };
+    const std::string extension = fs::path(path).extension().string();
+    const bool megatron =
+        has_pair(path) || ((extension == ".bin" || extension == ".idx") &&
+                           has_pair(path.substr(0, path.size() - extension.size())));
     const bool found = out.format == DataFormat::kLlmc       ? file
                        : out.format == DataFormat::kMegatron ? megatron
                                                              : file || megatron;
@@ -296,6 +303,11 @@ void read_data(MapReader data, DataSpec& out, const std::string& spec_path, JobK
     }
   };
   check_exists("train", out.train);
+  if (out.valid == "demo") {
+    data.error("valid",
+               "data.valid: 'demo' names the built-in corpus only under data.train, which then "
+               "brings its own evaluation split; leave valid out or give a path");
+  }
   check_exists("valid", out.valid);
   data.finish();
 }
@@ -463,6 +475,9 @@ void read_training(MapReader training, TrainingSpec& out, const ParallelismSpec&
   read_optimizer(training.map("optimizer"), out.optimizer);
   read_scheduler(training.map("scheduler"), out.scheduler);
   training.number("gradient_clipping", out.gradient_clipping, 0, kUnbounded);
+  training.integer("seed", out.seed);
+  training.integer("eval_interval", out.eval_interval, 0, kNoLimit);
+  training.integer("eval_batches", out.eval_batches, 1, kNoLimit);
   training.finish();
 }
 

@@ -305,7 +305,7 @@ TEST_CASE("a required key missing from its section is reported at the section") 
   SpecFolder folder;
   const Loaded loaded = folder.load(R"(
 data:
-  valid: demo
+  format: auto
 training:
   fp16: {enabled: true}
 )");
@@ -480,7 +480,8 @@ training:
   CHECK(unknown.message ==
         "unknown key 'learning_rate' in training; valid keys: train_batch_size, "
         "train_micro_batch_size_per_gpu, gradient_accumulation_steps, steps, fp16, bf16, "
-        "zero_optimization, optimizer, scheduler, gradient_clipping");
+        "zero_optimization, optimizer, scheduler, gradient_clipping, seed, eval_interval, "
+        "eval_batches");
   CHECK(unknown.location.line == 4);
   CHECK(unknown.location.column == 3);
 }
@@ -1827,4 +1828,40 @@ cluster:
 }
 
 }  // namespace
+}  // namespace dslaunch::spec
+
+namespace dslaunch::spec {
+
+TEST_CASE("the engine's own training keys: seed, eval_interval, eval_batches") {
+  testing::SpecFolder folder;
+  const testing::Loaded defaults = folder.load("training:\n  steps: 10\ndata:\n  train: demo\n");
+  CHECK(defaults.spec.training.seed == 1234);
+  CHECK(defaults.spec.training.eval_interval == 0);
+  CHECK(defaults.spec.training.eval_batches == 8);
+  const testing::Loaded given = folder.load(
+      "training:\n  steps: 10\n  seed: 7\n  eval_interval: 5\n  eval_batches: 3\ndata:\n  train: "
+      "demo\n");
+  INFO(given.diagnostics.format());
+  CHECK(given.diagnostics.all().empty());
+  CHECK(given.spec.training.seed == 7);
+  CHECK(given.spec.training.eval_interval == 5);
+  CHECK(given.spec.training.eval_batches == 3);
+  const testing::Loaded zero =
+      folder.load("training:\n  steps: 10\n  eval_batches: 0\ndata:\n  train: demo\n");
+  CHECK(zero.diagnostics.has_errors());
+}
+
+TEST_CASE("data paths: a Megatron prefix may be given as its .bin; 'demo' is for train only") {
+  testing::SpecFolder folder;
+  folder.write("corpus_text_document.bin", "x");
+  folder.write("corpus_text_document.idx", "x");
+  const testing::Loaded bin = folder.load(
+      "training:\n  steps: 10\ndata:\n  train: corpus_text_document.bin\n  format: megatron\n");
+  INFO(bin.diagnostics.format());
+  CHECK(!bin.diagnostics.has_errors());
+  const testing::Loaded valid_demo =
+      folder.load("training:\n  steps: 10\ndata:\n  train: demo\n  valid: demo\n");
+  CHECK_THAT(valid_demo.only("data.valid").message, Catch::Contains("only under data.train"));
+}
+
 }  // namespace dslaunch::spec

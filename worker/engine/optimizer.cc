@@ -1,0 +1,33 @@
+#include "worker/engine/optimizer.h"
+
+#include <algorithm>
+
+namespace dslaunch::worker::engine {
+
+AdamW::AdamW(const spec::OptimizerSpec& spec, const model::ParameterTable& table, int64_t begin,
+             int64_t end)
+    : spec_(spec), begin_(begin), m_(end - begin, 0.0f), v_(end - begin, 0.0f) {
+  for (const model::TensorInfo& tensor : table.tensors()) {
+    const int64_t from = std::max(begin, tensor.offset);
+    const int64_t to = std::min(end, tensor.offset + tensor.numel);
+    if (from < to) spans_.push_back({from, to, tensor.weight_decay});
+  }
+}
+
+void AdamW::step(kernels::Backend& backend, float* params, const float* grads, double lr) {
+  ++step_;
+  kernels::Backend::AdamWParams hyper;
+  hyper.lr = static_cast<float>(lr);
+  hyper.beta1 = static_cast<float>(spec_.betas[0]);
+  hyper.beta2 = static_cast<float>(spec_.betas[1]);
+  hyper.eps = static_cast<float>(spec_.eps);
+  hyper.decoupled = spec_.decoupled_weight_decay;
+  hyper.step = step_;
+  for (const Span& span : spans_) {
+    hyper.weight_decay = span.decay ? static_cast<float>(spec_.weight_decay) : 0.0f;
+    backend.adamw_update(params + span.begin, grads + span.begin, m_.data() + (span.begin - begin_),
+                         v_.data() + (span.begin - begin_), span.end - span.begin, hyper);
+  }
+}
+
+}  // namespace dslaunch::worker::engine

@@ -1,0 +1,45 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "launcher/spec/job_spec.h"
+#include "worker/model/gpt2_config.h"
+
+namespace dslaunch::worker::engine {
+
+// AdamW (or Adam with an L2 penalty) over the parameters of a tensor table,
+// with DeepSpeed's hyperparameters from the spec. Weight decay applies to
+// matrices and embeddings only, never to biases and LayerNorm parameters, as
+// Megatron-LM, nanoGPT and Hugging Face's Trainer set up their parameter
+// groups. Owns the two moment buffers (same layout as the parameters, or a
+// slice of it); not thread-safe.
+class AdamW {
+ public:
+  // Updates the floats [begin, end) of the table's layout: a whole buffer,
+  // or the slice one rank owns.
+  AdamW(const spec::OptimizerSpec& spec, const model::ParameterTable& table, int64_t begin,
+        int64_t end);
+
+  // One step at learning rate `lr` on params[begin, end) with the matching
+  // gradients; both pointers address the start of the whole layout.
+  void step(kernels::Backend& backend, float* params, const float* grads, double lr);
+
+  int64_t steps_taken() const { return step_; }
+  int64_t state_bytes() const { return static_cast<int64_t>(2 * m_.size() * sizeof(float)); }
+
+ private:
+  struct Span {
+    int64_t begin, end;  // in the whole layout
+    bool decay;
+  };
+  spec::OptimizerSpec spec_;
+  int64_t begin_;
+  std::vector<Span> spans_;
+  std::vector<float> m_;
+  std::vector<float> v_;
+  int64_t step_ = 0;
+};
+
+}  // namespace dslaunch::worker::engine

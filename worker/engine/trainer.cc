@@ -1,0 +1,187 @@
+#include "worker/engine/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "worker/data/consecutive_batch.h"
+#include "worker/data/window_sampler.h"
+#include "worker/engine/evaluation.h"
+#include "worker/engine/lr_schedule.h"
+#include "worker/engine/optimizer.h"
+#include "worker/model/gpt2_model.h"
+#include "worker/parallel/gradient_reducer.h"
+#include "worker/parallel/mpi_error.h"
+
+namespace dslaunch::worker::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Sums `values` over the data group in place; "" or what failed.
+std::string sum_over_ranks(MPI_Comm comm, double* values, int count) {
+  const int rc = MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, comm);
+  return rc == MPI_SUCCESS ? "" : mpi_error_message("MPI_Allreduce", rc);
+}
+
+std::string data_problem(const spec::JobSpec& spec, const data::TrainingData& data, int64_t micro) {
+  for (const data::TokenRange* range : {&data.train, &data.valid}) {
+    if (range->source->max_token() >= spec.model.vocab_size) {
+      return fmt::format(
+          "{} holds token {} but model.vocab_size is {}; raise vocab_size to cover "
+          "the tokenizer's vocabulary",
+          range->source->describe(), range->source->max_token(), spec.model.vocab_size);
+    }
+  }
+  const int64_t T = spec.model.seq_length;
+  const int64_t available = data::consecutive_batch_count(data.valid.size(), micro, T);
+  if (available < spec.training.eval_batches) {
+    return fmt::format(
+        "the evaluation data ({} tokens) holds {} batches of {} x {} tokens, fewer than "
+        "training.eval_batches ({}); lower eval_batches or give a larger data.valid",
+        data.valid.size(), available, micro, T, spec.training.eval_batches);
+  }
+  return "";
+}
+
+}  // namespace
+
+model::Gpt2Config model_config(const spec::ModelSpec& model, int tensor_parallel) {
+  model::Gpt2Config config;
+  config.num_layers = model.num_layers;
+  config.channels = model.hidden_size;
+  config.num_heads = model.num_attention_heads;
+  config.vocab_size = model.vocab_size;
+  config.padded_vocab_size = model::padded_vocab(
+      model.vocab_size, static_cast<int64_t>(model.make_vocab_size_divisible_by) * tensor_parallel);
+  config.max_seq_len = model.seq_length;
+  return config;
+}
+
+TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
+                  kernels::Backend& backend, const TrainerOptions& options) {
+  TrainResult result;
+  int dp_rank = 0;
+  int dp_size = 1;
+  MPI_Comm_rank(options.data_comm, &dp_rank);
+  MPI_Comm_size(options.data_comm, &dp_size);
+  const spec::TrainingSpec& training = spec.training;
+  const spec::BatchResolution batch = spec::resolve_batch_sizes(training.batch, dp_size);
+  if (!batch.sizes) {
+    result.error = batch.error;
+    return result;
+  }
+  const int64_t micro = batch.sizes->micro_batch_per_gpu;
+  const int64_t accumulation = batch.sizes->gradient_accumulation_steps;
+  const int64_t global_batch = batch.sizes->train_batch_size;
+  const int64_t T = spec.model.seq_length;
+  if (std::string problem = data_problem(spec, data, micro); !problem.empty()) {
+    result.error = problem;
+    return result;
+  }
+
+  const model::ParameterTable table(model_config(spec.model, 1));
+  result.params.assign(table.total(), 0.0f);
+  model::init_gpt2_parameters(table, spec.model.init_seed, result.params.data());
+  std::vector<float> grads(table.total(), 0.0f);
+  model::Gpt2Model model(table, backend, micro, T);
+  AdamW optimizer(training.optimizer, table, 0, table.total());
+  GradientReducer reducer(options.data_comm, grads.data(), table.total(),
+                          training.zero.reduce_bucket_size);
+  data::WindowSamplerResult sampling = data::WindowSampler::create(data.train, T, training.seed);
+  if (!sampling.sampler) {
+    result.error = "training data: " + sampling.error;
+    return result;
+  }
+  const data::WindowSampler& sampler = *sampling.sampler;
+
+  std::vector<int32_t> inputs(micro * T);
+  std::vector<int32_t> targets(micro * T);
+  const double tokens_per_step = static_cast<double>(global_batch) * T;
+  for (int64_t step = 0; step < training.steps; ++step) {
+    if (options.stop_requested && options.stop_requested()) {
+      result.stopped = true;
+      break;
+    }
+    if (options.on_step_started) options.on_step_started(step + 1);
+    const Clock::time_point start = Clock::now();
+    std::memset(grads.data(), 0, grads.size() * sizeof(float));
+    double loss_sum = 0;
+    for (int64_t m = 0; m < accumulation; ++m) {
+      for (int64_t b = 0; b < micro; ++b) {
+        const int64_t g =
+            data::global_sample_index({step, global_batch, m, dp_size, dp_rank, micro, b});
+        sampler.sample(g, inputs.data() + b * T, targets.data() + b * T);
+      }
+      loss_sum += model.forward(result.params.data(), inputs.data(), targets.data(), micro);
+      // Only the last micro-batch's backward completes the gradients, so
+      // only it hands buckets to the reducer.
+      const bool last = m + 1 == accumulation;
+      model.backward(result.params.data(), grads.data(), 1.0f / static_cast<float>(accumulation),
+                     last
+                         ? model::Gpt2Model::GradientsReady([&reducer](int64_t begin, int64_t end) {
+                             reducer.ready(begin, end);
+                           })
+                         : model::Gpt2Model::GradientsReady());
+    }
+    if (std::string error = reducer.finish(); !error.empty()) {
+      result.error = "gradient all-reduce: " + error;
+      return result;
+    }
+    double loss = loss_sum / static_cast<double>(accumulation);
+    if (std::string error = sum_over_ranks(options.data_comm, &loss, 1); !error.empty()) {
+      result.error = "loss all-reduce: " + error;
+      return result;
+    }
+    loss /= dp_size;
+
+    const double grad_norm = std::sqrt(backend.sum_of_squares(grads.data(), table.total()));
+    if (!std::isfinite(grad_norm) || !std::isfinite(loss)) {
+      result.error = fmt::format(
+          "step {}: the loss ({}) or gradient norm ({}) is not finite; "
+          "lower the learning rate or enable gradient_clipping",
+          step + 1, loss, grad_norm);
+      return result;
+    }
+    // DeepSpeed's and PyTorch's clip_grad_norm_: scale by max/(norm + 1e-6)
+    // when that is below 1.
+    if (training.gradient_clipping > 0) {
+      const double factor = training.gradient_clipping / (grad_norm + 1e-6);
+      if (factor < 1) backend.scale(grads.data(), table.total(), static_cast<float>(factor));
+    }
+    const double lr = learning_rate(training.scheduler, training.optimizer.lr, step);
+    optimizer.step(backend, result.params.data(), grads.data(), lr);
+    result.steps = step + 1;
+
+    StepReport report;
+    report.step = step + 1;
+    report.loss = loss;
+    report.lr = lr;
+    report.grad_norm = grad_norm;
+    report.step_seconds = seconds_since(start);
+    report.tokens_per_second = tokens_per_step / report.step_seconds;
+    report.tflops = model.flops_per_token() * report.tokens_per_second / 1e12;
+    const bool last_step = step + 1 == training.steps;
+    const bool eval_step =
+        last_step || (training.eval_interval > 0 && (step + 1) % training.eval_interval == 0);
+    if (eval_step) {
+      double sum = sum_of_batch_losses(model, result.params.data(), data.valid, micro,
+                                       training.eval_batches, dp_rank, dp_size);
+      if (std::string error = sum_over_ranks(options.data_comm, &sum, 1); !error.empty()) {
+        result.error = "evaluation all-reduce: " + error;
+        return result;
+      }
+      report.eval_loss = sum / static_cast<double>(training.eval_batches);
+    }
+    if (options.on_step) options.on_step(report);
+  }
+  return result;
+}
+
+}  // namespace dslaunch::worker::engine

@@ -1,0 +1,62 @@
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "launcher/spec/job_spec.h"
+#include "worker/data/training_data.h"
+#include "worker/model/gpt2_config.h"
+
+namespace dslaunch::worker::engine {
+
+// What one optimizer step measured, the same on every rank.
+struct StepReport {
+  int64_t step = 0;  // counts from 1
+  double loss = 0;   // mean cross-entropy over the global batch
+  double lr = 0;
+  double grad_norm = 0;  // global L2 norm before clipping
+  double step_seconds = 0;
+  double tokens_per_second = 0;  // the whole job's
+  double tflops = 0;             // achieved by the whole job (matrix products, as Megatron counts)
+  std::optional<double> eval_loss;  // set on evaluation steps
+};
+
+struct TrainerOptions {
+  MPI_Comm data_comm = MPI_COMM_NULL;  // the data-parallel group
+  // Checked between steps; true ends training after the current step.
+  std::function<bool()> stop_requested;
+  std::function<void(const StepReport&)> on_step;  // called on every rank
+  std::function<void(int64_t)> on_step_started;    // the step about to run
+};
+
+struct TrainResult {
+  int64_t steps = 0;  // optimizer steps completed
+  bool stopped = false;
+  std::vector<float> params;  // the final parameters (whole)
+  std::string error;
+};
+
+// Data-parallel training of the spec's GPT-2 on `data`: micro-batches with
+// gradient accumulation, gradients averaged over the data group in buckets
+// while the backward pass runs, clipping by global norm, AdamW under the
+// spec's schedule, and evaluation every eval_interval steps and after the
+// last. Every rank of data_comm must call it with the same spec. The same
+// global batch gives the same losses whatever the split between ranks and
+// accumulation steps (up to floating-point summation order).
+//
+// Fails before the first step, on every rank alike, when the data holds a
+// token outside model.vocab_size or too few tokens for eval_batches batches
+// of micro_batch x seq_length.
+TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
+                  kernels::Backend& backend, const TrainerOptions& options);
+
+// The model shape a spec describes.
+model::Gpt2Config model_config(const spec::ModelSpec& model, int tensor_parallel);
+
+}  // namespace dslaunch::worker::engine

@@ -1,0 +1,110 @@
+#include "worker/train_workload.h"
+
+#include <filesystem>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "kernels/backend.h"
+#include "worker/data/demo_corpus.h"
+#include "worker/data/training_data.h"
+#include "worker/engine/trainer.h"
+#include "worker/engine/training_support.h"
+#include "worker/model/hf_gpt2.h"
+
+namespace dslaunch::worker {
+namespace {
+
+namespace v1 = dslaunch::v1;
+
+void report_error(proto::Session& session, const std::string& message) {
+  v1::WorkerMessage out;
+  out.mutable_event()->set_kind(v1::WorkerEvent::KIND_ERROR);
+  out.mutable_event()->set_message(message);
+  session.send(out);
+  std::cerr << "dsworker: " << message << std::endl;
+}
+
+void send_step_metrics(proto::Session& session, const engine::StepReport& report) {
+  v1::WorkerMessage message;
+  v1::WorkerEvent* event = message.mutable_event();
+  event->set_kind(v1::WorkerEvent::KIND_STEP_METRICS);
+  event->set_step(report.step);
+  auto& metrics = *event->mutable_metrics();
+  metrics["loss"] = report.loss;
+  metrics["lr"] = report.lr;
+  metrics["grad_norm"] = report.grad_norm;
+  metrics["step_time_s"] = report.step_seconds;
+  metrics["tokens_per_s"] = report.tokens_per_second;
+  metrics["tflops"] = report.tflops;
+  if (report.eval_loss) metrics["eval_loss"] = *report.eval_loss;
+  session.send(message);
+}
+
+std::string format_step(const engine::StepReport& r, int64_t total_steps) {
+  std::string line = fmt::format(
+      "step {:>{}}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tokens/s | {:.3f} "
+      "TFLOP/s",
+      r.step, fmt::format("{}", total_steps).size(), total_steps, r.loss, r.lr, r.grad_norm,
+      r.tokens_per_second, r.tflops);
+  if (r.eval_loss) line += fmt::format(" | eval_loss {:.4f}", *r.eval_loss);
+  return line;
+}
+
+}  // namespace
+
+int run_train_workload(const TrainWorkloadContext& context) {
+  const spec::JobSpec& spec = *context.spec;
+  proto::Session& session = *context.session;
+  if (std::string problem = engine::training_support_problem(spec); !problem.empty()) {
+    report_error(session, problem);
+    return 1;
+  }
+  const data::TrainingData data =
+      data::open_training_data(spec.data, spec.model.seq_length, data::default_demo_dir());
+  if (!data.error.empty()) {
+    report_error(session, "data: " + data.error);
+    return 1;
+  }
+  const bool reporter = context.groups->rank() == 0;
+  if (reporter) {
+    std::cout << fmt::format("data: train {} tokens, evaluation {} tokens{}", data.train.size(),
+                             data.valid.size(),
+                             data.unigram_entropy_nats
+                                 ? fmt::format(" (demo corpus; unigram entropy {:.3f} nats)",
+                                               *data.unigram_entropy_nats)
+                                 : "")
+              << std::endl;
+  }
+
+  std::unique_ptr<kernels::Backend> backend = kernels::make_cpu_backend(context.compute_threads);
+  engine::TrainerOptions options;
+  options.data_comm = context.groups->data();
+  options.stop_requested = context.stop_requested;
+  options.on_step_started = context.on_step_started;
+  options.on_step = [&](const engine::StepReport& report) {
+    if (!reporter) return;
+    std::cout << format_step(report, spec.training.steps) << std::endl;
+    send_step_metrics(session, report);
+  };
+  const engine::TrainResult result = engine::train(spec, data, *backend, options);
+  if (!result.error.empty()) {
+    report_error(session, result.error);
+    return 1;
+  }
+  if (reporter && result.steps > 0) {
+    const model::ParameterTable table(engine::model_config(spec.model, 1));
+    const std::string path =
+        (std::filesystem::path(context.job_directory) / "weights" / "model.safetensors").string();
+    std::error_code ignored;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
+    if (std::string error; !model::write_hf_gpt2(path, table, result.params.data(), error)) {
+      report_error(session, "writing the final weights: " + error);
+      return 1;
+    }
+    std::cout << fmt::format("weights after step {}: {}", result.steps, path) << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace dslaunch::worker

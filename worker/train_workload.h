@@ -1,0 +1,31 @@
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "launcher/spec/job_spec.h"
+#include "proto/controller_client.h"
+#include "worker/parallel/process_groups.h"
+
+namespace dslaunch::worker {
+
+// What the training workload needs from the rank around it.
+struct TrainWorkloadContext {
+  const spec::JobSpec* spec = nullptr;
+  const ProcessGroups* groups = nullptr;
+  proto::Session* session = nullptr;
+  std::string job_directory;  // where the final weights go (weights/model.safetensors)
+  int compute_threads = 1;
+  std::function<bool()> stop_requested;
+  std::function<void(int64_t)> on_step_started;
+};
+
+// `kind: train`: trains the spec's model with data parallelism over the data
+// group. Data-parallel rank 0 of the first model replica reports every
+// step's metrics to the controller (and prints them), and writes the final
+// weights as Hugging Face GPT-2 safetensors with a config.json. Errors go to
+// the controller as an error event and to stderr. Returns 0 when training
+// ended (all steps, or stopped on request) and 1 when it failed.
+int run_train_workload(const TrainWorkloadContext& context);
+
+}  // namespace dslaunch::worker
