@@ -52,25 +52,6 @@ std::string bytes_text(int64_t bytes) {
   return fmt::format("{} KiB", bytes / 1024);
 }
 
-// The job directory JOB names, or nullopt with `error` set.
-std::optional<JobDirectory> find_job(const std::string& job, std::string& error) {
-  if (fs::is_directory(job) && fs::exists(fs::path(job) / "state.json")) {
-    return JobDirectory::open(job, error);
-  }
-  const std::string root = controller::default_jobs_root();
-  std::vector<std::string> matches;
-  for (const std::string& dir : controller::list_job_dirs(root)) {
-    const std::string id = fs::path(dir).filename().string();
-    if (id == job) return JobDirectory::open(dir, error);
-    if (id.rfind(job, 0) == 0) matches.push_back(dir);
-  }
-  if (matches.size() == 1) return JobDirectory::open(matches.front(), error);
-  error = matches.empty()
-              ? fmt::format("no job '{}' under {} (see `dslaunch list`)", job, root)
-              : fmt::format("'{}' matches {} jobs; give more of the job id", job, matches.size());
-  return std::nullopt;
-}
-
 // TLS towards the job's controller when its job uses it.
 proto::ClientOptions client_options(const v1::JobStatus& status) {
   proto::ClientOptions options;
@@ -212,6 +193,24 @@ struct FollowedFile {
 };
 
 }  // namespace
+
+std::optional<JobDirectory> find_job(const std::string& job, std::string& error) {
+  if (fs::is_directory(job) && fs::exists(fs::path(job) / "state.json")) {
+    return JobDirectory::open(job, error);
+  }
+  const std::string root = controller::default_jobs_root();
+  std::vector<std::string> matches;
+  for (const std::string& dir : controller::list_job_dirs(root)) {
+    const std::string id = fs::path(dir).filename().string();
+    if (id == job) return JobDirectory::open(dir, error);
+    if (id.rfind(job, 0) == 0) matches.push_back(dir);
+  }
+  if (matches.size() == 1) return JobDirectory::open(matches.front(), error);
+  error = matches.empty()
+              ? fmt::format("no job '{}' under {} (see `dslaunch list`)", job, root)
+              : fmt::format("'{}' matches {} jobs; give more of the job id", job, matches.size());
+  return std::nullopt;
+}
 
 int run_status_command(const std::optional<std::string>& job, bool json) {
   std::string error;

@@ -3,6 +3,8 @@
 #include <optional>
 #include <string>
 
+#include "launcher/controller/job_directory.h"
+
 namespace dslaunch::launcher {
 
 // The commands that look at jobs started by `dslaunch run`. A JOB is a job
@@ -12,6 +14,9 @@ namespace dslaunch::launcher {
 // ended (or when its controller does not answer), status reads state.json.
 // Each returns the process exit code: 0, 1 (the job or its controller could
 // not be reached as asked), 2 (bad input, such as an unknown job).
+
+// The job directory JOB names, or nullopt with `error` set.
+std::optional<controller::JobDirectory> find_job(const std::string& job, std::string& error);
 
 // `dslaunch status [JOB] [--json]`: one row per job, or one row per rank.
 int run_status_command(const std::optional<std::string>& job, bool json);

@@ -2,12 +2,15 @@
 // parsing and exit codes are handled here only.
 #include <cstdio>
 #include <iostream>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 
+#include "kernels/cpu/blas_setup.h"
 #include "launcher/controller/job_controller.h"
 #include "launcher/environment_report.h"
 #include "launcher/job_commands.h"
+#include "launcher/model_commands.h"
 #include "launcher/plan_command.h"
 #include "tools/build_info/build_info.h"
 
@@ -29,6 +32,9 @@ int run_report(bool as_json) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // OpenBLAS picks its kernels when it loads: `eval` restarts itself once
+  // if they are slower than this CPU allows.
+  if (argc > 1 && std::string_view(argv[1]) == "eval") dslaunch::kernels::ensure_fast_blas(argv);
   CLI::App app{
       "dslaunch starts and watches distributed GPT training jobs described by a YAML job spec.",
       "dslaunch"};
@@ -100,6 +106,33 @@ int main(int argc, char** argv) {
   logs->add_option("--rank", logs_rank, "Only this rank (stdout to stdout, stderr to stderr)");
   logs->add_flag("--follow,-f", logs_follow, "Keep printing new output until the job ends");
 
+  std::string export_source;
+  std::string export_out;
+  CLI::App* export_command = app.add_subcommand(
+      "export", "Write a job's (or a weights file's) model as Hugging Face GPT-2 safetensors");
+  export_command->add_option("source", export_source, "A job, job directory or .safetensors file")
+      ->required();
+  export_command
+      ->add_option("--out", export_out,
+                   "The .safetensors file to write (config.json "
+                   "goes beside it)")
+      ->required();
+
+  dslaunch::launcher::EvalOptions eval_options;
+  CLI::App* eval = app.add_subcommand(
+      "eval", "Mean cross-entropy of GPT-2 weights over consecutive windows of a token file");
+  eval->add_option("--weights", eval_options.weights, "GPT-2 weights (.safetensors)")->required();
+  eval->add_option("--tokens", eval_options.tokens, "llm.c token file, or Megatron dataset prefix")
+      ->required();
+  eval->add_option("--n-head", eval_options.num_heads,
+                   "Attention heads (default: n_head from a config.json beside the weights)");
+  eval->add_option("--batch", eval_options.batch, "Rows per batch (B)")->required();
+  eval->add_option("--seq", eval_options.seq, "Tokens per row (T)")->required();
+  eval->add_option("--batches", eval_options.batches,
+                   "Batches to evaluate (default: every whole batch in the file)");
+  eval->add_option("--threads", eval_options.threads, "Compute threads (default: every core)");
+  eval->add_flag("--json", eval_options.json, "Print {\"loss\": ...} as JSON");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -121,6 +154,10 @@ int main(int argc, char** argv) {
   if (list->parsed()) return dslaunch::launcher::run_list_command();
   if (stop->parsed()) return dslaunch::launcher::run_stop_command(stop_job, stop_now);
   if (logs->parsed()) return dslaunch::launcher::run_logs_command(logs_job, logs_rank, logs_follow);
+  if (export_command->parsed()) {
+    return dslaunch::launcher::run_export_command(export_source, export_out);
+  }
+  if (eval->parsed()) return dslaunch::launcher::run_eval_command(eval_options);
   std::cerr << app.help() << "\ndslaunch: a subcommand is required\n";
   return kUsageError;
 }

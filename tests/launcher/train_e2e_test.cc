@@ -1,0 +1,169 @@
+// Training end to end: text through the tokenizer tool, a 2-rank `dslaunch
+// run`, `dslaunch export`, and `dslaunch eval` checked against the loss the
+// trainer logged for the same weights and against an independent PyTorch
+// implementation reading the exported file.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/run_command.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using dslaunch::testing::run_command;
+using dslaunch::testing::runfile;
+
+// Sentences from a tiny grammar: text with structure a small model learns
+// in a few dozen steps.
+std::string sentences(int count, uint64_t seed) {
+  const std::vector<std::string> subjects = {"the cat", "a dog", "my friend", "the old man"};
+  const std::vector<std::string> verbs = {"sees", "likes", "finds", "carries"};
+  const std::vector<std::string> objects = {"a red ball", "the small box", "an apple", "the map"};
+  std::mt19937_64 engine(seed);
+  std::string text;
+  for (int i = 0; i < count; ++i) {
+    text +=
+        subjects[engine() % 4] + " " + verbs[engine() % 4] + " " + objects[engine() % 4] + ".\n";
+  }
+  return text;
+}
+
+std::vector<nlohmann::json> read_jsonl(const fs::path& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream file(path);
+  std::string line;
+  while (std::getline(file, line)) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+struct Workspace {
+  fs::path dir = fs::path(std::getenv("TEST_TMPDIR")) / "train_e2e";
+  std::string env;
+
+  Workspace() {
+    fs::create_directories(dir);
+    env = fmt::format("DSLAUNCH_HOME='{}' DSLAUNCH_WORKER='{}'", dir.string(),
+                      runfile("worker/dsworker"));
+  }
+  dslaunch::testing::CommandResult dslaunch(const std::string& args) const {
+    return run_command(env + " " + runfile("launcher/dslaunch") + " " + args + " 2>&1");
+  }
+};
+
+TEST_CASE("a 2-rank training job trains, exports, and evaluates to the loss it logged") {
+  const Workspace w;
+  {
+    std::ofstream text(w.dir / "corpus.txt");
+    text << sentences(3000, 5);
+  }
+  const auto tokenized = run_command(
+      fmt::format("{} {} --out {} --valid-out {} --valid-fraction 0.1 2>&1",
+                  runfile("tools/tokenize/tokenize_text"), (w.dir / "corpus.txt").string(),
+                  (w.dir / "train.bin").string(), (w.dir / "valid.bin").string()));
+  INFO(tokenized.output);
+  REQUIRE(tokenized.exit_code == 0);
+
+  const fs::path spec = w.dir / "tiny.yaml";
+  {
+    std::ofstream file(spec);
+    file << R"(name: tiny
+cluster: {device: cpu, num_gpus: 2}
+model:
+  num_layers: 2
+  hidden_size: 64
+  num_attention_heads: 2
+  vocab_size: 256
+  seq_length: 32
+  make_vocab_size_divisible_by: 64
+data: {train: train.bin, valid: valid.bin}
+training:
+  train_batch_size: 8
+  train_micro_batch_size_per_gpu: 4
+  steps: 30
+  eval_interval: 10
+  eval_batches: 4
+  gradient_clipping: 1.0
+  optimizer: {type: AdamW, params: {lr: 0.003, weight_decay: 0.1}}
+fault_tolerance: {heartbeat_interval: 1, heartbeat_timeout: 60}
+)";
+  }
+  const fs::path job = w.dir / "jobs" / "tiny-run";
+  const auto run =
+      w.dslaunch(fmt::format("run {} --job-dir {} --progress off", spec.string(), job.string()));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+
+  // One metrics line per step from rank 0, evaluation every 10 steps.
+  const std::vector<nlohmann::json> metrics = read_jsonl(job / "metrics.jsonl");
+  REQUIRE(metrics.size() == 30);
+  std::vector<double> eval_losses;
+  for (size_t i = 0; i < metrics.size(); ++i) {
+    CHECK(metrics[i]["step"] == static_cast<int>(i + 1));
+    CHECK(metrics[i]["rank"] == 0);
+    for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s", "tflops", "step_time_s"}) {
+      REQUIRE(metrics[i].contains(key));
+    }
+    if (metrics[i].contains("eval_loss")) eval_losses.push_back(metrics[i]["eval_loss"]);
+  }
+  REQUIRE(eval_losses.size() == 3);
+  CHECK(metrics.front()["loss"].get<double>() == Approx(std::log(256.0)).epsilon(0.05));
+  CHECK(eval_losses.back() < 0.75 * metrics.front()["loss"].get<double>());
+
+  const fs::path exported = w.dir / "export" / "model.safetensors";
+  fs::create_directories(exported.parent_path());
+  const auto exporting =
+      w.dslaunch(fmt::format("export {} --out {}", job.string(), exported.string()));
+  INFO(exporting.output);
+  REQUIRE(exporting.exit_code == 0);
+  nlohmann::json config;
+  std::ifstream(exported.parent_path() / "config.json") >> config;
+  CHECK(config["n_layer"] == 2);
+  CHECK(config["n_head"] == 2);
+  CHECK(config["n_embd"] == 64);
+  CHECK(config["vocab_size"] == 256);
+  CHECK(config["n_positions"] == 32);
+
+  const std::string eval_args =
+      fmt::format("--weights {} --tokens {} --batch 4 --seq 32 --batches 4", exported.string(),
+                  (w.dir / "valid.bin").string());
+  const auto evaluated = w.dslaunch("eval " + eval_args + " --n-head 2 --json");
+  INFO(evaluated.output);
+  REQUIRE(evaluated.exit_code == 0);
+  const double ours =
+      nlohmann::json::parse(evaluated.output.substr(evaluated.output.rfind('{')))["loss"];
+  CHECK(ours == Approx(eval_losses.back()).epsilon(1e-5));
+
+  // The same weights in an independent implementation.
+  const auto reference =
+      run_command(fmt::format("/usr/bin/python3 {} eval {} --n-head 2 2>&1",
+                              runfile("tools/reference/gpt2_reference.py"), eval_args));
+  INFO(reference.output);
+  REQUIRE(reference.exit_code == 0);
+  const double torch_loss =
+      nlohmann::json::parse(reference.output.substr(reference.output.rfind('{')))["loss"];
+  CHECK(ours == Approx(torch_loss).epsilon(1e-5));
+}
+
+TEST_CASE("export and eval refuse what they cannot read, naming it") {
+  const Workspace w;
+  const auto no_job = w.dslaunch("export no-such-job --out x.safetensors");
+  CHECK(no_job.exit_code == 2);
+  CHECK_THAT(no_job.output, Catch::Contains("no job 'no-such-job'"));
+
+  { std::ofstream(w.dir / "broken.safetensors") << "not a safetensors file"; }
+  const auto broken =
+      w.dslaunch(fmt::format("eval --weights {} --tokens x --n-head 2 --batch 1 --seq 8",
+                             (w.dir / "broken.safetensors").string()));
+  CHECK(broken.exit_code == 2);
+  CHECK_THAT(broken.output, Catch::Contains("broken.safetensors"));
+}
+
+}  // namespace
