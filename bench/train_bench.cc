@@ -1,0 +1,173 @@
+// Training throughput of the CPU engine at 1 rank, beside PyTorch training
+// the identical model (same shapes, AdamW, batch and sequence) in the same
+// run, and beside OpenBLAS's sgemm peak on this machine.
+//
+//   bazel run -c opt //bench:train_bench [-- --threads N --steps S]
+#include <cblas.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "bench/median_time.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/blas_info.h"
+#include "kernels/cpu/blas_setup.h"
+#include "launcher/spec/job_spec.h"
+#include "worker/engine/optimizer.h"
+#include "worker/model/gpt2_model.h"
+
+namespace {
+
+using namespace dslaunch;
+
+struct BenchConfig {
+  std::string name;
+  int64_t layers, channels, heads, vocab, seq, batch;
+};
+
+// The tiny and GPT-2-124M shapes of the PyTorch figures, and the
+// demo job's byte-level model.
+const std::array<BenchConfig, 3> kConfigs = {{
+    {"demo (byte vocab)", 4, 256, 4, 256, 256, 8},
+    {"tiny", 4, 256, 4, 50257, 256, 8},
+    {"gpt2-124M", 12, 768, 12, 50257, 64, 4},
+}};
+
+struct Throughput {
+  double tokens_per_second = 0;
+  double tflops = 0;
+  double step_ms = 0;
+};
+
+// Median GFLOP/s of an n x n x n sgemm.
+double sgemm_gflops(int n) {
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  const double ms = bench::median_ms(7, [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                0.0f, c.data(), n);
+  });
+  return 2.0 * n * n * n / (ms * 1e-3) / 1e9;
+}
+
+// Full training steps (forward, backward, AdamW) on random tokens.
+Throughput ours(const BenchConfig& c, int threads, int warmup, int steps) {
+  worker::model::Gpt2Config config;
+  config.num_layers = c.layers;
+  config.channels = c.channels;
+  config.num_heads = c.heads;
+  config.vocab_size = c.vocab;
+  config.padded_vocab_size = worker::model::padded_vocab(c.vocab, 128);
+  config.max_seq_len = c.seq;
+  const worker::model::ParameterTable table(config);
+  auto backend = kernels::make_cpu_backend(threads);
+  std::vector<float> params(table.total()), grads(table.total());
+  worker::model::init_gpt2_parameters(table, 1, params.data());
+  worker::model::Gpt2Model model(table, *backend, c.batch, c.seq);
+  spec::OptimizerSpec optimizer_spec;
+  optimizer_spec.lr = 1e-4;
+  optimizer_spec.weight_decay = 0.1;
+  worker::engine::AdamW optimizer(optimizer_spec, table, 0, table.total());
+  std::mt19937 engine(7);
+  std::vector<int32_t> inputs(c.batch * c.seq), targets(c.batch * c.seq);
+  for (auto& t : inputs) t = static_cast<int32_t>(engine() % c.vocab);
+  for (auto& t : targets) t = static_cast<int32_t>(engine() % c.vocab);
+  auto step = [&] {
+    std::fill(grads.begin(), grads.end(), 0.0f);
+    model.forward(params.data(), inputs.data(), targets.data(), c.batch);
+    model.backward(params.data(), grads.data(), 1.0f, {});
+    optimizer.step(*backend, params.data(), grads.data(), 1e-4);
+  };
+  for (int i = 0; i < warmup; ++i) step();
+  Throughput t;
+  t.step_ms = bench::median_ms(steps, step);
+  t.tokens_per_second = c.batch * c.seq / (t.step_ms * 1e-3);
+  t.tflops = model.flops_per_token() * t.tokens_per_second / 1e12;
+  return t;
+}
+
+// The PyTorch reference, run with Debian's python3 and the same OpenBLAS
+// kernels (this process's OPENBLAS_CORETYPE is inherited).
+std::optional<Throughput> pytorch(const BenchConfig& c, int threads, int warmup, int steps,
+                                  const std::string& script, std::string& error) {
+  const std::string command = fmt::format(
+      "/usr/bin/python3 {} train-bench --layers {} --channels {} --heads {} --vocab {} --seq {} "
+      "--batch {} --steps {} --warmup {} --threads {} 2>&1",
+      script, c.layers, c.channels, c.heads, c.vocab, c.seq, c.batch, steps, warmup, threads);
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    error = "cannot start python3";
+    return std::nullopt;
+  }
+  std::string output;
+  std::array<char, 4096> buffer{};
+  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr) output += buffer.data();
+  const int status = pclose(pipe);
+  const size_t brace = output.rfind('{');
+  if (status != 0 || brace == std::string::npos) {
+    error = "the PyTorch reference failed: " + output.substr(0, 2000);
+    return std::nullopt;
+  }
+  const nlohmann::json result = nlohmann::json::parse(output.substr(brace), nullptr, false);
+  if (result.is_discarded() || !result.contains("tokens_per_s")) {
+    error = "unexpected output from the PyTorch reference: " + output.substr(0, 2000);
+    return std::nullopt;
+  }
+  Throughput t;
+  t.tokens_per_second = result["tokens_per_s"].get<double>();
+  t.step_ms = c.batch * c.seq / t.tokens_per_second * 1e3;
+  return t;
+}
+
+std::string runfile(const char* argv0, const std::string& path) {
+  if (const char* dir = std::getenv("RUNFILES_DIR")) return std::string(dir) + "/dslaunch/" + path;
+  return std::string(argv0) + ".runfiles/dslaunch/" + path;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dslaunch::kernels::ensure_fast_blas(argv);
+  CLI::App app{"Training throughput: dslaunch's CPU engine beside PyTorch and the sgemm peak"};
+  int threads = 2;
+  int steps = 5;
+  int warmup = 2;
+  bool skip_pytorch = false;
+  app.add_option("--threads", threads, "Compute threads (one rank)");
+  app.add_option("--steps", steps, "Timed steps per configuration (median reported)");
+  app.add_option("--warmup", warmup, "Untimed steps first");
+  app.add_flag("--no-pytorch", skip_pytorch, "Leave out the PyTorch reference");
+  CLI11_PARSE(app, argc, argv);
+
+  dslaunch::kernels::set_compute_threads(threads);
+  const auto blas = dslaunch::kernels::query_blas_info();
+  const double peak = sgemm_gflops(1024);
+  std::cout << fmt::format("OpenBLAS {} kernels, {} threads; sgemm 1024^3 peak: {:.1f} GFLOP/s\n\n",
+                           blas.core_name, threads, peak);
+  std::cout << fmt::format("{:<20} {:>12} {:>12} {:>7} {:>10} {:>9}\n", "config", "ours tok/s",
+                           "torch tok/s", "ratio", "TFLOP/s", "of peak");
+  const std::string script = runfile(argv[0], "tools/reference/gpt2_reference.py");
+  for (const BenchConfig& config : kConfigs) {
+    const Throughput mine = ours(config, threads, warmup, steps);
+    std::string error;
+    std::optional<Throughput> theirs;
+    if (!skip_pytorch) theirs = pytorch(config, threads, warmup, steps, script, error);
+    std::cout << fmt::format(
+        "{:<20} {:>12.0f} {:>12} {:>7} {:>10.3f} {:>8.0f}%\n", config.name, mine.tokens_per_second,
+        theirs ? fmt::format("{:.0f}", theirs->tokens_per_second) : "-",
+        theirs ? fmt::format("{:.2f}x", mine.tokens_per_second / theirs->tokens_per_second) : "-",
+        mine.tflops, 100 * mine.tflops * 1e3 / peak);
+    if (!error.empty()) std::cout << "  " << error << "\n";
+  }
+  std::cout << "\nTargets: at least 1.5x PyTorch's tokens/s; at gpt2-124M shapes at least 50% of "
+               "the sgemm peak.\n";
+  return 0;
+}
