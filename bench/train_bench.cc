@@ -123,6 +123,7 @@ std::optional<Throughput> pytorch(const BenchConfig& c, int threads, int warmup,
   }
   Throughput t;
   t.tokens_per_second = result["tokens_per_s"].get<double>();
+  t.tflops = result.value("model_tflops", 0.0);
   t.step_ms = c.batch * c.seq / t.tokens_per_second * 1e3;
   return t;
 }
@@ -152,8 +153,9 @@ int main(int argc, char** argv) {
   const double peak = sgemm_gflops(1024);
   std::cout << fmt::format("OpenBLAS {} kernels, {} threads; sgemm 1024^3 peak: {:.1f} GFLOP/s\n\n",
                            blas.core_name, threads, peak);
-  std::cout << fmt::format("{:<20} {:>12} {:>12} {:>7} {:>10} {:>9}\n", "config", "ours tok/s",
-                           "torch tok/s", "ratio", "TFLOP/s", "of peak");
+  std::cout << fmt::format("{:<20} {:>11} {:>12} {:>7} {:>13} {:>14} {:>13}\n", "config",
+                           "ours tok/s", "torch tok/s", "ratio", "ours TFLOP/s", "torch TFLOP/s",
+                           "ours of peak");
   const std::string script = runfile(argv[0], "tools/reference/gpt2_reference.py");
   for (const BenchConfig& config : kConfigs) {
     const Throughput mine = ours(config, threads, warmup, steps);

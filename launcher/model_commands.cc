@@ -1,5 +1,6 @@
 #include "launcher/model_commands.h"
 
+#include <exception>
 #include <filesystem>
 #include <iostream>
 #include <thread>
@@ -41,34 +42,7 @@ std::optional<std::string> weights_of(const std::string& source, std::string& er
   return weights.string();
 }
 
-}  // namespace
-
-int run_export_command(const std::string& source, const std::string& out) {
-  std::string error;
-  const std::optional<std::string> weights = weights_of(source, error);
-  if (!weights) {
-    std::cerr << "dslaunch export: " << error << "\n";
-    return kBadInput;
-  }
-  const worker::model::HfGpt2Weights loaded = worker::model::load_hf_gpt2(*weights, 0, 1);
-  if (!loaded.error.empty()) {
-    std::cerr << "dslaunch export: " << loaded.error << "\n";
-    return kFailed;
-  }
-  const worker::model::ParameterTable table(loaded.config);
-  if (!worker::model::write_hf_gpt2(out, table, loaded.params.data(), error)) {
-    std::cerr << "dslaunch export: " << error << "\n";
-    return kFailed;
-  }
-  std::cout << fmt::format(
-      "{}: {} layers, {} channels, {} heads, vocabulary {}; config.json "
-      "beside it\n",
-      out, loaded.config.num_layers, loaded.config.channels, loaded.config.num_heads,
-      loaded.config.vocab_size);
-  return 0;
-}
-
-int run_eval_command(const EvalOptions& options) {
+int evaluate(const EvalOptions& options) {
   if (options.batch < 1 || options.seq < 1) {
     std::cerr << "dslaunch eval: --batch and --seq must be at least 1\n";
     return kBadInput;
@@ -129,6 +103,44 @@ int run_eval_command(const EvalOptions& options) {
                              options.batch, options.seq);
   }
   return 0;
+}
+
+}  // namespace
+
+int run_export_command(const std::string& source, const std::string& out) {
+  std::string error;
+  const std::optional<std::string> weights = weights_of(source, error);
+  if (!weights) {
+    std::cerr << "dslaunch export: " << error << "\n";
+    return kBadInput;
+  }
+  const worker::model::HfGpt2Weights loaded = worker::model::load_hf_gpt2(*weights, 0, 1);
+  if (!loaded.error.empty()) {
+    std::cerr << "dslaunch export: " << loaded.error << "\n";
+    return kFailed;
+  }
+  const worker::model::ParameterTable table(loaded.config);
+  std::error_code ignored;  // a folder that cannot be made fails the write below, with its name
+  fs::create_directories(fs::absolute(out).parent_path(), ignored);
+  if (!worker::model::write_hf_gpt2(out, table, loaded.params.data(), error)) {
+    std::cerr << "dslaunch export: " << error << "\n";
+    return kFailed;
+  }
+  std::cout << fmt::format(
+      "{}: {} layers, {} channels, {} heads, vocabulary {}; config.json "
+      "beside it\n",
+      out, loaded.config.num_layers, loaded.config.channels, loaded.config.num_heads,
+      loaded.config.vocab_size);
+  return 0;
+}
+
+int run_eval_command(const EvalOptions& options) {
+  try {
+    return evaluate(options);
+  } catch (const std::exception& error) {
+    std::cerr << "dslaunch eval: " << error.what() << "\n";
+    return kFailed;
+  }
 }
 
 }  // namespace dslaunch::launcher

@@ -1,5 +1,6 @@
 #include "worker/train_workload.h"
 
+#include <exception>
 #include <filesystem>
 #include <iostream>
 
@@ -82,12 +83,21 @@ int run_train_workload(const TrainWorkloadContext& context) {
   options.data_comm = context.groups->data();
   options.stop_requested = context.stop_requested;
   options.on_step_started = context.on_step_started;
+  options.on_memory = context.on_memory;
   options.on_step = [&](const engine::StepReport& report) {
+    if (context.on_step_done) context.on_step_done(report);
     if (!reporter) return;
     std::cout << format_step(report, spec.training.steps) << std::endl;
     send_step_metrics(session, report);
   };
-  const engine::TrainResult result = engine::train(spec, data, *backend, options);
+  engine::TrainResult result;
+  try {
+    result = engine::train(spec, data, *backend, options);
+  } catch (const std::exception& error) {
+    // Out of memory, or a broken invariant: report it as this rank's error
+    // instead of dying with no word to the controller.
+    result.error = fmt::format("training stopped by an internal error: {}", error.what());
+  }
   if (!result.error.empty()) {
     report_error(session, result.error);
     return 1;

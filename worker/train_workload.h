@@ -5,6 +5,7 @@
 
 #include "launcher/spec/job_spec.h"
 #include "proto/controller_client.h"
+#include "worker/engine/trainer.h"
 #include "worker/parallel/process_groups.h"
 
 namespace dslaunch::worker {
@@ -18,6 +19,8 @@ struct TrainWorkloadContext {
   int compute_threads = 1;
   std::function<bool()> stop_requested;
   std::function<void(int64_t)> on_step_started;
+  std::function<void(const engine::StepReport&)> on_step_done;  // on every rank
+  std::function<void(const engine::MemoryReport&)> on_memory;
 };
 
 // `kind: train`: trains the spec's model with data parallelism over the data

@@ -44,6 +44,12 @@ struct RankStatus {
   std::atomic<bool> finished{false};
   std::atomic<int64_t> step{0};
   std::atomic<int> phase{v1::PHASE_INIT};
+  std::atomic<double> loss{0};
+  std::atomic<double> tokens_per_s{0};
+  std::atomic<int64_t> parameter_bytes{0};
+  std::atomic<int64_t> gradient_bytes{0};
+  std::atomic<int64_t> optimizer_state_bytes{0};
+  std::atomic<int64_t> activation_bytes{0};
   std::atomic<int64_t> communication_bytes{0};
 };
 
@@ -122,7 +128,14 @@ void heartbeat_loop(proto::Session& session, RankStatus& status, std::chrono::mi
     heartbeat->set_step(status.step.load());
     heartbeat->set_phase(static_cast<v1::Phase>(status.phase.load()));
     heartbeat->set_unix_time_ms(unix_time_ms());
-    heartbeat->mutable_memory()->set_communication_buffers(status.communication_bytes.load());
+    heartbeat->set_loss(status.loss.load());
+    heartbeat->set_tokens_per_s(status.tokens_per_s.load());
+    v1::MemoryUsage* memory = heartbeat->mutable_memory();
+    memory->set_parameters(status.parameter_bytes.load());
+    memory->set_gradients(status.gradient_bytes.load());
+    memory->set_optimizer_states(status.optimizer_state_bytes.load());
+    memory->set_activations(status.activation_bytes.load());
+    memory->set_communication_buffers(status.communication_bytes.load());
     session.send(message);
     wake.wait_for(lock, interval,
                   [&] { return status.finished.load() || status.stacks_requested.load(); });
@@ -316,6 +329,17 @@ int run_worker() {
     context.on_step_started = [&status](int64_t step) {
       status.step.store(step);
       status.phase.store(v1::PHASE_TRAIN);
+    };
+    context.on_step_done = [&status](const engine::StepReport& report) {
+      status.loss.store(report.loss);
+      status.tokens_per_s.store(report.tokens_per_second);
+    };
+    context.on_memory = [&status](const engine::MemoryReport& memory) {
+      status.parameter_bytes.store(memory.parameters);
+      status.gradient_bytes.store(memory.gradients);
+      status.optimizer_state_bytes.store(memory.optimizer_states);
+      status.activation_bytes.store(memory.activations);
+      status.communication_bytes.store(memory.communication_buffers);
     };
     exit_code = run_train_workload(context);
   }

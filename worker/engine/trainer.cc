@@ -1,5 +1,6 @@
 #include "worker/engine/trainer.h"
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -101,14 +102,20 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   }
   const data::WindowSampler& sampler = *sampling.sampler;
 
+  if (options.on_memory) {
+    MemoryReport memory;
+    memory.parameters = table.total() * static_cast<int64_t>(sizeof(float));
+    memory.gradients = memory.parameters;
+    memory.optimizer_states = optimizer.state_bytes();
+    memory.activations = model.activation_bytes();
+    memory.communication_buffers = reducer.buffer_bytes();
+    options.on_memory(memory);
+  }
+
   std::vector<int32_t> inputs(micro * T);
   std::vector<int32_t> targets(micro * T);
   const double tokens_per_step = static_cast<double>(global_batch) * T;
   for (int64_t step = 0; step < training.steps; ++step) {
-    if (options.stop_requested && options.stop_requested()) {
-      result.stopped = true;
-      break;
-    }
     if (options.on_step_started) options.on_step_started(step + 1);
     const Clock::time_point start = Clock::now();
     std::memset(grads.data(), 0, grads.size() * sizeof(float));
@@ -134,12 +141,19 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       result.error = "gradient all-reduce: " + error;
       return result;
     }
-    double loss = loss_sum / static_cast<double>(accumulation);
-    if (std::string error = sum_over_ranks(options.data_comm, &loss, 1); !error.empty()) {
+    // The stop request travels with the loss: each rank sees it at its own
+    // moment, and all must leave the loop after the same step, or the ones
+    // left behind would wait in the next all-reduce forever.
+    const bool stop_here = options.stop_requested && options.stop_requested();
+    std::array<double, 2> loss_and_stop = {loss_sum / static_cast<double>(accumulation),
+                                           stop_here ? 1.0 : 0.0};
+    if (std::string error = sum_over_ranks(options.data_comm, loss_and_stop.data(), 2);
+        !error.empty()) {
       result.error = "loss all-reduce: " + error;
       return result;
     }
-    loss /= dp_size;
+    const double loss = loss_and_stop[0] / dp_size;
+    const bool stop_after_step = loss_and_stop[1] > 0;
 
     const double grad_norm = std::sqrt(backend.sum_of_squares(grads.data(), table.total()));
     if (!std::isfinite(grad_norm) || !std::isfinite(loss)) {
@@ -168,8 +182,8 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     report.tokens_per_second = tokens_per_step / report.step_seconds;
     report.tflops = model.flops_per_token() * report.tokens_per_second / 1e12;
     const bool last_step = step + 1 == training.steps;
-    const bool eval_step =
-        last_step || (training.eval_interval > 0 && (step + 1) % training.eval_interval == 0);
+    const bool eval_step = last_step || stop_after_step ||
+                           (training.eval_interval > 0 && (step + 1) % training.eval_interval == 0);
     if (eval_step) {
       double sum = sum_of_batch_losses(model, result.params.data(), data.valid, micro,
                                        training.eval_batches, dp_rank, dp_size);
@@ -180,6 +194,10 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       report.eval_loss = sum / static_cast<double>(training.eval_batches);
     }
     if (options.on_step) options.on_step(report);
+    if (stop_after_step && step + 1 < training.steps) {
+      result.stopped = true;
+      break;
+    }
   }
   return result;
 }

@@ -27,12 +27,23 @@ struct StepReport {
   std::optional<double> eval_loss;  // set on evaluation steps
 };
 
+// Bytes one rank holds for training, by kind (the ZeRO paper's accounting).
+struct MemoryReport {
+  int64_t parameters = 0;
+  int64_t gradients = 0;
+  int64_t optimizer_states = 0;
+  int64_t activations = 0;
+  int64_t communication_buffers = 0;
+};
+
 struct TrainerOptions {
   MPI_Comm data_comm = MPI_COMM_NULL;  // the data-parallel group
-  // Checked between steps; true ends training after the current step.
+  // Checked during every step on every rank; when it is true on any rank,
+  // every rank evaluates and stops after that step.
   std::function<bool()> stop_requested;
-  std::function<void(const StepReport&)> on_step;  // called on every rank
-  std::function<void(int64_t)> on_step_started;    // the step about to run
+  std::function<void(const StepReport&)> on_step;      // called on every rank
+  std::function<void(int64_t)> on_step_started;        // the step about to run
+  std::function<void(const MemoryReport&)> on_memory;  // once, before the first step
 };
 
 struct TrainResult {

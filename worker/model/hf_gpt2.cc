@@ -156,16 +156,17 @@ std::string wrong_shape(const SafetensorsTensor& tensor, const std::vector<int64
 }  // namespace
 
 std::string hf_gpt2_config_json(const Gpt2Config& config) {
+  // The end-of-text token: 0 for a byte vocabulary (the document separator
+  // of tools/tokenize), else the last token, as GPT-2's <|endoftext|> is.
+  const int64_t end_of_text = config.vocab_size == 256 ? 0 : config.vocab_size - 1;
   // Keys sorted, two-space indent: as transformers writes config.json.
   const nlohmann::json json = {
       {"activation_function", "gelu_new"},
       {"architectures", {"GPT2LMHeadModel"}},
       {"attn_pdrop", 0.0},
-      // GPT-2's <|endoftext|> is its last token; a byte-level vocabulary
-      // keeps that convention.
-      {"bos_token_id", config.vocab_size - 1},
+      {"bos_token_id", end_of_text},
       {"embd_pdrop", 0.0},
-      {"eos_token_id", config.vocab_size - 1},
+      {"eos_token_id", end_of_text},
       {"initializer_range", 0.02},
       {"layer_norm_epsilon", 1e-5},
       {"model_type", "gpt2"},

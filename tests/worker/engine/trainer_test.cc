@@ -19,7 +19,7 @@ spec::JobSpec job_in(const std::string& dir) {
   return spec;
 }
 
-TEST_CASE("a stop request ends training after the current step") {
+TEST_CASE("a stop request ends training, evaluated, after the step it arrived in") {
   const std::string dir = testing::shared_token_files(MPI_COMM_SELF);
   spec::JobSpec spec = job_in(dir);
   const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
@@ -30,6 +30,7 @@ TEST_CASE("a stop request ends training after the current step") {
   options.data_comm = MPI_COMM_SELF;
   options.on_step = [&](const StepReport& report) {
     reported = report.step;
+    if (report.step == 4) CHECK(report.eval_loss.has_value());
     CHECK(report.tokens_per_second > 0);
     CHECK(report.tflops > 0);
     CHECK(report.grad_norm > 0);
@@ -40,7 +41,7 @@ TEST_CASE("a stop request ends training after the current step") {
   const TrainResult result = train(spec, data, *backend, options);
   CHECK(result.error == "");
   CHECK(result.stopped);
-  CHECK(result.steps == 3);
+  CHECK(result.steps == 4);  // asked during step 4, after step 3 reported
   std::filesystem::remove_all(dir);
 }
 
@@ -76,6 +77,12 @@ TEST_CASE("what the engine cannot do yet is refused before training starts") {
   spec = testing::tiny_job("a", "b");
   spec.parallelism.tensor = 2;
   CHECK_THAT(training_support_problem(spec), Catch::Contains("tensor"));
+  spec = testing::tiny_job("a", "b");
+  spec.checkpoint.interval = 10;
+  CHECK_THAT(training_support_problem(spec), Catch::Contains("checkpoint.interval"));
+  spec = testing::tiny_job("a", "b");
+  spec.fault_tolerance.max_restarts = 1;
+  CHECK_THAT(training_support_problem(spec), Catch::Contains("max_restarts: 0"));
   spec = testing::tiny_job("a", "b");
   spec.cluster.device = spec::Device::kCuda;
   CHECK_THAT(training_support_problem(spec), Catch::Contains("cpu"));

@@ -208,6 +208,11 @@ TEST_CASE("write_hf_gpt2 writes Hugging Face names, real vocabulary rows and a c
   CHECK(config["layer_norm_epsilon"] == 1e-5);
   CHECK(config["tie_word_embeddings"] == true);
   CHECK(config["eos_token_id"] == 10);
+  Gpt2Config bytes;
+  bytes.vocab_size = 256;
+  bytes.padded_vocab_size = 256;
+  const nlohmann::json byte_config = nlohmann::json::parse(hf_gpt2_config_json(bytes));
+  CHECK(byte_config["eos_token_id"] == 0);  // tools/tokenize's document separator
 }
 
 TEST_CASE("load_hf_gpt2 reads back what write_hf_gpt2 wrote") {
