@@ -44,6 +44,49 @@ std::vector<nlohmann::json> read_jsonl(const fs::path& path) {
   return lines;
 }
 
+// A 2-rank job of a tiny model on train.bin and valid.bin in `dir`.
+fs::path write_tiny_spec(const fs::path& dir, int steps) {
+  const fs::path spec = dir / "tiny.yaml";
+  std::ofstream file(spec);
+  file << fmt::format(R"(name: tiny
+cluster: {{device: cpu, num_gpus: 2}}
+model:
+  num_layers: 2
+  hidden_size: 64
+  num_attention_heads: 2
+  vocab_size: 256
+  seq_length: 32
+  make_vocab_size_divisible_by: 64
+data: {{train: train.bin, valid: valid.bin}}
+training:
+  train_batch_size: 8
+  train_micro_batch_size_per_gpu: 4
+  steps: {}
+  eval_interval: 10
+  eval_batches: 4
+  gradient_clipping: 1.0
+  zero_optimization: {{reduce_bucket_size: 20000}}
+  optimizer: {{type: AdamW, params: {{lr: 0.003, weight_decay: 0.1}}}}
+fault_tolerance: {{heartbeat_interval: 1, heartbeat_timeout: 60}}
+)",
+                      steps);
+  return spec;
+}
+
+// Text through the tokenizer tool into train.bin and valid.bin in `dir`.
+void tokenize_corpus(const fs::path& dir) {
+  {
+    std::ofstream text(dir / "corpus.txt");
+    text << sentences(3000, 5);
+  }
+  const auto tokenized = run_command(
+      fmt::format("{} {} --out {} --valid-out {} --valid-fraction 0.1 2>&1",
+                  runfile("tools/tokenize/tokenize_text"), (dir / "corpus.txt").string(),
+                  (dir / "train.bin").string(), (dir / "valid.bin").string()));
+  INFO(tokenized.output);
+  REQUIRE(tokenized.exit_code == 0);
+}
+
 struct Workspace {
   fs::path dir = fs::path(std::getenv("TEST_TMPDIR")) / "train_e2e";
   std::string env;
@@ -60,41 +103,9 @@ struct Workspace {
 
 TEST_CASE("a 2-rank training job trains, exports, and evaluates to the loss it logged") {
   const Workspace w;
-  {
-    std::ofstream text(w.dir / "corpus.txt");
-    text << sentences(3000, 5);
-  }
-  const auto tokenized = run_command(
-      fmt::format("{} {} --out {} --valid-out {} --valid-fraction 0.1 2>&1",
-                  runfile("tools/tokenize/tokenize_text"), (w.dir / "corpus.txt").string(),
-                  (w.dir / "train.bin").string(), (w.dir / "valid.bin").string()));
-  INFO(tokenized.output);
-  REQUIRE(tokenized.exit_code == 0);
+  tokenize_corpus(w.dir);
 
-  const fs::path spec = w.dir / "tiny.yaml";
-  {
-    std::ofstream file(spec);
-    file << R"(name: tiny
-cluster: {device: cpu, num_gpus: 2}
-model:
-  num_layers: 2
-  hidden_size: 64
-  num_attention_heads: 2
-  vocab_size: 256
-  seq_length: 32
-  make_vocab_size_divisible_by: 64
-data: {train: train.bin, valid: valid.bin}
-training:
-  train_batch_size: 8
-  train_micro_batch_size_per_gpu: 4
-  steps: 30
-  eval_interval: 10
-  eval_batches: 4
-  gradient_clipping: 1.0
-  optimizer: {type: AdamW, params: {lr: 0.003, weight_decay: 0.1}}
-fault_tolerance: {heartbeat_interval: 1, heartbeat_timeout: 60}
-)";
-  }
+  const fs::path spec = write_tiny_spec(w.dir, 30);
   const fs::path job = w.dir / "jobs" / "tiny-run";
   const auto run =
       w.dslaunch(fmt::format("run {} --job-dir {} --progress off", spec.string(), job.string()));
@@ -150,6 +161,34 @@ fault_tolerance: {heartbeat_interval: 1, heartbeat_timeout: 60}
   const double torch_loss =
       nlohmann::json::parse(reference.output.substr(reference.output.rfind('{')))["loss"];
   CHECK(ours == Approx(torch_loss).epsilon(1e-5));
+}
+
+TEST_CASE("dslaunch stop ends a training job after a step, with its weights and last evaluation") {
+  const Workspace w;
+  tokenize_corpus(w.dir);
+  const fs::path spec = write_tiny_spec(w.dir, 1000000);
+  const fs::path job = w.dir / "jobs" / "tiny-stop";
+  const std::string dslaunch = w.env + " " + runfile("launcher/dslaunch");
+  // Start the run, wait for 3 steps' metrics, stop it, and wait for the run.
+  const auto stopped = run_command(fmt::format(
+      "({0} run {1} --job-dir {2} --progress off > {3}/run.out 2>&1; echo $? > {3}/run.rc) & "
+      "for i in $(seq 1200); do [ -f {2}/metrics.jsonl ] && "
+      "[ $(wc -l < {2}/metrics.jsonl) -ge 3 ] && break; sleep 0.1; done; "
+      "{0} stop {2} 2>&1; wait",
+      dslaunch, spec.string(), job.string(), w.dir.string()));
+  INFO(stopped.output);
+  std::string rc;
+  std::ifstream(w.dir / "run.rc") >> rc;
+  CHECK(rc == "3");  // STOPPED
+  nlohmann::json state;
+  std::ifstream(job / "state.json") >> state;
+  CHECK(state["state"] == "STOPPED");
+  const std::vector<nlohmann::json> metrics = read_jsonl(job / "metrics.jsonl");
+  REQUIRE(metrics.size() >= 3);
+  CHECK(metrics.size() < 1000000);
+  CHECK(metrics.back().contains("eval_loss"));  // the last step evaluated
+  CHECK(fs::is_regular_file(job / "weights" / "model.safetensors"));
+  CHECK(fs::is_regular_file(job / "weights" / "config.json"));
 }
 
 TEST_CASE("export and eval refuse what they cannot read, naming it") {
