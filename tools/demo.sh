@@ -1,25 +1,40 @@
 #!/usr/bin/env bash
 # The demo command (README): installs what is missing, builds dslaunch and
 # dsworker, and runs them on this machine: the environment report, the plan
-# of the demo training job (jobs/demo.yaml), and a real 4-rank job started
-# and watched by `dslaunch run`: the collectives benchmark (jobs/commbench.yaml).
-# Training the demo job joins once the training engine exists.
+# of the demo training job, the training itself (2 data-parallel ranks on the
+# built-in corpus, generated on first use), the job's status, its weights
+# exported as Hugging Face GPT-2 safetensors and evaluated, and a 4-rank
+# collectives benchmark (jobs/commbench.yaml).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash tools/setup.sh
 bazel build //launcher:dslaunch //worker:dsworker
 bin=$(bazel info bazel-bin 2>/dev/null)
+dslaunch="$bin/launcher/dslaunch"
+job_dir="${DSLAUNCH_HOME:-$HOME/.dslaunch}/jobs/demo-$(date +%Y%m%d-%H%M%S)"
 
 echo
 echo "== dslaunch report"
-"$bin/launcher/dslaunch" report
+"$dslaunch" report
 echo
 echo "== dslaunch plan jobs/demo.yaml"
-"$bin/launcher/dslaunch" plan jobs/demo.yaml
+"$dslaunch" plan jobs/demo.yaml
 echo
-echo "== dslaunch run jobs/commbench.yaml"
-"$bin/launcher/dslaunch" run jobs/commbench.yaml --set commbench.max_bytes=1048576
+echo "== dslaunch run jobs/demo.yaml"
+"$dslaunch" run jobs/demo.yaml --job-dir "$job_dir"
 echo
 echo "== dslaunch status"
-"$bin/launcher/dslaunch" status
+"$dslaunch" status
+echo
+echo "== the last steps, from the rank-0 log"
+grep -E '^data:|eval_loss' "$job_dir/logs/attempt_0/rank_0/stdout.log"
+echo
+echo "== dslaunch export, then dslaunch eval on the demo corpus's evaluation split"
+"$dslaunch" export "$job_dir" --out "$job_dir/export/model.safetensors"
+data_dir="${DSL_DATA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dslaunch/data}"
+"$dslaunch" eval --weights "$job_dir/export/model.safetensors" \
+  --tokens "$data_dir/demo-v1-valid.bin" --batch 8 --seq 256 --batches 8
+echo
+echo "== dslaunch run jobs/commbench.yaml"
+"$dslaunch" run jobs/commbench.yaml --set commbench.max_bytes=1048576
