@@ -110,6 +110,22 @@ void send_event(proto::Session& session, v1::WorkerEvent::Kind kind, const std::
   session.send(out);
 }
 
+// What a heartbeat says: where the rank is, its last step's loss and
+// speed, and its memory by kind.
+void fill_heartbeat(const RankStatus& status, v1::Heartbeat& heartbeat) {
+  heartbeat.set_step(status.step.load());
+  heartbeat.set_phase(static_cast<v1::Phase>(status.phase.load()));
+  heartbeat.set_unix_time_ms(unix_time_ms());
+  heartbeat.set_loss(status.loss.load());
+  heartbeat.set_tokens_per_s(status.tokens_per_s.load());
+  v1::MemoryUsage* memory = heartbeat.mutable_memory();
+  memory->set_parameters(status.parameter_bytes.load());
+  memory->set_gradients(status.gradient_bytes.load());
+  memory->set_optimizer_states(status.optimizer_state_bytes.load());
+  memory->set_activations(status.activation_bytes.load());
+  memory->set_communication_buffers(status.communication_bytes.load());
+}
+
 // Heartbeats at the controller's interval until the rank finishes, and
 // answers stack-dump requests: gRPC's callback threads must not wait for a
 // capture, so they only flag it and wake this thread.
@@ -124,18 +140,7 @@ void heartbeat_loop(proto::Session& session, RankStatus& status, std::chrono::mi
       session.send(stacks);
     }
     v1::WorkerMessage message;
-    v1::Heartbeat* heartbeat = message.mutable_heartbeat();
-    heartbeat->set_step(status.step.load());
-    heartbeat->set_phase(static_cast<v1::Phase>(status.phase.load()));
-    heartbeat->set_unix_time_ms(unix_time_ms());
-    heartbeat->set_loss(status.loss.load());
-    heartbeat->set_tokens_per_s(status.tokens_per_s.load());
-    v1::MemoryUsage* memory = heartbeat->mutable_memory();
-    memory->set_parameters(status.parameter_bytes.load());
-    memory->set_gradients(status.gradient_bytes.load());
-    memory->set_optimizer_states(status.optimizer_state_bytes.load());
-    memory->set_activations(status.activation_bytes.load());
-    memory->set_communication_buffers(status.communication_bytes.load());
+    fill_heartbeat(status, *message.mutable_heartbeat());
     session.send(message);
     wake.wait_for(lock, interval,
                   [&] { return status.finished.load() || status.stacks_requested.load(); });
@@ -353,9 +358,7 @@ int run_worker() {
   heartbeat_wake.notify_all();
   heartbeats.join();
   v1::WorkerMessage last;
-  last.mutable_heartbeat()->set_step(status.step.load());
-  last.mutable_heartbeat()->set_phase(v1::PHASE_FINISHED);
-  last.mutable_heartbeat()->set_unix_time_ms(unix_time_ms());
+  fill_heartbeat(status, *last.mutable_heartbeat());
   session->send(last);
   closing.store(true);
   session->close();

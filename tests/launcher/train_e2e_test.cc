@@ -125,6 +125,18 @@ TEST_CASE("a 2-rank training job trains, exports, and evaluates to the loss it l
     if (metrics[i].contains("eval_loss")) eval_losses.push_back(metrics[i]["eval_loss"]);
   }
   REQUIRE(eval_losses.size() == 3);
+  // The heartbeats carried the last step's loss and every rank's memory.
+  nlohmann::json state;
+  std::ifstream(job / "state.json") >> state;
+  CHECK(state["loss"].get<double>() == Approx(metrics.back()["loss"].get<double>()));
+  CHECK(state["tokens_per_s"].get<double>() > 0);
+  REQUIRE(state["ranks"].size() == 2);
+  for (const auto& rank : state["ranks"]) {
+    // 4 bytes per parameter each for weights and gradients, 8 for Adam.
+    CHECK(rank["memory"]["optimizer_states"].get<int64_t>() ==
+          2 * rank["memory"]["parameters"].get<int64_t>());
+    CHECK(rank["memory"]["activations"].get<int64_t>() > 0);
+  }
   CHECK(metrics.front()["loss"].get<double>() == Approx(std::log(256.0)).epsilon(0.05));
   CHECK(eval_losses.back() < 0.75 * metrics.front()["loss"].get<double>());
 
