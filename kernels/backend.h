@@ -90,29 +90,38 @@ class Backend {
   // da += dout; db += dout.
   virtual void residual_backward(float* da, float* db, const float* dout, int64_t n) = 0;
 
-  // probs (N,Vp): the softmax of each row's first V logits; the padded
-  // columns [V, Vp) get probability 0. probs may be logits (in place).
-  virtual void softmax_forward(float* probs, const float* logits, int64_t N, int64_t V,
-                               int64_t Vp) = 0;
-  // losses (N) = -log probs[i, targets[i]]. targets must lie in [0, V).
-  virtual void crossentropy_forward(float* losses, const float* probs, const int32_t* targets,
-                                    int64_t N, int64_t Vp) = 0;
+  // The softmax and the cross-entropy loss of each row, in one call that
+  // reads each row of logits (N,Vp) while it is in cache: probs (N,Vp) gets the softmax of the
+  // row's first V logits (the padded columns [V, Vp) get 0), and losses (N) = logsumexp(row's first
+  // V logits) - logits[i, targets[i]], the loss PyTorch's log_softmax gives. The loss is computed
+  // from the logits, not from probs, so it stays finite however small the target's probability is
+  // (a probability below float's range becomes 0 in probs). targets must lie in [0, V). probs may
+  // be logits (in place); losses must not overlap either.
+  virtual void softmax_crossentropy_forward(float* probs, float* losses, const float* logits,
+                                            const int32_t* targets, int64_t N, int64_t V,
+                                            int64_t Vp) = 0;
   // The fused gradient of softmax and cross-entropy: dlogits (N,Vp) +=
   // (probs - onehot(target)) · dlosses[i]; padded columns stay unchanged.
   virtual void crossentropy_softmax_backward(float* dlogits, const float* dlosses,
                                              const float* probs, const int32_t* targets, int64_t N,
                                              int64_t V, int64_t Vp) = 0;
 
-  // One AdamW step (Loshchilov & Hutter, with PyTorch's bias correction) on
-  // n parameters: m and v are the first and second moments, step counts
-  // from 1. Weight decay is decoupled: params -= lr·weight_decay·params.
-  // With decoupled = false it is Adam's L2 penalty instead (grad += wd·param).
+  // One step of torch.optim.AdamW (decoupled = true) or torch.optim.Adam
+  // with an L2 penalty (decoupled = false) on n parameters, as PyTorch 1.13
+  // takes it with foreach=False: m and v are the first and second moments,
+  // step counts from 1. The hyperparameters are doubles, as Python's floats
+  // are: the step's scalars (bias corrections, step size, 1 - beta, the
+  // decay 1 - lr·weight_decay) are computed in double and rounded to float
+  // once; the float loop then rounds each operation where PyTorch's CPU
+  // kernels do (fused multiply-adds included). That gives PyTorch's results
+  // bit for bit (checked against its AVX2 kernels), and the same bits on
+  // every vector unit.
   struct AdamWParams {
-    float lr = 1e-3f;
-    float beta1 = 0.9f;
-    float beta2 = 0.999f;
-    float eps = 1e-8f;
-    float weight_decay = 0;
+    double lr = 1e-3;
+    double beta1 = 0.9;
+    double beta2 = 0.999;
+    double eps = 1e-8;
+    double weight_decay = 0;
     bool decoupled = true;
     int64_t step = 1;
   };

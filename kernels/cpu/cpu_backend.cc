@@ -96,15 +96,11 @@ class CpuBackend final : public Backend {
     cpu::residual_backward(da, db, dout, n);
   }
 
-  void softmax_forward(float* probs, const float* logits, int64_t N, int64_t V,
-                       int64_t Vp) override {
+  void softmax_crossentropy_forward(float* probs, float* losses, const float* logits,
+                                    const int32_t* targets, int64_t N, int64_t V,
+                                    int64_t Vp) override {
     prepare_calling_thread();
-    cpu::softmax_forward(probs, logits, N, V, Vp);
-  }
-  void crossentropy_forward(float* losses, const float* probs, const int32_t* targets, int64_t N,
-                            int64_t Vp) override {
-    prepare_calling_thread();
-    cpu::crossentropy_forward(losses, probs, targets, N, Vp);
+    cpu::softmax_crossentropy_forward(probs, losses, logits, targets, N, V, Vp);
   }
   void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const float* probs,
                                      const int32_t* targets, int64_t N, int64_t V,

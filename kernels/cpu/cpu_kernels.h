@@ -50,13 +50,12 @@ void gelu_forward(float* out, const float* inp, int64_t n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
 
 // softmax_crossentropy.cc
-void softmax_forward(float* probs, const float* logits, int64_t N, int64_t V, int64_t Vp);
-void crossentropy_forward(float* losses, const float* probs, const int32_t* targets, int64_t N,
-                          int64_t Vp);
+void softmax_crossentropy_forward(float* probs, float* losses, const float* logits,
+                                  const int32_t* targets, int64_t N, int64_t V, int64_t Vp);
 void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const float* probs,
                                    const int32_t* targets, int64_t N, int64_t V, int64_t Vp);
 
-// adamw.cc
+// adamw.cc, compiled without -ffp-contract=fast (see BUILD.bazel)
 void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,
                   const Backend::AdamWParams& hyper);
 

@@ -7,8 +7,12 @@
 namespace dslaunch::kernels::cpu {
 namespace {
 
-// probs[0, V) = softmax(logits[0, V)), probs[V, Vp) = 0. probs may be logits.
-DSL_VECTOR_CLONES void softmax_row(float* probs, const float* logits, int64_t V, int64_t Vp) {
+// probs[0, V) = softmax(logits[0, V)), probs[V, Vp) = 0; returns the loss
+// logsumexp(logits[0, V)) - logits[target]. probs may be logits: the target's
+// logit is read before anything is written.
+DSL_VECTOR_CLONES float softmax_crossentropy_row(float* probs, const float* logits, int64_t target,
+                                                 int64_t V, int64_t Vp) {
+  const float target_logit = logits[target];
   float max = logits[0];
 #pragma omp simd reduction(max : max)
   for (int64_t i = 0; i < V; ++i) max = logits[i] > max ? logits[i] : max;
@@ -23,6 +27,10 @@ DSL_VECTOR_CLONES void softmax_row(float* probs, const float* logits, int64_t V,
 #pragma omp simd
   for (int64_t i = 0; i < V; ++i) probs[i] *= inverse;
   std::fill(probs + V, probs + Vp, 0.0f);
+  // logsumexp = max + log(sum), and sum >= 1 (the maximum contributes 1): the
+  // loss is the target's gap below the maximum, exact in double, plus a
+  // small positive term, finite however far the target lies below.
+  return static_cast<float>((double{max} - double{target_logit}) + std::log(sum));
 }
 
 DSL_VECTOR_CLONES void add_scaled(float* dst, const float* src, float factor, int64_t n) {
@@ -32,14 +40,13 @@ DSL_VECTOR_CLONES void add_scaled(float* dst, const float* src, float factor, in
 
 }  // namespace
 
-void softmax_forward(float* probs, const float* logits, int64_t N, int64_t V, int64_t Vp) {
+void softmax_crossentropy_forward(float* probs, float* losses, const float* logits,
+                                  const int32_t* targets, int64_t N, int64_t V, int64_t Vp) {
 #pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < N; ++row) softmax_row(probs + row * Vp, logits + row * Vp, V, Vp);
-}
-
-void crossentropy_forward(float* losses, const float* probs, const int32_t* targets, int64_t N,
-                          int64_t Vp) {
-  for (int64_t row = 0; row < N; ++row) losses[row] = -std::log(probs[row * Vp + targets[row]]);
+  for (int64_t row = 0; row < N; ++row) {
+    losses[row] =
+        softmax_crossentropy_row(probs + row * Vp, logits + row * Vp, targets[row], V, Vp);
+  }
 }
 
 void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const float* probs,

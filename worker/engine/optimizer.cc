@@ -17,14 +17,14 @@ AdamW::AdamW(const spec::OptimizerSpec& spec, const model::ParameterTable& table
 void AdamW::step(kernels::Backend& backend, float* params, const float* grads, double lr) {
   ++step_;
   kernels::Backend::AdamWParams hyper;
-  hyper.lr = static_cast<float>(lr);
-  hyper.beta1 = static_cast<float>(spec_.betas[0]);
-  hyper.beta2 = static_cast<float>(spec_.betas[1]);
-  hyper.eps = static_cast<float>(spec_.eps);
+  hyper.lr = lr;
+  hyper.beta1 = spec_.betas[0];
+  hyper.beta2 = spec_.betas[1];
+  hyper.eps = spec_.eps;
   hyper.decoupled = spec_.decoupled_weight_decay;
   hyper.step = step_;
   for (const Span& span : spans_) {
-    hyper.weight_decay = span.decay ? static_cast<float>(spec_.weight_decay) : 0.0f;
+    hyper.weight_decay = span.decay ? spec_.weight_decay : 0.0;
     backend.adamw_update(params + span.begin, grads + span.begin, m_.data() + (span.begin - begin_),
                          v_.data() + (span.begin - begin_), span.end - span.begin, hyper);
   }

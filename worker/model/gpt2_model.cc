@@ -217,8 +217,8 @@ float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32
   backend_.layernorm_forward(act + a.lnf, act + a.lnf_mean, act + a.lnf_rstd, residual, lnfw, lnfb,
                              N, C);
   backend_.logits_forward(act + a.logits, act + a.lnf, wte, N, C, Vp);
-  backend_.softmax_forward(act + a.probs, act + a.logits, N, V, Vp);
-  backend_.crossentropy_forward(act + a.losses, act + a.probs, targets, N, Vp);
+  backend_.softmax_crossentropy_forward(act + a.probs, act + a.losses, act + a.logits, targets, N,
+                                        V, Vp);
   double sum = 0;
   for (int64_t i = 0; i < N; ++i) sum += act[a.losses + i];
   return static_cast<float>(sum / static_cast<double>(N));

@@ -117,11 +117,14 @@ TEST_CASE("kernels give the same bits on 1 and 2 threads") {
     const auto logits = random_floats(N * Vp, 4, -5.0f, 5.0f);
     std::vector<int32_t> targets(N);
     for (int64_t i = 0; i < N; ++i) targets[i] = static_cast<int32_t>((i * 37) % V);
-    check_same_on_1_and_2_threads(std::vector<float>(N * Vp), [&](Backend& b, auto& probs) {
-      b.softmax_forward(probs.data(), logits.data(), N, V, Vp);
+    // probs (N,Vp) then losses (N), one buffer.
+    check_same_on_1_and_2_threads(std::vector<float>(N * Vp + N), [&](Backend& b, auto& out) {
+      b.softmax_crossentropy_forward(out.data(), out.data() + N * Vp, logits.data(), targets.data(),
+                                     N, V, Vp);
     });
-    std::vector<float> probs(N * Vp);
-    cpu_backend().softmax_forward(probs.data(), logits.data(), N, V, Vp);
+    std::vector<float> probs(N * Vp), losses(N);
+    cpu_backend().softmax_crossentropy_forward(probs.data(), losses.data(), logits.data(),
+                                               targets.data(), N, V, Vp);
     check_same_on_1_and_2_threads(random_floats(N * Vp, 5), [&](Backend& b, auto& dlogits) {
       b.crossentropy_softmax_backward(dlogits.data(), y.data(), probs.data(), targets.data(), N, V,
                                       Vp);
@@ -132,7 +135,7 @@ TEST_CASE("kernels give the same bits on 1 and 2 threads") {
     std::vector<float> state(3 * kCount, 0.0f);
     std::copy(x.begin(), x.end(), state.begin());
     Backend::AdamWParams hyper;
-    hyper.weight_decay = 0.1f;
+    hyper.weight_decay = 0.1;
     check_same_on_1_and_2_threads(state, [&](Backend& b, auto& s) {
       b.adamw_update(s.data(), y.data(), s.data() + kCount, s.data() + 2 * kCount, kCount, hyper);
     });
