@@ -13,9 +13,18 @@ GPT-2 and dslaunch's parameter table.
                of `dslaunch eval`.
   train-bench  trains a randomly initialised model of the given shape with
                AdamW and reports tokens/s; the PyTorch side of the benchmark.
+  train-steps  trains given weights for S steps on consecutive batches of a
+               token file with torch.optim.AdamW and gradient clipping, and
+               reports the loss and gradient norm of every step; the check of
+               the engine's gradients and optimizer.
+  write-foreign
+               rewrites GPT-2 safetensors weights the way other tools lay a
+               file out (no "transformer." prefix, other tensor order,
+               unpadded header, causal-mask buffers, F16/BF16), with json,
+               struct and numpy alone; the input of the loader's tests.
 
-Run with Debian's /usr/bin/python3 (python3-torch 1.13, numpy). Both print
-one JSON object on stdout.
+Run with Debian's /usr/bin/python3 (python3-torch 1.13, numpy). eval,
+train-bench and train-steps print one JSON object on stdout.
 """
 
 import argparse
@@ -280,6 +289,26 @@ def read_llmc_tokens(torch, path):
     return torch.from_numpy(tokens.astype(np.int64))
 
 
+def consecutive_batch(tokens, n, B, T):
+    """Batch n of (B, T): the B*T + 1 tokens from n*B*T on, in rows of T,
+    targets shifted by one token (the engine's consecutive_batch)."""
+    window = tokens[n * B * T: n * B * T + B * T + 1]
+    return window[:-1].view(B, T), window[1:].view(B, T)
+
+
+def check_batches(tokens, path, shape, B, T, batches):
+    """Fails unless `batches` consecutive (B, T) batches fit in the tokens
+    and every token is inside the model's vocabulary."""
+    if T > shape["positions"]:
+        fail(f"--seq {T} is longer than the model's {shape['positions']} positions")
+    available = (tokens.numel() - 1) // (B * T)
+    if batches < 1 or batches > available:
+        fail(f"{path}: {tokens.numel()} tokens hold {available} batches of ({B}, {T}), "
+             f"{batches} asked for")
+    if int(tokens.max()) >= shape["vocab"]:
+        fail(f"{path}: token {int(tokens.max())} is outside the vocabulary ({shape['vocab']})")
+
+
 # --- commands ---
 
 
@@ -289,23 +318,12 @@ def command_eval(args):
     model.eval()
     tokens = read_llmc_tokens(torch, args.tokens)
     B, T = args.batch, args.seq
-    if T > shape["positions"]:
-        fail(f"--seq {T} is longer than the model's {shape['positions']} positions")
-    available = (tokens.numel() - 1) // (B * T)
-    batches = available if args.batches is None else args.batches
-    if batches < 1 or batches > available:
-        fail(f"{args.tokens}: {tokens.numel()} tokens hold {available} batches of ({B}, {T}), "
-             f"{batches} asked for")
-    if int(tokens.max()) >= shape["vocab"]:
-        fail(f"{args.tokens}: token {int(tokens.max())} is outside the vocabulary "
-             f"({shape['vocab']})")
+    batches = (tokens.numel() - 1) // (B * T) if args.batches is None else args.batches
+    check_batches(tokens, args.tokens, shape, B, T, batches)
     losses = []
     with torch.no_grad():
         for n in range(batches):
-            window = tokens[n * B * T: n * B * T + B * T + 1]
-            inputs = window[:-1].view(B, T)
-            targets = window[1:].view(B, T)
-            losses.append(float(model(inputs, targets)))
+            losses.append(float(model(*consecutive_batch(tokens, n, B, T))))
     print(json.dumps({"loss": sum(losses) / len(losses), "batches": batches,
                       "batch_losses": losses, **shape}))
 
@@ -362,6 +380,142 @@ def command_train_bench(args):
     }))
 
 
+def command_train_steps(args):
+    torch = import_torch(args.threads, args.openblas_coretype)
+    model, shape = load_model(torch, args.weights, args.n_head)
+    for name, p in model.named_parameters():
+        if p.dtype != torch.float32:
+            fail(f"parameter {name} is {p.dtype}, not float32")
+    tokens = read_llmc_tokens(torch, args.tokens)
+    B, T = args.batch, args.seq
+    check_batches(tokens, args.tokens, shape, B, T, args.steps)
+    # wte is one Parameter used twice (embedding and tied output layer), so
+    # autograd sums both gradients into it and it sits in one group once.
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    no_decay = [p for p in model.parameters() if p.dim() != 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": args.weight_decay},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.lr, betas=tuple(args.betas), eps=args.eps, foreach=False)
+    losses, grad_norms = [], []
+    for step in range(args.steps):
+        optimizer.zero_grad(set_to_none=True)
+        loss = model(*consecutive_batch(tokens, step, B, T))
+        loss.backward()
+        # Reported in double, before clipping; clip_grad_norm_ below uses its
+        # own float32 norm, as a PyTorch training loop would.
+        grad_norms.append(math.sqrt(sum(float(p.grad.double().square().sum())
+                                        for p in model.parameters())))
+        losses.append(float(loss))
+        if args.clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+        optimizer.step()
+    print(json.dumps({"losses": losses, "grad_norms": grad_norms, "steps": args.steps,
+                      "threads": torch.get_num_threads(), **shape}))
+
+
+# --- write-foreign: json, struct and numpy only, independent of torch and of
+# dslaunch's writer ---
+
+SAFETENSORS_NUMPY = {"F32": "<f4", "F64": "<f8", "F16": "<f2"}
+
+
+def read_safetensors_numpy(path):
+    """{name: float32 array} of a safetensors file (F32, F64, F16, BF16)."""
+    import numpy as np
+
+    with open(path, "rb") as f:
+        blob = f.read()
+    if len(blob) < 8:
+        fail(f"{path}: too short for a safetensors header")
+    (header_len,) = struct.unpack("<Q", blob[:8])
+    if 8 + header_len > len(blob):
+        fail(f"{path}: header length {header_len} runs past the end of the file")
+    header = json.loads(blob[8:8 + header_len].decode("utf-8"))
+    data = blob[8 + header_len:]
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        raw = data[begin:end]
+        if entry["dtype"] == "BF16":
+            values = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        elif entry["dtype"] in SAFETENSORS_NUMPY:
+            values = np.frombuffer(raw, dtype=SAFETENSORS_NUMPY[entry["dtype"]])
+        else:
+            fail(f"{path}: tensor {name} has dtype {entry['dtype']}, not a float type")
+        tensors[name] = values.astype(np.float32).reshape(entry["shape"])
+    return tensors
+
+
+def encode_floats(name, values, dtype):
+    """(safetensors dtype, little-endian bytes) of float32 `values` in
+    `dtype` (f32, f16 or bf16), rounded to nearest even."""
+    import numpy as np
+
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    if dtype == "f32":
+        return "F32", values.astype("<f4").tobytes()
+    if dtype == "f16":
+        half = values.astype("<f2")
+        if not np.isfinite(half[np.isfinite(values)]).all():
+            fail(f"tensor {name} has values beyond F16's range (65504)")
+        return "F16", half.tobytes()
+    bits = values.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    rounded[np.isnan(values)] = 0x7FC0
+    return "BF16", rounded.astype("<u2").tobytes()
+
+
+def command_write_foreign(args):
+    import numpy as np
+
+    tensors = {(n[len("transformer."):] if n.startswith("transformer.") else n): v
+               for n, v in read_safetensors_numpy(args.weights).items()
+               if n != "lm_head.weight" and not re.search(r"(^|\.)h\.\d+\.attn\.(masked_)?bias$", n)}
+    for needed in ("wte.weight", "wpe.weight", "h.0.ln_1.weight"):
+        if needed not in tensors:
+            fail(f"{args.weights}: no tensor {needed} (or transformer.{needed}); not GPT-2 weights")
+    layers = 1 + max(int(m.group(1)) for m in (re.match(r"h\.(\d+)\.", n) for n in tensors) if m)
+    positions = tensors["wpe.weight"].shape[0]
+
+    stored = {name: encode_floats(name, values, args.dtype) + (list(values.shape),)
+              for name, values in tensors.items()}
+    if args.lm_head:
+        stored["lm_head.weight"] = stored["wte.weight"]
+    # GPT2Attention's causal mask and masked_bias buffers, which older
+    # transformers versions saved and the released GPT-2 checkpoints hold;
+    # float32 whatever the weights' dtype.
+    mask = np.tril(np.ones((positions, positions), dtype="<f4"))
+    for layer in range(layers):
+        stored[f"h.{layer}.attn.bias"] = ("F32", mask.tobytes(), [1, 1, positions, positions])
+        stored[f"h.{layer}.attn.masked_bias"] = ("F32", np.array(-1e4, "<f4").tobytes(), [])
+
+    # Data in name order, not by descending dtype alignment as the
+    # safetensors library stores it (F32 masks between F16 tensors); header
+    # entries in the reverse order and the metadata last.
+    header, offset = {}, 0
+    for name in sorted(stored):
+        dtype, raw, shape = stored[name]
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+    header = {name: header[name] for name in sorted(header, reverse=True)}
+    header["__metadata__"] = {"format": "pt"}
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    # Unpadded, and one space longer when it happens to be a multiple of 8,
+    # so the tensors start unaligned: the format does not require alignment.
+    if len(text) % 8 == 0:
+        text += b" "
+    partial = args.out + ".partial"
+    with open(partial, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for name in sorted(stored):
+            f.write(stored[name][1])
+    os.replace(partial, args.out)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -400,6 +554,35 @@ def main():
     tb.add_argument("--weight-decay", type=float, default=0.1)
     tb.add_argument("--seed", type=int, default=1)
     tb.set_defaults(run=command_train_bench)
+
+    ts = commands.add_parser("train-steps", parents=[common],
+                             help="losses and gradient norms training weights with AdamW")
+    ts.add_argument("--weights", required=True, help="initial GPT-2 safetensors weights")
+    ts.add_argument("--tokens", required=True,
+                    help="llm.c token file; step s trains on consecutive batch s")
+    ts.add_argument("--n-head", type=int, default=0,
+                    help="attention heads (default: n_head of config.json beside the weights)")
+    ts.add_argument("--batch", type=int, required=True)
+    ts.add_argument("--seq", type=int, required=True)
+    ts.add_argument("--steps", type=int, required=True)
+    ts.add_argument("--lr", type=float, required=True, help="constant learning rate")
+    ts.add_argument("--betas", type=float, nargs=2, default=[0.9, 0.999], metavar=("B1", "B2"))
+    ts.add_argument("--eps", type=float, default=1e-8)
+    ts.add_argument("--weight-decay", type=float, default=0.0,
+                    help="on matrices and embeddings; biases and LayerNorm never decay")
+    ts.add_argument("--clip", type=float, default=0.0,
+                    help="max global gradient norm (clip_grad_norm_); 0: no clipping")
+    ts.set_defaults(run=command_train_steps)
+
+    wf = commands.add_parser("write-foreign",
+                             help="rewrite GPT-2 safetensors as other tools lay them out")
+    wf.add_argument("--weights", required=True, help="GPT-2 safetensors file to read")
+    wf.add_argument("--out", required=True, help="safetensors file to write")
+    wf.add_argument("--dtype", choices=["f32", "f16", "bf16"], default="f32",
+                    help="dtype of the model's tensors (the mask buffers stay F32)")
+    wf.add_argument("--lm-head", action="store_true",
+                    help="also store lm_head.weight, a copy of wte.weight")
+    wf.set_defaults(run=command_write_foreign)
 
     args = parser.parse_args()
     try:
