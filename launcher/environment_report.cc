@@ -1,6 +1,5 @@
 #include "launcher/environment_report.h"
 
-#include <strings.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 #include <google/protobuf/stubs/common.h>
 #include <grpcpp/grpcpp.h>
 
+#include "kernels/cpu/blas_setup.h"
 #include "launcher/capture_output.h"
 #include "tools/build_info/build_info.h"
 
@@ -58,32 +58,19 @@ std::string first_line_of_version(const std::string& program) {
   return "";
 }
 
-bool core_name_is_one_of(const std::string& core, std::initializer_list<const char*> names) {
-  return std::any_of(names.begin(), names.end(),
-                     [&](const char* name) { return strcasecmp(core.c_str(), name) == 0; });
-}
-
 std::string gib(int64_t bytes) { return fmt::format("{:.1f} GiB", bytes / 1073741824.0); }
 
 }  // namespace
 
 std::vector<std::string> blas_advice(const kernels::BlasInfo& blas, bool cpu_has_avx2,
                                      bool cpu_has_avx512f) {
-  std::vector<std::string> advice;
-  if (cpu_has_avx512f &&
-      !core_name_is_one_of(blas.core_name, {"SkylakeX", "CooperLake", "SapphireRapids"})) {
-    advice.push_back(fmt::format(
-        "OpenBLAS uses its {} kernels on a CPU with AVX-512: set OPENBLAS_CORETYPE=SkylakeX "
-        "before starting the process for its AVX-512 kernels (several times faster).",
-        blas.core_name));
-  } else if (!cpu_has_avx512f && cpu_has_avx2 &&
-             !core_name_is_one_of(blas.core_name, {"Haswell", "Zen", "SkylakeX"})) {
-    advice.push_back(fmt::format(
-        "OpenBLAS uses its {} kernels on a CPU with AVX2: set OPENBLAS_CORETYPE=Haswell "
-        "before starting the process for its AVX2 kernels.",
-        blas.core_name));
-  }
-  return advice;
+  const std::string best = cpu_has_avx512f ? "SkylakeX" : cpu_has_avx2 ? "Haswell" : "";
+  if (best.empty() || kernels::openblas_core_satisfies(blas.core_name, best)) return {};
+  return {fmt::format(
+      "OpenBLAS uses its {} kernels on a CPU with {}: dsworker, `dslaunch eval` and the "
+      "benchmarks switch to its {} kernels by themselves; other programs (PyTorch included) need "
+      "OPENBLAS_CORETYPE={} set before they start (several times faster).",
+      blas.core_name, cpu_has_avx512f ? "AVX-512" : "AVX2", best, best)};
 }
 
 EnvironmentReport collect_environment_report() {
