@@ -5,6 +5,7 @@
 //   bazel run -c opt //bench:train_bench [-- --threads N --steps S]
 #include <cblas.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -48,14 +49,18 @@ struct Throughput {
   double step_ms = 0;
 };
 
-// Median GFLOP/s of an n x n x n sgemm.
-double sgemm_gflops(int n) {
+// The best GFLOP/s of an n x n x n sgemm over `runs` runs: a peak, so the
+// fastest run rather than the median.
+double sgemm_gflops(int n, int runs) {
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  const double ms = bench::median_ms(7, [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
-                0.0f, c.data(), n);
-  });
-  return 2.0 * n * n * n / (ms * 1e-3) / 1e9;
+  double best_ms = 1e30;
+  for (int i = 0; i < runs; ++i) {
+    best_ms = std::min(best_ms, bench::median_ms(1, [&] {
+                         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f,
+                                     a.data(), n, b.data(), n, 0.0f, c.data(), n);
+                       }));
+  }
+  return 2.0 * n * n * n / (best_ms * 1e-3) / 1e9;
 }
 
 // Full training steps (forward, backward, AdamW) on random tokens.
@@ -150,9 +155,10 @@ int main(int argc, char** argv) {
 
   dslaunch::kernels::set_compute_threads(threads);
   const auto blas = dslaunch::kernels::query_blas_info();
-  const double peak = sgemm_gflops(1024);
-  std::cout << fmt::format("OpenBLAS {} kernels, {} threads; sgemm 1024^3 peak: {:.1f} GFLOP/s\n\n",
-                           blas.core_name, threads, peak);
+  const double peak = std::max(sgemm_gflops(1024, 10), sgemm_gflops(2048, 4));
+  std::cout << fmt::format(
+      "OpenBLAS {} kernels, {} threads; sgemm peak (best of 1024^3 and 2048^3): {:.1f} GFLOP/s\n\n",
+      blas.core_name, threads, peak);
   std::cout << fmt::format("{:<20} {:>11} {:>12} {:>7} {:>13} {:>14} {:>13}\n", "config",
                            "ours tok/s", "torch tok/s", "ratio", "ours TFLOP/s", "torch TFLOP/s",
                            "ours of peak");
@@ -163,10 +169,11 @@ int main(int argc, char** argv) {
     std::optional<Throughput> theirs;
     if (!skip_pytorch) theirs = pytorch(config, threads, warmup, steps, script, error);
     std::cout << fmt::format(
-        "{:<20} {:>12.0f} {:>12} {:>7} {:>10.3f} {:>8.0f}%\n", config.name, mine.tokens_per_second,
-        theirs ? fmt::format("{:.0f}", theirs->tokens_per_second) : "-",
+        "{:<20} {:>11.0f} {:>12} {:>7} {:>13.3f} {:>14} {:>12.0f}%\n", config.name,
+        mine.tokens_per_second, theirs ? fmt::format("{:.0f}", theirs->tokens_per_second) : "-",
         theirs ? fmt::format("{:.2f}x", mine.tokens_per_second / theirs->tokens_per_second) : "-",
-        mine.tflops, 100 * mine.tflops * 1e3 / peak);
+        mine.tflops, theirs ? fmt::format("{:.3f}", theirs->tflops) : "-",
+        100 * mine.tflops * 1e3 / peak);
     if (!error.empty()) std::cout << "  " << error << "\n";
   }
   std::cout << "\nTargets: at least 1.5x PyTorch's tokens/s; at gpt2-124M shapes at least 50% of "
