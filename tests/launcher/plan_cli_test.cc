@@ -113,7 +113,7 @@ TEST_CASE("dslaunch plan --json plans the demo: two CPU ranks on localhost") {
     CHECK(all_cores == every_core);
   }
 
-  // fp32, no ZeRO, 2 ranks: 4Ψ + 4Ψ + 8Ψ with Ψ = 3,290,624.
+  // fp32, ZeRO-1 over 2 ranks: 4Ψ + 4Ψ + 8Ψ/2 with Ψ = 3,290,624.
   const json& memory = plan["memory"];
   REQUIRE(memory.size() == 2);
   for (int r = 0; r < 2; ++r) {
@@ -122,7 +122,7 @@ TEST_CASE("dslaunch plan --json plans the demo: two CPU ranks on localhost") {
     CHECK(bytes["rank"] == r);
     CHECK(bytes["parameters"] == 13'162'496);
     CHECK(bytes["gradients"] == 13'162'496);
-    CHECK(bytes["optimizer_states"] == 26'324'992);
+    CHECK(bytes["optimizer_states"] == 13'162'496);
     CHECK(bytes["device_total"].get<int64_t>() == bytes["parameters"].get<int64_t>() +
                                                       bytes["gradients"].get<int64_t>() +
                                                       bytes["optimizer_states"].get<int64_t>());
@@ -221,7 +221,7 @@ TEST_CASE("dslaunch plan prints the plan as text") {
   CHECK(std::regex_search(result.output,
                           std::regex(R"(\n +1  localhost +1 +0 +1 +0 +1  cpu +\d+(-\d+)?\n)")));
   CHECK(result.output.find("\n  data   [0,1]\n") != std::string::npos);
-  CHECK(result.output.find("model states per rank (fp32, ZeRO stage 0, data-parallel 2)") !=
+  CHECK(result.output.find("model states per rank (fp32, ZeRO stage 1, data-parallel 2)") !=
         std::string::npos);
 }
 

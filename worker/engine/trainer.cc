@@ -15,11 +15,16 @@
 #include "worker/model/gpt2_model.h"
 #include "worker/parallel/gradient_reducer.h"
 #include "worker/parallel/mpi_error.h"
+#include "worker/parallel/zero_partition.h"
 
 namespace dslaunch::worker::engine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Partitions start on 64-byte boundaries: whole cache lines and AVX-512
+// vectors for the optimizer's loops.
+constexpr int64_t kPartitionAlignment = 16;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -92,7 +97,16 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   model::init_gpt2_parameters(table, spec.model.init_seed, result.params.data());
   std::vector<float> grads(table.total(), 0.0f);
   model::Gpt2Model model(table, backend, micro, T);
-  AdamW optimizer(training.optimizer, table, 0, table.total());
+  // ZeRO stage 1: each rank keeps and updates only its partition of the
+  // optimizer states (and of the fp32 weights they update); the updated
+  // partitions are then all-gathered. Stage 0 is one partition per rank
+  // covering everything.
+  const bool sharded = training.zero.stage >= 1 && dp_size > 1;
+  const ZeroPartition partition =
+      make_zero_partition(table.total(), sharded ? dp_size : 1, kPartitionAlignment);
+  result.params.resize(partition.padded_total(), 0.0f);
+  const int owner = sharded ? dp_rank : 0;
+  AdamW optimizer(training.optimizer, table, partition.begin(owner), partition.end(owner));
   GradientReducer reducer(options.data_comm, grads.data(), table.total(),
                           training.zero.reduce_bucket_size);
   data::WindowSamplerResult sampling = data::WindowSampler::create(data.train, T, training.seed);
@@ -171,6 +185,14 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     }
     const double lr = learning_rate(training.scheduler, training.optimizer.lr, step);
     optimizer.step(backend, result.params.data(), grads.data(), lr);
+    if (sharded) {
+      if (std::string error =
+              all_gather_partitions(options.data_comm, partition, result.params.data());
+          !error.empty()) {
+        result.error = "parameter all-gather: " + error;
+        return result;
+      }
+    }
     result.steps = step + 1;
 
     StepReport report;
@@ -199,6 +221,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       break;
     }
   }
+  result.params.resize(table.total());  // drop the partitions' padding
   return result;
 }
 

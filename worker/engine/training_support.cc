@@ -16,10 +16,14 @@ std::string training_support_problem(const spec::JobSpec& spec) {
         "(data parallelism uses every rank)",
         spec.parallelism.tensor, spec.parallelism.pipeline);
   }
-  if (training.zero.stage > 0) {
+  if (training.zero.stage > 1) {
     return fmt::format(
-        "ZeRO stage {} is not implemented yet; set training.zero_optimization.stage: 0",
+        "ZeRO stage {} is not implemented yet; set training.zero_optimization.stage to 0 or 1",
         training.zero.stage);
+  }
+  if (training.zero.offload_optimizer.device != spec::OffloadDevice::kNone ||
+      training.zero.offload_param.device != spec::OffloadDevice::kNone) {
+    return "ZeRO offload is not implemented yet; remove offload_optimizer and offload_param";
   }
   if (training.fp16.enabled || training.bf16) {
     return "fp16 and bf16 training are not implemented yet; the CPU engine trains in fp32";

@@ -23,7 +23,8 @@ struct Run {
   std::vector<float> params;
 };
 
-Run train_on(MPI_Comm comm, spec::JobSpec spec, int64_t micro, int64_t accumulation) {
+Run train_on(MPI_Comm comm, spec::JobSpec spec, int64_t micro, int64_t accumulation,
+             MemoryReport* memory = nullptr) {
   int size = 0;
   MPI_Comm_size(comm, &size);
   spec.training.batch.micro_batch_per_gpu = micro;
@@ -35,6 +36,9 @@ Run train_on(MPI_Comm comm, spec::JobSpec spec, int64_t micro, int64_t accumulat
   Run run;
   TrainerOptions options;
   options.data_comm = comm;
+  options.on_memory = [memory](const MemoryReport& report) {
+    if (memory != nullptr) *memory = report;
+  };
   options.on_step = [&run](const StepReport& report) {
     run.losses.push_back(report.loss);
     if (report.eval_loss) run.eval_losses.push_back(*report.eval_loss);
@@ -83,6 +87,43 @@ TEST_CASE("DP=N with accumulation 1 matches DP=1 accumulating N micro-batches, s
   std::vector<float> rank0 = parallel.params;
   MPI_Bcast(rank0.data(), static_cast<int>(rank0.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
   CHECK(rank0 == parallel.params);
+}
+
+TEST_CASE("ZeRO stage 1 gives stage 0's loss at every step with 1/N of the optimizer states") {
+  int rank = 0;
+  int size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const std::string dir = testing::shared_token_files(MPI_COMM_WORLD);
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  MemoryReport stage0_memory;
+  MemoryReport stage1_memory;
+  const Run stage0 = train_on(MPI_COMM_WORLD, spec, 2, 1, &stage0_memory);
+  spec.training.zero.stage = 1;
+  const Run stage1 = train_on(MPI_COMM_WORLD, spec, 2, 1, &stage1_memory);
+  REQUIRE(stage1.losses.size() == stage0.losses.size());
+  double worst = 0;
+  for (size_t step = 0; step < stage0.losses.size(); ++step) {
+    worst = std::max(
+        worst, std::abs(stage1.losses[step] - stage0.losses[step]) / std::abs(stage0.losses[step]));
+  }
+  INFO("largest relative loss difference over 50 steps: " << worst);
+  CHECK(worst < 1e-5);
+  REQUIRE(stage1.params.size() == stage0.params.size());
+  double worst_param = 0;
+  for (size_t i = 0; i < stage0.params.size(); ++i) {
+    worst_param =
+        std::max(worst_param, static_cast<double>(std::abs(stage1.params[i] - stage0.params[i])));
+  }
+  CHECK(worst_param < 1e-5);
+  // 8 bytes of Adam state per parameter, split N ways (within the padding).
+  const double parameters = static_cast<double>(stage0.params.size());
+  CHECK(stage0_memory.optimizer_states == static_cast<int64_t>(8 * parameters));
+  CHECK(static_cast<double>(stage1_memory.optimizer_states) ==
+        Approx(8 * parameters / size).epsilon(0.05));
+  CHECK(stage1_memory.gradients == stage0_memory.gradients);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a stop seen by one rank only stops every rank after the same step") {

@@ -72,6 +72,8 @@ TEST_CASE("data the model cannot read is refused before the first step, naming t
 TEST_CASE("what the engine cannot do yet is refused before training starts") {
   spec::JobSpec spec = testing::tiny_job("a", "b");
   CHECK(training_support_problem(spec) == "");
+  spec.training.zero.stage = 1;
+  CHECK(training_support_problem(spec) == "");
   spec.training.zero.stage = 2;
   CHECK_THAT(training_support_problem(spec), Catch::Contains("ZeRO stage 2"));
   spec = testing::tiny_job("a", "b");

@@ -1,0 +1,37 @@
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+
+namespace dslaunch::worker {
+
+// ZeRO's partitioning of a flat buffer of `total` floats over the ranks of
+// a data-parallel group: rank r owns the contiguous floats [begin(r),
+// end(r)). Every partition has the same padded size, a multiple of
+// `alignment` floats, so partitions are balanced to within one alignment
+// unit and gathering them is one all-gather of equal blocks; buffers that
+// take part in a gather hold padded_total() floats (the tail beyond total
+// is padding, never read as parameters).
+struct ZeroPartition {
+  int64_t total = 0;
+  int ranks = 1;
+  int64_t partition_size = 0;  // floats per rank, padding included
+
+  int64_t padded_total() const { return partition_size * ranks; }
+  int64_t begin(int rank) const;
+  int64_t end(int rank) const;  // clipped to total: the last partitions may be short or empty
+};
+
+// Precondition: total >= 0, ranks >= 1, alignment >= 1.
+ZeroPartition make_zero_partition(int64_t total, int ranks, int64_t alignment);
+
+// Every rank's partition of `buffer` (padded_total() floats), gathered in
+// place so that every rank ends with the whole buffer: rank r's block
+// [r·partition_size, (r+1)·partition_size) comes from rank r. Collective
+// over `comm`, whose size must equal partition.ranks. Returns "" or what
+// failed.
+std::string all_gather_partitions(MPI_Comm comm, const ZeroPartition& partition, float* buffer);
+
+}  // namespace dslaunch::worker
