@@ -42,6 +42,23 @@ void send_step_metrics(proto::Session& session, const engine::StepReport& report
   session.send(message);
 }
 
+// Every rank's memory by kind, once before the first step: a metrics.jsonl
+// line with "what": "memory" and step 0.
+void send_memory_metrics(proto::Session& session, const engine::MemoryReport& memory) {
+  v1::WorkerMessage message;
+  v1::WorkerEvent* event = message.mutable_event();
+  event->set_kind(v1::WorkerEvent::KIND_STEP_METRICS);
+  event->set_step(0);
+  event->set_message("memory");
+  auto& metrics = *event->mutable_metrics();
+  metrics["parameters_bytes"] = static_cast<double>(memory.parameters);
+  metrics["gradients_bytes"] = static_cast<double>(memory.gradients);
+  metrics["optimizer_states_bytes"] = static_cast<double>(memory.optimizer_states);
+  metrics["activations_bytes"] = static_cast<double>(memory.activations);
+  metrics["communication_buffers_bytes"] = static_cast<double>(memory.communication_buffers);
+  session.send(message);
+}
+
 std::string format_step(const engine::StepReport& r, int64_t total_steps) {
   std::string line = fmt::format(
       "step {:>{}}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tokens/s | {:.3f} "
@@ -83,7 +100,10 @@ int run_train_workload(const TrainWorkloadContext& context) {
   options.data_comm = context.groups->data();
   options.stop_requested = context.stop_requested;
   options.on_step_started = context.on_step_started;
-  options.on_memory = context.on_memory;
+  options.on_memory = [&](const engine::MemoryReport& memory) {
+    if (context.on_memory) context.on_memory(memory);
+    send_memory_metrics(session, memory);
+  };
   options.on_step = [&](const engine::StepReport& report) {
     if (context.on_step_done) context.on_step_done(report);
     if (!reporter) return;

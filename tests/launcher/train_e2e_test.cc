@@ -36,11 +36,16 @@ std::string sentences(int count, uint64_t seed) {
   return text;
 }
 
-std::vector<nlohmann::json> read_jsonl(const fs::path& path) {
+// The lines of metrics.jsonl whose "what" is `what` ("" = the step lines,
+// which have none).
+std::vector<nlohmann::json> read_metrics(const fs::path& path, const std::string& what = "") {
   std::vector<nlohmann::json> lines;
   std::ifstream file(path);
   std::string line;
-  while (std::getline(file, line)) lines.push_back(nlohmann::json::parse(line));
+  while (std::getline(file, line)) {
+    nlohmann::json json = nlohmann::json::parse(line);
+    if (json.value("what", "") == what) lines.push_back(std::move(json));
+  }
   return lines;
 }
 
@@ -113,8 +118,17 @@ TEST_CASE("a 2-rank training job trains, exports, and evaluates to the loss it l
   REQUIRE(run.exit_code == 0);
 
   // One metrics line per step from rank 0, evaluation every 10 steps.
-  const std::vector<nlohmann::json> metrics = read_jsonl(job / "metrics.jsonl");
+  const std::vector<nlohmann::json> metrics = read_metrics(job / "metrics.jsonl");
   REQUIRE(metrics.size() == 30);
+  // Every rank's memory by kind, once, before the first step.
+  const std::vector<nlohmann::json> memory = read_metrics(job / "metrics.jsonl", "memory");
+  REQUIRE(memory.size() == 2);
+  for (const auto& line : memory) {
+    CHECK(line["step"] == 0);
+    CHECK(line["optimizer_states_bytes"].get<double>() ==
+          2 * line["parameters_bytes"].get<double>());
+    CHECK(line["activations_bytes"].get<double>() > 0);
+  }
   std::vector<double> eval_losses;
   for (size_t i = 0; i < metrics.size(); ++i) {
     CHECK(metrics[i]["step"] == static_cast<int>(i + 1));
@@ -185,7 +199,7 @@ TEST_CASE("dslaunch stop ends a training job after a step, with its weights and 
   const auto stopped = run_command(fmt::format(
       "({0} run {1} --job-dir {2} --progress off > {3}/run.out 2>&1; echo $? > {3}/run.rc) & "
       "for i in $(seq 1200); do [ -f {2}/metrics.jsonl ] && "
-      "[ $(wc -l < {2}/metrics.jsonl) -ge 3 ] && break; sleep 0.1; done; "
+      "[ $(wc -l < {2}/metrics.jsonl) -ge 5 ] && break; sleep 0.1; done; "
       "{0} stop {2} 2>&1; wait",
       dslaunch, spec.string(), job.string(), w.dir.string()));
   INFO(stopped.output);
@@ -195,7 +209,7 @@ TEST_CASE("dslaunch stop ends a training job after a step, with its weights and 
   nlohmann::json state;
   std::ifstream(job / "state.json") >> state;
   CHECK(state["state"] == "STOPPED");
-  const std::vector<nlohmann::json> metrics = read_jsonl(job / "metrics.jsonl");
+  const std::vector<nlohmann::json> metrics = read_metrics(job / "metrics.jsonl");
   REQUIRE(metrics.size() >= 3);
   CHECK(metrics.size() < 1000000);
   CHECK(metrics.back().contains("eval_loss"));  // the last step evaluated
