@@ -1,0 +1,136 @@
+// ZeRO's memory and speed at each stage: model-state bytes per rank,
+// measured by the engine, beside the ZeRO paper's formula for fp32 training
+// (4Ψ parameters + 4Ψ gradients + 8Ψ Adam states, the gradients divided by
+// N from stage 2 and the Adam states from stage 1), and the step time beside
+// stage 0's, all in the same run.
+//
+//   bazel build //bench:zero_bench
+//   tools/mpirun_local.sh 2 bazel-bin/bench/zero_bench   (and 4)
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/blas_setup.h"
+#include "launcher/spec/job_spec.h"
+#include "worker/data/demo_corpus.h"
+#include "worker/data/training_data.h"
+#include "worker/engine/trainer.h"
+#include "worker/engine/training_support.h"
+
+namespace {
+
+using namespace dslaunch;
+namespace engine = dslaunch::worker::engine;
+namespace data = dslaunch::worker::data;
+
+// The demo job's model, trained for a few steps on the demo corpus.
+spec::JobSpec bench_job(int stage) {
+  spec::JobSpec spec;
+  spec.kind = spec::JobKind::kTrain;
+  spec.cluster.device = spec::Device::kCpu;
+  spec.model.num_layers = 4;
+  spec.model.hidden_size = 256;
+  spec.model.num_attention_heads = 4;
+  spec.model.vocab_size = 256;
+  spec.model.seq_length = 256;
+  spec.model.make_vocab_size_divisible_by = 64;
+  spec.data.train = "demo";
+  spec.training.steps = 12;
+  spec.training.batch.micro_batch_per_gpu = 4;
+  spec.training.batch.gradient_accumulation_steps = 1;
+  spec.training.eval_batches = 1;
+  spec.training.eval_interval = 1000;
+  spec.training.optimizer.weight_decay = 0.1;
+  spec.training.zero.stage = stage;
+  spec.training.zero.reduce_bucket_size = 1'000'000;
+  return spec;
+}
+
+struct StageResult {
+  engine::MemoryReport memory;  // this rank's
+  double median_step_seconds = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  kernels::ensure_fast_blas(argv);
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rank = 0;
+  int size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const std::string demo_dir =
+      (std::filesystem::temp_directory_path() / "dslaunch-zero-bench").string();
+  const data::TrainingData corpus =
+      data::open_training_data(bench_job(0).data, bench_job(0).model.seq_length, demo_dir);
+  if (!corpus.error.empty()) {
+    std::cerr << "zero_bench: " << corpus.error << "\n";
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  // One core per rank, as the demo runs.
+  auto backend = kernels::make_cpu_backend(1);
+
+  if (rank == 0) {
+    std::cout << fmt::format(
+        "{} data-parallel ranks; model-state bytes per rank (measured / formula) and median step "
+        "time\n\n",
+        size);
+    std::cout << fmt::format("{:<6} {:>14} {:>14} {:>14} {:>14} {:>14} {:>7} {:>10} {:>9}\n",
+                             "stage", "parameters", "gradients", "optimizer", "measured", "formula",
+                             "ratio", "step ms", "vs stage 0");
+  }
+  double stage0_seconds = 0;
+  for (int stage = 0; stage <= 3; ++stage) {
+    const spec::JobSpec spec = bench_job(stage);
+    if (const std::string problem = engine::training_support_problem(spec); !problem.empty()) {
+      if (rank == 0) std::cout << fmt::format("{:<6} skipped: {}\n", stage, problem);
+      continue;
+    }
+    StageResult result;
+    std::vector<double> step_seconds;
+    engine::TrainerOptions options;
+    options.data_comm = MPI_COMM_WORLD;
+    options.on_memory = [&](const engine::MemoryReport& memory) { result.memory = memory; };
+    options.on_step = [&](const engine::StepReport& report) {
+      if (report.step > 2) step_seconds.push_back(report.step_seconds);
+    };
+    const engine::TrainResult trained = engine::train(spec, corpus, *backend, options);
+    if (!trained.error.empty()) {
+      std::cerr << "zero_bench: stage " << stage << ": " << trained.error << "\n";
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    std::sort(step_seconds.begin(), step_seconds.end());
+    result.median_step_seconds = step_seconds[step_seconds.size() / 2];
+    // The largest partition is what a rank must hold.
+    int64_t mine[3] = {result.memory.parameters, result.memory.gradients,
+                       result.memory.optimizer_states};
+    int64_t most[3] = {0, 0, 0};
+    MPI_Reduce(mine, most, 3, MPI_INT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (rank != 0) continue;
+    const double psi = static_cast<double>(trained.params.size());
+    const double n = size;
+    const double formula =
+        4 * psi + 4 * psi / (stage >= 2 ? n : 1) + 8 * psi / (stage >= 1 ? n : 1);
+    const double measured = static_cast<double>(most[0] + most[1] + most[2]);
+    if (stage == 0) stage0_seconds = result.median_step_seconds;
+    std::cout << fmt::format(
+        "{:<6} {:>14} {:>14} {:>14} {:>14} {:>14.0f} {:>7.3f} {:>10.1f} {:>8.2f}x\n", stage,
+        most[0], most[1], most[2], most[0] + most[1] + most[2], formula, measured / formula,
+        result.median_step_seconds * 1e3, result.median_step_seconds / stage0_seconds);
+  }
+  if (rank == 0) {
+    std::cout << "\nTargets: measured within 5% of the formula; stages 2 and 3 within 15% of "
+                 "stage 0's step time at 2 ranks.\n";
+  }
+  MPI_Finalize();
+  return 0;
+}
