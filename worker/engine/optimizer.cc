@@ -15,6 +15,16 @@ AdamW::AdamW(const spec::OptimizerSpec& spec, const model::ParameterTable& table
 }
 
 void AdamW::step(kernels::Backend& backend, float* params, const float* grads, double lr) {
+  update(backend, params, grads + begin_, lr);
+}
+
+void AdamW::step_partition(kernels::Backend& backend, float* params, const float* partition_grads,
+                           double lr) {
+  update(backend, params, partition_grads, lr);
+}
+
+void AdamW::update(kernels::Backend& backend, float* params, const float* grads_from_begin,
+                   double lr) {
   ++step_;
   kernels::Backend::AdamWParams hyper;
   hyper.lr = lr;
@@ -25,8 +35,9 @@ void AdamW::step(kernels::Backend& backend, float* params, const float* grads, d
   hyper.step = step_;
   for (const Span& span : spans_) {
     hyper.weight_decay = span.decay ? spec_.weight_decay : 0.0;
-    backend.adamw_update(params + span.begin, grads + span.begin, m_.data() + (span.begin - begin_),
-                         v_.data() + (span.begin - begin_), span.end - span.begin, hyper);
+    const int64_t offset = span.begin - begin_;
+    backend.adamw_update(params + span.begin, grads_from_begin + offset, m_.data() + offset,
+                         v_.data() + offset, span.end - span.begin, hyper);
   }
 }
 

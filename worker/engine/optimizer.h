@@ -26,6 +26,12 @@ class AdamW {
   // gradients; both pointers address the start of the whole layout.
   void step(kernels::Backend& backend, float* params, const float* grads, double lr);
 
+  // The same step with only the gradients of [begin, end): partition_grads
+  // holds end - begin floats, its first the gradient of params[begin] (ZeRO
+  // stage 2, where a rank holds no other gradients).
+  void step_partition(kernels::Backend& backend, float* params, const float* partition_grads,
+                      double lr);
+
   int64_t steps_taken() const { return step_; }
   int64_t state_bytes() const { return static_cast<int64_t>(2 * m_.size() * sizeof(float)); }
 
@@ -34,6 +40,9 @@ class AdamW {
     int64_t begin, end;  // in the whole layout
     bool decay;
   };
+  // grads_from_begin[0] is the gradient of params[begin_].
+  void update(kernels::Backend& backend, float* params, const float* grads_from_begin, double lr);
+
   spec::OptimizerSpec spec_;
   int64_t begin_;
   std::vector<Span> spans_;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -14,6 +15,7 @@
 #include "worker/engine/optimizer.h"
 #include "worker/model/gpt2_model.h"
 #include "worker/parallel/gradient_reducer.h"
+#include "worker/parallel/gradient_workspace.h"
 #include "worker/parallel/mpi_error.h"
 #include "worker/parallel/zero_partition.h"
 
@@ -95,7 +97,6 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   const model::ParameterTable table(model_config(spec.model, 1));
   result.params.assign(table.total(), 0.0f);
   model::init_gpt2_parameters(table, spec.model.init_seed, result.params.data());
-  std::vector<float> grads(table.total(), 0.0f);
   model::Gpt2Model model(table, backend, micro, T);
   // ZeRO stage 1: each rank keeps and updates only its partition of the
   // optimizer states (and of the fp32 weights they update); the updated
@@ -106,9 +107,29 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       make_zero_partition(table.total(), sharded ? dp_size : 1, kPartitionAlignment);
   result.params.resize(partition.padded_total(), 0.0f);
   const int owner = sharded ? dp_rank : 0;
-  AdamW optimizer(training.optimizer, table, partition.begin(owner), partition.end(owner));
-  GradientReducer reducer(options.data_comm, grads.data(), table.total(),
-                          training.zero.reduce_bucket_size);
+  const int64_t own_begin = partition.begin(owner);
+  const int64_t own_count = partition.end(owner) - own_begin;
+  AdamW optimizer(training.optimizer, table, own_begin, partition.end(owner));
+  // ZeRO stage 2: backward accumulates into a workspace whose buckets are
+  // reduce-scattered, as they complete, into this rank's partition of the
+  // gradients; the workspace gives their pages back as it goes. Below it,
+  // every rank holds the whole averaged gradient.
+  const bool partitioned_grads = sharded && training.zero.stage >= 2;
+  std::vector<float> grads(partitioned_grads ? own_count : table.total(), 0.0f);
+  GradientWorkspace workspace(partitioned_grads ? table.total() : 0);
+  if (!workspace.error().empty()) {
+    result.error = workspace.error();
+    return result;
+  }
+  float* backward_grads = partitioned_grads ? workspace.data() : grads.data();
+  std::optional<GradientReducer> reducer;
+  if (partitioned_grads) {
+    reducer.emplace(options.data_comm, workspace, training.zero.reduce_bucket_size, partition,
+                    grads.data());
+  } else {
+    reducer.emplace(options.data_comm, grads.data(), table.total(),
+                    training.zero.reduce_bucket_size);
+  }
   data::WindowSamplerResult sampling = data::WindowSampler::create(data.train, T, training.seed);
   if (!sampling.sampler) {
     result.error = "training data: " + sampling.error;
@@ -116,22 +137,13 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   }
   const data::WindowSampler& sampler = *sampling.sampler;
 
-  if (options.on_memory) {
-    MemoryReport memory;
-    memory.parameters = table.total() * static_cast<int64_t>(sizeof(float));
-    memory.gradients = memory.parameters;
-    memory.optimizer_states = optimizer.state_bytes();
-    memory.activations = model.activation_bytes();
-    memory.communication_buffers = reducer.buffer_bytes();
-    options.on_memory(memory);
-  }
-
   std::vector<int32_t> inputs(micro * T);
   std::vector<int32_t> targets(micro * T);
   const double tokens_per_step = static_cast<double>(global_batch) * T;
   for (int64_t step = 0; step < training.steps; ++step) {
     if (options.on_step_started) options.on_step_started(step + 1);
     const Clock::time_point start = Clock::now();
+    // The stage 2 workspace needs no clearing: the reducer leaves it zero.
     std::memset(grads.data(), 0, grads.size() * sizeof(float));
     double loss_sum = 0;
     for (int64_t m = 0; m < accumulation; ++m) {
@@ -141,35 +153,41 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
         sampler.sample(g, inputs.data() + b * T, targets.data() + b * T);
       }
       loss_sum += model.forward(result.params.data(), inputs.data(), targets.data(), micro);
-      // Only the last micro-batch's backward completes the gradients, so
-      // only it hands buckets to the reducer.
-      const bool last = m + 1 == accumulation;
-      model.backward(result.params.data(), grads.data(), 1.0f / static_cast<float>(accumulation),
-                     last
+      // Unpartitioned, only the last micro-batch's backward completes the
+      // gradients, so only it hands buckets to the reducer; partitioned,
+      // every micro-batch's are reduce-scattered (and the workspace cleared).
+      const bool reduce = partitioned_grads || m + 1 == accumulation;
+      model.backward(result.params.data(), backward_grads, 1.0f / static_cast<float>(accumulation),
+                     reduce
                          ? model::Gpt2Model::GradientsReady([&reducer](int64_t begin, int64_t end) {
-                             reducer.ready(begin, end);
+                             reducer->ready(begin, end);
                            })
                          : model::Gpt2Model::GradientsReady());
-    }
-    if (std::string error = reducer.finish(); !error.empty()) {
-      result.error = "gradient all-reduce: " + error;
-      return result;
+      if (!reduce) continue;
+      if (std::string error = reducer->finish(); !error.empty()) {
+        result.error =
+            (partitioned_grads ? "gradient reduce-scatter: " : "gradient all-reduce: ") + error;
+        return result;
+      }
     }
     // The stop request travels with the loss: each rank sees it at its own
     // moment, and all must leave the loop after the same step, or the ones
     // left behind would wait in the next all-reduce forever.
     const bool stop_here = options.stop_requested && options.stop_requested();
-    std::array<double, 2> loss_and_stop = {loss_sum / static_cast<double>(accumulation),
-                                           stop_here ? 1.0 : 0.0};
-    if (std::string error = sum_over_ranks(options.data_comm, loss_and_stop.data(), 2);
-        !error.empty()) {
+    // Partitioned gradients' squares ride along too: their sum over ranks is
+    // the squared global norm.
+    std::array<double, 3> sums = {
+        loss_sum / static_cast<double>(accumulation), stop_here ? 1.0 : 0.0,
+        partitioned_grads ? backend.sum_of_squares(grads.data(), own_count) : 0.0};
+    if (std::string error = sum_over_ranks(options.data_comm, sums.data(), 3); !error.empty()) {
       result.error = "loss all-reduce: " + error;
       return result;
     }
-    const double loss = loss_and_stop[0] / dp_size;
-    const bool stop_after_step = loss_and_stop[1] > 0;
+    const double loss = sums[0] / dp_size;
+    const bool stop_after_step = sums[1] > 0;
 
-    const double grad_norm = std::sqrt(backend.sum_of_squares(grads.data(), table.total()));
+    const double grad_norm = std::sqrt(
+        partitioned_grads ? sums[2] : backend.sum_of_squares(grads.data(), table.total()));
     if (!std::isfinite(grad_norm) || !std::isfinite(loss)) {
       result.error = fmt::format(
           "step {}: the loss ({}) or gradient norm ({}) is not finite; "
@@ -181,10 +199,16 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     // when that is below 1.
     if (training.gradient_clipping > 0) {
       const double factor = training.gradient_clipping / (grad_norm + 1e-6);
-      if (factor < 1) backend.scale(grads.data(), table.total(), static_cast<float>(factor));
+      if (factor < 1) {
+        backend.scale(grads.data(), static_cast<int64_t>(grads.size()), static_cast<float>(factor));
+      }
     }
     const double lr = learning_rate(training.scheduler, training.optimizer.lr, step);
-    optimizer.step(backend, result.params.data(), grads.data(), lr);
+    if (partitioned_grads) {
+      optimizer.step_partition(backend, result.params.data(), grads.data(), lr);
+    } else {
+      optimizer.step(backend, result.params.data(), grads.data(), lr);
+    }
     if (sharded) {
       if (std::string error =
               all_gather_partitions(options.data_comm, partition, result.params.data());
@@ -194,6 +218,16 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       }
     }
     result.steps = step + 1;
+    if (step == 0 && options.on_memory) {
+      MemoryReport memory;
+      memory.parameters = table.total() * static_cast<int64_t>(sizeof(float));
+      memory.gradients = static_cast<int64_t>(grads.size() * sizeof(float));
+      memory.optimizer_states = optimizer.state_bytes();
+      memory.activations = model.activation_bytes();
+      memory.communication_buffers = reducer->buffer_bytes();
+      memory.gradient_workspace_peak = workspace.peak_resident_bytes();
+      options.on_memory(memory);
+    }
 
     StepReport report;
     report.step = step + 1;

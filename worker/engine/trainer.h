@@ -30,10 +30,15 @@ struct StepReport {
 // Bytes one rank holds for training, by kind (the ZeRO paper's accounting).
 struct MemoryReport {
   int64_t parameters = 0;
-  int64_t gradients = 0;
+  int64_t gradients = 0;  // under ZeRO stage 2, this rank's partition only
   int64_t optimizer_states = 0;
   int64_t activations = 0;
   int64_t communication_buffers = 0;
+  // ZeRO stage 2 only (0 otherwise): the largest resident size measured
+  // (mincore) of the full-size buffer backward accumulates into, whose pages
+  // go back to the OS as their buckets are reduce-scattered. Kept apart from
+  // `gradients` so that one stays ZeRO's model-state accounting.
+  int64_t gradient_workspace_peak = 0;
 };
 
 struct TrainerOptions {
@@ -41,9 +46,10 @@ struct TrainerOptions {
   // Checked during every step on every rank; when it is true on any rank,
   // every rank evaluates and stops after that step.
   std::function<bool()> stop_requested;
-  std::function<void(const StepReport&)> on_step;      // called on every rank
-  std::function<void(int64_t)> on_step_started;        // the step about to run
-  std::function<void(const MemoryReport&)> on_memory;  // once, before the first step
+  std::function<void(const StepReport&)> on_step;  // called on every rank
+  std::function<void(int64_t)> on_step_started;    // the step about to run
+  // Once, after the first step, when the gradient workspace's peak is measured.
+  std::function<void(const MemoryReport&)> on_memory;
 };
 
 struct TrainResult {
@@ -57,9 +63,10 @@ struct TrainResult {
 // gradient accumulation, gradients averaged over the data group in buckets
 // while the backward pass runs, clipping by global norm, AdamW under the
 // spec's schedule, and evaluation every eval_interval steps and after the
-// last. Every rank of data_comm must call it with the same spec. The same
-// global batch gives the same losses whatever the split between ranks and
-// accumulation steps (up to floating-point summation order).
+// last. ZeRO stage 1 partitions the optimizer states; stage 2 also the
+// gradients, reduce-scattered after every micro-batch's backward. Every rank of data_comm must call
+// it with the same spec. The same global batch gives the same losses whatever the split between
+// ranks and accumulation steps (up to floating-point summation order).
 //
 // Fails before the first step, on every rank alike, when the data holds a
 // token outside model.vocab_size or too few tokens for eval_batches batches

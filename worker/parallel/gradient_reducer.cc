@@ -34,7 +34,23 @@ std::string range_text(int64_t begin, int64_t end) {
 
 GradientReducer::GradientReducer(MPI_Comm comm, float* grads, int64_t n, int64_t bucket_elements)
     : grads_(grads), n_(n) {
-  if (n < 0 || bucket_elements < 1 || (n > 0 && grads == nullptr)) {
+  start(comm, bucket_elements);
+}
+
+GradientReducer::GradientReducer(MPI_Comm comm, GradientWorkspace& workspace,
+                                 int64_t bucket_elements, const ZeroPartition& partition,
+                                 float* partition_grads)
+    : grads_(workspace.data()), n_(workspace.size()) {
+  scatter_.emplace();
+  scatter_->workspace = &workspace;
+  scatter_->partition = partition;
+  scatter_->partition_grads = partition_grads;
+  start(comm, bucket_elements);
+}
+
+void GradientReducer::start(MPI_Comm comm, int64_t bucket_elements) {
+  const int64_t n = n_;
+  if (n < 0 || bucket_elements < 1 || (n > 0 && grads_ == nullptr)) {
     setup_error_ = std::string(kWhat) +
                    ": needs a buffer of n >= 0 floats and a bucket size >= 1 (got n " +
                    std::to_string(n) + ", bucket size " + std::to_string(bucket_elements) + ")";
@@ -55,6 +71,12 @@ GradientReducer::GradientReducer(MPI_Comm comm, float* grads, int64_t n, int64_t
   if (int code = MPI_Comm_size(comm, &size_); code != MPI_SUCCESS) {
     setup_error_ = std::string(kWhat) + ": " + mpi_error_message("MPI_Comm_size", code);
     return;
+  }
+  if (scatter_) {
+    if (std::string error = setup_scatter(comm); !error.empty()) {
+      setup_error_ = std::string(kWhat) + ": " + error;
+      return;
+    }
   }
   if (size_ == 1) return;
 
@@ -87,6 +109,37 @@ GradientReducer::~GradientReducer() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+}
+
+std::string GradientReducer::setup_scatter(MPI_Comm comm) {
+  Scatter& scatter = *scatter_;
+  const ZeroPartition& partition = scatter.partition;
+  if (scatter.workspace->data() == nullptr && !scatter.workspace->error().empty()) {
+    return scatter.workspace->error();
+  }
+  if (int code = MPI_Comm_rank(comm, &scatter.rank); code != MPI_SUCCESS) {
+    return mpi_error_message("MPI_Comm_rank", code);
+  }
+  if (partition.ranks != size_ || partition.total != n_) {
+    return "the partition (" + std::to_string(partition.total) + " floats over " +
+           std::to_string(partition.ranks) + " ranks) does not cover the workspace (" +
+           std::to_string(n_) + " floats) over the communicator's " + std::to_string(size_) +
+           " ranks";
+  }
+  const int64_t own = partition.end(scatter.rank) - partition.begin(scatter.rank);
+  if (own > 0 && scatter.partition_grads == nullptr) {
+    return "no buffer for this rank's " + std::to_string(own) + " partition gradients";
+  }
+  scatter.receive_counts.assign(size_, 0);
+  // The largest share of one bucket this rank receives; at least one float
+  // so the receive buffer is never null.
+  int64_t largest = 1;
+  for (const Bucket& bucket : buckets_) {
+    largest = std::max(largest, std::min(bucket.end, partition.end(scatter.rank)) -
+                                    std::max(bucket.begin, partition.begin(scatter.rank)));
+  }
+  scatter.received.assign(largest, 0.0f);
+  return "";
 }
 
 std::string GradientReducer::check_range(int64_t begin, int64_t end) const {
@@ -127,10 +180,14 @@ void GradientReducer::launch_complete_buckets() {
   int64_t launch_end = launched_;
   while (launch_end < bucket_count() && buckets_[launch_end].unreported == 0) ++launch_end;
   if (launch_end == launched_) return;
+  // One rank: nothing to average, so a complete bucket is reduced here (in
+  // reduce-scatter mode, moved into the partition).
+  if (size_ == 1 && scatter_) {
+    for (int64_t k = launched_; k < launch_end; ++k) reduce_scatter(buckets_[k]);
+  }
   {
     std::lock_guard lock(mutex_);
     launched_ = launch_end;
-    // One rank: nothing to average, so a complete bucket is already reduced.
     if (size_ == 1) reduced_ = launched_;
   }
   launched_or_stopping_.notify_one();
@@ -158,7 +215,12 @@ std::string GradientReducer::finish() {
 }
 
 int64_t GradientReducer::buffer_bytes() const {
-  return static_cast<int64_t>(buckets_.capacity() * sizeof(Bucket));
+  int64_t bytes = static_cast<int64_t>(buckets_.capacity() * sizeof(Bucket));
+  if (scatter_) {
+    bytes += static_cast<int64_t>(scatter_->receive_counts.capacity() * sizeof(int) +
+                                  scatter_->received.capacity() * sizeof(float));
+  }
+  return bytes;
 }
 
 int64_t GradientReducer::reduced_buckets() const {
@@ -186,6 +248,10 @@ void GradientReducer::communication_loop() {
 }
 
 std::string GradientReducer::reduce(const Bucket& bucket) {
+  return scatter_ ? reduce_scatter(bucket) : all_reduce(bucket);
+}
+
+std::string GradientReducer::all_reduce(const Bucket& bucket) {
   float* values = grads_ + bucket.begin;
   const int count = static_cast<int>(bucket.end - bucket.begin);
   if (int code = MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_FLOAT, MPI_SUM, comm_);
@@ -196,6 +262,43 @@ std::string GradientReducer::reduce(const Bucket& bucket) {
   // Division, not multiplication by 1/size: the correctly rounded mean of the sum.
   const float size = static_cast<float>(size_);
   for (int i = 0; i < count; ++i) values[i] /= size;
+  return "";
+}
+
+std::string GradientReducer::reduce_scatter(const Bucket& bucket) {
+  Scatter& scatter = *scatter_;
+  const ZeroPartition& partition = scatter.partition;
+  const int64_t own_begin = std::max(bucket.begin, partition.begin(scatter.rank));
+  const int64_t own_count =
+      std::min(bucket.end, partition.end(scatter.rank)) - own_begin;  // may be <= 0
+  const float* summed = grads_ + own_begin;  // one rank: the bucket is its own sum
+  if (size_ > 1) {
+    // Partitions are consecutive, so rank r's share of the bucket is the
+    // r-th consecutive block of it, as MPI_Reduce_scatter lays them out.
+    for (int r = 0; r < size_; ++r) {
+      scatter.receive_counts[r] = static_cast<int>(std::max<int64_t>(
+          0, std::min(bucket.end, partition.end(r)) - std::max(bucket.begin, partition.begin(r))));
+    }
+    if (int code = MPI_Reduce_scatter(grads_ + bucket.begin, scatter.received.data(),
+                                      scatter.receive_counts.data(), MPI_FLOAT, MPI_SUM, comm_);
+        code != MPI_SUCCESS) {
+      return std::string(kWhat) + ": bucket " + range_text(bucket.begin, bucket.end) + ": " +
+             mpi_error_message("MPI_Reduce_scatter", code);
+    }
+    summed = scatter.received.data();
+  }
+  if (own_count > 0) {
+    float* own = scatter.partition_grads + (own_begin - partition.begin(scatter.rank));
+    // Division, not multiplication by 1/size: the correctly rounded mean of the sum.
+    const float size = static_cast<float>(size_);
+    for (int64_t i = 0; i < own_count; ++i) own[i] += summed[i] / size;
+  }
+  // Buckets are reduced in index order, so the floats from this bucket's end
+  // to the end of its last page belong to the bucket before, already zeroed
+  // (or lie past n_, never written): zeroing through that page end lets the
+  // page go back to the OS too.
+  GradientWorkspace& workspace = *scatter.workspace;
+  workspace.zero(bucket.begin, workspace.page_end(bucket.end));
   return "";
 }
 

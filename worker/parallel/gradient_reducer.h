@@ -5,13 +5,19 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "worker/parallel/gradient_workspace.h"
+#include "worker/parallel/zero_partition.h"
+
 namespace dslaunch::worker {
 
-// Data-parallel gradient averaging, overlapped with the backward pass.
+// Data-parallel gradient averaging, overlapped with the backward pass: an
+// all-reduce that leaves every rank the whole mean, or (ZeRO stage 2) a
+// reduce-scatter that leaves each rank the mean of its own partition only.
 //
 // The flat gradient buffer is cut once into contiguous buckets of
 // `bucket_elements` floats, aligned to the END of the buffer: bucket 0 is the
@@ -25,17 +31,31 @@ namespace dslaunch::worker {
 // ranges in. Ranges reported front-first are still correct, only reduced
 // later (no overlap).
 //
-// A communication thread, the only one calling MPI for this object, runs
-// MPI_Allreduce(MPI_IN_PLACE, MPI_SUM) on each launched bucket in turn and
-// divides it by the communicator's size, so after finish() the buffer holds
-// the mean over ranks. Nothing is copied: the reduction works in `grads`.
+// A communication thread, the only one calling MPI for this object, reduces
+// each launched bucket in turn, in index order:
+// - all-reduce mode: MPI_Allreduce(MPI_IN_PLACE, MPI_SUM) on the bucket, then
+//   a division by the communicator's size, so after finish() the buffer holds
+//   the mean over ranks. Nothing is copied: the reduction works in `grads`.
+// - reduce-scatter mode: MPI_Reduce_scatter of the bucket with rank r
+//   receiving the bucket's intersection with partition r (possibly empty)
+//   into a temporary of at most one bucket's floats; the sum divided by the
+//   communicator's size is ADDED to this rank's partition gradients. The
+//   bucket's floats in the workspace are then zeroed, their whole pages given
+//   back to the OS (see GradientWorkspace), so a workspace holds at a time
+//   only the gradients that backward has written and the reducer not yet
+//   consumed, and after finish() it is all zeros again, ready for the next
+//   backward to accumulate into. One finish() per backward pass: with
+//   gradient accumulation every micro-batch is reduced (as DeepSpeed's stage
+//   2 does), its mean added to the partition.
 //
 // bucket_elements counts floats, as DeepSpeed's zero_optimization.
 // reduce_bucket_size counts elements (its default 5e8 is 500M elements, 2 GB
 // of fp32); it is capped at INT_MAX, MPI's largest count, and at n.
 //
-// On a communicator of one rank there is no thread and no MPI call: ready()
-// only checks its ranges and finish() leaves the values as they are.
+// On a communicator of one rank there is no thread and no MPI call: in
+// all-reduce mode ready() only checks its ranges and finish() leaves the
+// values as they are; in reduce-scatter mode ready() adds each completed
+// bucket to the partition (the whole buffer) and zeroes it itself.
 //
 // Threads: ready() and finish() from one thread (the compute thread), never
 // concurrently; reduced_buckets() and the other accessors from any thread.
@@ -53,6 +73,17 @@ class GradientReducer {
   // A failure here (bad arguments, thread level, MPI_Comm_dup) makes every
   // finish() return it; ready() then does nothing.
   GradientReducer(MPI_Comm comm, float* grads, int64_t n, int64_t bucket_elements);
+
+  // Reduce-scatter mode over workspace.size() floats (see above), with the
+  // same conditions as the all-reduce constructor. partition: over the ranks
+  // of comm, covering partition.total == workspace.size() floats.
+  // partition_grads: this rank's partition, partition.end(rank) -
+  // partition.begin(rank) floats, owned by the caller, alive and not moved;
+  // the reducer only adds to it (the caller zeroes it when a new sum starts).
+  // Between a ready() and the next finish() return the caller must not touch
+  // partition_grads either.
+  GradientReducer(MPI_Comm comm, GradientWorkspace& workspace, int64_t bucket_elements,
+                  const ZeroPartition& partition, float* partition_grads);
 
   // Makes no collective call and does not wait for other ranks' progress:
   // launched buckets not yet started are dropped, a reduction already running
@@ -81,9 +112,10 @@ class GradientReducer {
   // starts, which the caller must end (MPI_Abort).
   std::string finish();
 
-  // Heap bytes held: the bucket table. No communication buffer is held
-  // because the reduction is in place (MPI may use scratch space of its own
-  // while a bucket is reduced).
+  // Heap bytes held: the bucket table, and in reduce-scatter mode the
+  // temporary receiving this rank's share of a bucket and the table of
+  // receive counts. The all-reduce works in place. MPI may use scratch space
+  // of its own while a bucket is reduced, not counted here.
   int64_t buffer_bytes() const;
 
   int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
@@ -97,13 +129,29 @@ class GradientReducer {
     int64_t unreported = 0;  // floats not yet passed to ready() this step
   };
 
+  // Partitioned gradients (reduce-scatter mode).
+  struct Scatter {
+    GradientWorkspace* workspace = nullptr;
+    ZeroPartition partition;
+    int rank = 0;
+    float* partition_grads = nullptr;
+    std::vector<int> receive_counts;  // per rank, for the bucket being reduced
+    std::vector<float> received;      // this rank's share of one bucket
+  };
+
+  // What both constructors do once the mode is set.
+  void start(MPI_Comm comm, int64_t bucket_elements);
+  std::string setup_scatter(MPI_Comm comm);  // "" or what is wrong
   std::string check_range(int64_t begin, int64_t end) const;
   void launch_complete_buckets();
   void communication_loop();
   std::string reduce(const Bucket& bucket);  // communication thread only
+  std::string all_reduce(const Bucket& bucket);
+  std::string reduce_scatter(const Bucket& bucket);
 
   float* const grads_;
   const int64_t n_;
+  std::optional<Scatter> scatter_;
   int64_t bucket_elements_ = 1;
   std::vector<Bucket> buckets_;    // in launch order; buckets_[0] ends at n_
   MPI_Comm comm_ = MPI_COMM_NULL;  // our duplicate; MPI_COMM_NULL on one rank

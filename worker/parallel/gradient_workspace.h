@@ -1,0 +1,64 @@
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace dslaunch::worker {
+
+// The full-size gradient buffer a backward pass accumulates into under ZeRO
+// stage 2, kept from staying resident: once a range's gradients have been
+// reduce-scattered, zero() hands its pages back to the OS.
+//
+// The floats live in a private anonymous mapping made with MAP_NORESERVE, so
+// only pages written since they were last released take memory. zero() gives
+// whole pages back with madvise(MADV_DONTNEED) and overwrites with zeros the
+// floats it covers on the pages at its edges; an anonymous page that was given
+// back reads as zeros when next touched. So after zero() the range holds the
+// zeros the next backward's += accumulation needs, without a memset of the
+// buffer.
+//
+// Threads: zero() may run on one thread while others write floats outside
+// the range it is given; nothing else is synchronised.
+class GradientWorkspace {
+ public:
+  // n floats, all zero. On failure (mmap) data() is nullptr and error() says
+  // why. n == 0 maps nothing.
+  explicit GradientWorkspace(int64_t n);
+  ~GradientWorkspace();
+
+  GradientWorkspace(const GradientWorkspace&) = delete;
+  GradientWorkspace& operator=(const GradientWorkspace&) = delete;
+
+  float* data() { return data_; }
+  int64_t size() const { return n_; }
+  // Floats mapped: size() rounded up to whole pages. The floats past size()
+  // are never written, so they are always zero.
+  int64_t capacity() const { return capacity_; }
+  const std::string& error() const { return error_; }
+  // Index i rounded up to the next page boundary (at most capacity()).
+  int64_t page_end(int64_t i) const {
+    return std::min(capacity_, (i + page_floats_ - 1) / page_floats_ * page_floats_);
+  }
+
+  // Floats [begin, end), end <= capacity(), read as zero afterwards. Measures
+  // the resident size first (just before a release is when the buffer is
+  // fullest), so peak_resident_bytes() is the largest resident size seen.
+  void zero(int64_t begin, int64_t end);
+
+  // Bytes of the mapping in memory now (mincore).
+  int64_t resident_bytes() const;
+  // The largest resident_bytes() measured by zero() so far; thread-safe.
+  int64_t peak_resident_bytes() const { return peak_.load(); }
+
+ private:
+  float* data_ = nullptr;
+  int64_t n_ = 0;
+  int64_t capacity_ = 0;
+  int64_t page_floats_ = 1;
+  std::string error_;
+  std::atomic<int64_t> peak_{0};
+};
+
+}  // namespace dslaunch::worker
