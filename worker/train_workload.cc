@@ -42,7 +42,7 @@ void send_step_metrics(proto::Session& session, const engine::StepReport& report
   session.send(message);
 }
 
-// Every rank's memory by kind, once before the first step: a metrics.jsonl
+// Every rank's memory by kind, once after the first step: a metrics.jsonl
 // line with "what": "memory" and step 0.
 void send_memory_metrics(proto::Session& session, const engine::MemoryReport& memory) {
   v1::WorkerMessage message;
@@ -56,6 +56,7 @@ void send_memory_metrics(proto::Session& session, const engine::MemoryReport& me
   metrics["optimizer_states_bytes"] = static_cast<double>(memory.optimizer_states);
   metrics["activations_bytes"] = static_cast<double>(memory.activations);
   metrics["communication_buffers_bytes"] = static_cast<double>(memory.communication_buffers);
+  metrics["gradient_workspace_peak_bytes"] = static_cast<double>(memory.gradient_workspace_peak);
   session.send(message);
 }
 
