@@ -13,6 +13,7 @@
 #include "worker/engine/evaluation.h"
 #include "worker/engine/lr_schedule.h"
 #include "worker/engine/optimizer.h"
+#include "worker/engine/zero3_parameters.h"
 #include "worker/model/gpt2_model.h"
 #include "worker/parallel/gradient_reducer.h"
 #include "worker/parallel/gradient_workspace.h"
@@ -115,6 +116,22 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   // gradients; the workspace gives their pages back as it goes. Below it,
   // every rank holds the whole averaged gradient.
   const bool partitioned_grads = sharded && training.zero.stage >= 2;
+  // ZeRO stage 3: the parameters too; the model reads them from a workspace
+  // in which Zero3Parameters gathers each block around its use.
+  const bool partitioned_params = sharded && training.zero.stage >= 3;
+  std::optional<Zero3Parameters> zero3;
+  if (partitioned_params) {
+    zero3.emplace(options.data_comm, table, partition, training.zero.param_persistence_threshold,
+                  result.params.data());
+    if (std::string error = zero3->error(); !error.empty()) {
+      result.error = "ZeRO stage 3: " + error;
+      return result;
+    }
+    model.set_parameter_source(&*zero3);
+    std::vector<float>().swap(result.params);  // gathered again at the end
+  }
+  float* const master = partitioned_params ? zero3->master() : result.params.data();
+  const float* const model_params = partitioned_params ? zero3->workspace() : master;
   std::vector<float> grads(partitioned_grads ? own_count : table.total(), 0.0f);
   GradientWorkspace workspace(partitioned_grads ? table.total() : 0);
   if (!workspace.error().empty()) {
@@ -152,17 +169,23 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
             data::global_sample_index({step, global_batch, m, dp_size, dp_rank, micro, b});
         sampler.sample(g, inputs.data() + b * T, targets.data() + b * T);
       }
-      loss_sum += model.forward(result.params.data(), inputs.data(), targets.data(), micro);
+      loss_sum += model.forward(model_params, inputs.data(), targets.data(), micro);
       // Unpartitioned, only the last micro-batch's backward completes the
       // gradients, so only it hands buckets to the reducer; partitioned,
       // every micro-batch's are reduce-scattered (and the workspace cleared).
       const bool reduce = partitioned_grads || m + 1 == accumulation;
-      model.backward(result.params.data(), backward_grads, 1.0f / static_cast<float>(accumulation),
+      model.backward(model_params, backward_grads, 1.0f / static_cast<float>(accumulation),
                      reduce
                          ? model::Gpt2Model::GradientsReady([&reducer](int64_t begin, int64_t end) {
                              reducer->ready(begin, end);
                            })
                          : model::Gpt2Model::GradientsReady());
+      if (partitioned_params) {
+        if (std::string error = zero3->error(); !error.empty()) {
+          result.error = "ZeRO stage 3: " + error;
+          return result;
+        }
+      }
       if (!reduce) continue;
       if (std::string error = reducer->finish(); !error.empty()) {
         result.error =
@@ -205,11 +228,17 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     }
     const double lr = learning_rate(training.scheduler, training.optimizer.lr, step);
     if (partitioned_grads) {
-      optimizer.step_partition(backend, result.params.data(), grads.data(), lr);
+      optimizer.step_partition(backend, master, grads.data(), lr);
     } else {
-      optimizer.step(backend, result.params.data(), grads.data(), lr);
+      optimizer.step(backend, master, grads.data(), lr);
     }
-    if (sharded) {
+    // Stage 3 gathers no parameters after the step but the persistent ones.
+    if (partitioned_params) {
+      if (std::string error = zero3->refresh_persistent(); !error.empty()) {
+        result.error = "persistent parameter all-gather: " + error;
+        return result;
+      }
+    } else if (sharded) {
       if (std::string error =
               all_gather_partitions(options.data_comm, partition, result.params.data());
           !error.empty()) {
@@ -220,12 +249,15 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     result.steps = step + 1;
     if (step == 0 && options.on_memory) {
       MemoryReport memory;
-      memory.parameters = table.total() * static_cast<int64_t>(sizeof(float));
+      memory.parameters = partitioned_params ? zero3->parameter_bytes()
+                                             : table.total() * static_cast<int64_t>(sizeof(float));
       memory.gradients = static_cast<int64_t>(grads.size() * sizeof(float));
       memory.optimizer_states = optimizer.state_bytes();
       memory.activations = model.activation_bytes();
-      memory.communication_buffers = reducer->buffer_bytes();
+      memory.communication_buffers =
+          reducer->buffer_bytes() + (partitioned_params ? zero3->buffer_bytes() : 0);
       memory.gradient_workspace_peak = workspace.peak_resident_bytes();
+      memory.parameter_workspace_peak = partitioned_params ? zero3->workspace_peak_bytes() : 0;
       options.on_memory(memory);
     }
 
@@ -241,8 +273,22 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     const bool eval_step = last_step || stop_after_step ||
                            (training.eval_interval > 0 && (step + 1) % training.eval_interval == 0);
     if (eval_step) {
-      double sum = sum_of_batch_losses(model, result.params.data(), data.valid, micro,
+      // Ranks may evaluate different numbers of batches, so under stage 3
+      // the whole model is gathered for it rather than block by block.
+      if (partitioned_params) {
+        zero3->acquire_all();
+        model.set_parameter_source(nullptr);
+      }
+      double sum = sum_of_batch_losses(model, model_params, data.valid, micro,
                                        training.eval_batches, dp_rank, dp_size);
+      if (partitioned_params) {
+        zero3->release_all();
+        model.set_parameter_source(&*zero3);
+        if (std::string error = zero3->error(); !error.empty()) {
+          result.error = "ZeRO stage 3: " + error;
+          return result;
+        }
+      }
       if (std::string error = sum_over_ranks(options.data_comm, &sum, 1); !error.empty()) {
         result.error = "evaluation all-reduce: " + error;
         return result;
@@ -253,6 +299,12 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     if (stop_after_step && step + 1 < training.steps) {
       result.stopped = true;
       break;
+    }
+  }
+  if (partitioned_params) {
+    if (std::string error = zero3->gather_whole(result.params); !error.empty()) {
+      result.error = "final parameter all-gather: " + error;
+      return result;
     }
   }
   result.params.resize(table.total());  // drop the partitions' padding

@@ -39,6 +39,10 @@ struct MemoryReport {
   // go back to the OS as their buckets are reduce-scattered. Kept apart from
   // `gradients` so that one stays ZeRO's model-state accounting.
   int64_t gradient_workspace_peak = 0;
+  // ZeRO stage 3 only (0 otherwise): the same for the full-size buffer the
+  // model reads parameters from, in which only the blocks gathered for the
+  // pass at hand are resident (measured before each release).
+  int64_t parameter_workspace_peak = 0;
 };
 
 struct TrainerOptions {
@@ -64,7 +68,11 @@ struct TrainResult {
 // while the backward pass runs, clipping by global norm, AdamW under the
 // spec's schedule, and evaluation every eval_interval steps and after the
 // last. ZeRO stage 1 partitions the optimizer states; stage 2 also the
-// gradients, reduce-scattered after every micro-batch's backward. Every rank of data_comm must call
+// gradients, reduce-scattered after every micro-batch's backward; stage 3
+// also the parameters, each block all-gathered (the next one prefetched)
+// around its forward and its backward and released after, tensors under
+// param_persistence_threshold elements kept whole on every rank. The
+// returned params are whole on every rank. Every rank of data_comm must call
 // it with the same spec. The same global batch gives the same losses whatever the split between
 // ranks and accumulation steps (up to floating-point summation order).
 //

@@ -16,11 +16,6 @@ std::string training_support_problem(const spec::JobSpec& spec) {
         "(data parallelism uses every rank)",
         spec.parallelism.tensor, spec.parallelism.pipeline);
   }
-  if (training.zero.stage > 2) {
-    return fmt::format(
-        "ZeRO stage {} is not implemented yet; set training.zero_optimization.stage to 0, 1 or 2",
-        training.zero.stage);
-  }
   if (training.zero.offload_optimizer.device != spec::OffloadDevice::kNone ||
       training.zero.offload_param.device != spec::OffloadDevice::kNone) {
     return "ZeRO offload is not implemented yet; remove offload_optimizer and offload_param";

@@ -191,11 +191,13 @@ float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32
 
   const ActivationLayout a(c, B, T);
   float* act = activations_.data();
+  if (source_ != nullptr) source_->acquire_embeddings();
   const float* wte = params + table_.at("transformer.wte.weight").offset;
   const float* wpe = params + table_.at("transformer.wpe.weight").offset;
   backend_.encoder_forward(act + a.encoded, inputs, wte, wpe, B, T, C);
   const float* residual = act + a.encoded;
   for (int l = 0; l < c.num_layers; ++l) {
+    if (source_ != nullptr) source_->acquire_block(l, ParameterSource::Pass::kForward);
     const BlockTensors<const float> w(table_, l, params);
     const ActivationLayout::Block& b = a.blocks[l];
     backend_.layernorm_forward(act + b.ln1, act + b.ln1_mean, act + b.ln1_rstd, residual, w.ln1w,
@@ -211,6 +213,7 @@ float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32
     backend_.matmul_forward(act + a.scratch, act + b.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
     backend_.residual_forward(act + b.residual3, act + b.residual2, act + a.scratch, N * C);
     residual = act + b.residual3;
+    if (source_ != nullptr) source_->release_block(l, ParameterSource::Pass::kForward);
   }
   const float* lnfw = params + table_.at("transformer.ln_f.weight").offset;
   const float* lnfb = params + table_.at("transformer.ln_f.bias").offset;
@@ -264,6 +267,7 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
   // dresidual carries the gradient of the block's output; each residual add
   // passes it on unchanged, and the LayerNorm backward adds its branch to it.
   for (int l = static_cast<int>(c.num_layers) - 1; l >= 0; --l) {
+    if (source_ != nullptr) source_->acquire_block(l, ParameterSource::Pass::kBackward);
     const BlockTensors<const float> w(table_, l, params);
     const BlockTensors<float> dw(table_, l, grads);
     const ActivationLayout::Block& b = a.blocks[l];
@@ -290,12 +294,14 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
                              3 * C);
     backend_.layernorm_backward(dresidual, dw.ln1w, dw.ln1b, d + g.dln, residual, w.ln1w,
                                 act + b.ln1_mean, act + b.ln1_rstd, N, C);
+    if (source_ != nullptr) source_->release_block(l, ParameterSource::Pass::kBackward);
     const auto [begin, end] = table_.layer_range(l);
     report(begin, end);
   }
   const TensorInfo& wpe_info = table_.at("transformer.wpe.weight");
   backend_.encoder_backward(grads + wte_info.offset, grads + wpe_info.offset, dresidual,
                             inputs_.data(), B, T, C);
+  if (source_ != nullptr) source_->release_embeddings();
   report(wte_info.offset, wpe_info.offset + wpe_info.numel);
 }
 

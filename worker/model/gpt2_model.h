@@ -9,6 +9,24 @@
 
 namespace dslaunch::worker::model {
 
+// Where a model's parameters come from when not every rank holds them all
+// (ZeRO stage 3): the model calls these hooks around its use of each group
+// of tensors, and reads them from the buffer passed to forward()/backward()
+// only in between. Called on the model's thread.
+class ParameterSource {
+ public:
+  enum class Pass { kForward, kBackward };
+  virtual ~ParameterSource() = default;
+  // At the start of forward(): the token and position embeddings and ln_f,
+  // needed until the end of backward() (wte also serves the tied output layer).
+  virtual void acquire_embeddings() = 0;
+  // At the end of backward().
+  virtual void release_embeddings() = 0;
+  // Around block `layer`'s use in a forward or backward pass.
+  virtual void acquire_block(int layer, Pass pass) = 0;
+  virtual void release_block(int layer, Pass pass) = 0;
+};
+
 // GPT-2's forward and backward passes over flat buffers laid out by a
 // ParameterTable: token and position embeddings, pre-LayerNorm blocks
 // (causal self-attention with a fused QKV projection, a 4x MLP with GELU),
@@ -31,7 +49,9 @@ class Gpt2Model {
   // Runs the model on inputs (B,T) and returns the mean cross-entropy over
   // the B*T targets (B,T). B <= max_batch, T == seq_len <= max_seq_len; token
   // ids must be below the real vocabulary size. Keeps the activations for
-  // backward().
+  // backward(). With a ParameterSource, reads each tensor of params only
+  // between its acquire and release calls, and leaves the embeddings
+  // acquired (backward() releases them).
   float forward(const float* params, const int32_t* inputs, const int32_t* targets, int64_t B);
 
   // The gradient of `loss_scale` times the last forward()'s mean loss,
@@ -45,6 +65,11 @@ class Gpt2Model {
   // 6 per parameter of the matrices plus attention's 12*L*C*T).
   double flops_per_token() const;
 
+  // Hooks to call around parameter use from now on; nullptr (the default)
+  // for none, when the buffer holds every parameter. Not owned; must outlive
+  // its use here.
+  void set_parameter_source(ParameterSource* source) { source_ = source; }
+
   int64_t seq_len() const { return seq_len_; }
   int64_t activation_bytes() const;
 
@@ -54,6 +79,7 @@ class Gpt2Model {
   int64_t max_batch_;
   int64_t seq_len_;
   int64_t batch_ = 0;  // B of the last forward()
+  ParameterSource* source_ = nullptr;
   std::vector<float> activations_;
   std::vector<float> activation_grads_;
   std::vector<int32_t> inputs_;

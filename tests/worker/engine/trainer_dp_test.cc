@@ -231,6 +231,110 @@ TEST_CASE("ZeRO stage 2 gives stage 0's loss at every step with 1/N of the gradi
   if (rank == 0) std::filesystem::remove_all(dir);
 }
 
+// Floats in tensors with fewer than `threshold` elements: the ones ZeRO
+// stage 3 keeps whole on every rank.
+int64_t persistent_floats(const spec::ModelSpec& model, int64_t threshold) {
+  const model::ParameterTable table(model_config(model, 1));
+  int64_t floats = 0;
+  for (const model::TensorInfo& t : table.tensors()) {
+    if (t.numel < threshold) floats += t.numel;
+  }
+  return floats;
+}
+
+TEST_CASE("ZeRO stage 3 gives stage 0's loss at every step with 1/N of the parameters") {
+  int rank = 0;
+  int size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const std::string dir = testing::shared_token_files(MPI_COMM_WORLD);
+  const int64_t accumulation = GENERATE(1, 2);
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  // 0: every tensor partitioned; 4C + 1: biases and LayerNorms (at most 4C
+  // elements) whole, the matrices and embeddings partitioned.
+  const int64_t threshold = GENERATE_COPY(int64_t{0}, 4 * int64_t{spec.model.hidden_size} + 1);
+  INFO("gradient accumulation " << accumulation << ", persistence threshold " << threshold);
+  MemoryReport stage0_memory;
+  MemoryReport stage3_memory;
+  const Run stage0 = train_on(MPI_COMM_WORLD, spec, 2, accumulation, &stage0_memory);
+  spec.training.zero.stage = 3;
+  spec.training.zero.param_persistence_threshold = threshold;
+  const Run stage3 = train_on(MPI_COMM_WORLD, spec, 2, accumulation, &stage3_memory);
+  CHECK(stage3.losses.size() == 50);
+  const double worst_loss = worst_loss_difference(stage3, stage0);
+  const ParamDifference worst_param = param_difference(stage3, stage0, spec.model);
+  INFO("largest relative loss difference over 50 steps: " << worst_loss);
+  INFO("largest parameter difference: " << worst_param.learning << ", key biases "
+                                        << worst_param.key_bias);
+  CHECK(worst_loss < 1e-5);
+  CHECK(worst_param.learning < 1e-5);
+  // As under stage 2: the gradients are reduce-scattered, so the key biases'
+  // rounding noise (their exact gradient is zero) differs.
+  CHECK(worst_param.key_bias < 1e-4);
+  REQUIRE(stage3.eval_losses.size() == stage0.eval_losses.size());
+  for (size_t i = 0; i < stage0.eval_losses.size(); ++i) {
+    CHECK(stage3.eval_losses[i] == Approx(stage0.eval_losses[i]).epsilon(1e-5));
+  }
+  // 4 bytes per parameter split N ways, plus the persistent tensors whole;
+  // gradients and Adam states as under stage 2.
+  const double parameters = static_cast<double>(stage0.params.size());
+  const double persistent = static_cast<double>(persistent_floats(spec.model, threshold));
+  CHECK(stage0_memory.parameters == static_cast<int64_t>(4 * parameters));
+  CHECK(stage0_memory.parameter_workspace_peak == 0);
+  CHECK(static_cast<double>(stage3_memory.parameters) ==
+        Approx(4 * parameters / size + 4 * persistent).epsilon(0.05));
+  CHECK(static_cast<double>(stage3_memory.gradients) ==
+        Approx(4 * parameters / size).epsilon(0.05));
+  CHECK(static_cast<double>(stage3_memory.optimizer_states) ==
+        Approx(8 * parameters / size).epsilon(0.05));
+  CHECK(stage3_memory.parameter_workspace_peak > 0);
+  // Every rank ends with the same whole parameters.
+  std::vector<float> rank0 = stage3.params;
+  MPI_Bcast(rank0.data(), static_cast<int>(rank0.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  CHECK(rank0 == stage3.params);
+  if (rank == 0) {
+    std::printf(
+        "stage 3, %d ranks, accumulation %lld, threshold %lld: loss diff %.3g, param diff %.3g "
+        "(key biases %.3g); parameters %lld (stage 0 %lld), workspace peak %lld\n",
+        size, static_cast<long long>(accumulation), static_cast<long long>(threshold), worst_loss,
+        worst_param.learning, worst_param.key_bias,
+        static_cast<long long>(stage3_memory.parameters),
+        static_cast<long long>(stage0_memory.parameters),
+        static_cast<long long>(stage3_memory.parameter_workspace_peak));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("ZeRO stage 3 holds only the blocks in use of a deep model") {
+  int rank = 0;
+  int size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const std::string dir = testing::shared_token_files(MPI_COMM_WORLD);
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  spec.model.num_layers = 8;
+  spec.training.steps = 3;
+  const Run stage0 = train_on(MPI_COMM_WORLD, spec, 2, 1);
+  spec.training.zero.stage = 3;
+  spec.training.zero.param_persistence_threshold = 0;
+  MemoryReport memory;
+  const Run stage3 = train_on(MPI_COMM_WORLD, spec, 2, 1, &memory);
+  CHECK(worst_loss_difference(stage3, stage0) < 1e-5);
+  // At most the embeddings and three blocks (the one computing, the one
+  // prefetched, the one being released) of eight, in whole pages.
+  const double parameters = static_cast<double>(stage0.params.size());
+  INFO("workspace peak " << memory.parameter_workspace_peak << " of " << 4 * parameters);
+  CHECK(memory.parameter_workspace_peak > 0);
+  CHECK(static_cast<double>(memory.parameter_workspace_peak) < 0.5 * 4 * parameters);
+  if (rank == 0) {
+    std::printf("stage 3, %d ranks, 8 layers: parameter workspace peak %lld of %.0f bytes\n", size,
+                static_cast<long long>(memory.parameter_workspace_peak), 4 * parameters);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("a stop seen by one rank only stops every rank after the same step") {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -77,7 +77,7 @@ TEST_CASE("what the engine cannot do yet is refused before training starts") {
   spec.training.zero.stage = 2;
   CHECK(training_support_problem(spec) == "");
   spec.training.zero.stage = 3;
-  CHECK_THAT(training_support_problem(spec), Catch::Contains("ZeRO stage 3"));
+  CHECK(training_support_problem(spec) == "");
   spec = testing::tiny_job("a", "b");
   spec.parallelism.tensor = 2;
   CHECK_THAT(training_support_problem(spec), Catch::Contains("tensor"));

@@ -2,9 +2,13 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "kernels/backend.h"
 
@@ -197,6 +201,80 @@ TEST_CASE("the parameter table lays blocks out contiguously with Conv1D shapes")
   CHECK(table.total() == end1 + 2 * C);
   CHECK(table.at("transformer.h.0.ln_1.bias").weight_decay == false);
   CHECK(table.at("transformer.h.0.mlp.c_fc.weight").weight_decay == true);
+}
+
+// A ParameterSource that makes the model's buffer hold only what it has
+// acquired (as ZeRO stage 3's workspace does), copied from the whole
+// parameters, and records the calls.
+class CopyingSource : public ParameterSource {
+ public:
+  CopyingSource(const ParameterTable& table, const std::vector<float>& whole,
+                std::vector<float>& buffer)
+      : table_(table), whole_(whole), buffer_(buffer) {}
+
+  void acquire_embeddings() override {
+    events.push_back("+e");
+    for_embeddings([this](int64_t b, int64_t e) { copy(b, e); });
+  }
+  void release_embeddings() override {
+    events.push_back("-e");
+    for_embeddings([this](int64_t b, int64_t e) { clear(b, e); });
+  }
+  void acquire_block(int layer, Pass pass) override {
+    events.push_back(fmt::format("+{}{}", pass == Pass::kForward ? 'f' : 'b', layer));
+    const auto [b, e] = table_.layer_range(layer);
+    copy(b, e);
+  }
+  void release_block(int layer, Pass pass) override {
+    events.push_back(fmt::format("-{}{}", pass == Pass::kForward ? 'f' : 'b', layer));
+    const auto [b, e] = table_.layer_range(layer);
+    clear(b, e);
+  }
+
+  std::vector<std::string> events;
+
+ private:
+  template <typename F>
+  void for_embeddings(F f) {
+    const int layers = static_cast<int>(table_.config().num_layers);
+    f(0, table_.layer_range(0).first);
+    f(table_.layer_range(layers - 1).second, table_.total());
+  }
+  void copy(int64_t b, int64_t e) {
+    std::copy(whole_.begin() + b, whole_.begin() + e, buffer_.begin() + b);
+  }
+  void clear(int64_t b, int64_t e) { std::fill(buffer_.begin() + b, buffer_.begin() + e, 0.0f); }
+
+  const ParameterTable& table_;
+  const std::vector<float>& whole_;
+  std::vector<float>& buffer_;
+};
+
+TEST_CASE("a parameter source is called around every use, and acquiring is all the model needs") {
+  const ParameterTable table(tiny_config());
+  auto backend = kernels::make_cpu_backend(1);
+  std::vector<float> params(table.total());
+  init_gpt2_parameters(table, 3, params.data());
+  const Batch batch = random_batch(2, 8, 20, 5);
+
+  Gpt2Model plain(table, *backend, 2, 8);
+  std::vector<float> plain_grads(table.total(), 0.0f);
+  const float plain_loss =
+      plain.forward(params.data(), batch.inputs.data(), batch.targets.data(), 2);
+  plain.backward(params.data(), plain_grads.data(), 1.0f, {});
+
+  std::vector<float> buffer(table.total(), 0.0f);
+  CopyingSource source(table, params, buffer);
+  Gpt2Model sourced(table, *backend, 2, 8);
+  sourced.set_parameter_source(&source);
+  std::vector<float> grads(table.total(), 0.0f);
+  const float loss = sourced.forward(buffer.data(), batch.inputs.data(), batch.targets.data(), 2);
+  sourced.backward(buffer.data(), grads.data(), 1.0f, {});
+  CHECK(loss == plain_loss);
+  CHECK(grads == plain_grads);
+  CHECK(source.events == std::vector<std::string>{"+e", "+f0", "-f0", "+f1", "-f1", "+b1", "-b1",
+                                                  "+b0", "-b0", "-e"});
+  CHECK(std::all_of(buffer.begin(), buffer.end(), [](float x) { return x == 0.0f; }));
 }
 
 }  // namespace

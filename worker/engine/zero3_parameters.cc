@@ -1,0 +1,151 @@
+#include "worker/engine/zero3_parameters.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "worker/parallel/mpi_error.h"
+
+namespace dslaunch::worker::engine {
+namespace {
+
+using Range = ParameterGatherer::Range;
+
+// Appends [begin, end) to ranges, merged with the last one when adjacent.
+void append(std::vector<Range>& ranges, int64_t begin, int64_t end) {
+  if (!ranges.empty() && ranges.back().second == begin) {
+    ranges.back().second = end;
+  } else {
+    ranges.emplace_back(begin, end);
+  }
+}
+
+}  // namespace
+
+Zero3Parameters::Zero3Parameters(MPI_Comm comm, const model::ParameterTable& table,
+                                 const ZeroPartition& partition, int64_t persistence_threshold,
+                                 const float* initial)
+    : comm_(comm),
+      table_(table),
+      partition_(partition),
+      layers_(static_cast<int>(table.config().num_layers)),
+      master_(partition.padded_total()),
+      workspace_(table.total()) {
+  MPI_Comm_rank(comm, &rank_);
+  if (!master_.error().empty() || !workspace_.error().empty()) {
+    setup_error_ = master_.error().empty() ? workspace_.error() : master_.error();
+    return;
+  }
+  // What is gathered, per region: the tensors at or above the threshold.
+  std::vector<std::vector<Range>> regions(1 + layers_);
+  for (const model::TensorInfo& t : table.tensors()) {
+    const int64_t end = t.offset + t.numel;
+    if (t.numel < persistence_threshold) {
+      append(persistent_, t.offset, end);
+      std::memcpy(workspace_.data() + t.offset, initial + t.offset, t.numel * sizeof(float));
+    } else {
+      append(regions[t.layer + 1], t.offset, end);
+    }
+  }
+  const int64_t own_begin = partition.begin(rank_);
+  std::memcpy(master_.data() + own_begin, initial + own_begin,
+              (partition.end(rank_) - own_begin) * sizeof(float));
+
+  packed_counts_.assign(partition.ranks, 0);
+  packed_displacements_.assign(partition.ranks, 0);
+  int64_t packed = 0;
+  for (int r = 0; r < partition.ranks; ++r) {
+    int64_t count = 0;
+    for (const auto& [begin, end] : persistent_) {
+      count += std::max<int64_t>(
+          0, std::min(end, partition.end(r)) - std::max(begin, partition.begin(r)));
+    }
+    if (packed + count > INT_MAX) {
+      setup_error_ =
+          "ZeRO stage 3: more than INT_MAX persistent floats; lower "
+          "stage3_param_persistence_threshold";
+      return;
+    }
+    packed_displacements_[r] = static_cast<int>(packed);
+    packed_counts_[r] = static_cast<int>(count);
+    packed += count;
+  }
+  packed_.resize(packed);
+  gatherer_.emplace(comm, partition, master_.data(), workspace_, std::move(regions));
+}
+
+std::string Zero3Parameters::error() const {
+  if (!setup_error_.empty()) return setup_error_;
+  return gatherer_ ? gatherer_->error() : "";
+}
+
+std::string Zero3Parameters::refresh_persistent() {
+  const int64_t own_begin = partition_.begin(rank_);
+  const int64_t own_end = partition_.end(rank_);
+  float* mine = packed_.data() + packed_displacements_[rank_];
+  for (const auto& [begin, end] : persistent_) {
+    const int64_t from = std::max(begin, own_begin);
+    const int64_t to = std::min(end, own_end);
+    if (from >= to) continue;
+    std::memcpy(mine, master_.data() + from, (to - from) * sizeof(float));
+    mine += to - from;
+  }
+  const int rc =
+      MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, packed_.data(), packed_counts_.data(),
+                     packed_displacements_.data(), MPI_FLOAT, comm_);
+  if (rc != MPI_SUCCESS) return mpi_error_message("MPI_Allgatherv", rc);
+  const float* from = packed_.data();
+  for (const auto& [begin, end] : persistent_) {
+    std::memcpy(workspace_.data() + begin, from, (end - begin) * sizeof(float));
+    from += end - begin;
+  }
+  return "";
+}
+
+void Zero3Parameters::acquire_all() {
+  for (int region = 0; region < gatherer_->region_count(); ++region) gatherer_->prefetch(region);
+  for (int region = 0; region < gatherer_->region_count(); ++region) gatherer_->acquire(region);
+}
+
+void Zero3Parameters::release_all() {
+  for (int region = 0; region < gatherer_->region_count(); ++region) gatherer_->release(region);
+}
+
+std::string Zero3Parameters::gather_whole(std::vector<float>& out) {
+  out.assign(partition_.padded_total(), 0.0f);
+  const int64_t own_begin = partition_.begin(rank_);
+  std::memcpy(out.data() + own_begin, master_.data() + own_begin,
+              (partition_.end(rank_) - own_begin) * sizeof(float));
+  return all_gather_partitions(comm_, partition_, out.data());
+}
+
+int64_t Zero3Parameters::parameter_bytes() const {
+  int64_t persistent = 0;
+  for (const auto& [begin, end] : persistent_) persistent += end - begin;
+  return (partition_.end(rank_) - partition_.begin(rank_) + persistent) *
+         static_cast<int64_t>(sizeof(float));
+}
+
+int64_t Zero3Parameters::buffer_bytes() const {
+  return static_cast<int64_t>(packed_.size() * sizeof(float));
+}
+
+void Zero3Parameters::acquire_embeddings() {
+  gatherer_->acquire(0);
+  if (layers_ > 0) gatherer_->prefetch(1);
+}
+
+void Zero3Parameters::release_embeddings() { gatherer_->release(0); }
+
+void Zero3Parameters::acquire_block(int layer, Pass pass) {
+  gatherer_->acquire(1 + layer);
+  const int next = pass == Pass::kForward ? layer + 1 : layer - 1;
+  if (next >= 0 && next < layers_) gatherer_->prefetch(1 + next);
+}
+
+void Zero3Parameters::release_block(int layer, Pass pass) {
+  if (pass == Pass::kForward && layer == layers_ - 1) return;
+  gatherer_->release(1 + layer);
+}
+
+}  // namespace dslaunch::worker::engine

@@ -1,0 +1,91 @@
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "worker/model/gpt2_config.h"
+#include "worker/model/gpt2_model.h"
+#include "worker/parallel/gradient_workspace.h"
+#include "worker/parallel/parameter_gatherer.h"
+#include "worker/parallel/zero_partition.h"
+
+namespace dslaunch::worker::engine {
+
+// ZeRO stage 3's parameters on one rank: its partition of the fp32 weights
+// (the ones its optimizer updates), a whole copy of every tensor with fewer
+// than `persistence_threshold` elements, and a full-size workspace the model
+// reads in which only the blocks in use are resident.
+//
+// As the model's ParameterSource it gathers, on a communication thread, the
+// embeddings and ln_f at the start of forward (kept until the end of
+// backward), each block just before its forward and its backward, prefetching
+// the next block (forward: l+1; backward: l-1) while the current one
+// computes, and releases each block after use; the last block stays between
+// forward and backward, which need it one after the other. Persistent
+// tensors are never gathered nor released: they stay in the workspace,
+// refreshed by refresh_persistent() after every optimizer step.
+//
+// Every rank of the group must make the same calls in the same order (the
+// model does when all run the same passes). Not thread-safe.
+class Zero3Parameters : public model::ParameterSource {
+ public:
+  // `initial`: the whole initial parameters (table.total() floats), copied;
+  // the caller may free them afterwards. Collective over comm. On failure
+  // error() says what.
+  Zero3Parameters(MPI_Comm comm, const model::ParameterTable& table, const ZeroPartition& partition,
+                  int64_t persistence_threshold, const float* initial);
+
+  // "" or the first failure (setup or a gather).
+  std::string error() const;
+
+  // The whole layout's address space; this rank's partition holds its
+  // weights (the optimizer updates them in place).
+  float* master() { return master_.data(); }
+  // What the model reads (forward()/backward()'s params).
+  const float* workspace() { return workspace_.data(); }
+
+  // After the optimizer step: every rank's updated persistent floats,
+  // all-gathered into every rank's whole copy. Collective; "" or what failed.
+  std::string refresh_persistent();
+  // Every region resident (for passes that run without hooks, such as
+  // evaluation, where ranks may run different numbers of batches), and back.
+  void acquire_all();
+  void release_all();
+  // The whole parameters (padded_total() floats) on every rank. Collective.
+  std::string gather_whole(std::vector<float>& out);
+
+  // Bytes held for parameters: this rank's partition plus the persistent copy.
+  int64_t parameter_bytes() const;
+  // The persistent tensors' packed buffer.
+  int64_t buffer_bytes() const;
+  // The largest resident size of the workspace measured before a release.
+  int64_t workspace_peak_bytes() const { return workspace_.peak_resident_bytes(); }
+
+  void acquire_embeddings() override;
+  void release_embeddings() override;
+  void acquire_block(int layer, Pass pass) override;
+  void release_block(int layer, Pass pass) override;
+
+ private:
+  MPI_Comm comm_;
+  const model::ParameterTable& table_;
+  ZeroPartition partition_;
+  int rank_ = 0;
+  int layers_ = 0;
+  GradientWorkspace master_;
+  GradientWorkspace workspace_;
+  // Persistent tensors' ranges in layout order; packed_ holds their floats
+  // in that order, so each rank's share is one contiguous run of it.
+  std::vector<ParameterGatherer::Range> persistent_;
+  std::vector<float> packed_;
+  std::vector<int> packed_counts_;
+  std::vector<int> packed_displacements_;
+  std::string setup_error_;
+  std::optional<ParameterGatherer> gatherer_;  // region 0: embeddings and ln_f; 1 + l: block l
+};
+
+}  // namespace dslaunch::worker::engine

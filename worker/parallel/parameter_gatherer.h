@@ -1,0 +1,100 @@
+#pragma once
+
+#include <mpi.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "worker/parallel/gradient_workspace.h"
+#include "worker/parallel/zero_partition.h"
+
+namespace dslaunch::worker {
+
+// ZeRO stage 3's parameter gathering: each rank holds only its partition of
+// the flat parameters (`master`); the model reads them from a full-size
+// `workspace` in which only the regions acquired and not yet released are
+// resident.
+//
+// A region is a list of float ranges [begin, end) of the flat layout (for
+// example one transformer block's tensors, minus the small ones every rank
+// keeps whole). Gathering a region is one MPI_Iallgatherv per range, waited
+// for by testing it between short sleeps (so the thread leaves the core to
+// the compute it overlaps instead of spinning in MPI): rank r
+// contributes the range's intersection with its partition, straight from
+// master into the workspace, nothing copied. Releasing a region hands its
+// ranges' whole pages back to the OS (GradientWorkspace::zero), so a
+// released range reads as zeros until gathered again.
+//
+// A communication thread, the only one calling MPI for this object, gathers
+// the regions in the order prefetch()/acquire() requested them. MPI needs the
+// same sequence of collectives on every rank: every rank must request,
+// acquire and release the same regions in the same order.
+//
+// Threads: every public member from one thread (the compute thread).
+// Between an acquire() return and the matching release() the region's
+// floats in the workspace are the caller's to read; the communication thread
+// writes only regions requested and not yet resident.
+class ParameterGatherer {
+ public:
+  using Range = std::pair<int64_t, int64_t>;
+
+  // comm: the data-parallel group, duplicated (MPI_Comm_dup, collective, with
+  // MPI_ERRORS_RETURN). partition: over comm's ranks. master: the whole
+  // layout's address space (padded_total() floats), of which this rank's
+  // partition holds its values; workspace: partition.total floats. Both
+  // owned by the caller, alive and not moved for this object's lifetime, and
+  // master not written while a gather may run. Ranges longer than INT_MAX
+  // floats are split. A failure here or in a gather sticks: error() says it,
+  // acquire() stops waiting and no more MPI calls are made.
+  ParameterGatherer(MPI_Comm comm, const ZeroPartition& partition, const float* master,
+                    GradientWorkspace& workspace, std::vector<std::vector<Range>> regions);
+  // Makes no collective call: requests not yet started are dropped, a gather
+  // already running completes, the thread is joined, the duplicate freed.
+  ~ParameterGatherer();
+
+  ParameterGatherer(const ParameterGatherer&) = delete;
+  ParameterGatherer& operator=(const ParameterGatherer&) = delete;
+
+  int region_count() const { return static_cast<int>(regions_.size()); }
+  // Starts gathering `region` unless it is resident or already requested;
+  // returns without waiting.
+  void prefetch(int region);
+  // prefetch(), then waits until the region is resident (or an error).
+  void acquire(int region);
+  // Gives a resident region's pages back; a region not resident is left as it is.
+  void release(int region);
+  // "" or the first failure.
+  std::string error() const;
+
+ private:
+  enum class State { kReleased, kRequested, kResident };
+
+  void communication_loop();
+  std::string gather(int region);  // communication thread only
+
+  ZeroPartition partition_;
+  const float* master_;
+  GradientWorkspace& workspace_;
+  std::vector<std::vector<Range>> regions_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  std::vector<int> counts_;  // per rank, communication thread only
+  std::vector<int> displacements_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable requested_or_stopping_;
+  std::condition_variable gathered_;
+  std::vector<State> states_;
+  std::deque<int> queue_;
+  std::string error_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace dslaunch::worker
