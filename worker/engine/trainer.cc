@@ -16,8 +16,8 @@
 #include "worker/engine/zero3_parameters.h"
 #include "worker/model/gpt2_model.h"
 #include "worker/parallel/gradient_reducer.h"
-#include "worker/parallel/gradient_workspace.h"
 #include "worker/parallel/mpi_error.h"
+#include "worker/parallel/releasable_buffer.h"
 #include "worker/parallel/zero_partition.h"
 
 namespace dslaunch::worker::engine {
@@ -133,7 +133,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   float* const master = partitioned_params ? zero3->master() : result.params.data();
   const float* const model_params = partitioned_params ? zero3->workspace() : master;
   std::vector<float> grads(partitioned_grads ? own_count : table.total(), 0.0f);
-  GradientWorkspace workspace(partitioned_grads ? table.total() : 0);
+  ReleasableBuffer workspace(partitioned_grads ? table.total() : 0);
   if (!workspace.error().empty()) {
     result.error = workspace.error();
     return result;

@@ -9,8 +9,8 @@
 
 #include "worker/model/gpt2_config.h"
 #include "worker/model/gpt2_model.h"
-#include "worker/parallel/gradient_workspace.h"
 #include "worker/parallel/parameter_gatherer.h"
+#include "worker/parallel/releasable_buffer.h"
 #include "worker/parallel/zero_partition.h"
 
 namespace dslaunch::worker::engine {
@@ -76,8 +76,8 @@ class Zero3Parameters : public model::ParameterSource {
   ZeroPartition partition_;
   int rank_ = 0;
   int layers_ = 0;
-  GradientWorkspace master_;
-  GradientWorkspace workspace_;
+  ReleasableBuffer master_;
+  ReleasableBuffer workspace_;
   // Persistent tensors' ranges in layout order; packed_ holds their floats
   // in that order, so each rank's share is one contiguous run of it.
   std::vector<ParameterGatherer::Range> persistent_;

@@ -37,7 +37,7 @@ GradientReducer::GradientReducer(MPI_Comm comm, float* grads, int64_t n, int64_t
   start(comm, bucket_elements);
 }
 
-GradientReducer::GradientReducer(MPI_Comm comm, GradientWorkspace& workspace,
+GradientReducer::GradientReducer(MPI_Comm comm, ReleasableBuffer& workspace,
                                  int64_t bucket_elements, const ZeroPartition& partition,
                                  float* partition_grads)
     : grads_(workspace.data()), n_(workspace.size()) {
@@ -297,7 +297,7 @@ std::string GradientReducer::reduce_scatter(const Bucket& bucket) {
   // to the end of its last page belong to the bucket before, already zeroed
   // (or lie past n_, never written): zeroing through that page end lets the
   // page go back to the OS too.
-  GradientWorkspace& workspace = *scatter.workspace;
+  ReleasableBuffer& workspace = *scatter.workspace;
   workspace.zero(bucket.begin, workspace.page_end(bucket.end));
   return "";
 }

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "worker/parallel/gradient_workspace.h"
+#include "worker/parallel/releasable_buffer.h"
 #include "worker/parallel/zero_partition.h"
 
 namespace dslaunch::worker {
@@ -41,7 +41,7 @@ namespace dslaunch::worker {
 //   into a temporary of at most one bucket's floats; the sum divided by the
 //   communicator's size is ADDED to this rank's partition gradients. The
 //   bucket's floats in the workspace are then zeroed, their whole pages given
-//   back to the OS (see GradientWorkspace), so a workspace holds at a time
+//   back to the OS (see ReleasableBuffer), so a workspace holds at a time
 //   only the gradients that backward has written and the reducer not yet
 //   consumed, and after finish() it is all zeros again, ready for the next
 //   backward to accumulate into. One finish() per backward pass: with
@@ -82,7 +82,7 @@ class GradientReducer {
   // the reducer only adds to it (the caller zeroes it when a new sum starts).
   // Between a ready() and the next finish() return the caller must not touch
   // partition_grads either.
-  GradientReducer(MPI_Comm comm, GradientWorkspace& workspace, int64_t bucket_elements,
+  GradientReducer(MPI_Comm comm, ReleasableBuffer& workspace, int64_t bucket_elements,
                   const ZeroPartition& partition, float* partition_grads);
 
   // Makes no collective call and does not wait for other ranks' progress:
@@ -131,7 +131,7 @@ class GradientReducer {
 
   // Partitioned gradients (reduce-scatter mode).
   struct Scatter {
-    GradientWorkspace* workspace = nullptr;
+    ReleasableBuffer* workspace = nullptr;
     ZeroPartition partition;
     int rank = 0;
     float* partition_grads = nullptr;

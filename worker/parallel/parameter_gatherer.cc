@@ -38,7 +38,7 @@ int wait_sleeping(MPI_Request& request) {
 }  // namespace
 
 ParameterGatherer::ParameterGatherer(MPI_Comm comm, const ZeroPartition& partition,
-                                     const float* master, GradientWorkspace& workspace,
+                                     const float* master, ReleasableBuffer& workspace,
                                      std::vector<std::vector<Range>> regions)
     : partition_(partition),
       master_(master),

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "worker/parallel/gradient_workspace.h"
+#include "worker/parallel/releasable_buffer.h"
 #include "worker/parallel/zero_partition.h"
 
 namespace dslaunch::worker {
@@ -28,7 +28,7 @@ namespace dslaunch::worker {
 // the compute it overlaps instead of spinning in MPI): rank r
 // contributes the range's intersection with its partition, straight from
 // master into the workspace, nothing copied. Releasing a region hands its
-// ranges' whole pages back to the OS (GradientWorkspace::zero), so a
+// ranges' whole pages back to the OS (ReleasableBuffer::zero), so a
 // released range reads as zeros until gathered again.
 //
 // A communication thread, the only one calling MPI for this object, gathers
@@ -53,7 +53,7 @@ class ParameterGatherer {
   // floats are split. A failure here or in a gather sticks: error() says it,
   // acquire() stops waiting and no more MPI calls are made.
   ParameterGatherer(MPI_Comm comm, const ZeroPartition& partition, const float* master,
-                    GradientWorkspace& workspace, std::vector<std::vector<Range>> regions);
+                    ReleasableBuffer& workspace, std::vector<std::vector<Range>> regions);
   // Makes no collective call: requests not yet started are dropped, a gather
   // already running completes, the thread is joined, the duplicate freed.
   ~ParameterGatherer();
@@ -80,7 +80,7 @@ class ParameterGatherer {
 
   ZeroPartition partition_;
   const float* master_;
-  GradientWorkspace& workspace_;
+  ReleasableBuffer& workspace_;
   std::vector<std::vector<Range>> regions_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;

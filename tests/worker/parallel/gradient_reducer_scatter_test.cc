@@ -11,12 +11,12 @@
 #include <catch2/catch.hpp>
 
 #include "worker/parallel/gradient_reducer.h"
-#include "worker/parallel/gradient_workspace.h"
+#include "worker/parallel/releasable_buffer.h"
 #include "worker/parallel/zero_partition.h"
 
 using dslaunch::worker::GradientReducer;
-using dslaunch::worker::GradientWorkspace;
 using dslaunch::worker::make_zero_partition;
+using dslaunch::worker::ReleasableBuffer;
 using dslaunch::worker::ZeroPartition;
 
 namespace {
@@ -43,7 +43,7 @@ float gradient(int rank, int pass, int64_t i) {
          8.0f * static_cast<float>(pass);
 }
 
-void fill(GradientWorkspace& workspace, int rank, int pass) {
+void fill(ReleasableBuffer& workspace, int rank, int pass) {
   for (int64_t i = 0; i < workspace.size(); ++i) workspace.data()[i] = gradient(rank, pass, i);
 }
 
@@ -69,7 +69,7 @@ Ranges from_end(int64_t n, int64_t chunk) {
   return ranges;
 }
 
-bool all_zero(GradientWorkspace& workspace) {
+bool all_zero(ReleasableBuffer& workspace) {
   return std::all_of(workspace.data(), workspace.data() + workspace.capacity(),
                      [](float x) { return x == 0.0f; });
 }
@@ -87,7 +87,7 @@ TEST_CASE("each rank holds the exact mean of its partition, summed over backward
     for (int64_t bucket : {int64_t{1}, int64_t{3}, int64_t{7}, int64_t{64}, int64_t{333},
                            int64_t{1001}, int64_t{1} << 40}) {
       INFO("n " << n << ", alignment " << alignment << ", bucket " << bucket);
-      GradientWorkspace workspace(n);
+      ReleasableBuffer workspace(n);
       REQUIRE(workspace.error() == "");
       std::vector<float> partition_grads(std::max<int64_t>(own, 0), 0.0f);
       GradientReducer reducer(MPI_COMM_WORLD, workspace, bucket, partition, partition_grads.data());
@@ -113,7 +113,7 @@ TEST_CASE("a reduced bucket's pages go back to the OS, partial pages included") 
   const int64_t n = 300'001;  // not a whole number of pages
   const ZeroPartition partition = make_zero_partition(n, size, 16);
   std::vector<float> partition_grads(partition.end(rank) - partition.begin(rank), 0.0f);
-  GradientWorkspace workspace(n);
+  ReleasableBuffer workspace(n);
   REQUIRE(workspace.error() == "");
   CHECK(workspace.resident_bytes() == 0);
   // Buckets that start and end inside pages.
@@ -137,7 +137,7 @@ TEST_CASE("on one rank the partition is the whole mean and the workspace is clea
   const int64_t n = 777;
   const ZeroPartition partition = make_zero_partition(n, 1, 16);
   std::vector<float> partition_grads(n, 0.0f);
-  GradientWorkspace workspace(n);
+  ReleasableBuffer workspace(n);
   GradientReducer reducer(MPI_COMM_SELF, workspace, 100, partition, partition_grads.data());
   fill(workspace, world_rank(), 0);
   reducer.ready(677, 777);  // bucket 0: moved into the partition at once
@@ -152,7 +152,7 @@ TEST_CASE("on one rank the partition is the whole mean and the workspace is clea
 }
 
 TEST_CASE("a partition that does not fit the workspace or the communicator is refused") {
-  GradientWorkspace workspace(100);
+  ReleasableBuffer workspace(100);
   std::vector<float> partition_grads(100);
   SECTION("wrong size") {
     GradientReducer reducer(MPI_COMM_WORLD, workspace, 10, make_zero_partition(99, world_size(), 1),
@@ -167,7 +167,7 @@ TEST_CASE("a partition that does not fit the workspace or the communicator is re
 }
 
 TEST_CASE("zeroing a range keeps the floats around it") {
-  GradientWorkspace workspace(5000);
+  ReleasableBuffer workspace(5000);
   std::fill(workspace.data(), workspace.data() + workspace.size(), 1.0f);
   workspace.zero(100, 4500);  // a partial page, a whole one, a partial one
   for (int64_t i : {int64_t{0}, int64_t{99}, int64_t{4500}, int64_t{4999}}) {

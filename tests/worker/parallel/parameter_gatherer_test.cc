@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "worker/parallel/gradient_workspace.h"
+#include "worker/parallel/releasable_buffer.h"
 #include "worker/parallel/zero_partition.h"
 
 namespace dslaunch::worker {
@@ -20,7 +20,7 @@ float value_at(int64_t i) { return 0.5f + static_cast<float>(i); }
 
 // Fills this rank's partition of the layout whose float i holds
 // value_at(i); the other partitions stay zero, as a stage 3 rank holds them.
-void fill_own_partition(const ZeroPartition& partition, int rank, GradientWorkspace& master) {
+void fill_own_partition(const ZeroPartition& partition, int rank, ReleasableBuffer& master) {
   for (int64_t i = partition.begin(rank); i < partition.end(rank); ++i) {
     master.data()[i] = value_at(i);
   }
@@ -33,9 +33,9 @@ TEST_CASE("an acquired region holds every rank's floats; a released one reads ze
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const int64_t total = 1000;
   const ZeroPartition partition = make_zero_partition(total, size, 16);
-  GradientWorkspace master(partition.padded_total());
+  ReleasableBuffer master(partition.padded_total());
   fill_own_partition(partition, rank, master);
-  GradientWorkspace workspace(total);
+  ReleasableBuffer workspace(total);
   // Region 1 spans every partition; region 2 has a hole, [700, 800).
   ParameterGatherer gatherer(MPI_COMM_WORLD, partition, master.data(), workspace,
                              {{{0, 100}}, {{100, 600}}, {{600, 700}, {800, 1000}}});
@@ -87,9 +87,9 @@ TEST_CASE("a released region gives its pages back") {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const int64_t total = 1 << 20;  // 4 MiB
   const ZeroPartition partition = make_zero_partition(total, size, 16);
-  GradientWorkspace master(partition.padded_total());
+  ReleasableBuffer master(partition.padded_total());
   fill_own_partition(partition, rank, master);
-  GradientWorkspace workspace(total);
+  ReleasableBuffer workspace(total);
   ParameterGatherer gatherer(MPI_COMM_WORLD, partition, master.data(), workspace,
                              {{{0, total / 2}}, {{total / 2, total}}});
   CHECK(workspace.resident_bytes() == 0);

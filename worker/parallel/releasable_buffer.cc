@@ -1,4 +1,4 @@
-#include "worker/parallel/gradient_workspace.h"
+#include "worker/parallel/releasable_buffer.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -10,14 +10,14 @@
 
 namespace dslaunch::worker {
 
-GradientWorkspace::GradientWorkspace(int64_t n) : n_(std::max<int64_t>(n, 0)) {
+ReleasableBuffer::ReleasableBuffer(int64_t n) : n_(std::max<int64_t>(n, 0)) {
   page_floats_ = sysconf(_SC_PAGESIZE) / static_cast<int64_t>(sizeof(float));
   capacity_ = (n_ + page_floats_ - 1) / page_floats_ * page_floats_;
   if (capacity_ == 0) return;
   void* mapped = mmap(nullptr, capacity_ * sizeof(float), PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (mapped == MAP_FAILED) {
-    error_ = "gradient workspace: mmap of " + std::to_string(capacity_ * sizeof(float)) +
+    error_ = "releasable buffer: mmap of " + std::to_string(capacity_ * sizeof(float)) +
              " bytes failed: " + std::strerror(errno);
     n_ = 0;
     capacity_ = 0;
@@ -26,11 +26,11 @@ GradientWorkspace::GradientWorkspace(int64_t n) : n_(std::max<int64_t>(n, 0)) {
   data_ = static_cast<float*>(mapped);
 }
 
-GradientWorkspace::~GradientWorkspace() {
+ReleasableBuffer::~ReleasableBuffer() {
   if (data_ != nullptr) munmap(data_, capacity_ * sizeof(float));
 }
 
-void GradientWorkspace::zero(int64_t begin, int64_t end) {
+void ReleasableBuffer::zero(int64_t begin, int64_t end) {
   begin = std::max<int64_t>(begin, 0);
   end = std::min(end, capacity_);
   if (begin >= end) return;
@@ -50,7 +50,7 @@ void GradientWorkspace::zero(int64_t begin, int64_t end) {
   madvise(data_ + first_page, (last_page - first_page) * sizeof(float), MADV_DONTNEED);
 }
 
-int64_t GradientWorkspace::resident_bytes() const {
+int64_t ReleasableBuffer::resident_bytes() const {
   if (data_ == nullptr) return 0;
   const int64_t pages = capacity_ / page_floats_;
   std::vector<unsigned char> in_memory(pages);

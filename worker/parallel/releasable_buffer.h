@@ -7,9 +7,10 @@
 
 namespace dslaunch::worker {
 
-// The full-size gradient buffer a backward pass accumulates into under ZeRO
-// stage 2, kept from staying resident: once a range's gradients have been
-// reduce-scattered, zero() hands its pages back to the OS.
+// A full-size float buffer whose ranges can be handed back to the OS while
+// the rest stays: under ZeRO stage 2 the gradients a backward pass
+// accumulates into (zero() once a range has been reduce-scattered), under
+// stage 3 also the gathered parameters (zero() once a block has been used).
 //
 // The floats live in a private anonymous mapping made with MAP_NORESERVE, so
 // only pages written since they were last released take memory. zero() gives
@@ -21,15 +22,15 @@ namespace dslaunch::worker {
 //
 // Threads: zero() may run on one thread while others write floats outside
 // the range it is given; nothing else is synchronised.
-class GradientWorkspace {
+class ReleasableBuffer {
  public:
   // n floats, all zero. On failure (mmap) data() is nullptr and error() says
   // why. n == 0 maps nothing.
-  explicit GradientWorkspace(int64_t n);
-  ~GradientWorkspace();
+  explicit ReleasableBuffer(int64_t n);
+  ~ReleasableBuffer();
 
-  GradientWorkspace(const GradientWorkspace&) = delete;
-  GradientWorkspace& operator=(const GradientWorkspace&) = delete;
+  ReleasableBuffer(const ReleasableBuffer&) = delete;
+  ReleasableBuffer& operator=(const ReleasableBuffer&) = delete;
 
   float* data() { return data_; }
   int64_t size() const { return n_; }
