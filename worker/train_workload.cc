@@ -57,6 +57,7 @@ void send_memory_metrics(proto::Session& session, const engine::MemoryReport& me
   metrics["activations_bytes"] = static_cast<double>(memory.activations);
   metrics["communication_buffers_bytes"] = static_cast<double>(memory.communication_buffers);
   metrics["gradient_workspace_peak_bytes"] = static_cast<double>(memory.gradient_workspace_peak);
+  metrics["parameter_workspace_peak_bytes"] = static_cast<double>(memory.parameter_workspace_peak);
   session.send(message);
 }
 
