@@ -121,8 +121,11 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   const bool partitioned_params = sharded && training.zero.stage >= 3;
   std::optional<Zero3Parameters> zero3;
   if (partitioned_params) {
-    zero3.emplace(options.data_comm, table, partition, training.zero.param_persistence_threshold,
-                  result.params.data());
+    Zero3Settings settings;
+    settings.persistence_threshold = training.zero.param_persistence_threshold;
+    settings.prefetch_bucket_size = training.zero.prefetch_bucket_size;
+    settings.max_live_parameters = training.zero.max_live_parameters;
+    zero3.emplace(options.data_comm, table, partition, settings, result.params.data());
     if (std::string error = zero3->error(); !error.empty()) {
       result.error = "ZeRO stage 3: " + error;
       return result;
@@ -240,7 +243,8 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       }
     } else if (sharded) {
       if (std::string error =
-              all_gather_partitions(options.data_comm, partition, result.params.data());
+              all_gather_partitions(options.data_comm, partition,
+                                    training.zero.allgather_bucket_size, result.params.data());
           !error.empty()) {
         result.error = "parameter all-gather: " + error;
         return result;

@@ -23,11 +23,12 @@ void append(std::vector<Range>& ranges, int64_t begin, int64_t end) {
 }  // namespace
 
 Zero3Parameters::Zero3Parameters(MPI_Comm comm, const model::ParameterTable& table,
-                                 const ZeroPartition& partition, int64_t persistence_threshold,
+                                 const ZeroPartition& partition, const Zero3Settings& settings,
                                  const float* initial)
     : comm_(comm),
       table_(table),
       partition_(partition),
+      settings_(settings),
       layers_(static_cast<int>(table.config().num_layers)),
       master_(partition.padded_total()),
       workspace_(table.total()) {
@@ -40,7 +41,7 @@ Zero3Parameters::Zero3Parameters(MPI_Comm comm, const model::ParameterTable& tab
   std::vector<std::vector<Range>> regions(1 + layers_);
   for (const model::TensorInfo& t : table.tensors()) {
     const int64_t end = t.offset + t.numel;
-    if (t.numel < persistence_threshold) {
+    if (t.numel < settings.persistence_threshold) {
       append(persistent_, t.offset, end);
       std::memcpy(workspace_.data() + t.offset, initial + t.offset, t.numel * sizeof(float));
     } else {
@@ -116,7 +117,8 @@ std::string Zero3Parameters::gather_whole(std::vector<float>& out) {
   const int64_t own_begin = partition_.begin(rank_);
   std::memcpy(out.data() + own_begin, master_.data() + own_begin,
               (partition_.end(rank_) - own_begin) * sizeof(float));
-  return all_gather_partitions(comm_, partition_, out.data());
+  // One collective for all (a bucket of the whole buffer): this runs once, at the end.
+  return all_gather_partitions(comm_, partition_, partition_.padded_total(), out.data());
 }
 
 int64_t Zero3Parameters::parameter_bytes() const {
@@ -130,17 +132,34 @@ int64_t Zero3Parameters::buffer_bytes() const {
   return static_cast<int64_t>(packed_.size() * sizeof(float));
 }
 
+void Zero3Parameters::prefetch_following(int first, int step) {
+  int64_t ahead = 0;  // floats of the following blocks requested so far
+  for (int layer = first; layer >= 0 && layer < layers_; layer += step) {
+    const int region = 1 + layer;
+    const int64_t size = gatherer_->region_size(region);
+    if (!gatherer_->live(region)) {
+      if (layer != first && ahead + size > settings_.prefetch_bucket_size) return;
+      if (gatherer_->live_floats() + size > settings_.max_live_parameters) return;
+      gatherer_->prefetch(region);
+    }
+    ahead += size;
+  }
+}
+
 void Zero3Parameters::acquire_embeddings() {
   gatherer_->acquire(0);
-  if (layers_ > 0) gatherer_->prefetch(1);
+  prefetch_following(0, 1);
 }
 
 void Zero3Parameters::release_embeddings() { gatherer_->release(0); }
 
 void Zero3Parameters::acquire_block(int layer, Pass pass) {
   gatherer_->acquire(1 + layer);
-  const int next = pass == Pass::kForward ? layer + 1 : layer - 1;
-  if (next >= 0 && next < layers_) gatherer_->prefetch(1 + next);
+  if (pass == Pass::kForward) {
+    prefetch_following(layer + 1, 1);
+  } else {
+    prefetch_following(layer - 1, -1);
+  }
 }
 
 void Zero3Parameters::release_block(int layer, Pass pass) {

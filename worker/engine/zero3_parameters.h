@@ -15,6 +15,13 @@
 
 namespace dslaunch::worker::engine {
 
+// DeepSpeed's stage 3 settings, all counted in floats (elements).
+struct Zero3Settings {
+  int64_t persistence_threshold = 0;  // stage3_param_persistence_threshold
+  int64_t prefetch_bucket_size = 0;   // stage3_prefetch_bucket_size
+  int64_t max_live_parameters = 0;    // stage3_max_live_parameters
+};
+
 // ZeRO stage 3's parameters on one rank: its partition of the fp32 weights
 // (the ones its optimizer updates), a whole copy of every tensor with fewer
 // than `persistence_threshold` elements, and a full-size workspace the model
@@ -22,12 +29,26 @@ namespace dslaunch::worker::engine {
 //
 // As the model's ParameterSource it gathers, on a communication thread, the
 // embeddings and ln_f at the start of forward (kept until the end of
-// backward), each block just before its forward and its backward, prefetching
-// the next block (forward: l+1; backward: l-1) while the current one
-// computes, and releases each block after use; the last block stays between
-// forward and backward, which need it one after the other. Persistent
-// tensors are never gathered nor released: they stay in the workspace,
-// refreshed by refresh_persistent() after every optimizer step.
+// backward), each block just before its forward and its backward, and
+// releases each block after use; the last block stays between forward and
+// backward, which need it one after the other. Persistent tensors are never
+// gathered nor released: they stay in the workspace, refreshed by
+// refresh_persistent() after every optimizer step.
+//
+// Prefetching: when a block (or the embeddings) is acquired, the blocks
+// that follow it in the pass's order (forward: l+1, l+2, ...; backward:
+// l-1, l-2, ...) are requested while they fit in `prefetch_bucket_size`
+// floats ahead of the current one (the next block always does). A block
+// counts as ahead from its request until its turn, whether its gather has
+// finished or not, so the decision is the same on every rank.
+//
+// Live parameters: a prefetch that would take the gathered floats (blocks
+// and embeddings requested and not yet released; persistent tensors aside)
+// past `max_live_parameters` is postponed, with every block after it, until
+// a later acquire finds room. The block needed now is gathered regardless,
+// so the live floats stay within max(max_live_parameters, the embeddings'
+// floats + the largest block's) — the one exception being a limit smaller
+// than what one pass step needs.
 //
 // Every rank of the group must make the same calls in the same order (the
 // model does when all run the same passes). Not thread-safe.
@@ -37,7 +58,7 @@ class Zero3Parameters : public model::ParameterSource {
   // the caller may free them afterwards. Collective over comm. On failure
   // error() says what.
   Zero3Parameters(MPI_Comm comm, const model::ParameterTable& table, const ZeroPartition& partition,
-                  int64_t persistence_threshold, const float* initial);
+                  const Zero3Settings& settings, const float* initial);
 
   // "" or the first failure (setup or a gather).
   std::string error() const;
@@ -71,9 +92,14 @@ class Zero3Parameters : public model::ParameterSource {
   void release_block(int layer, Pass pass) override;
 
  private:
+  // Requests the blocks first, first + step, ... as the prefetch bucket and
+  // the live limit allow (see the class comment).
+  void prefetch_following(int first, int step);
+
   MPI_Comm comm_;
   const model::ParameterTable& table_;
   ZeroPartition partition_;
+  Zero3Settings settings_;
   int rank_ = 0;
   int layers_ = 0;
   ReleasableBuffer master_;

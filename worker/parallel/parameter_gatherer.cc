@@ -46,7 +46,12 @@ ParameterGatherer::ParameterGatherer(MPI_Comm comm, const ZeroPartition& partiti
       counts_(partition.ranks),
       displacements_(partition.ranks),
       states_(regions.size(), State::kReleased) {
-  for (const std::vector<Range>& region : regions) regions_.push_back(countable(region));
+  for (const std::vector<Range>& region : regions) {
+    regions_.push_back(countable(region));
+    int64_t size = 0;
+    for (const auto& [begin, end] : region) size += end - begin;
+    sizes_.push_back(size);
+  }
   int size = 0;
   MPI_Comm_size(comm, &size);
   if (size != partition.ranks || workspace.size() != partition.total) {
@@ -80,6 +85,7 @@ void ParameterGatherer::prefetch(int region) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (states_[region] != State::kReleased) return;
     states_[region] = State::kRequested;
+    live_floats_ += sizes_[region];
     queue_.push_back(region);
   }
   requested_or_stopping_.notify_one();
@@ -96,8 +102,19 @@ void ParameterGatherer::release(int region) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (states_[region] != State::kResident) return;
     states_[region] = State::kReleased;
+    live_floats_ -= sizes_[region];
   }
   for (const auto& [begin, end] : regions_[region]) workspace_.zero(begin, end);
+}
+
+bool ParameterGatherer::live(int region) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return states_[region] != State::kReleased;
+}
+
+int64_t ParameterGatherer::live_floats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return live_floats_;
 }
 
 std::string ParameterGatherer::error() const {

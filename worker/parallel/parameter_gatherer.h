@@ -69,6 +69,16 @@ class ParameterGatherer {
   void acquire(int region);
   // Gives a resident region's pages back; a region not resident is left as it is.
   void release(int region);
+  // Floats gathered for `region` (its ranges' total length).
+  int64_t region_size(int region) const { return sizes_[region]; }
+  // Whether `region` was requested (prefetch() or acquire()) and not released
+  // since: resident or being gathered.
+  bool live(int region) const;
+  // The live regions' total size. As long as release() follows acquire(),
+  // live() and live_floats() follow the calls made, not the gathers'
+  // progress, so ranks making the same calls see the same values (safe to
+  // base collective decisions on).
+  int64_t live_floats() const;
   // "" or the first failure.
   std::string error() const;
 
@@ -82,6 +92,7 @@ class ParameterGatherer {
   const float* master_;
   ReleasableBuffer& workspace_;
   std::vector<std::vector<Range>> regions_;
+  std::vector<int64_t> sizes_;  // per region
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   std::vector<int> counts_;  // per rank, communication thread only
@@ -91,6 +102,7 @@ class ParameterGatherer {
   std::condition_variable requested_or_stopping_;
   std::condition_variable gathered_;
   std::vector<State> states_;
+  int64_t live_floats_ = 0;
   std::deque<int> queue_;
   std::string error_;
   bool stopping_ = false;

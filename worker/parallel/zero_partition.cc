@@ -24,19 +24,20 @@ ZeroPartition make_zero_partition(int64_t total, int ranks, int64_t alignment) {
   return partition;
 }
 
-std::string all_gather_partitions(MPI_Comm comm, const ZeroPartition& partition, float* buffer) {
+std::string all_gather_partitions(MPI_Comm comm, const ZeroPartition& partition,
+                                  int64_t bucket_size, float* buffer) {
   if (partition.ranks == 1) return "";
-  // Blocks of up to INT_MAX floats: MPI counts are ints. Every rank sends
-  // slice k of its partition in round k, so round k gathers slice k of
-  // every partition, strided by partition_size: a vector type places them.
-  for (int64_t offset = 0; offset < partition.partition_size; offset += INT_MAX) {
-    const int count =
-        static_cast<int>(std::min<int64_t>(INT_MAX, partition.partition_size - offset));
+  // Every rank sends slice k of its partition in round k, so round k gathers
+  // slice k of every partition, strided by partition_size: a vector type
+  // places them.
+  const int64_t round = std::clamp<int64_t>(bucket_size / partition.ranks, 1, INT_MAX);
+  const int64_t stride = partition.partition_size * static_cast<int64_t>(sizeof(float));
+  for (int64_t offset = 0; offset < partition.partition_size; offset += round) {
+    const int count = static_cast<int>(std::min(round, partition.partition_size - offset));
     MPI_Datatype block;
     MPI_Type_contiguous(count, MPI_FLOAT, &block);
     MPI_Datatype strided;
-    MPI_Type_create_resized(
-        block, 0, partition.partition_size * static_cast<int64_t>(sizeof(float)), &strided);
+    MPI_Type_create_resized(block, 0, stride, &strided);
     MPI_Type_commit(&strided);
     const int rc =
         MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buffer + offset, 1, strided, comm);

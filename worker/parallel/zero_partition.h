@@ -30,8 +30,11 @@ ZeroPartition make_zero_partition(int64_t total, int ranks, int64_t alignment);
 // Every rank's partition of `buffer` (padded_total() floats), gathered in
 // place so that every rank ends with the whole buffer: rank r's block
 // [r·partition_size, (r+1)·partition_size) comes from rank r. Collective
-// over `comm`, whose size must equal partition.ranks. Returns "" or what
-// failed.
-std::string all_gather_partitions(MPI_Comm comm, const ZeroPartition& partition, float* buffer);
+// over `comm`, whose size must equal partition.ranks. Like DeepSpeed's
+// allgather_bucket_size, `bucket_size` bounds the floats one collective
+// moves: rounds of max(1, bucket_size / ranks) floats of every partition
+// (and at most INT_MAX, MPI counting in ints). Returns "" or what failed.
+std::string all_gather_partitions(MPI_Comm comm, const ZeroPartition& partition,
+                                  int64_t bucket_size, float* buffer);
 
 }  // namespace dslaunch::worker
