@@ -8,14 +8,19 @@ namespace dslaunch::worker::engine {
 
 double sum_of_batch_losses(model::Gpt2Model& model, const float* params,
                            const data::TokenRange& tokens, int64_t batch, int64_t batches,
-                           int64_t first, int64_t stride) {
+                           int64_t first, int64_t stride,
+                           const std::function<void()>& after_forward) {
   const int64_t T = model.seq_len();
   std::vector<int32_t> inputs(batch * T);
   std::vector<int32_t> targets(batch * T);
+  const int64_t passes = after_forward ? (batches + stride - 1) / stride : 0;
   double sum = 0;
-  for (int64_t n = first; n < batches; n += stride) {
-    data::consecutive_batch(tokens, n, batch, T, inputs.data(), targets.data());
-    sum += model.forward(params, inputs.data(), targets.data(), batch);
+  for (int64_t pass = 0, n = first; n < batches || pass < passes; ++pass, n += stride) {
+    const bool counted = n < batches;
+    data::consecutive_batch(tokens, counted ? n : 0, batch, T, inputs.data(), targets.data());
+    const float loss = model.forward(params, inputs.data(), targets.data(), batch);
+    if (after_forward) after_forward();
+    if (counted) sum += loss;
   }
   return sum;
 }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "worker/data/token_source.h"
 #include "worker/model/gpt2_model.h"
@@ -14,8 +15,15 @@ namespace dslaunch::worker::engine {
 // parallel ranks take first = rank, stride = ranks and add up their sums.
 // B is the model's max_batch, T its seq_len; the range must hold `batches`
 // such batches.
+//
+// With `after_forward`, every rank runs the same number of forward passes,
+// ceil(batches / stride): a rank with fewer batches re-runs batch 0
+// and does not count it. after_forward is called after each pass. ZeRO
+// stage 3 needs both: it gathers each block in collectives every rank must
+// join, and releases what a forward pass leaves gathered.
 double sum_of_batch_losses(model::Gpt2Model& model, const float* params,
                            const data::TokenRange& tokens, int64_t batch, int64_t batches,
-                           int64_t first, int64_t stride);
+                           int64_t first, int64_t stride,
+                           const std::function<void()>& after_forward = {});
 
 }  // namespace dslaunch::worker::engine

@@ -277,17 +277,13 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     const bool eval_step = last_step || stop_after_step ||
                            (training.eval_interval > 0 && (step + 1) % training.eval_interval == 0);
     if (eval_step) {
-      // Ranks may evaluate different numbers of batches, so under stage 3
-      // the whole model is gathered for it rather than block by block.
+      // Under stage 3 blocks are gathered as evaluation reaches them, so
+      // every rank runs the same number of forward passes.
+      double sum = sum_of_batch_losses(
+          model, model_params, data.valid, micro, training.eval_batches, dp_rank, dp_size,
+          partitioned_params ? std::function<void()>([&zero3] { zero3->end_forward_only(); })
+                             : std::function<void()>());
       if (partitioned_params) {
-        zero3->acquire_all();
-        model.set_parameter_source(nullptr);
-      }
-      double sum = sum_of_batch_losses(model, model_params, data.valid, micro,
-                                       training.eval_batches, dp_rank, dp_size);
-      if (partitioned_params) {
-        zero3->release_all();
-        model.set_parameter_source(&*zero3);
         if (std::string error = zero3->error(); !error.empty()) {
           result.error = "ZeRO stage 3: " + error;
           return result;

@@ -103,13 +103,9 @@ std::string Zero3Parameters::refresh_persistent() {
   return "";
 }
 
-void Zero3Parameters::acquire_all() {
-  for (int region = 0; region < gatherer_->region_count(); ++region) gatherer_->prefetch(region);
-  for (int region = 0; region < gatherer_->region_count(); ++region) gatherer_->acquire(region);
-}
-
-void Zero3Parameters::release_all() {
-  for (int region = 0; region < gatherer_->region_count(); ++region) gatherer_->release(region);
+void Zero3Parameters::end_forward_only() {
+  gatherer_->release(layers_);  // the last block's region
+  gatherer_->release(0);        // the embeddings
 }
 
 std::string Zero3Parameters::gather_whole(std::vector<float>& out) {

@@ -72,10 +72,10 @@ class Zero3Parameters : public model::ParameterSource {
   // After the optimizer step: every rank's updated persistent floats,
   // all-gathered into every rank's whole copy. Collective; "" or what failed.
   std::string refresh_persistent();
-  // Every region resident (for passes that run without hooks, such as
-  // evaluation, where ranks may run different numbers of batches), and back.
-  void acquire_all();
-  void release_all();
+  // Releases what a forward pass leaves gathered for its backward (the
+  // embeddings and the last block): call it after a forward pass that has
+  // no backward, such as evaluation's.
+  void end_forward_only();
   // The whole parameters (padded_total() floats) on every rank. Collective.
   std::string gather_whole(std::vector<float>& out);
 
