@@ -218,11 +218,11 @@ class SessionReactor final : public SessionBase {
       : service_(service),
         core_(std::make_shared<SessionCore>(this, service.max_queued_commands())) {
     if (grpc::Status status = service_.authenticate(context); !status.ok()) {
-      core_->finish(std::move(status));
+      refuse(std::move(status));
       return;
     }
     if (!service_.add_session(core_)) {
-      core_->finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the controller is shutting down"));
+      refuse(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the controller is shutting down"));
       return;
     }
     registered_ = true;
@@ -259,6 +259,10 @@ class SessionReactor final : public SessionBase {
 
   void OnWriteDone(bool ok) override { core_->on_write_done(ok); }
 
+  void OnSendInitialMetadataDone(bool /*ok*/) override {
+    if (refusal_) core_->finish(std::move(*refusal_));
+  }
+
   void OnCancel() override {
     core_->finish(grpc::Status(grpc::StatusCode::CANCELLED, "the session was cancelled"));
   }
@@ -270,11 +274,21 @@ class SessionReactor final : public SessionBase {
   }
 
  private:
+  // Ends a session refused in the constructor. Finishing a bidi reactor
+  // before gRPC has bound it crashed now and then (a reference count
+  // underflow in Debian's gRPC), so the refusal waits until the initial
+  // metadata has gone out, on a bound reactor.
+  void refuse(grpc::Status status) {
+    refusal_ = std::move(status);
+    StartSendInitialMetadata();
+  }
+
   ControllerService& service_;
   const std::shared_ptr<SessionCore> core_;
   v1::WorkerMessage incoming_;  // owned by the one read in flight
   int rank_ = -1;               // fixed by the first message
   bool registered_ = false;
+  std::optional<grpc::Status> refusal_;  // set when the session is refused
 };
 
 }  // namespace
