@@ -10,6 +10,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/worker/parallel/reducer_testing.h"
+
 #include "worker/parallel/gradient_reducer.h"
 #include "worker/parallel/releasable_buffer.h"
 #include "worker/parallel/zero_partition.h"
@@ -21,27 +23,10 @@ using dslaunch::worker::ZeroPartition;
 
 namespace {
 
-using Ranges = std::vector<std::pair<int64_t, int64_t>>;
-
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-
-int world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-
-// Whole numbers plus quarters, different on every rank and pass: exactly
-// representable, and so are their sums over up to 4 ranks, their means over
-// a power-of-two number of ranks, and the sum of two passes' means.
-float gradient(int rank, int pass, int64_t i) {
-  return static_cast<float>(i % 613 - 300) + 0.25f * static_cast<float>(rank + 1) +
-         8.0f * static_cast<float>(pass);
-}
+using dslaunch::worker::testing::gradient;
+using dslaunch::worker::testing::Ranges;
+using dslaunch::worker::testing::world_rank;
+using dslaunch::worker::testing::world_size;
 
 void fill(ReleasableBuffer& workspace, int rank, int pass) {
   for (int64_t i = 0; i < workspace.size(); ++i) workspace.data()[i] = gradient(rank, pass, i);

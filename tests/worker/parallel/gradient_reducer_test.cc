@@ -13,31 +13,16 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/worker/parallel/reducer_testing.h"
+
 using dslaunch::worker::GradientReducer;
 
 namespace {
 
-using Ranges = std::vector<std::pair<int64_t, int64_t>>;
-
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-
-int world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-
-// Whole numbers plus quarters, different on every rank and step: exactly
-// representable, and so is their sum over up to 4 ranks, and the mean over a
-// power-of-two number of ranks.
-float gradient(int rank, int step, int64_t i) {
-  return static_cast<float>(i % 613 - 300) + 0.25f * static_cast<float>(rank + 1) +
-         8.0f * static_cast<float>(step);
-}
+using dslaunch::worker::testing::gradient;
+using dslaunch::worker::testing::Ranges;
+using dslaunch::worker::testing::world_rank;
+using dslaunch::worker::testing::world_size;
 
 // Fills in place: the reducer holds the buffer's address.
 void fill_gradients(std::vector<float>& grads, int rank, int step) {
