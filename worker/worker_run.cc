@@ -51,6 +51,8 @@ struct RankStatus {
   std::atomic<int64_t> optimizer_state_bytes{0};
   std::atomic<int64_t> activation_bytes{0};
   std::atomic<int64_t> communication_bytes{0};
+  std::atomic<int64_t> gradient_workspace_peak_bytes{0};
+  std::atomic<int64_t> parameter_workspace_peak_bytes{0};
 };
 
 std::string env_or_empty(const char* name) {
@@ -124,6 +126,8 @@ void fill_heartbeat(const RankStatus& status, v1::Heartbeat& heartbeat) {
   memory->set_optimizer_states(status.optimizer_state_bytes.load());
   memory->set_activations(status.activation_bytes.load());
   memory->set_communication_buffers(status.communication_bytes.load());
+  memory->set_gradient_workspace_peak(status.gradient_workspace_peak_bytes.load());
+  memory->set_parameter_workspace_peak(status.parameter_workspace_peak_bytes.load());
 }
 
 // Heartbeats at the controller's interval until the rank finishes, and
@@ -345,6 +349,8 @@ int run_worker() {
       status.optimizer_state_bytes.store(memory.optimizer_states);
       status.activation_bytes.store(memory.activations);
       status.communication_bytes.store(memory.communication_buffers);
+      status.gradient_workspace_peak_bytes.store(memory.gradient_workspace_peak);
+      status.parameter_workspace_peak_bytes.store(memory.parameter_workspace_peak);
     };
     exit_code = run_train_workload(context);
   }

@@ -1,6 +1,11 @@
 #include "launcher/controller/controller_server.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -299,6 +304,41 @@ SessionBase* ControllerService::Session(grpc::CallbackServerContext* context) {
 
 namespace {
 
+// Whether `address` ("host:port", port not 0) is already taken on this
+// machine, found by binding a socket to it. Asked before gRPC tries: a
+// failed BuildAndStart in Debian's gRPC frees the callback service's method
+// handlers that the service frees again later (a double free).
+bool port_taken(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return false;
+  std::string host = address.substr(0, colon);
+  const std::string port = address.substr(colon + 1);
+  if (port == "0") return false;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found) != 0) {
+    return false;  // gRPC reports the bad address itself
+  }
+  bool taken = false;
+  for (addrinfo* a = found; a != nullptr && !taken; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    // As gRPC binds: connections of an earlier server in TIME_WAIT do not
+    // make the port taken.
+    const int on = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+    taken = bind(fd, a->ai_addr, a->ai_addrlen) != 0 && errno == EADDRINUSE;
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return taken;
+}
+
 std::shared_ptr<grpc::ServerCredentials> tls_credentials(const ServerTls& tls, std::string& error) {
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
   if (!proto::read_credential_file(tls.cert_file, pair.cert_chain, error) ||
@@ -344,6 +384,11 @@ StartResult ControllerServer::start(const std::string& address) {
     if (credentials == nullptr) return result;
   }
 
+  if (port_taken(address)) {
+    result.error = "cannot listen on " + address +
+                   ": the port is in use, or the host is not an address of this machine";
+    return result;
+  }
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, credentials, &result.port);
   builder.RegisterService(service_.get());

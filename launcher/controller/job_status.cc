@@ -19,7 +19,9 @@ nlohmann::json memory_json(const v1::MemoryUsage& memory) {
           {"gradients", memory.gradients()},
           {"optimizer_states", memory.optimizer_states()},
           {"activations", memory.activations()},
-          {"communication_buffers", memory.communication_buffers()}};
+          {"communication_buffers", memory.communication_buffers()},
+          {"gradient_workspace_peak", memory.gradient_workspace_peak()},
+          {"parameter_workspace_peak", memory.parameter_workspace_peak()}};
 }
 
 void memory_from_json(const nlohmann::json& json, v1::MemoryUsage* memory) {
@@ -28,6 +30,8 @@ void memory_from_json(const nlohmann::json& json, v1::MemoryUsage* memory) {
   memory->set_optimizer_states(get_or<int64_t>(json, "optimizer_states", 0));
   memory->set_activations(get_or<int64_t>(json, "activations", 0));
   memory->set_communication_buffers(get_or<int64_t>(json, "communication_buffers", 0));
+  memory->set_gradient_workspace_peak(get_or<int64_t>(json, "gradient_workspace_peak", 0));
+  memory->set_parameter_workspace_peak(get_or<int64_t>(json, "parameter_workspace_peak", 0));
 }
 
 }  // namespace
