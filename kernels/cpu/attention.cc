@@ -3,6 +3,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/sgemm.h"
+#include "kernels/cpu/softmax_row.h"
 #include "kernels/cpu/vectorize.h"
 
 namespace dslaunch::kernels::cpu {
@@ -29,20 +30,7 @@ struct Head {
 
 // row[0, n) = softmax(row[0, n)); row[n, T) = 0.
 DSL_VECTOR_CLONES void causal_softmax_row(float* row, int64_t n, int64_t T) {
-  float max = row[0];
-#pragma omp simd reduction(max : max)
-  for (int64_t j = 0; j < n; ++j) max = row[j] > max ? row[j] : max;
-  double sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t j = 0; j < n; ++j) {
-    const float e = expf(row[j] - max);
-    row[j] = e;
-    sum += e;
-  }
-  const auto inverse = static_cast<float>(1.0 / sum);
-#pragma omp simd
-  for (int64_t j = 0; j < n; ++j) row[j] *= inverse;
-  std::fill(row + n, row + T, 0.0f);
+  softmax_row(row, row, n, T);
 }
 
 // The softmax's backward pass over a row of width n whose probabilities are

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/softmax_row.h"
 #include "kernels/cpu/vectorize.h"
 
 namespace dslaunch::kernels::cpu {
@@ -13,24 +14,12 @@ namespace {
 DSL_VECTOR_CLONES float softmax_crossentropy_row(float* probs, const float* logits, int64_t target,
                                                  int64_t V, int64_t Vp) {
   const float target_logit = logits[target];
-  float max = logits[0];
-#pragma omp simd reduction(max : max)
-  for (int64_t i = 0; i < V; ++i) max = logits[i] > max ? logits[i] : max;
-  double sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < V; ++i) {
-    const float e = expf(logits[i] - max);
-    probs[i] = e;
-    sum += e;
-  }
-  const auto inverse = static_cast<float>(1.0 / sum);
-#pragma omp simd
-  for (int64_t i = 0; i < V; ++i) probs[i] *= inverse;
-  std::fill(probs + V, probs + Vp, 0.0f);
-  // logsumexp = max + log(sum), and sum >= 1 (the maximum contributes 1): the
-  // loss is the target's gap below the maximum, exact in double, plus a
-  // small positive term, finite however far the target lies below.
-  return static_cast<float>((double{max} - double{target_logit}) + std::log(sum));
+  const SoftmaxNormaliser normaliser = softmax_row(probs, logits, V, Vp);
+  // logsumexp = max + log(sum), and sum >= 1: the loss is the target's gap
+  // below the maximum, exact in double, plus a small positive term, finite
+  // however far the target lies below.
+  return static_cast<float>((double{normaliser.max} - double{target_logit}) +
+                            std::log(normaliser.sum));
 }
 
 DSL_VECTOR_CLONES void add_scaled(float* dst, const float* src, float factor, int64_t n) {
