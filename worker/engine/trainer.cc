@@ -1,10 +1,12 @@
 #include "worker/engine/trainer.h"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -25,18 +27,39 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Partitions start on 64-byte boundaries: whole cache lines and AVX-512
-// vectors for the optimizer's loops.
-constexpr int64_t kPartitionAlignment = 16;
-
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Sums `values` over the data group in place; "" or what failed.
+// Sums `values` over the data group in place, adding the ranks' values in
+// rank order. MPI_Allreduce leaves the order to its algorithm, which changes
+// with the group's size; a fixed order makes the loss and the gradient norm
+// the same bits whatever the ZeRO stage (and from run to run), so sharding
+// changes no rounding. "" or what failed.
 std::string sum_over_ranks(MPI_Comm comm, double* values, int count) {
-  const int rc = MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, comm);
-  return rc == MPI_SUCCESS ? "" : mpi_error_message("MPI_Allreduce", rc);
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  std::vector<double> all(static_cast<size_t>(size) * count);
+  const int rc = MPI_Allgather(values, count, MPI_DOUBLE, all.data(), count, MPI_DOUBLE, comm);
+  if (rc != MPI_SUCCESS) return mpi_error_message("MPI_Allgather", rc);
+  for (int i = 0; i < count; ++i) {
+    double sum = 0;
+    for (int r = 0; r < size; ++r) sum += all[static_cast<size_t>(r) * count + i];
+    values[i] = sum;
+  }
+  return "";
+}
+
+// The squared norm of whole gradients, summed partition by partition in rank
+// order over `partition`: the same additions a partitioned run makes when
+// each rank sums its own partition and sum_over_ranks adds them.
+double partitioned_sum_of_squares(kernels::Backend& backend, const float* grads,
+                                  const ZeroPartition& partition) {
+  double sum = 0;
+  for (int r = 0; r < partition.ranks; ++r) {
+    sum += backend.sum_of_squares(grads + partition.begin(r), partition.end(r) - partition.begin(r));
+  }
+  return sum;
 }
 
 std::string data_problem(const spec::JobSpec& spec, const data::TrainingData& data, int64_t micro) {
@@ -105,7 +128,10 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   // covering everything.
   const bool sharded = training.zero.stage >= 1 && dp_size > 1;
   const ZeroPartition partition =
-      make_zero_partition(table.total(), sharded ? dp_size : 1, kPartitionAlignment);
+      make_zero_partition(table.total(), sharded ? dp_size : 1, kZeroPartitionAlignment);
+  // Whole gradients' norm is summed over the partitions ZeRO would use.
+  const ZeroPartition norm_partition =
+      make_zero_partition(table.total(), dp_size, kZeroPartitionAlignment);
   result.params.resize(partition.padded_total(), 0.0f);
   const int owner = sharded ? dp_rank : 0;
   const int64_t own_begin = partition.begin(owner);
@@ -212,8 +238,9 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     const double loss = sums[0] / dp_size;
     const bool stop_after_step = sums[1] > 0;
 
-    const double grad_norm = std::sqrt(
-        partitioned_grads ? sums[2] : backend.sum_of_squares(grads.data(), table.total()));
+    const double grad_norm =
+        std::sqrt(partitioned_grads ? sums[2]
+                                    : partitioned_sum_of_squares(backend, grads.data(), norm_partition));
     if (!std::isfinite(grad_norm) || !std::isfinite(loss)) {
       result.error = fmt::format(
           "step {}: the loss ({}) or gradient norm ({}) is not finite; "

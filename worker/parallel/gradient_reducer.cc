@@ -43,8 +43,8 @@ GradientReducer::GradientReducer(MPI_Comm comm, ReleasableBuffer& workspace,
     : grads_(workspace.data()), n_(workspace.size()) {
   scatter_.emplace();
   scatter_->workspace = &workspace;
-  scatter_->partition = partition;
   scatter_->partition_grads = partition_grads;
+  shares_.partition = partition;
   start(comm, bucket_elements);
 }
 
@@ -72,11 +72,13 @@ void GradientReducer::start(MPI_Comm comm, int64_t bucket_elements) {
     setup_error_ = std::string(kWhat) + ": " + mpi_error_message("MPI_Comm_size", code);
     return;
   }
-  if (scatter_) {
-    if (std::string error = setup_scatter(comm); !error.empty()) {
-      setup_error_ = std::string(kWhat) + ": " + error;
-      return;
-    }
+  // One rank in all-reduce mode has nothing to cut; in reduce-scatter mode
+  // it still moves buckets into its (whole) partition.
+  if (size_ == 1 && !scatter_) return;
+  if (!scatter_) shares_.partition = make_zero_partition(n_, size_, kZeroPartitionAlignment);
+  if (std::string error = setup_shares(comm); !error.empty()) {
+    setup_error_ = std::string(kWhat) + ": " + error;
+    return;
   }
   if (size_ == 1) return;
 
@@ -111,13 +113,9 @@ GradientReducer::~GradientReducer() {
   if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
 }
 
-std::string GradientReducer::setup_scatter(MPI_Comm comm) {
-  Scatter& scatter = *scatter_;
-  const ZeroPartition& partition = scatter.partition;
-  if (scatter.workspace->data() == nullptr && !scatter.workspace->error().empty()) {
-    return scatter.workspace->error();
-  }
-  if (int code = MPI_Comm_rank(comm, &scatter.rank); code != MPI_SUCCESS) {
+std::string GradientReducer::setup_shares(MPI_Comm comm) {
+  const ZeroPartition& partition = shares_.partition;
+  if (int code = MPI_Comm_rank(comm, &shares_.rank); code != MPI_SUCCESS) {
     return mpi_error_message("MPI_Comm_rank", code);
   }
   if (partition.ranks != size_ || partition.total != n_) {
@@ -126,19 +124,26 @@ std::string GradientReducer::setup_scatter(MPI_Comm comm) {
            std::to_string(n_) + " floats) over the communicator's " + std::to_string(size_) +
            " ranks";
   }
-  const int64_t own = partition.end(scatter.rank) - partition.begin(scatter.rank);
-  if (own > 0 && scatter.partition_grads == nullptr) {
-    return "no buffer for this rank's " + std::to_string(own) + " partition gradients";
+  const int rank = shares_.rank;
+  if (scatter_) {
+    if (scatter_->workspace->data() == nullptr && !scatter_->workspace->error().empty()) {
+      return scatter_->workspace->error();
+    }
+    const int64_t own = partition.end(rank) - partition.begin(rank);
+    if (own > 0 && scatter_->partition_grads == nullptr) {
+      return "no buffer for this rank's " + std::to_string(own) + " partition gradients";
+    }
   }
-  scatter.receive_counts.assign(size_, 0);
+  shares_.counts.assign(size_, 0);
+  shares_.displacements.assign(size_, 0);
   // The largest share of one bucket this rank receives; at least one float
   // so the receive buffer is never null.
   int64_t largest = 1;
   for (const Bucket& bucket : buckets_) {
-    largest = std::max(largest, std::min(bucket.end, partition.end(scatter.rank)) -
-                                    std::max(bucket.begin, partition.begin(scatter.rank)));
+    largest = std::max(largest, std::min(bucket.end, partition.end(rank)) -
+                                    std::max(bucket.begin, partition.begin(rank)));
   }
-  scatter.received.assign(largest, 0.0f);
+  shares_.received.assign(largest, 0.0f);
   return "";
 }
 
@@ -216,10 +221,9 @@ std::string GradientReducer::finish() {
 
 int64_t GradientReducer::buffer_bytes() const {
   int64_t bytes = static_cast<int64_t>(buckets_.capacity() * sizeof(Bucket));
-  if (scatter_) {
-    bytes += static_cast<int64_t>(scatter_->receive_counts.capacity() * sizeof(int) +
-                                  scatter_->received.capacity() * sizeof(float));
-  }
+  bytes += static_cast<int64_t>(
+      (shares_.counts.capacity() + shares_.displacements.capacity()) * sizeof(int) +
+      shares_.received.capacity() * sizeof(float));
   return bytes;
 }
 
@@ -251,44 +255,59 @@ std::string GradientReducer::reduce(const Bucket& bucket) {
   return scatter_ ? reduce_scatter(bucket) : all_reduce(bucket);
 }
 
-std::string GradientReducer::all_reduce(const Bucket& bucket) {
-  float* values = grads_ + bucket.begin;
-  const int count = static_cast<int>(bucket.end - bucket.begin);
-  if (int code = MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_FLOAT, MPI_SUM, comm_);
+void GradientReducer::cut(const Bucket& bucket) {
+  // Partitions are consecutive, so rank r's share of the bucket is the r-th
+  // consecutive block of it, as MPI_Reduce_scatter lays them out.
+  const ZeroPartition& partition = shares_.partition;
+  int64_t displacement = 0;
+  for (int r = 0; r < size_; ++r) {
+    const int64_t count = std::max<int64_t>(
+        0, std::min(bucket.end, partition.end(r)) - std::max(bucket.begin, partition.begin(r)));
+    shares_.counts[r] = static_cast<int>(count);
+    shares_.displacements[r] = static_cast<int>(displacement);
+    displacement += count;
+  }
+}
+
+std::string GradientReducer::sum_shares(const Bucket& bucket) {
+  cut(bucket);
+  if (int code = MPI_Reduce_scatter(grads_ + bucket.begin, shares_.received.data(),
+                                    shares_.counts.data(), MPI_FLOAT, MPI_SUM, comm_);
       code != MPI_SUCCESS) {
     return std::string(kWhat) + ": bucket " + range_text(bucket.begin, bucket.end) + ": " +
-           mpi_error_message("MPI_Allreduce", code);
+           mpi_error_message("MPI_Reduce_scatter", code);
   }
+  return "";
+}
+
+std::string GradientReducer::all_reduce(const Bucket& bucket) {
+  if (std::string error = sum_shares(bucket); !error.empty()) return error;
   // Division, not multiplication by 1/size: the correctly rounded mean of the sum.
   const float size = static_cast<float>(size_);
-  for (int i = 0; i < count; ++i) values[i] /= size;
+  const int own_count = shares_.counts[shares_.rank];
+  for (int i = 0; i < own_count; ++i) shares_.received[i] /= size;
+  if (int code = MPI_Allgatherv(shares_.received.data(), own_count, MPI_FLOAT,
+                                grads_ + bucket.begin, shares_.counts.data(),
+                                shares_.displacements.data(), MPI_FLOAT, comm_);
+      code != MPI_SUCCESS) {
+    return std::string(kWhat) + ": bucket " + range_text(bucket.begin, bucket.end) + ": " +
+           mpi_error_message("MPI_Allgatherv", code);
+  }
   return "";
 }
 
 std::string GradientReducer::reduce_scatter(const Bucket& bucket) {
-  Scatter& scatter = *scatter_;
-  const ZeroPartition& partition = scatter.partition;
-  const int64_t own_begin = std::max(bucket.begin, partition.begin(scatter.rank));
-  const int64_t own_count =
-      std::min(bucket.end, partition.end(scatter.rank)) - own_begin;  // may be <= 0
+  const ZeroPartition& partition = shares_.partition;
+  const int rank = shares_.rank;
+  const int64_t own_begin = std::max(bucket.begin, partition.begin(rank));
+  const int64_t own_count = std::min(bucket.end, partition.end(rank)) - own_begin;  // may be <= 0
   const float* summed = grads_ + own_begin;  // one rank: the bucket is its own sum
   if (size_ > 1) {
-    // Partitions are consecutive, so rank r's share of the bucket is the
-    // r-th consecutive block of it, as MPI_Reduce_scatter lays them out.
-    for (int r = 0; r < size_; ++r) {
-      scatter.receive_counts[r] = static_cast<int>(std::max<int64_t>(
-          0, std::min(bucket.end, partition.end(r)) - std::max(bucket.begin, partition.begin(r))));
-    }
-    if (int code = MPI_Reduce_scatter(grads_ + bucket.begin, scatter.received.data(),
-                                      scatter.receive_counts.data(), MPI_FLOAT, MPI_SUM, comm_);
-        code != MPI_SUCCESS) {
-      return std::string(kWhat) + ": bucket " + range_text(bucket.begin, bucket.end) + ": " +
-             mpi_error_message("MPI_Reduce_scatter", code);
-    }
-    summed = scatter.received.data();
+    if (std::string error = sum_shares(bucket); !error.empty()) return error;
+    summed = shares_.received.data();
   }
   if (own_count > 0) {
-    float* own = scatter.partition_grads + (own_begin - partition.begin(scatter.rank));
+    float* own = scatter_->partition_grads + (own_begin - partition.begin(rank));
     // Division, not multiplication by 1/size: the correctly rounded mean of the sum.
     const float size = static_cast<float>(size_);
     for (int64_t i = 0; i < own_count; ++i) own[i] += summed[i] / size;
@@ -297,7 +316,7 @@ std::string GradientReducer::reduce_scatter(const Bucket& bucket) {
   // to the end of its last page belong to the bucket before, already zeroed
   // (or lie past n_, never written): zeroing through that page end lets the
   // page go back to the OS too.
-  ReleasableBuffer& workspace = *scatter.workspace;
+  ReleasableBuffer& workspace = *scatter_->workspace;
   workspace.zero(bucket.begin, workspace.page_end(bucket.end));
   return "";
 }

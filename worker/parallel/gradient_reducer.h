@@ -33,9 +33,6 @@ namespace dslaunch::worker {
 //
 // A communication thread, the only one calling MPI for this object, reduces
 // each launched bucket in turn, in index order:
-// - all-reduce mode: MPI_Allreduce(MPI_IN_PLACE, MPI_SUM) on the bucket, then
-//   a division by the communicator's size, so after finish() the buffer holds
-//   the mean over ranks. Nothing is copied: the reduction works in `grads`.
 // - reduce-scatter mode: MPI_Reduce_scatter of the bucket with rank r
 //   receiving the bucket's intersection with partition r (possibly empty)
 //   into a temporary of at most one bucket's floats; the sum divided by the
@@ -47,6 +44,14 @@ namespace dslaunch::worker {
 //   backward to accumulate into. One finish() per backward pass: with
 //   gradient accumulation every micro-batch is reduced (as DeepSpeed's stage
 //   2 does), its mean added to the partition.
+// - all-reduce mode: the same reduce-scatter over ZeRO's partition of the
+//   buffer (make_zero_partition with kZeroPartitionAlignment), the mean of
+//   this rank's share then all-gathered back into the bucket, so after
+//   finish() the buffer holds the mean over ranks. Not MPI_Allreduce: that
+//   adds the ranks' values in an order of its own choosing, which from three
+//   ranks on differs from MPI_Reduce_scatter's; this way every float is
+//   summed by the same collective with the same counts in both modes, and
+//   ZeRO stages 0–1 and 2–3 average gradients to the same bits.
 //
 // bucket_elements counts floats, as DeepSpeed's zero_optimization.
 // reduce_bucket_size counts elements (its default 5e8 is 500M elements, 2 GB
@@ -112,10 +117,10 @@ class GradientReducer {
   // starts, which the caller must end (MPI_Abort).
   std::string finish();
 
-  // Heap bytes held: the bucket table, and in reduce-scatter mode the
-  // temporary receiving this rank's share of a bucket and the table of
-  // receive counts. The all-reduce works in place. MPI may use scratch space
-  // of its own while a bucket is reduced, not counted here.
+  // Heap bytes held: the bucket table, the temporary receiving this rank's
+  // share of a bucket and the tables of counts (on one rank, in all-reduce
+  // mode, only the bucket table). MPI may use scratch space of its own while
+  // a bucket is reduced, not counted here.
   int64_t buffer_bytes() const;
 
   int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
@@ -132,16 +137,24 @@ class GradientReducer {
   // Partitioned gradients (reduce-scatter mode).
   struct Scatter {
     ReleasableBuffer* workspace = nullptr;
+    float* partition_grads = nullptr;
+  };
+
+  // How a bucket is cut among the ranks: rank r's share is its intersection
+  // with partition r.
+  struct Shares {
     ZeroPartition partition;
     int rank = 0;
-    float* partition_grads = nullptr;
-    std::vector<int> receive_counts;  // per rank, for the bucket being reduced
-    std::vector<float> received;      // this rank's share of one bucket
+    std::vector<int> counts;         // per rank, for the bucket being reduced
+    std::vector<int> displacements;  // per rank, from the bucket's start
+    std::vector<float> received;     // this rank's share of one bucket
   };
 
   // What both constructors do once the mode is set.
   void start(MPI_Comm comm, int64_t bucket_elements);
-  std::string setup_scatter(MPI_Comm comm);  // "" or what is wrong
+  std::string setup_shares(MPI_Comm comm);  // "" or what is wrong
+  void cut(const Bucket& bucket);            // fills shares_.counts and displacements
+  std::string sum_shares(const Bucket& bucket);  // MPI_Reduce_scatter into received
   std::string check_range(int64_t begin, int64_t end) const;
   void launch_complete_buckets();
   void communication_loop();
@@ -152,6 +165,7 @@ class GradientReducer {
   float* const grads_;
   const int64_t n_;
   std::optional<Scatter> scatter_;
+  Shares shares_;
   int64_t bucket_elements_ = 1;
   std::vector<Bucket> buckets_;    // in launch order; buckets_[0] ends at n_
   MPI_Comm comm_ = MPI_COMM_NULL;  // our duplicate; MPI_COMM_NULL on one rank

@@ -24,6 +24,10 @@ struct ZeroPartition {
   int64_t end(int rank) const;  // clipped to total: the last partitions may be short or empty
 };
 
+// The alignment the trainer partitions with: partitions start on 64-byte
+// boundaries, whole cache lines and AVX-512 vectors for the optimizer's loops.
+constexpr int64_t kZeroPartitionAlignment = 16;
+
 // Precondition: total >= 0, ranks >= 1, alignment >= 1.
 ZeroPartition make_zero_partition(int64_t total, int ranks, int64_t alignment);
 

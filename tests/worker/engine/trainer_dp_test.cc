@@ -134,7 +134,8 @@ ParamDifference param_difference(const Run& a, const Run& b, const spec::ModelSp
 
 // A sharded run against stage 0's: the loss at every step and every
 // evaluation within 1e-5 relative, the final parameters within 1e-5, and the
-// key biases within `key_bias_tolerance` (see ParamDifference).
+// key biases within `key_bias_tolerance` (see ParamDifference; 0 asks for the
+// same bits).
 void check_matches_stage0(const Run& sharded, const Run& stage0, const spec::ModelSpec& model,
                           double key_bias_tolerance) {
   CHECK(sharded.losses.size() == 50);
@@ -145,7 +146,7 @@ void check_matches_stage0(const Run& sharded, const Run& stage0, const spec::Mod
                                         << worst_param.key_bias);
   CHECK(worst_loss < 1e-5);
   CHECK(worst_param.learning < 1e-5);
-  CHECK(worst_param.key_bias < key_bias_tolerance);
+  CHECK(worst_param.key_bias <= key_bias_tolerance);
   REQUIRE(sharded.eval_losses.size() == stage0.eval_losses.size());
   for (size_t i = 0; i < stage0.eval_losses.size(); ++i) {
     CHECK(sharded.eval_losses[i] == Approx(stage0.eval_losses[i]).epsilon(1e-5));
@@ -165,7 +166,7 @@ TEST_CASE("ZeRO stage 1 gives stage 0's loss at every step with 1/N of the optim
   spec.training.zero.stage = 1;
   const Run stage1 = train_on(MPI_COMM_WORLD, spec, 2, 1, &stage1_memory);
   // The same arithmetic on the same gradients: the key biases match too.
-  check_matches_stage0(stage1, stage0, spec.model, 1e-5);
+  check_matches_stage0(stage1, stage0, spec.model, 0);
   // 8 bytes of Adam state per parameter, split N ways (within the padding).
   const double parameters = static_cast<double>(stage0.params.size());
   CHECK(stage0_memory.optimizer_states == static_cast<int64_t>(8 * parameters));
@@ -192,10 +193,11 @@ TEST_CASE("ZeRO stage 2 gives stage 0's loss at every step with 1/N of the gradi
   const Run stage0 = train_on(MPI_COMM_WORLD, spec, 2, accumulation, &stage0_memory);
   spec.training.zero.stage = 2;
   const Run stage2 = train_on(MPI_COMM_WORLD, spec, 2, accumulation, &stage2_memory);
-  // Reduce-scatter sums in another order than all-reduce (and with
-  // accumulation, each micro-batch's mean is added): the key biases' noise
-  // differs, staying near zero.
-  check_matches_stage0(stage2, stage0, spec.model, 1e-4);
+  // Without accumulation the reducer sums every gradient in the same order
+  // at both stages, to the same bits. With it, stage 2 adds each
+  // micro-batch's mean over ranks where stage 0 sums each rank's
+  // micro-batches first: the key biases' noise differs, staying near zero.
+  check_matches_stage0(stage2, stage0, spec.model, accumulation == 1 ? 0 : 1e-4);
   // 4 bytes of gradient and 8 of Adam state per parameter, split N ways
   // (within the partitions' padding).
   const double parameters = static_cast<double>(stage0.params.size());
@@ -242,9 +244,9 @@ TEST_CASE("ZeRO stage 3 gives stage 0's loss at every step with 1/N of the param
   spec.training.zero.stage = 3;
   spec.training.zero.param_persistence_threshold = threshold;
   const Run stage3 = train_on(MPI_COMM_WORLD, spec, 2, accumulation, &stage3_memory);
-  // As under stage 2: the gradients are reduce-scattered, so the key biases'
-  // rounding noise (their exact gradient is zero) differs.
-  check_matches_stage0(stage3, stage0, spec.model, 1e-4);
+  // As under stage 2: the same bits without accumulation, the key biases'
+  // rounding noise (their exact gradient is zero) differing with it.
+  check_matches_stage0(stage3, stage0, spec.model, accumulation == 1 ? 0 : 1e-4);
   // 4 bytes per parameter split N ways, plus the persistent tensors whole;
   // gradients and Adam states as under stage 2.
   const double parameters = static_cast<double>(stage0.params.size());
