@@ -1,0 +1,77 @@
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "worker/checkpoint/shard_file.h"
+
+namespace dslaunch::worker::checkpoint {
+
+// Saves checkpoint shards without stopping training for the disk, as
+// DeepSpeed's asynchronous checkpointing does: save() copies the arrays into
+// host buffers this object owns and returns, and a background thread writes
+// the copy with write_shard.
+//
+// At most one save is in flight. The buffers are reused from one save to the
+// next (they grow to the largest shard saved and are never shrunk), so the
+// copy is the only time the caller waits, unless the previous save is still
+// being written: then save() first waits for it to finish.
+//
+// Thread safety: save() and wait() are to be called from one thread (or with
+// the caller's own locking); `done` runs on the background thread.
+class AsyncShardWriter {
+ public:
+  // Called once per save, on the background thread, with write_shard's
+  // result. It must not call save() or wait() on the same writer, which
+  // would wait for itself. The next save does not start until it returns.
+  using Done = std::function<void(const WrittenShard&)>;
+
+  // Starts the background thread.
+  AsyncShardWriter();
+  AsyncShardWriter(const AsyncShardWriter&) = delete;
+  AsyncShardWriter& operator=(const AsyncShardWriter&) = delete;
+  // Waits for a save in flight to be written (and its `done` to return), so a
+  // shard is never abandoned half-written, then joins the thread.
+  ~AsyncShardWriter();
+
+  // Copies header.end - header.begin floats from each of `arrays` and
+  // returns; the caller may change or free its arrays at once. The shard is
+  // then written to `path` as write_shard(path, header, arrays) would, and
+  // `done` is called with the result (write errors arrive there, never here).
+  void save(const std::string& path, const ShardHeader& header, const ShardArrays& arrays,
+            Done done);
+
+  // Blocks until no save is in flight and its `done` has returned.
+  void wait();
+
+ private:
+  // A host buffer kept between saves.
+  struct Buffer {
+    std::unique_ptr<float[]> data;
+    size_t capacity = 0;
+    float* hold(const float* source, size_t count);
+  };
+
+  void run();
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool in_flight_ = false;  // a save is queued or being written
+  bool stopping_ = false;
+  // The save in flight; the caller's thread touches these only while
+  // !in_flight_, the background thread only while in_flight_.
+  std::string path_;
+  ShardHeader header_;
+  Done done_;
+  Buffer params_;
+  Buffer adam_m_;
+  Buffer adam_v_;
+  std::thread thread_;
+};
+
+}  // namespace dslaunch::worker::checkpoint
