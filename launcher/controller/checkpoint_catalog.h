@@ -1,0 +1,126 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dslaunch::controller {
+
+// The checkpoints of one job, as the controller sees them on disk:
+//   <root>/step_00000120/            one folder per saved step
+//   <root>/step_00000120/<shards>    one file per data-parallel rank, written by the rank
+//   <root>/step_00000120/manifest.json  written by the controller alone, last,
+//                                    when every rank has reported its shard
+//   <root>/latest                    "step_00000120\n", moved after the manifest
+// A checkpoint without a valid manifest does not exist: it is a save that did
+// not complete. Functions return false / nullopt and set `error` (naming the
+// file and the reason) on failure. Not thread-safe: the controller serialises
+// writes; readers may run beside a save (they see the old state or the new).
+
+// One rank's shard as the rank reported it.
+struct ShardRecord {
+  int rank = 0;
+  std::string path;  // relative to the checkpoint folder
+  int64_t size_bytes = 0;
+  std::string xxh64;  // 16 lowercase hex digits, as file_xxh64 gives it
+  int64_t begin = 0;  // the flat parameter range [begin, end) it holds
+  int64_t end = 0;
+};
+
+struct CheckpointManifest {
+  int format_version = 1;
+  std::string job_id;
+  std::string spec_hash;  // spec_hash() of the resolved spec the job ran with
+  int64_t step = 0;
+  int64_t tokens_seen = 0;
+  int64_t samples_seen = 0;
+  int attempt = 0;
+  int data_parallel = 1;
+  int tensor_parallel = 1;
+  int pipeline_parallel = 1;
+  int zero_stage = 0;
+  int64_t total_parameters = 0;
+  // Opaque to the controller: handed back to the workers on resume as saved.
+  nlohmann::json data_positions;
+  nlohmann::json rng_states;
+  nlohmann::json scheduler;
+  nlohmann::json loss_scaler;
+  int64_t created_unix_ms = 0;
+  std::vector<ShardRecord> shards;  // sorted by begin
+};
+
+nlohmann::json manifest_to_json(const CheckpointManifest& manifest);
+// Strict: every field present with its type (the four opaque fields may hold
+// any JSON value), a known format_version, parallel sizes >= 1, zero_stage in
+// 0..3, shard paths relative and inside the folder, and the shards sorted by
+// begin covering [0, total_parameters) with no gap or overlap. `error` names
+// the field, or the gap / overlap and the shards around it.
+std::optional<CheckpointManifest> manifest_from_json(const nlohmann::json& json,
+                                                     std::string& error);
+
+// "step_00000120" for 120 (wider past 8 digits). Precondition: step >= 0.
+std::string checkpoint_dir_name(int64_t step);
+// 120 for "step_00000120"; nullopt for any name checkpoint_dir_name does not give.
+std::optional<int64_t> step_of_dir_name(std::string_view name);
+
+// Writes <checkpoint_dir>/manifest.json: a temporary file in the same folder,
+// fsynced, renamed over manifest.json, then the folder fsynced. On failure
+// (ENOSPC, ...) the temporary file is removed and no manifest.json is left
+// half-written. Refuses a manifest that manifest_from_json would reject.
+// The folder must exist.
+bool write_manifest(const std::string& checkpoint_dir, const CheckpointManifest& manifest,
+                    std::string& error);
+
+struct CheckpointCheck {
+  std::string dir;
+  int64_t step = -1;  // from the folder name; -1 when the name is not step_<N>
+  // Set whenever manifest.json parses and is valid, even if a shard is bad.
+  std::optional<CheckpointManifest> manifest;
+  std::string problem;  // one line, "checkpoint step_00000120: ..."; "" when usable
+  bool valid() const { return problem.empty(); }
+};
+
+// Valid when manifest.json exists and parses, its step is the folder name's,
+// and every shard file exists with its recorded size and, if
+// `verify_checksums`, its recorded xxh64 (this reads every shard in full).
+// Reports the first problem found; sizes are all checked before any checksum.
+CheckpointCheck check_checkpoint(const std::string& checkpoint_dir, bool verify_checksums);
+
+// Every step_<N> folder under `root`, newest (largest step) first, checked.
+// A missing root gives an empty list.
+std::vector<CheckpointCheck> list_checkpoints(const std::string& root, bool verify_checksums);
+
+struct NewestValid {
+  std::optional<CheckpointCheck> found;  // none when no checkpoint is valid
+  std::vector<CheckpointCheck> skipped;  // newer ones that failed, newest first
+};
+// The checkpoint to resume from, checksums verified. Stops at the first valid
+// one, so older checkpoints are not read.
+NewestValid find_newest_valid(const std::string& root);
+
+// Replaces <root>/latest with "step_<N>\n" atomically (temporary file,
+// rename, folder fsynced). Precondition: step >= 0.
+bool write_latest(const std::string& root, int64_t step, std::string& error);
+// The step <root>/latest names; nullopt when it is missing or malformed.
+// A hint only: find_newest_valid is what decides where to resume.
+std::optional<int64_t> read_latest(const std::string& root);
+
+// Keeps the newest `keep` valid checkpoints (manifest and shard sizes checked,
+// not checksums) and deletes older valid ones and every invalid folder older
+// than the newest valid one. Folders newer than the newest valid one may be
+// saves in progress and are left alone; the newest valid one is never deleted
+// (a keep below 1 counts as 1). Each folder loses its manifest.json first, so
+// a deletion cut short leaves a folder that is plainly invalid. Returns the
+// folders removed, oldest first; on a failure `error` is set and the folders
+// removed until then are returned.
+std::vector<std::string> prune_checkpoints(const std::string& root, int keep, std::string& error);
+
+// The xxh64 of the resolved spec text as 16 hex digits: a resumed job must run
+// the spec its checkpoint was saved with.
+std::string spec_hash(std::string_view resolved_spec_yaml);
+
+}  // namespace dslaunch::controller
