@@ -33,6 +33,12 @@ class AdamW {
                       double lr);
 
   int64_t steps_taken() const { return step_; }
+  // The two moments of the floats [begin, end) given to the constructor:
+  // element 0 belongs to params[begin]. For checkpoints, and for resuming
+  // from one (with set_steps_taken, as Adam's bias correction counts steps).
+  float* first_moment() { return m_.data(); }
+  float* second_moment() { return v_.data(); }
+  void set_steps_taken(int64_t steps) { step_ = steps; }
   int64_t state_bytes() const { return static_cast<int64_t>(2 * m_.size() * sizeof(float)); }
 
  private:

@@ -121,6 +121,18 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   const model::ParameterTable table(model_config(spec.model, 1));
   result.params.assign(table.total(), 0.0f);
   model::init_gpt2_parameters(table, spec.model.init_seed, result.params.data());
+  const int64_t first_step = options.resume ? options.resume->step : 0;
+  if (options.resume) {
+    // Every rank reads the whole parameters (stage 3 keeps its partition of
+    // them below) and, once the optimizer is set up, its moments.
+    if (std::string error;
+        !checkpoint::read_flat_range(options.resume->shards, checkpoint::ShardArray::kParams, 0,
+                                     table.total(), result.params.data(), error)) {
+      result.error = "resuming from the checkpoint of step " +
+                     std::to_string(options.resume->step) + ": " + error;
+      return result;
+    }
+  }
   model::Gpt2Model model(table, backend, micro, T);
   // ZeRO stage 1: each rank keeps and updates only its partition of the
   // optimizer states (and of the fp32 weights they update); the updated
@@ -129,7 +141,8 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   const bool sharded = training.zero.stage >= 1 && dp_size > 1;
   const ZeroPartition partition =
       make_zero_partition(table.total(), sharded ? dp_size : 1, kZeroPartitionAlignment);
-  // Whole gradients' norm is summed over the partitions ZeRO would use.
+  // Whole gradients' norm is summed over the partitions ZeRO would use, and
+  // checkpoints are cut along them.
   const ZeroPartition norm_partition =
       make_zero_partition(table.total(), dp_size, kZeroPartitionAlignment);
   result.params.resize(partition.padded_total(), 0.0f);
@@ -137,6 +150,19 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   const int64_t own_begin = partition.begin(owner);
   const int64_t own_count = partition.end(owner) - own_begin;
   AdamW optimizer(training.optimizer, table, own_begin, partition.end(owner));
+  if (options.resume) {
+    for (const auto& [which, moment] :
+         {std::pair{checkpoint::ShardArray::kAdamM, optimizer.first_moment()},
+          std::pair{checkpoint::ShardArray::kAdamV, optimizer.second_moment()}}) {
+      if (std::string error; !checkpoint::read_flat_range(options.resume->shards, which, own_begin,
+                                                          own_begin + own_count, moment, error)) {
+        result.error = "resuming from the checkpoint of step " +
+                       std::to_string(options.resume->step) + ": " + error;
+        return result;
+      }
+    }
+    optimizer.set_steps_taken(first_step);
+  }
   // ZeRO stage 2: backward accumulates into a workspace whose buckets are
   // reduce-scattered, as they complete, into this rank's partition of the
   // gradients; the workspace gives their pages back as it goes. Below it,
@@ -186,7 +212,8 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   std::vector<int32_t> inputs(micro * T);
   std::vector<int32_t> targets(micro * T);
   const double tokens_per_step = static_cast<double>(global_batch) * T;
-  for (int64_t step = 0; step < training.steps; ++step) {
+  result.steps = first_step;
+  for (int64_t step = first_step; step < training.steps; ++step) {
     if (options.on_step_started) options.on_step_started(step + 1);
     const Clock::time_point start = Clock::now();
     // The stage 2 workspace needs no clearing: the reducer leaves it zero.
@@ -226,17 +253,21 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     // moment, and all must leave the loop after the same step, or the ones
     // left behind would wait in the next all-reduce forever.
     const bool stop_here = options.stop_requested && options.stop_requested();
+    const bool checkpoint_here = options.checkpoint_requested && options.checkpoint_requested();
     // Partitioned gradients' squares ride along too: their sum over ranks is
-    // the squared global norm.
-    std::array<double, 3> sums = {
+    // the squared global norm. So does a checkpoint request, for the same
+    // reason as a stop.
+    std::array<double, 4> sums = {
         loss_sum / static_cast<double>(accumulation), stop_here ? 1.0 : 0.0,
-        partitioned_grads ? backend.sum_of_squares(grads.data(), own_count) : 0.0};
-    if (std::string error = sum_over_ranks(options.data_comm, sums.data(), 3); !error.empty()) {
+        partitioned_grads ? backend.sum_of_squares(grads.data(), own_count) : 0.0,
+        checkpoint_here ? 1.0 : 0.0};
+    if (std::string error = sum_over_ranks(options.data_comm, sums.data(), 4); !error.empty()) {
       result.error = "loss all-reduce: " + error;
       return result;
     }
     const double loss = sums[0] / dp_size;
     const bool stop_after_step = sums[1] > 0;
+    const bool checkpoint_requested = sums[3] > 0;
 
     const double grad_norm =
         std::sqrt(partitioned_grads ? sums[2]
@@ -321,6 +352,26 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
         return result;
       }
       report.eval_loss = sum / static_cast<double>(training.eval_batches);
+    }
+    const int64_t interval = spec.checkpoint.interval;
+    if (options.save_checkpoint &&
+        (last_step || stop_after_step || checkpoint_requested ||
+         (interval > 0 && (step + 1) % interval == 0))) {
+      CheckpointSlice slice;
+      slice.step = step + 1;
+      slice.rank = dp_rank;
+      slice.ranks = dp_size;
+      slice.total_parameters = table.total();
+      slice.begin = norm_partition.begin(dp_rank);
+      slice.end = norm_partition.end(dp_rank);
+      slice.optimizer_steps = optimizer.steps_taken();
+      // Stage 3's master holds this rank's partition, the others hold
+      // everything: either way these floats are there. The moments start at
+      // the optimizer's first float (own_begin).
+      slice.params = master + slice.begin;
+      slice.adam_m = optimizer.first_moment() + (slice.begin - own_begin);
+      slice.adam_v = optimizer.second_moment() + (slice.begin - own_begin);
+      options.save_checkpoint(slice);
     }
     if (options.on_step) options.on_step(report);
     if (stop_after_step && step + 1 < training.steps) {

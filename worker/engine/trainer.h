@@ -10,6 +10,7 @@
 
 #include "kernels/backend.h"
 #include "launcher/spec/job_spec.h"
+#include "worker/checkpoint/shard_file.h"
 #include "worker/data/training_data.h"
 #include "worker/model/gpt2_config.h"
 
@@ -45,6 +46,32 @@ struct MemoryReport {
   int64_t parameter_workspace_peak = 0;
 };
 
+// This rank's part of a checkpoint at the end of a step: the floats [begin,
+// end) of the whole parameter layout and their Adam moments. The range is
+// ZeRO's partition of the layout over the data group whatever the stage, so
+// every stage writes the same shards and any layout can read them back.
+// The pointers are valid during the callback only.
+struct CheckpointSlice {
+  int64_t step = 0;  // steps completed
+  int rank = 0;
+  int ranks = 1;
+  int64_t total_parameters = 0;
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t optimizer_steps = 0;
+  const float* params = nullptr;  // each end - begin floats
+  const float* adam_m = nullptr;
+  const float* adam_v = nullptr;
+};
+
+// A checkpoint to continue from: `step` steps done, the parameters and Adam
+// moments in `shards`, which together cover the whole layout (written with
+// any number of ranks and any ZeRO stage).
+struct ResumePoint {
+  int64_t step = 0;
+  std::vector<checkpoint::ShardLocation> shards;
+};
+
 struct TrainerOptions {
   MPI_Comm data_comm = MPI_COMM_NULL;  // the data-parallel group
   // Checked during every step on every rank; when it is true on any rank,
@@ -54,10 +81,20 @@ struct TrainerOptions {
   std::function<void(int64_t)> on_step_started;    // the step about to run
   // Once, after the first step, when the gradient workspace's peak is measured.
   std::function<void(const MemoryReport&)> on_memory;
+  // Unset: start from the spec's initialisation at step 0.
+  std::optional<ResumePoint> resume;
+  // Checked during every step like stop_requested: when it is true on any
+  // rank, every rank saves a checkpoint after that step.
+  std::function<bool()> checkpoint_requested;
+  // Called on every rank at the same steps: every checkpoint.interval steps,
+  // after the last step, after a step that stops the run, and when
+  // checkpoint_requested. It must copy what it keeps before returning
+  // (training goes on at once); unset: no checkpoints.
+  std::function<void(const CheckpointSlice&)> save_checkpoint;
 };
 
 struct TrainResult {
-  int64_t steps = 0;  // optimizer steps completed
+  int64_t steps = 0;  // optimizer steps completed (counting those before a resume)
   bool stopped = false;
   std::vector<float> params;  // the final parameters (whole)
   std::string error;

@@ -1,0 +1,166 @@
+// Checkpoints from the trainer's side: a run resumed from one continues bit
+// for bit, whatever the ZeRO stage, and a checkpoint written by N ranks at
+// one stage resumes on fewer ranks at another stage (resharding) with the
+// uninterrupted run's losses.
+#include <mpi.h>
+
+#include <fmt/format.h>
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "tests/worker/engine/trainer_test_support.h"
+#include "worker/checkpoint/shard_file.h"
+#include "worker/data/training_data.h"
+#include "worker/engine/trainer.h"
+
+namespace dslaunch::worker::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Run {
+  std::map<int64_t, double> losses;  // by step
+  std::vector<float> params;
+};
+
+// Trains `spec` on `comm` with the global batch `global` split into micro
+// batches of 2, writing every checkpoint (every spec.checkpoint.interval
+// steps) as shards under `root`/step_<S>/rank_<r>.bin, from `resume` if set.
+Run train_checkpointed(MPI_Comm comm, spec::JobSpec spec, int64_t global, const std::string& root,
+                       std::optional<ResumePoint> resume = std::nullopt) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  spec.training.batch.micro_batch_per_gpu = 2;
+  spec.training.batch.gradient_accumulation_steps = global / (2 * size);
+  spec.training.batch.train_batch_size = global;
+  const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
+  REQUIRE(data.error == "");
+  auto backend = kernels::make_cpu_backend(1);
+  Run run;
+  TrainerOptions options;
+  options.data_comm = comm;
+  options.resume = std::move(resume);
+  options.on_step = [&run](const StepReport& report) { run.losses[report.step] = report.loss; };
+  options.save_checkpoint = [&root](const CheckpointSlice& slice) {
+    const fs::path folder = fs::path(root) / fmt::format("step_{}", slice.step);
+    fs::create_directories(folder);
+    checkpoint::ShardHeader header;
+    header.step = slice.step;
+    header.rank = slice.rank;
+    header.ranks = slice.ranks;
+    header.total_parameters = slice.total_parameters;
+    header.begin = slice.begin;
+    header.end = slice.end;
+    header.optimizer_step = slice.optimizer_steps;
+    const checkpoint::WrittenShard written =
+        checkpoint::write_shard((folder / fmt::format("rank_{}.bin", slice.rank)).string(), header,
+                                {slice.params, slice.adam_m, slice.adam_v});
+    REQUIRE(written.error == "");
+  };
+  TrainResult result = train(spec, data, *backend, options);
+  REQUIRE(result.error == "");
+  REQUIRE(result.steps == spec.training.steps);
+  run.params = std::move(result.params);
+  MPI_Barrier(comm);
+  return run;
+}
+
+// The checkpoint of `step` under `root` as the controller hands it to ranks:
+// every shard file with the range its header gives.
+ResumePoint resume_point(const std::string& root, int64_t step) {
+  ResumePoint resume;
+  resume.step = step;
+  for (const auto& entry : fs::directory_iterator(fs::path(root) / fmt::format("step_{}", step))) {
+    std::string error;
+    const auto header = checkpoint::read_shard_header(entry.path().string(), error);
+    REQUIRE(header);
+    resume.shards.push_back({entry.path().string(), header->begin, header->end});
+  }
+  return resume;
+}
+
+double worst_relative_difference(const Run& resumed, const Run& whole, int64_t from) {
+  double worst = 0;
+  for (const auto& [step, loss] : resumed.losses) {
+    REQUIRE(step > from);
+    worst = std::max(worst, std::abs(loss - whole.losses.at(step)) / std::abs(whole.losses.at(step)));
+  }
+  return worst;
+}
+
+TEST_CASE("a run resumed from a checkpoint continues bit for bit at every ZeRO stage") {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const std::string dir = testing::shared_token_files(MPI_COMM_WORLD);
+  const int stage = GENERATE(0, 1, 2, 3);
+  INFO("ZeRO stage " << stage);
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  spec.training.zero.stage = stage;
+  spec.training.zero.param_persistence_threshold = 0;
+  spec.checkpoint.interval = 10;
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const int64_t global = 4 * size;  // accumulation 2
+  const std::string root = fmt::format("{}/stage{}", dir, stage);
+  const Run whole = train_checkpointed(MPI_COMM_WORLD, spec, global, root);
+  const Run resumed = train_checkpointed(MPI_COMM_WORLD, spec, global, root + "-resumed",
+                                         resume_point(root, 20));
+  REQUIRE(resumed.losses.size() == 30);
+  for (const auto& [step, loss] : resumed.losses) {
+    INFO("step " << step);
+    CHECK(loss == whole.losses.at(step));
+  }
+  CHECK(resumed.params == whole.params);
+  // The resumed run's own checkpoints are the whole run's, byte for byte.
+  if (rank == 0) {
+    for (const char* file : {"step_50/rank_0.bin", "step_30/rank_0.bin"}) {
+      INFO(file);
+      CHECK(fs::file_size(fs::path(root) / file) ==
+            fs::file_size(fs::path(root + "-resumed") / file));
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) fs::remove_all(dir);
+}
+
+TEST_CASE("a checkpoint of N ranks resumes on fewer ranks at another ZeRO stage") {
+  int rank = 0;
+  int size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const std::string dir = testing::shared_token_files(MPI_COMM_WORLD);
+  // 4 ranks at stage 2 go on as 2 at stage 3 (a lost node); 2 ranks at
+  // stage 1 go on as 1 at stage 0.
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  spec.training.zero.stage = size >= 4 ? 2 : 1;
+  spec.checkpoint.interval = 10;
+  const int64_t global = 2 * size;
+  const std::string root = dir + "/wide";
+  const Run whole = train_checkpointed(MPI_COMM_WORLD, spec, global, root);
+
+  MPI_Comm survivors = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, rank < size / 2 ? 0 : MPI_UNDEFINED, rank, &survivors);
+  if (survivors != MPI_COMM_NULL) {
+    spec.training.zero.stage = size >= 4 ? 3 : 0;
+    const Run resumed =
+        train_checkpointed(survivors, spec, global, dir + "/narrow", resume_point(root, 20));
+    REQUIRE(resumed.losses.size() == 30);
+    const double worst = worst_relative_difference(resumed, whole, 20);
+    INFO("largest relative loss difference after resharding: " << worst);
+    CHECK(worst < 1e-5);
+    MPI_Comm_free(&survivors);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace dslaunch::worker::engine
