@@ -128,6 +128,23 @@ void print_ranks_table(const JobView& view) {
                            view.live           ? ""
                            : view.note.empty() ? " [from state.json]"
                                                : " [" + view.note + "]");
+  if (s.kind() == "train") {
+    std::cout << fmt::format("step {}/{}, last checkpoint {}, restarts {}\n", s.step(),
+                             s.total_steps(),
+                             s.last_checkpoint_step() > 0
+                                 ? fmt::format("step {}", s.last_checkpoint_step())
+                                 : std::string("none"),
+                             s.restarts());
+  }
+  // Every attempt but a lone first one: where each started and why it ended.
+  if (s.attempts_size() > 1) {
+    for (const v1::AttemptSummary& attempt : s.attempts()) {
+      std::cout << fmt::format(
+          "  attempt {}: {} from step {} to step {}{}\n", attempt.attempt(), attempt.state(),
+          attempt.resumed_from_step(), attempt.last_step(),
+          attempt.reason().empty() ? "" : " (" + attempt.reason() + ")");
+    }
+  }
   std::cout << fmt::format("{:>5}  {:<20} {:>8} {:<8} {:>9} {:>10} {:>10}  {}\n", "rank", "host",
                            "pid", "state", "heartbeat", "step", "memory", "exit");
   for (const v1::RankStatus& rank : s.ranks()) {
@@ -294,6 +311,22 @@ int run_stop_command(const std::string& job, bool now) {
   std::cout << fmt::format("job {}: {} requested (state {})\n", status.job_id(),
                            now ? "immediate stop" : "graceful stop", reply.state());
   return kOk;
+}
+
+std::optional<std::string> resumable_job_dir(const std::string& job, std::string& error) {
+  const auto directory = find_job(job, error);
+  const auto view = directory ? view_job(*directory, error) : std::nullopt;
+  if (!view) return std::nullopt;
+  if (view->live) {
+    error = fmt::format("job {} is running (state {}); stop it first with `dslaunch stop {}`",
+                        view->status.job_id(), view->status.state(), view->status.job_id());
+    return std::nullopt;
+  }
+  if (!std::filesystem::exists(std::filesystem::path(directory->path()) / "spec.yaml")) {
+    error = fmt::format("{} has no spec.yaml to resume the job with", directory->path());
+    return std::nullopt;
+  }
+  return directory->path();
 }
 
 int run_logs_command(const std::string& job, std::optional<int> rank, bool follow) {

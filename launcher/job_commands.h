@@ -24,9 +24,14 @@ int run_status_command(const std::optional<std::string>& job, bool json);
 // `dslaunch list`: every job's id, state, start time and name.
 int run_list_command();
 
-// `dslaunch stop JOB [--now]`: graceful (the ranks stop at their next
-// chance; a checkpoint first once training exists), or at once.
+// `dslaunch stop JOB [--now]`: graceful (the ranks checkpoint after their
+// current step and exit; the job ends STOPPED, resumable), or at once.
 int run_stop_command(const std::string& job, bool now);
+
+// `dslaunch resume JOB`: the job's directory when the job can be resumed:
+// it exists and is not running (its controller does not answer, as after
+// `dslaunch` itself was killed). nullopt with `error` set otherwise.
+std::optional<std::string> resumable_job_dir(const std::string& job, std::string& error);
 
 // `dslaunch logs JOB [--rank N] [--follow]`: the latest attempt's output.
 // With --rank, that rank's stdout on stdout and stderr on stderr; without,

@@ -29,6 +29,14 @@ int run_report(bool as_json) {
   return 0;
 }
 
+dslaunch::controller::ProgressDisplay::Mode progress_mode(const std::string& name) {
+  using Mode = dslaunch::controller::ProgressDisplay::Mode;
+  return name == "bar"     ? Mode::kTerminal
+         : name == "plain" ? Mode::kPlain
+         : name == "off"   ? Mode::kOff
+                           : dslaunch::controller::ProgressDisplay::mode_for(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -80,6 +88,15 @@ int main(int argc, char** argv) {
                   "Override a spec value, as key.path=value or key.list[N].key=value (repeatable)")
       ->take_all();
   run->add_option("--progress", progress, "auto (a bar on a terminal), bar, plain or off")
+      ->check(CLI::IsMember({"auto", "bar", "plain", "off"}));
+
+  std::string resume_job;
+  std::string resume_progress = "auto";
+  CLI::App* resume = app.add_subcommand(
+      "resume", "Continue a job that is not running from its newest valid checkpoint");
+  resume->add_option("job", resume_job, "A job id, a unique prefix of one, or a job directory")
+      ->required();
+  resume->add_option("--progress", resume_progress, "auto (a bar on a terminal), bar, plain or off")
       ->check(CLI::IsMember({"auto", "bar", "plain", "off"}));
 
   std::optional<std::string> status_job;
@@ -142,13 +159,21 @@ int main(int argc, char** argv) {
   if (report->parsed()) return run_report(report_json);
   if (plan->parsed()) return dslaunch::launcher::run_plan_command(plan_options);
   if (run->parsed()) {
-    using Mode = dslaunch::controller::ProgressDisplay::Mode;
-    run_options.progress = progress == "bar"     ? Mode::kTerminal
-                           : progress == "plain" ? Mode::kPlain
-                           : progress == "off"
-                               ? Mode::kOff
-                               : dslaunch::controller::ProgressDisplay::mode_for(stdout);
+    run_options.progress = progress_mode(progress);
     return dslaunch::controller::run_job(run_options);
+  }
+  if (resume->parsed()) {
+    std::string error;
+    const std::optional<std::string> dir = dslaunch::launcher::resumable_job_dir(resume_job, error);
+    if (!dir) {
+      std::cerr << "dslaunch resume: " << error << "\n";
+      return kUsageError;
+    }
+    dslaunch::controller::RunOptions resume_options;
+    resume_options.spec_path = *dir + "/spec.yaml";
+    resume_options.job_dir = *dir;
+    resume_options.progress = progress_mode(resume_progress);
+    return dslaunch::controller::run_job(resume_options);
   }
   if (status->parsed()) return dslaunch::launcher::run_status_command(status_job, status_json);
   if (list->parsed()) return dslaunch::launcher::run_list_command();

@@ -1,5 +1,6 @@
 #include "worker/train_workload.h"
 
+#include <atomic>
 #include <exception>
 #include <filesystem>
 #include <iostream>
@@ -7,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "kernels/backend.h"
+#include "worker/checkpoint/async_shard_writer.h"
 #include "worker/data/demo_corpus.h"
 #include "worker/data/training_data.h"
 #include "worker/engine/trainer.h"
@@ -61,6 +63,24 @@ void send_memory_metrics(proto::Session& session, const engine::MemoryReport& me
   session.send(message);
 }
 
+// A shard is durable: tell the controller what it holds, so it can write the
+// manifest once every rank's is.
+void send_checkpoint_written(proto::Session& session, const engine::CheckpointSlice& slice,
+                             const std::string& file, const checkpoint::WrittenShard& written) {
+  v1::WorkerMessage message;
+  v1::WorkerEvent* event = message.mutable_event();
+  event->set_kind(v1::WorkerEvent::KIND_CHECKPOINT_WRITTEN);
+  event->set_step(slice.step);
+  v1::CheckpointShard* shard = event->add_shards();
+  shard->set_path(file);
+  shard->set_size_bytes(written.size_bytes);
+  shard->set_xxh64(written.xxh64);
+  shard->set_begin(slice.begin);
+  shard->set_end(slice.end);
+  shard->set_total_parameters(slice.total_parameters);
+  session.send(message);
+}
+
 std::string format_step(const engine::StepReport& r, int64_t total_steps) {
   std::string line = fmt::format(
       "step {:>{}}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tokens/s | {:.3f} "
@@ -112,6 +132,38 @@ int run_train_workload(const TrainWorkloadContext& context) {
     std::cout << format_step(report, spec.training.steps) << std::endl;
     send_step_metrics(session, report);
   };
+  options.resume = context.resume;
+  options.checkpoint_requested = context.checkpoint_requested;
+  // Shards are copied to memory here and written by the writer's thread
+  // while training goes on; a failed write is this rank's error.
+  std::atomic<bool> checkpoint_failed{false};  // outlives the writer, whose thread sets it
+  checkpoint::AsyncShardWriter writer;
+  if (!context.checkpoint_directory.empty()) {
+    options.save_checkpoint = [&](const engine::CheckpointSlice& slice) {
+      const std::filesystem::path folder = std::filesystem::path(context.checkpoint_directory) /
+                                           fmt::format("step_{:08d}", slice.step);
+      const std::string file = fmt::format("rank_{}.bin", slice.rank);
+      std::error_code error;
+      std::filesystem::create_directories(folder, error);
+      checkpoint::ShardHeader header;
+      header.step = slice.step;
+      header.rank = slice.rank;
+      header.ranks = slice.ranks;
+      header.total_parameters = slice.total_parameters;
+      header.begin = slice.begin;
+      header.end = slice.end;
+      header.optimizer_step = slice.optimizer_steps;
+      writer.save((folder / file).string(), header, {slice.params, slice.adam_m, slice.adam_v},
+                  [&session, &checkpoint_failed, slice, file](const checkpoint::WrittenShard& written) {
+                    if (written.ok()) {
+                      send_checkpoint_written(session, slice, file, written);
+                    } else if (!checkpoint_failed.exchange(true)) {
+                      report_error(session, fmt::format("checkpoint of step {}: {}", slice.step,
+                                                        written.error));
+                    }
+                  });
+    };
+  }
   engine::TrainResult result;
   try {
     result = engine::train(spec, data, *backend, options);
@@ -124,6 +176,9 @@ int run_train_workload(const TrainWorkloadContext& context) {
     report_error(session, result.error);
     return 1;
   }
+  if (context.on_writing_checkpoint) context.on_writing_checkpoint();
+  writer.wait();
+  if (checkpoint_failed.load()) return 1;
   if (reporter && result.steps > 0) {
     const model::ParameterTable table(engine::model_config(spec.model, 1));
     const std::string path =
@@ -135,6 +190,12 @@ int run_train_workload(const TrainWorkloadContext& context) {
       return 1;
     }
     std::cout << fmt::format("weights after step {}: {}", result.steps, path) << std::endl;
+  }
+  if (result.stopped) {
+    v1::WorkerMessage stopped;
+    stopped.mutable_event()->set_kind(v1::WorkerEvent::KIND_STOPPED);
+    stopped.mutable_event()->set_step(result.steps);
+    session.send(stopped);
   }
   return 0;
 }

@@ -3,6 +3,7 @@
 #include <mpi.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,8 +12,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -40,6 +43,7 @@ constexpr int kControllerLost = 3;
 // What the session's threads and the workload share.
 struct RankStatus {
   std::atomic<bool> stop_requested{false};
+  std::atomic<bool> checkpoint_requested{false};
   std::atomic<bool> stacks_requested{false};
   std::atomic<bool> finished{false};
   std::atomic<int64_t> step{0};
@@ -54,6 +58,36 @@ struct RankStatus {
   std::atomic<int64_t> gradient_workspace_peak_bytes{0};
   std::atomic<int64_t> parameter_workspace_peak_bytes{0};
 };
+
+// SIGTERM or SIGUSR1 received (as Slurm's --signal sends before the time
+// limit): checkpoint after this step, then stop. A second one ends the rank
+// at once. A signal handler can only reach a global.
+std::atomic<int> g_stop_signal{0};
+
+void stop_on_signal(int signal) {
+  if (g_stop_signal.exchange(signal) != 0) std::_Exit(128 + signal);
+}
+
+void install_stop_signal_handlers() {
+  struct sigaction action {};
+  action.sa_handler = stop_on_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGUSR1, &action, nullptr);
+}
+
+// The checkpoint the controller chose to resume from, as the trainer reads it.
+std::optional<engine::ResumePoint> resume_point(const v1::RegisterReply& reply) {
+  if (!reply.has_resume() || reply.resume().directory().empty()) return std::nullopt;
+  engine::ResumePoint resume;
+  resume.step = reply.resume().step();
+  for (const v1::CheckpointShard& shard : reply.resume().shards()) {
+    resume.shards.push_back(
+        {(std::filesystem::path(reply.resume().directory()) / shard.path()).string(),
+         shard.begin(), shard.end()});
+  }
+  return resume;
+}
 
 std::string env_or_empty(const char* name) {
   const char* value = std::getenv(name);
@@ -223,6 +257,7 @@ int run_commbench_workload(const spec::JobSpec& spec, const ProcessGroups& group
 
 int run_worker() {
   install_stack_dump_handler();
+  install_stop_signal_handlers();
   std::string error;
   const auto rank_env =
       read_rank_environment([](const char* name) { return std::getenv(name); }, error);
@@ -296,7 +331,7 @@ int run_worker() {
             heartbeat_wake.notify_all();
             break;
           case v1::ControllerCommand::KIND_CHECKPOINT_NOW:
-            std::cerr << "dsworker: checkpoint requested; checkpoints are not implemented yet\n";
+            status.checkpoint_requested.store(true);
             break;
           default:
             break;
@@ -333,8 +368,14 @@ int run_worker() {
     context.groups = created.groups.get();
     context.session = session.get();
     context.job_directory = reply.job_directory();
+    context.checkpoint_directory = reply.checkpoint_directory();
+    context.resume = resume_point(reply);
     context.compute_threads = compute_threads(reply.placement());
-    context.stop_requested = [&status] { return status.stop_requested.load(); };
+    context.stop_requested = [&status] {
+      return status.stop_requested.load() || g_stop_signal.load() != 0;
+    };
+    context.checkpoint_requested = [&status] { return status.checkpoint_requested.exchange(false); };
+    context.on_writing_checkpoint = [&status] { status.phase.store(v1::PHASE_CHECKPOINT); };
     context.on_step_started = [&status](int64_t step) {
       status.step.store(step);
       status.phase.store(v1::PHASE_TRAIN);

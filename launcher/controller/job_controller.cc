@@ -18,6 +18,8 @@
 
 #include <fmt/format.h>
 
+#include "launcher/controller/checkpoint_catalog.h"
+#include "launcher/controller/checkpoint_committer.h"
 #include "launcher/controller/clock.h"
 #include "launcher/controller/controller_server.h"
 #include "launcher/controller/job_directory.h"
@@ -152,16 +154,26 @@ std::vector<v1::RankPlacement> placements(const plan::JobPlan& plan) {
 class Attempt {
  public:
   Attempt(const RunOptions& options, const spec::JobSpec& spec, const plan::JobPlan& plan,
-          JobDirectory& directory, const std::string& token, const JobInfo& info)
+          JobDirectory& directory, const std::string& token, const JobInfo& info,
+          JobHandler::Attempt setup)
       : options_(options),
         spec_(spec),
         plan_(plan),
         directory_(directory),
         token_(token),
         info_(info),
+        number_(setup.number),
         state_(plan.world_size(), timeouts(spec), clock_),
-        handler_(info, handler_attempt(), state_, directory, clock_),
+        handler_(info, with_spec(std::move(setup)), state_, directory, clock_),
         progress_(options.progress, stdout) {}
+
+  // How this attempt ended, once run() returned.
+  v1::AttemptSummary summary() const {
+    const v1::JobStatus status = handler_.status_now();
+    return status.attempts(status.attempts_size() - 1);
+  }
+  int64_t last_checkpoint_step() const { return handler_.status_now().last_checkpoint_step(); }
+  bool interrupted() const { return state_.stop_requested(); }
 
   int run() {
     ControllerServerOptions server_options{token_, std::nullopt, 1024};
@@ -191,10 +203,10 @@ class Attempt {
     inputs.worker_args = {"run"};
     std::string error;
     inputs.attempt_dir =
-        fs::path(directory_.rank_log_path(0, 0, "stdout", error)).parent_path().parent_path();
+        fs::path(directory_.rank_log_path(number_, 0, "stdout", error)).parent_path().parent_path();
     inputs.job_id = info_.job_id;
     inputs.job_token = token_;
-    inputs.restart_count = 0;
+    inputs.restart_count = number_;
     inputs.controller_address = info_.controller_address;
     const std::string& rank0_host = plan_.placement.ranks.front().host;
     inputs.master_address = rank0_host == "localhost" ? "127.0.0.1" : rank0_host;
@@ -211,7 +223,7 @@ class Attempt {
     // Every rank's log files exist from the start, empty until it writes.
     for (int rank = 0; rank < plan_.world_size(); ++rank) {
       for (const char* stream : {"stdout", "stderr"}) {
-        const std::string path = directory_.rank_log_path(0, rank, stream, error);
+        const std::string path = directory_.rank_log_path(number_, rank, stream, error);
         if (path.empty() || !std::ofstream(path, std::ios::app)) {
           return fail_before_launch(
               server, path.empty() ? error : fmt::format("cannot create the log '{}'", path));
@@ -233,7 +245,7 @@ class Attempt {
           const char* name = stream == runner::OutputStream::kStdout ? "stdout" : "stderr";
           std::string ignored;
           return rank < 0 ? fmt::format("{}/launcher.{}.log", attempt_dir, name)
-                          : directory_.rank_log_path(0, rank, name, ignored);
+                          : directory_.rank_log_path(number_, rank, name, ignored);
         },
         20,
         [&](std::string_view line) {
@@ -254,8 +266,7 @@ class Attempt {
     return timeouts;
   }
 
-  JobHandler::Attempt handler_attempt() const {
-    JobHandler::Attempt attempt;
+  JobHandler::Attempt with_spec(JobHandler::Attempt attempt) const {
     attempt.heartbeat_interval_ms =
         static_cast<int>(spec_.fault_tolerance.heartbeat_interval_s * 1000);
     attempt.resolved_spec_yaml = spec_.resolved_yaml;
@@ -428,6 +439,7 @@ class Attempt {
   JobDirectory& directory_;
   const std::string& token_;
   JobInfo info_;
+  const int number_;
   SteadyClock clock_;
   JobState state_;
   JobHandler handler_;
@@ -437,6 +449,137 @@ class Attempt {
   std::vector<runner::LauncherFailure> launcher_failures_;
   size_t applied_failures_ = 0;
 };
+
+// The attempts an earlier `dslaunch run` of this job directory made (a
+// resumed job), from its state.json; none for a new job.
+std::vector<v1::AttemptSummary> earlier_attempts(const JobDirectory& directory) {
+  std::string ignored;
+  const std::optional<nlohmann::json> state = directory.read_state(ignored);
+  if (!state) return {};
+  const v1::JobStatus status = status_from_json(*state);
+  std::vector<v1::AttemptSummary> attempts(status.attempts().begin(), status.attempts().end());
+  // An attempt state.json still shows running lost its controller (dslaunch
+  // killed, the machine rebooted): it failed.
+  for (v1::AttemptSummary& attempt : attempts) {
+    if (attempt.state() == "RUNNING" || attempt.state() == "STARTING" ||
+        attempt.state() == "PENDING") {
+      attempt.set_state("FAILED");
+      attempt.set_reason("its controller (dslaunch) ended without a word: killed, or its host "
+                         "went down");
+    }
+  }
+  return attempts;
+}
+
+// The newest checkpoint under `root` whose manifest and shards check out
+// (every checksum read), as the ranks receive it; newer broken ones are
+// skipped with a line each on stderr and in events.jsonl.
+std::optional<v1::ResumePoint> choose_resume_point(const std::string& root,
+                                                   JobDirectory& directory) {
+  const NewestValid newest = find_newest_valid(root);
+  std::string ignored;
+  for (const CheckpointCheck& skipped : newest.skipped) {
+    std::cerr << "dslaunch: skipping a checkpoint: " << skipped.problem << "\n";
+    directory.append_event(-1, "checkpoint_skipped", skipped.problem, ignored);
+  }
+  if (!newest.found) return std::nullopt;
+  const CheckpointManifest& manifest = *newest.found->manifest;
+  v1::ResumePoint resume;
+  resume.set_directory(newest.found->dir);
+  resume.set_step(manifest.step);
+  for (const ShardRecord& record : manifest.shards) {
+    v1::CheckpointShard* shard = resume.add_shards();
+    shard->set_path(record.path);
+    shard->set_size_bytes(record.size_bytes);
+    shard->set_xxh64(record.xxh64);
+    shard->set_begin(record.begin);
+    shard->set_end(record.end);
+    shard->set_total_parameters(manifest.total_parameters);
+  }
+  return resume;
+}
+
+// What every manifest of this job records besides the step's own fields.
+CheckpointCommitter::Settings checkpoint_settings(const spec::JobSpec& spec,
+                                                  const plan::JobPlan& plan,
+                                                  const JobDirectory& directory,
+                                                  const std::string& job_id, int attempt) {
+  CheckpointCommitter::Settings settings;
+  settings.root = spec.checkpoint.dir.empty()
+                      ? (fs::path(directory.path()) / "checkpoints").string()
+                      : spec.checkpoint.dir;
+  settings.keep = spec.checkpoint.keep;
+  settings.ranks = plan.world_size();
+  const int data_parallel =
+      plan.world_size() / (spec.parallelism.tensor * spec.parallelism.pipeline);
+  const spec::BatchResolution batch = spec::resolve_batch_sizes(spec.training.batch, data_parallel);
+  const int64_t global_batch = batch.sizes ? batch.sizes->train_batch_size : 0;
+  settings.samples_per_step = global_batch;
+  settings.tokens_per_step = global_batch * spec.model.seq_length;
+  CheckpointManifest& base = settings.base;
+  base.job_id = job_id;
+  base.spec_hash = spec_hash(spec.resolved_yaml);
+  base.attempt = attempt;
+  base.data_parallel = data_parallel;
+  base.tensor_parallel = spec.parallelism.tensor;
+  base.pipeline_parallel = spec.parallelism.pipeline;
+  base.zero_stage = spec.training.zero.stage;
+  // Sample g of the run is window permutation(seed, epoch)(g): the number of
+  // samples consumed is the whole position in the data.
+  base.data_positions = {{"seed", spec.training.seed}, {"global_batch", global_batch}};
+  // Without dropout nothing draws random numbers after initialisation.
+  base.rng_states = {{"init_seed", spec.model.init_seed}, {"data_seed", spec.training.seed}};
+  // DeepSpeed's scheduler state is its last step, which the manifest's step is.
+  constexpr const char* kSchedulerNames[] = {"none", "WarmupLR", "WarmupDecayLR",
+                                             "WarmupCosineLR"};
+  base.scheduler = {{"type", kSchedulerNames[static_cast<int>(spec.training.scheduler.type)]}};
+  base.loss_scaler = {{"enabled", false}};  // fp32 training scales no loss
+  return settings;
+}
+
+// The first attempt and the automatic restarts: a failed attempt is
+// followed, up to fault_tolerance.max_restarts times, by a new one from the
+// newest valid checkpoint after a backoff of 1, 2, 4 ... 30 s. A stop, an
+// interrupt or a success ends the job.
+int run_attempts(const RunOptions& options, const spec::JobSpec& spec, const plan::JobPlan& plan,
+                 JobDirectory& directory, const std::string& token, const JobInfo& info) {
+  std::vector<v1::AttemptSummary> earlier = earlier_attempts(directory);
+  int number = earlier.empty() ? 0 : earlier.back().attempt() + 1;
+  for (int restarts = 0;; ++restarts, ++number) {
+    JobHandler::Attempt setup;
+    setup.number = number;
+    setup.restarts = restarts;
+    setup.earlier = earlier;
+    if (spec.kind == spec::JobKind::kTrain) {
+      setup.checkpoints = checkpoint_settings(spec, plan, directory, info.job_id, number);
+      setup.resume = choose_resume_point(setup.checkpoints->root, directory);
+      if (setup.resume) {
+        setup.last_checkpoint_step = setup.resume->step();
+        std::cout << fmt::format("attempt {}: resuming from the checkpoint of step {} ({})\n",
+                                 number, setup.resume->step(), setup.resume->directory());
+      }
+    }
+    Attempt attempt(options, spec, plan, directory, token, info, std::move(setup));
+    const int code = attempt.run();
+    earlier.push_back(attempt.summary());
+    if (code != kRunFailed || attempt.interrupted() || g_interrupts.load() > 0) return code;
+    if (restarts >= spec.fault_tolerance.max_restarts) {
+      if (spec.fault_tolerance.max_restarts > 0) {
+        std::cerr << fmt::format("dslaunch: giving up after {} restart(s)\n", restarts);
+      }
+      return code;
+    }
+    const auto backoff = std::chrono::seconds(std::min(30, 1 << std::min(restarts, 5)));
+    std::cerr << fmt::format("dslaunch: attempt {} failed: {}; restart {} of {} in {}s\n", number,
+                             earlier.back().reason(), restarts + 1,
+                             spec.fault_tolerance.max_restarts, backoff.count());
+    const auto until = std::chrono::steady_clock::now() + backoff;
+    while (std::chrono::steady_clock::now() < until && g_interrupts.load() == 0) {
+      std::this_thread::sleep_for(50ms);
+    }
+    if (g_interrupts.load() > 0) return kRunStopped;
+  }
+}
 
 }  // namespace
 
@@ -494,8 +637,7 @@ int run_job(const RunOptions& options) {
   info.tls_ca = spec.cluster.tls.ca;
   std::cout << fmt::format("job {}: {} rank(s) on {} host(s); job directory {}\n", job_id,
                            job_plan.world_size(), job_plan.hosts.size(), directory->path());
-  Attempt attempt(options, spec, job_plan, *directory, token.token, info);
-  return attempt.run();
+  return run_attempts(options, spec, job_plan, *directory, token.token, info);
 }
 
 }  // namespace dslaunch::controller

@@ -23,7 +23,10 @@ JobHandler::JobHandler(JobInfo info, Attempt attempt, JobState& state, JobDirect
       state_(state),
       directory_(directory),
       clock_(clock),
-      finished_(info_.world_size, false) {}
+      finished_(info_.world_size, false),
+      last_checkpoint_step_(attempt_.last_checkpoint_step) {
+  if (attempt_.checkpoints) committer_.emplace(*attempt_.checkpoints);
+}
 
 grpc::Status JobHandler::register_rank(const v1::RegisterRequest& request,
                                        v1::RegisterReply* reply) {
@@ -43,6 +46,8 @@ grpc::Status JobHandler::register_rank(const v1::RegisterRequest& request,
   *reply->mutable_placement() = attempt_.placements.at(request.rank());
   reply->set_heartbeat_interval_ms(attempt_.heartbeat_interval_ms);
   reply->set_job_directory(directory_.path());
+  if (attempt_.checkpoints) reply->set_checkpoint_directory(attempt_.checkpoints->root);
+  if (attempt_.resume) *reply->mutable_resume() = *attempt_.resume;
   record_event(request.rank(), "registered",
                fmt::format("{} pid {} {} ({})", request.host(), request.pid(), request.device(),
                            request.version()));
@@ -83,11 +88,42 @@ void JobHandler::worker_message(const v1::WorkerMessage& message) {
     case v1::WorkerEvent::KIND_STACKS:
       record_event(rank, "stacks", event.message());
       break;
-    case v1::WorkerEvent::KIND_CHECKPOINT_WRITTEN:
-      record_event(rank, "checkpoint_written", fmt::format("step {}", event.step()));
+    case v1::WorkerEvent::KIND_CHECKPOINT_WRITTEN: {
+      std::lock_guard<std::mutex> lock(mutex_);
+      shard_written_locked(rank, event);
+      break;
+    }
+    case v1::WorkerEvent::KIND_STOPPED:
+      // Stopped on request (a signal the ranks got, or our stop) with its
+      // checkpoint written: the job ends STOPPED, resumable, not SUCCEEDED.
+      state_.request_stop();
+      record_event(rank, "stopped", fmt::format("after step {}", event.step()));
       break;
     default:
       break;
+  }
+}
+
+void JobHandler::shard_written_locked(int rank, const v1::WorkerEvent& event) {
+  record_event_locked(rank, "checkpoint_written", fmt::format("step {}", event.step()));
+  if (!committer_) return;
+  const CheckpointCommitter::Outcome outcome =
+      committer_->on_shard_written(rank, event, unix_time_ms());
+  if (outcome.committed) {
+    last_checkpoint_step_ = outcome.step;
+    record_event_locked(-1, "checkpoint_committed",
+                        fmt::format("step {}: {}/{}", outcome.step, attempt_.checkpoints->root,
+                                    checkpoint_dir_name(outcome.step)));
+  }
+  for (const std::string& removed : outcome.removed) {
+    record_event_locked(-1, "checkpoint_removed", removed);
+  }
+  if (!outcome.error.empty()) {
+    const std::string reason = fmt::format("checkpoint of step {}: {}", outcome.step, outcome.error);
+    record_event_locked(-1, "checkpoint_failed", reason);
+    // A checkpoint that could not be committed leaves the previous one as
+    // the newest; training on would only lose more work.
+    if (!outcome.committed) state_.mark_failed(reason);
   }
 }
 
@@ -140,6 +176,11 @@ std::vector<int> JobHandler::sessions_lost() const {
 
 void JobHandler::record_event(int rank, const std::string& kind, const std::string& detail) {
   std::lock_guard<std::mutex> lock(mutex_);
+  record_event_locked(rank, kind, detail);
+}
+
+void JobHandler::record_event_locked(int rank, const std::string& kind,
+                                     const std::string& detail) {
   std::string error;
   if (!directory_.append_event(rank, kind, detail, error)) report_write_failure(error);
 }
@@ -155,11 +196,23 @@ void JobHandler::report_write_failure(const std::string& error) {
 
 v1::JobStatus JobHandler::status_now() const {
   JobInfo info;
+  int64_t last_checkpoint_step = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     info = info_;
+    last_checkpoint_step = last_checkpoint_step_;
   }
-  return make_job_status(info, state_, clock_, attempt_.number, attempt_.restarts, unix_time_ms());
+  v1::JobStatus status =
+      make_job_status(info, state_, clock_, attempt_.number, attempt_.restarts, unix_time_ms());
+  status.set_last_checkpoint_step(last_checkpoint_step);
+  for (const v1::AttemptSummary& earlier : attempt_.earlier) *status.add_attempts() = earlier;
+  v1::AttemptSummary* current = status.add_attempts();
+  current->set_attempt(attempt_.number);
+  current->set_state(status.state());
+  current->set_reason(status.reason());
+  current->set_resumed_from_step(attempt_.resume ? attempt_.resume->step() : 0);
+  current->set_last_step(status.step());
+  return status;
 }
 
 void JobHandler::set_controller_address(const std::string& address) {

@@ -4,9 +4,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "launcher/controller/checkpoint_committer.h"
 #include "launcher/controller/controller_handler.h"
 #include "launcher/controller/job_directory.h"
 #include "launcher/controller/job_state.h"
@@ -27,6 +29,12 @@ class JobHandler final : public ControllerHandler {
     int heartbeat_interval_ms = 5000;
     std::string resolved_spec_yaml;
     std::vector<v1::RankPlacement> placements;  // indexed by rank
+    // Training jobs: where checkpoints go and how they are committed.
+    std::optional<CheckpointCommitter::Settings> checkpoints;
+    // The checkpoint every rank starts from; unset: the beginning.
+    std::optional<v1::ResumePoint> resume;
+    int64_t last_checkpoint_step = 0;          // committed before this attempt
+    std::vector<v1::AttemptSummary> earlier;  // the attempts before this one
   };
 
   // `state`, `directory` and `clock` must outlive the handler.
@@ -58,6 +66,10 @@ class JobHandler final : public ControllerHandler {
   // Called with mutex_ held when events.jsonl or metrics.jsonl cannot be
   // appended to (a full disk): tells the user once.
   void report_write_failure(const std::string& error);
+  // Called with mutex_ held: `rank`'s shard is durable; commits the
+  // checkpoint once every rank's is.
+  void shard_written_locked(int rank, const v1::WorkerEvent& event);
+  void record_event_locked(int rank, const std::string& kind, const std::string& detail);
 
   JobInfo info_;  // the controller address is set later, under mutex_
   const Attempt attempt_;
@@ -70,6 +82,8 @@ class JobHandler final : public ControllerHandler {
   std::map<int, std::shared_ptr<CommandSink>> sinks_;
   std::vector<bool> finished_;
   std::vector<int> sessions_lost_;
+  std::optional<CheckpointCommitter> committer_;
+  int64_t last_checkpoint_step_ = 0;
 };
 
 }  // namespace dslaunch::controller

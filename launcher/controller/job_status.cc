@@ -89,6 +89,14 @@ nlohmann::json status_to_json(const v1::JobStatus& status) {
     if (rank.has_exit_signal()) entry["exit_signal"] = rank.exit_signal();
     ranks.push_back(entry);
   }
+  nlohmann::json attempts = nlohmann::json::array();
+  for (const v1::AttemptSummary& attempt : status.attempts()) {
+    attempts.push_back({{"attempt", attempt.attempt()},
+                        {"state", attempt.state()},
+                        {"reason", attempt.reason()},
+                        {"resumed_from_step", attempt.resumed_from_step()},
+                        {"last_step", attempt.last_step()}});
+  }
   return {{"job_id", status.job_id()},
           {"name", status.name()},
           {"kind", status.kind()},
@@ -106,7 +114,8 @@ nlohmann::json status_to_json(const v1::JobStatus& status) {
           {"tls_ca", status.tls_ca()},
           {"started_unix_ms", status.started_unix_ms()},
           {"updated_unix_ms", status.updated_unix_ms()},
-          {"ranks", ranks}};
+          {"ranks", ranks},
+          {"attempts", attempts}};
 }
 
 v1::JobStatus status_from_json(const nlohmann::json& json) {
@@ -128,6 +137,17 @@ v1::JobStatus status_from_json(const nlohmann::json& json) {
   status.set_tls_ca(get_or<std::string>(json, "tls_ca", ""));
   status.set_started_unix_ms(get_or<int64_t>(json, "started_unix_ms", 0));
   status.set_updated_unix_ms(get_or<int64_t>(json, "updated_unix_ms", 0));
+  if (const auto attempts = json.find("attempts");
+      attempts != json.end() && attempts->is_array()) {
+    for (const nlohmann::json& entry : *attempts) {
+      v1::AttemptSummary* attempt = status.add_attempts();
+      attempt->set_attempt(get_or<int>(entry, "attempt", 0));
+      attempt->set_state(get_or<std::string>(entry, "state", ""));
+      attempt->set_reason(get_or<std::string>(entry, "reason", ""));
+      attempt->set_resumed_from_step(get_or<int64_t>(entry, "resumed_from_step", 0));
+      attempt->set_last_step(get_or<int64_t>(entry, "last_step", 0));
+    }
+  }
   const auto ranks = json.find("ranks");
   if (ranks == json.end() || !ranks->is_array()) return status;
   for (const nlohmann::json& entry : *ranks) {

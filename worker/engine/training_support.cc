@@ -23,14 +23,6 @@ std::string training_support_problem(const spec::JobSpec& spec) {
   if (training.fp16.enabled || training.bf16) {
     return "fp16 and bf16 training are not implemented yet; the CPU engine trains in fp32";
   }
-  if (spec.checkpoint.interval > 0) {
-    return "checkpoints are not implemented yet; remove checkpoint.interval (the final weights "
-           "are written to <job dir>/weights when training ends)";
-  }
-  if (spec.fault_tolerance.max_restarts > 0) {
-    return "automatic restarts need checkpoints, which are not implemented yet; set "
-           "fault_tolerance.max_restarts: 0";
-  }
   if (spec.model.dropout != 0) {
     return "dropout is not implemented yet; set model.dropout: 0";
   }

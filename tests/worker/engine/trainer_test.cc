@@ -83,10 +83,8 @@ TEST_CASE("what the engine cannot do yet is refused before training starts") {
   CHECK_THAT(training_support_problem(spec), Catch::Contains("tensor"));
   spec = testing::tiny_job("a", "b");
   spec.checkpoint.interval = 10;
-  CHECK_THAT(training_support_problem(spec), Catch::Contains("checkpoint.interval"));
-  spec = testing::tiny_job("a", "b");
   spec.fault_tolerance.max_restarts = 1;
-  CHECK_THAT(training_support_problem(spec), Catch::Contains("max_restarts: 0"));
+  CHECK(training_support_problem(spec) == "");
   spec = testing::tiny_job("a", "b");
   spec.cluster.device = spec::Device::kCuda;
   CHECK_THAT(training_support_problem(spec), Catch::Contains("cpu"));

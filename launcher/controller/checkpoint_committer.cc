@@ -1,0 +1,76 @@
+#include "launcher/controller/checkpoint_committer.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+namespace dslaunch::controller {
+
+CheckpointCommitter::CheckpointCommitter(Settings settings) : settings_(std::move(settings)) {}
+
+CheckpointCommitter::Outcome CheckpointCommitter::on_shard_written(int rank,
+                                                                   const v1::WorkerEvent& event,
+                                                                   int64_t now_unix_ms) {
+  Outcome outcome;
+  outcome.step = event.step();
+  if (rank < 0 || rank >= settings_.ranks || event.shards_size() != 1) {
+    outcome.error = fmt::format(
+        "rank {} reported {} shard(s) for the checkpoint of step {}; expected one from each of "
+        "ranks 0-{}",
+        rank, event.shards_size(), event.step(), settings_.ranks - 1);
+    return outcome;
+  }
+  const v1::CheckpointShard& shard = event.shards(0);
+  // The ranks know the model's size; the first report of the job sets it.
+  if (settings_.base.total_parameters == 0) {
+    settings_.base.total_parameters = shard.total_parameters();
+  }
+  if (shard.total_parameters() != settings_.base.total_parameters || shard.begin() < 0 ||
+      shard.begin() > shard.end() || shard.end() > shard.total_parameters()) {
+    outcome.error = fmt::format(
+        "rank {}'s shard of step {} covers [{}, {}) of {} parameters, outside the model's {}", rank,
+        event.step(), shard.begin(), shard.end(), shard.total_parameters(),
+        settings_.base.total_parameters);
+    return outcome;
+  }
+  std::map<int, ShardRecord>& reported = pending_[event.step()];
+  if (!reported.emplace(rank, ShardRecord{rank, shard.path(), shard.size_bytes(), shard.xxh64(),
+                                          shard.begin(), shard.end()})
+           .second) {
+    outcome.error = fmt::format("rank {} reported its shard of step {} twice", rank, event.step());
+    return outcome;
+  }
+  if (static_cast<int>(reported.size()) < settings_.ranks) return outcome;
+  return commit(event.step(), now_unix_ms);
+}
+
+CheckpointCommitter::Outcome CheckpointCommitter::commit(int64_t step, int64_t now_unix_ms) {
+  Outcome outcome;
+  outcome.step = step;
+  CheckpointManifest manifest = settings_.base;
+  manifest.step = step;
+  manifest.samples_seen = step * settings_.samples_per_step;
+  manifest.tokens_seen = step * settings_.tokens_per_step;
+  manifest.data_positions["samples_consumed"] = manifest.samples_seen;
+  manifest.scheduler["last_step"] = step;
+  manifest.created_unix_ms = now_unix_ms;
+  for (auto& [rank, shard] : pending_[step]) manifest.shards.push_back(shard);
+  std::sort(manifest.shards.begin(), manifest.shards.end(),
+            [](const ShardRecord& a, const ShardRecord& b) { return a.begin < b.begin; });
+  pending_.erase(step);
+  const std::string dir =
+      (std::filesystem::path(settings_.root) / checkpoint_dir_name(step)).string();
+  if (!write_manifest(dir, manifest, outcome.error) ||
+      !write_latest(settings_.root, step, outcome.error)) {
+    return outcome;
+  }
+  outcome.committed = true;
+  last_committed_ = step;
+  std::string prune_error;
+  outcome.removed = prune_checkpoints(settings_.root, settings_.keep, prune_error);
+  if (!prune_error.empty()) outcome.error = "the checkpoint is saved, but " + prune_error;
+  return outcome;
+}
+
+}  // namespace dslaunch::controller

@@ -1,0 +1,464 @@
+// Checkpoints, resume and automatic recovery end to end, by breaking things
+// on purpose: ranks killed or hung, a checkpoint cut short, corrupted or
+// without room, `dslaunch` itself killed, and ranks told to stop. Every case
+// must end with the uninterrupted run's losses (bit for bit, on CPU), the
+// newest checkpoint valid, and no process of the job left.
+#include <dirent.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "launcher/controller/checkpoint_catalog.h"
+#include "tests/support/run_command.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using dslaunch::testing::run_command;
+using dslaunch::testing::runfile;
+
+constexpr int kSteps = 300;
+constexpr int kInterval = 20;
+
+// Sentences from a tiny grammar, tokenized byte by byte.
+void write_corpus(const fs::path& dir) {
+  const std::vector<std::string> words = {"the cat", "a dog", "sees", "likes", "a ball", "the map"};
+  std::mt19937_64 engine(7);
+  std::string text;
+  for (int i = 0; i < 3000; ++i) {
+    text += words[engine() % 2] + " " + words[2 + engine() % 2] + " " + words[4 + engine() % 2] +
+            ".\n";
+  }
+  std::ofstream(dir / "corpus.txt") << text;
+  const auto tokenized = run_command(
+      fmt::format("{} {} --out {} --valid-out {} --valid-fraction 0.1 2>&1",
+                  runfile("tools/tokenize/tokenize_text"), (dir / "corpus.txt").string(),
+                  (dir / "train.bin").string(), (dir / "valid.bin").string()));
+  INFO(tokenized.output);
+  REQUIRE(tokenized.exit_code == 0);
+}
+
+// A 2-rank job checkpointing every kInterval steps, restarting up to twice.
+// `extra` is appended to the spec (later keys override earlier ones only at
+// the top level, so it holds whole sections).
+fs::path write_spec(const fs::path& dir, const std::string& name, const std::string& checkpoint,
+                    double heartbeat_timeout = 30) {
+  const fs::path spec = dir / (name + ".yaml");
+  std::ofstream(spec) << fmt::format(R"(name: {}
+cluster: {{device: cpu, num_gpus: 2}}
+model:
+  num_layers: 4
+  hidden_size: 128
+  num_attention_heads: 4
+  vocab_size: 256
+  seq_length: 32
+  make_vocab_size_divisible_by: 64
+data: {{train: train.bin, valid: valid.bin}}
+training:
+  train_batch_size: 8
+  train_micro_batch_size_per_gpu: 4
+  steps: {}
+  eval_interval: 100
+  eval_batches: 2
+  gradient_clipping: 1.0
+  zero_optimization: {{stage: 2, reduce_bucket_size: 50000}}
+  optimizer: {{type: AdamW, params: {{lr: 0.003, weight_decay: 0.1}}}}
+checkpoint: {}
+fault_tolerance: {{heartbeat_interval: 0.5, heartbeat_timeout: {}, max_restarts: 2}}
+)",
+                                     name, kSteps, checkpoint, heartbeat_timeout);
+  return spec;
+}
+
+std::string default_checkpoint() { return fmt::format("{{interval: {}, keep: 2}}", kInterval); }
+
+// The loss of every step in metrics.jsonl; a step run again after a restart
+// keeps its last value.
+std::map<int, double> losses(const fs::path& job) {
+  std::map<int, double> out;
+  std::ifstream file(job / "metrics.jsonl");
+  std::string line;
+  while (std::getline(file, line)) {
+    const nlohmann::json json = nlohmann::json::parse(line);
+    if (json.contains("what") || !json.contains("loss")) continue;
+    out[json["step"].get<int>()] = json["loss"].get<double>();
+  }
+  return out;
+}
+
+nlohmann::json read_state(const fs::path& job) {
+  nlohmann::json state;
+  std::ifstream file(job / "state.json");
+  if (file) file >> state;
+  return state;
+}
+
+// Processes carrying the job's id in their environment: the launcher and
+// the ranks of every attempt.
+std::vector<pid_t> processes_of(const std::string& job_id) {
+  std::vector<pid_t> found;
+  const std::string needle = "DSL_JOB_ID=" + job_id + std::string(1, '\0');
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream environ(entry.path() / "environ", std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(environ)),
+                           std::istreambuf_iterator<char>());
+    std::ifstream stat(entry.path() / "stat");
+    std::string pid, command, state;
+    stat >> pid >> command >> state;
+    if (state != "Z" && text.find(needle) != std::string::npos) found.push_back(std::stoi(name));
+  }
+  return found;
+}
+
+bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    if (done()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return done();
+}
+
+struct Workspace {
+  fs::path dir = fs::path(std::getenv("TEST_TMPDIR")) / "chaos";
+
+  Workspace() {
+    if (!fs::exists(dir / "train.bin")) {
+      fs::create_directories(dir);
+      write_corpus(dir);
+    }
+  }
+
+  // `dslaunch ARGS` in the background, its output in `log`.
+  pid_t start(const std::vector<std::string>& args, const fs::path& log) const {
+    const std::string dslaunch = runfile("launcher/dslaunch");
+    const std::string worker = runfile("worker/dsworker");
+    const pid_t pid = fork();
+    if (pid == 0) {
+      setenv("DSLAUNCH_HOME", dir.c_str(), 1);
+      setenv("DSLAUNCH_WORKER", worker.c_str(), 1);
+      FILE* out = std::freopen(log.c_str(), "w", stdout);
+      dup2(fileno(out), STDERR_FILENO);
+      std::vector<char*> argv = {const_cast<char*>(dslaunch.c_str())};
+      for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    return pid;
+  }
+
+  // Waits for `pid` (SIGKILL after `timeout`); its exit code, -1 if killed.
+  static int wait_exit(pid_t pid, std::chrono::seconds timeout = 240s) {
+    int status = 0;
+    if (!wait_until([&] { return waitpid(pid, &status, WNOHANG) == pid; }, timeout)) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  int run(const std::vector<std::string>& args, const fs::path& log) const {
+    return wait_exit(start(args, log));
+  }
+
+  static std::string log_text(const fs::path& log) {
+    std::ifstream file(log);
+    return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  }
+
+  // The uninterrupted run every case is compared with, run once.
+  const std::map<int, double>& reference() const {
+    static const std::map<int, double> losses_of_reference = [this] {
+      const fs::path job = dir / "jobs" / "reference";
+      const int code = run({"run", write_spec(dir, "reference", default_checkpoint()).string(),
+                            "--job-dir", job.string(), "--progress", "off"},
+                           dir / "reference.log");
+      INFO(log_text(dir / "reference.log"));
+      REQUIRE(code == 0);
+      return losses(job);
+    }();
+    return losses_of_reference;
+  }
+};
+
+// What every case ends with: all steps run, each with the uninterrupted
+// run's loss, the last checkpoint valid and `latest`, no process left.
+void check_recovered(const Workspace& w, const fs::path& job) {
+  const std::map<int, double>& reference = w.reference();
+  const std::map<int, double> got = losses(job);
+  REQUIRE(got.size() == reference.size());
+  for (const auto& [step, loss] : reference) {
+    INFO("step " << step);
+    CHECK(got.at(step) == loss);
+  }
+  const std::string root = (job / "checkpoints").string();
+  const dslaunch::controller::NewestValid newest = dslaunch::controller::find_newest_valid(root);
+  REQUIRE(newest.found);
+  CHECK(newest.found->step == kSteps);
+  CHECK(dslaunch::controller::read_latest(root) == kSteps);
+  CHECK(wait_until([&] { return processes_of(job.filename().string()).empty(); }, 10s));
+}
+
+// Ranks' pids as state.json lists them once the attempt runs.
+std::vector<pid_t> running_ranks(const fs::path& job) {
+  std::vector<pid_t> pids;
+  const nlohmann::json state = read_state(job);
+  if (!state.contains("ranks") || state["state"] != "RUNNING") return pids;
+  for (const auto& rank : state["ranks"]) {
+    if (rank["pid"].get<int64_t>() > 0) pids.push_back(static_cast<pid_t>(rank["pid"]));
+  }
+  return pids;
+}
+
+int64_t last_step(const fs::path& job) {
+  const std::map<int, double> seen = losses(job);
+  return seen.empty() ? 0 : seen.rbegin()->first;
+}
+
+TEST_CASE("a rank killed with SIGKILL at a random step: the job restarts from its checkpoint") {
+  const Workspace w;
+  w.reference();
+  const int seed = GENERATE(1, 2, 3);
+  std::mt19937 engine(seed);
+  const int rank = static_cast<int>(engine() % 2);
+  const int at_step = 30 + static_cast<int>(engine() % 200);
+  INFO("seed " << seed << ": rank " << rank << " killed after step " << at_step);
+  const fs::path job = w.dir / "jobs" / fmt::format("kill-{}", seed);
+  const fs::path log = w.dir / fmt::format("kill-{}.log", seed);
+  const pid_t dslaunch =
+      w.start({"run", write_spec(w.dir, "kill", default_checkpoint()).string(), "--job-dir",
+               job.string(), "--progress", "off"},
+              log);
+  REQUIRE(wait_until([&] { return last_step(job) >= at_step; }, 120s));
+  const std::vector<pid_t> ranks = running_ranks(job);
+  REQUIRE(ranks.size() == 2);
+  kill(ranks[rank], SIGKILL);
+  const int code = Workspace::wait_exit(dslaunch);
+  INFO(Workspace::log_text(log));
+  REQUIRE(code == 0);
+  const nlohmann::json state = read_state(job);
+  CHECK(state["state"] == "SUCCEEDED");
+  CHECK(state["restarts"] == 1);
+  REQUIRE(state["attempts"].size() == 2);
+  CHECK(state["attempts"][0]["state"] == "FAILED");
+  CHECK_THAT(state["attempts"][0]["reason"].get<std::string>(),
+             Catch::Contains(fmt::format("rank {}", rank)) &&
+                 Catch::Contains("killed by signal 9"));
+  // It resumed from the newest checkpoint before the kill.
+  const int64_t resumed = state["attempts"][1]["resumed_from_step"];
+  CHECK(resumed % kInterval == 0);
+  CHECK(resumed <= at_step + 1);
+  CHECK(resumed > at_step - 2 * kInterval);
+  check_recovered(w, job);
+}
+
+TEST_CASE("a hung rank (SIGSTOP) is found by its heartbeats and the job restarts") {
+  const Workspace w;
+  w.reference();
+  const fs::path job = w.dir / "jobs" / "hang";
+  const fs::path log = w.dir / "hang.log";
+  const pid_t dslaunch =
+      w.start({"run", write_spec(w.dir, "hang", default_checkpoint(), 3).string(), "--job-dir",
+               job.string(), "--progress", "off"},
+              log);
+  REQUIRE(wait_until([&] { return last_step(job) >= 100; }, 120s));
+  const std::vector<pid_t> ranks = running_ranks(job);
+  REQUIRE(ranks.size() == 2);
+  kill(ranks[1], SIGSTOP);
+  const int code = Workspace::wait_exit(dslaunch);
+  INFO(Workspace::log_text(log));
+  REQUIRE(code == 0);
+  const nlohmann::json state = read_state(job);
+  CHECK(state["restarts"] == 1);
+  REQUIRE(state["attempts"].size() == 2);
+  CHECK_THAT(state["attempts"][0]["reason"].get<std::string>(), Catch::Contains("heartbeat"));
+  check_recovered(w, job);
+}
+
+TEST_CASE("a rank killed while it writes a checkpoint: the partial one is ignored") {
+  const Workspace w;
+  w.reference();
+  const fs::path job = w.dir / "jobs" / "kill-in-save";
+  const fs::path log = w.dir / "kill-in-save.log";
+  const pid_t dslaunch = w.start({"run", write_spec(w.dir, "save", default_checkpoint()).string(),
+                                  "--job-dir", job.string(), "--progress", "off"},
+                                 log);
+  // The moment rank 1 is writing its shard of a checkpoint from step 100 on,
+  // before the controller can have the manifest.
+  REQUIRE(wait_until([&] { return running_ranks(job).size() == 2; }, 120s));
+  const std::vector<pid_t> ranks = running_ranks(job);
+  fs::path partial;
+  const auto writing = [&] {
+    std::error_code ignored;
+    for (const auto& entry : fs::directory_iterator(job / "checkpoints", ignored)) {
+      const auto step = dslaunch::controller::step_of_dir_name(entry.path().filename().string());
+      if (step && *step >= 100 && fs::exists(entry.path() / "rank_1.bin.tmp")) {
+        partial = entry.path();
+        return true;
+      }
+    }
+    return false;
+  };
+  REQUIRE(wait_until(writing, 120s));
+  kill(ranks[1], SIGKILL);
+  const bool cut_short = !fs::exists(partial / "manifest.json");
+  const int64_t partial_step =
+      *dslaunch::controller::step_of_dir_name(partial.filename().string());
+  INFO("killed while writing " << partial.filename() << (cut_short ? ", before" : ", after")
+                               << " its manifest");
+  const int code = Workspace::wait_exit(dslaunch);
+  INFO(Workspace::log_text(log));
+  REQUIRE(code == 0);
+  const nlohmann::json state = read_state(job);
+  REQUIRE(state["attempts"].size() == 2);
+  // Killed before its manifest existed, that checkpoint did not count: the
+  // restart went back to the one before.
+  if (cut_short) CHECK(state["attempts"][1]["resumed_from_step"] == partial_step - kInterval);
+  check_recovered(w, job);
+}
+
+TEST_CASE("a corrupted or truncated newest checkpoint is skipped for the one before") {
+  const Workspace w;
+  w.reference();
+  const std::string damage = GENERATE(as<std::string>(), "flipped", "truncated");
+  const fs::path job = w.dir / "jobs" / ("corrupt-" + damage);
+  const fs::path log = w.dir / ("corrupt-" + damage + ".log");
+  REQUIRE(w.run({"run", write_spec(w.dir, "corrupt", default_checkpoint()).string(), "--job-dir",
+                 job.string(), "--progress", "off"},
+                log) == 0);
+  const fs::path newest = job / "checkpoints" / fmt::format("step_{:08d}", kSteps);
+  const int64_t before = kSteps - kInterval;
+  if (damage == "flipped") {
+    // One bit of one parameter: the same size, another checksum.
+    std::fstream shard(newest / "rank_1.bin", std::ios::in | std::ios::out | std::ios::binary);
+    shard.seekg(5000);
+    char byte = 0;
+    shard.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x10);
+    shard.seekp(5000);
+    shard.write(&byte, 1);
+  } else {
+    fs::resize_file(newest / "rank_0.bin", 4096);
+  }
+
+  // The job ended; resuming it goes back to the checkpoint before, says why,
+  // and trains the last steps again to the same losses.
+  const int code = w.run({"resume", job.string(), "--progress", "off"}, log);
+  const std::string output = Workspace::log_text(log);
+  INFO(output);
+  REQUIRE(code == 0);
+  CHECK_THAT(output, Catch::Contains(fmt::format("skipping a checkpoint: checkpoint step_{:08d}",
+                                                 kSteps)));
+  CHECK_THAT(output, Catch::Contains(fmt::format("resuming from the checkpoint of step {}", before)));
+  const nlohmann::json state = read_state(job);
+  CHECK(state["attempts"].back()["resumed_from_step"] == before);
+  check_recovered(w, job);
+}
+
+TEST_CASE("a full disk during a save fails the job clearly and keeps the previous checkpoint") {
+  const Workspace w;
+  const fs::path mount = w.dir / "small-disk";
+  fs::create_directories(mount);
+  // A checkpoint of this model is about 10 MB; 25 MB hold two and part of a third.
+  if (geteuid() != 0 || ::mount("tmpfs", mount.c_str(), "tmpfs", 0, "size=25m") != 0) {
+    WARN("skipped: mounting a size-limited tmpfs needs root");
+    return;
+  }
+  const fs::path job = w.dir / "jobs" / "full-disk";
+  const fs::path log = w.dir / "full-disk.log";
+  const int code =
+      w.run({"run",
+             write_spec(w.dir, "full",
+                        fmt::format("{{interval: {}, keep: 5, dir: {}}}", kInterval, mount.string()))
+                 .string(),
+             "--job-dir", job.string(), "--progress", "off", "--set",
+             "fault_tolerance.max_restarts=0"},
+            log);
+  const std::string output = Workspace::log_text(log);
+  INFO(output);
+  CHECK(code == 1);
+  CHECK_THAT(output, Catch::Contains("No space left on device"));
+  const nlohmann::json state = read_state(job);
+  CHECK(state["state"] == "FAILED");
+  CHECK_THAT(state["reason"].get<std::string>(), Catch::Contains("checkpoint of step"));
+  // Everything committed before the disk filled is whole.
+  const dslaunch::controller::NewestValid newest =
+      dslaunch::controller::find_newest_valid(mount.string());
+  REQUIRE(newest.found);
+  CHECK(newest.skipped.empty() == false);  // the save that failed left no manifest
+  CHECK(dslaunch::controller::read_latest(mount.string()) == newest.found->step);
+  CHECK(wait_until([&] { return processes_of("full-disk").empty(); }, 10s));
+  ::umount(mount.c_str());
+}
+
+TEST_CASE("dslaunch killed with SIGKILL: the ranks leave, and dslaunch resume continues") {
+  const Workspace w;
+  w.reference();
+  const fs::path job = w.dir / "jobs" / "controller-killed";
+  const fs::path log = w.dir / "controller-killed.log";
+  const pid_t dslaunch =
+      w.start({"run", write_spec(w.dir, "lost", default_checkpoint(), 5).string(), "--job-dir",
+               job.string(), "--progress", "off"},
+              log);
+  REQUIRE(wait_until([&] { return last_step(job) >= 100; }, 120s));
+  kill(dslaunch, SIGKILL);
+  Workspace::wait_exit(dslaunch);
+  // Within the heartbeat timeout (5 s) every rank and the launcher are gone.
+  CHECK(wait_until([&] { return processes_of("controller-killed").empty(); }, 5s));
+  const int code = w.run({"resume", "controller-killed", "--progress", "off"}, log);
+  INFO(Workspace::log_text(log));
+  REQUIRE(code == 0);
+  CHECK(read_state(job)["attempts"].size() == 2);
+  check_recovered(w, job);
+}
+
+TEST_CASE("SIGUSR1 to a rank checkpoints, stops the job resumable, and resume finishes it") {
+  const Workspace w;
+  w.reference();
+  const fs::path job = w.dir / "jobs" / "signalled";
+  const fs::path log = w.dir / "signalled.log";
+  const pid_t dslaunch = w.start({"run", write_spec(w.dir, "usr1", default_checkpoint()).string(),
+                                  "--job-dir", job.string(), "--progress", "off"},
+                                 log);
+  REQUIRE(wait_until([&] { return last_step(job) >= 50; }, 120s));
+  const std::vector<pid_t> ranks = running_ranks(job);
+  REQUIRE(ranks.size() == 2);
+  kill(ranks[0], SIGUSR1);
+  const int code = Workspace::wait_exit(dslaunch);
+  INFO(Workspace::log_text(log));
+  CHECK(code == 3);  // STOPPED: resumable
+  const nlohmann::json state = read_state(job);
+  CHECK(state["state"] == "STOPPED");
+  // The checkpoint was written at the step the ranks stopped after, not at
+  // the interval before it.
+  const int64_t stopped_at = last_step(job);
+  CHECK(stopped_at < kSteps);
+  CHECK(state["last_checkpoint_step"] == stopped_at);
+  CHECK(w.run({"resume", job.string(), "--progress", "off"}, log) == 0);
+  CHECK(read_state(job)["attempts"][1]["resumed_from_step"] == stopped_at);
+  check_recovered(w, job);
+}
+
+}  // namespace
