@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/backend.h"
+#include "launcher/checkpoint_export.h"
 #include "launcher/job_commands.h"
 #include "worker/data/consecutive_batch.h"
 #include "worker/data/open_token_source.h"
@@ -25,21 +26,37 @@ namespace fs = std::filesystem;
 constexpr int kFailed = 1;
 constexpr int kBadInput = 2;
 
-// The weights file a source names: a safetensors file as it is, or the
-// final weights of a job's training.
-std::optional<std::string> weights_of(const std::string& source, std::string& error) {
-  if (fs::is_regular_file(source)) return source;
+// What an export reads: a safetensors file, or a checkpoint folder.
+struct ExportSource {
+  std::string weights;
+  std::string checkpoint;
+};
+
+// A safetensors file as it is; a checkpoint folder, or the newest valid one
+// of a folder of checkpoints; a job's final weights, or when it has none
+// (killed, or still running) its newest valid checkpoint.
+std::optional<ExportSource> export_source_of(const std::string& source, std::string& error) {
+  if (fs::is_regular_file(source)) return ExportSource{source, ""};
+  const bool checkpoints_here =
+      fs::is_regular_file(fs::path(source) / "manifest.json") ||
+      fs::is_regular_file(fs::path(source) / "latest");
+  if (fs::is_directory(source) && checkpoints_here) {
+    const std::string folder = checkpoint_folder_of(source, error);
+    if (folder.empty()) return std::nullopt;
+    return ExportSource{"", folder};
+  }
   const auto job = find_job(source, error);
   if (!job) return std::nullopt;
   const fs::path weights = fs::path(job->path()) / "weights" / "model.safetensors";
-  if (!fs::is_regular_file(weights)) {
-    error = fmt::format(
-        "job {} has no weights yet ({} is missing): they are written when its "
-        "training ends or is stopped",
-        job->path(), weights.string());
+  if (fs::is_regular_file(weights)) return ExportSource{weights.string(), ""};
+  const std::string folder =
+      checkpoint_folder_of((fs::path(job->path()) / "checkpoints").string(), error);
+  if (folder.empty()) {
+    error = fmt::format("job {} has no final weights ({} is missing) and no checkpoint: {}",
+                        job->path(), weights.string(), error);
     return std::nullopt;
   }
-  return weights.string();
+  return ExportSource{"", folder};
 }
 
 int evaluate(const EvalOptions& options) {
@@ -109,28 +126,42 @@ int evaluate(const EvalOptions& options) {
 
 int run_export_command(const std::string& source, const std::string& out) {
   std::string error;
-  const std::optional<std::string> weights = weights_of(source, error);
-  if (!weights) {
+  const std::optional<ExportSource> from = export_source_of(source, error);
+  if (!from) {
     std::cerr << "dslaunch export: " << error << "\n";
     return kBadInput;
   }
-  const worker::model::HfGpt2Weights loaded = worker::model::load_hf_gpt2(*weights, 0, 1);
-  if (!loaded.error.empty()) {
-    std::cerr << "dslaunch export: " << loaded.error << "\n";
-    return kFailed;
+  worker::model::Gpt2Config config;
+  std::vector<float> params;
+  if (!from->checkpoint.empty()) {
+    ConsolidatedCheckpoint consolidated = consolidate_checkpoint(from->checkpoint);
+    if (!consolidated.error.empty()) {
+      std::cerr << "dslaunch export: " << consolidated.error << "\n";
+      return kFailed;
+    }
+    std::cout << fmt::format("checkpoint of step {}: {}\n", consolidated.step, from->checkpoint);
+    config = consolidated.config;
+    params = std::move(consolidated.params);
+  } else {
+    worker::model::HfGpt2Weights loaded = worker::model::load_hf_gpt2(from->weights, 0, 1);
+    if (!loaded.error.empty()) {
+      std::cerr << "dslaunch export: " << loaded.error << "\n";
+      return kFailed;
+    }
+    config = loaded.config;
+    params = std::move(loaded.params);
   }
-  const worker::model::ParameterTable table(loaded.config);
+  const worker::model::ParameterTable table(config);
   std::error_code ignored;  // a folder that cannot be made fails the write below, with its name
   fs::create_directories(fs::absolute(out).parent_path(), ignored);
-  if (!worker::model::write_hf_gpt2(out, table, loaded.params.data(), error)) {
+  if (!worker::model::write_hf_gpt2(out, table, params.data(), error)) {
     std::cerr << "dslaunch export: " << error << "\n";
     return kFailed;
   }
   std::cout << fmt::format(
       "{}: {} layers, {} channels, {} heads, vocabulary {}; config.json "
       "beside it\n",
-      out, loaded.config.num_layers, loaded.config.channels, loaded.config.num_heads,
-      loaded.config.vocab_size);
+      out, config.num_layers, config.channels, config.num_heads, config.vocab_size);
   return 0;
 }
 

@@ -374,6 +374,7 @@ json manifest_to_json(const CheckpointManifest& manifest) {
           {"rng_states", manifest.rng_states},
           {"scheduler", manifest.scheduler},
           {"loss_scaler", manifest.loss_scaler},
+          {"model", manifest.model},
           {"created_unix_ms", manifest.created_unix_ms},
           {"shards", std::move(shards)}};
 }
@@ -409,6 +410,7 @@ std::optional<CheckpointManifest> manifest_from_json(const json& value, std::str
   manifest.rng_states = fields.any("rng_states");
   manifest.scheduler = fields.any("scheduler");
   manifest.loss_scaler = fields.any("loss_scaler");
+  manifest.model = fields.any("model");
   manifest.created_unix_ms = fields.integer("created_unix_ms", 0);
   const json* shards = fields.array("shards");
   if (!fields.ok()) return std::nullopt;

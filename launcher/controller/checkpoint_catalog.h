@@ -49,6 +49,9 @@ struct CheckpointManifest {
   nlohmann::json rng_states;
   nlohmann::json scheduler;
   nlohmann::json loss_scaler;
+  // The model's shape (GPT-2's hyperparameters), so that a checkpoint says
+  // by itself what it holds: `dslaunch export` reads it.
+  nlohmann::json model;
   int64_t created_unix_ms = 0;
   std::vector<ShardRecord> shards;  // sorted by begin
 };

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "worker/data/atomic_file.h"
+
 namespace dslaunch::controller {
 
 CheckpointCommitter::CheckpointCommitter(Settings settings) : settings_(std::move(settings)) {}
@@ -61,7 +63,9 @@ CheckpointCommitter::Outcome CheckpointCommitter::commit(int64_t step, int64_t n
   pending_.erase(step);
   const std::string dir =
       (std::filesystem::path(settings_.root) / checkpoint_dir_name(step)).string();
-  if (!write_manifest(dir, manifest, outcome.error) ||
+  if (!worker::data::write_file_atomically((std::filesystem::path(dir) / "spec.yaml").string(),
+                                           settings_.resolved_spec_yaml, outcome.error) ||
+      !write_manifest(dir, manifest, outcome.error) ||
       !write_latest(settings_.root, step, outcome.error)) {
     return outcome;
   }

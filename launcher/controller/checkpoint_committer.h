@@ -13,7 +13,7 @@ namespace dslaunch::controller {
 
 // The controller's half of a checkpoint: it collects every rank's report
 // that its shard of step S is durable, and only when all `ranks` have
-// reported writes the manifest (atomically), then moves `latest`, then
+// reported writes spec.yaml and the manifest (atomically), then moves `latest`, then
 // deletes what checkpoint.keep no longer keeps. Until then the checkpoint
 // does not exist. Not thread-safe: the job handler calls it under its lock.
 class CheckpointCommitter {
@@ -28,6 +28,9 @@ class CheckpointCommitter {
     CheckpointManifest base;
     int64_t samples_per_step = 0;  // the global batch
     int64_t tokens_per_step = 0;
+    // Saved as spec.yaml beside every manifest, so a checkpoint says by
+    // itself what model it holds (dslaunch export reads it).
+    std::string resolved_spec_yaml;
   };
 
   struct Outcome {

@@ -32,6 +32,7 @@
 #include "launcher/runner/rank_output.h"
 #include "launcher/runner/supervised_process.h"
 #include "proto/auth.h"
+#include "worker/engine/model_config.h"
 #include "worker/engine/training_support.h"
 
 namespace dslaunch::controller {
@@ -509,6 +510,7 @@ CheckpointCommitter::Settings checkpoint_settings(const spec::JobSpec& spec,
                       ? (fs::path(directory.path()) / "checkpoints").string()
                       : spec.checkpoint.dir;
   settings.keep = spec.checkpoint.keep;
+  settings.resolved_spec_yaml = spec.resolved_yaml;
   settings.ranks = plan.world_size();
   const int data_parallel =
       plan.world_size() / (spec.parallelism.tensor * spec.parallelism.pipeline);
@@ -534,6 +536,14 @@ CheckpointCommitter::Settings checkpoint_settings(const spec::JobSpec& spec,
                                              "WarmupCosineLR"};
   base.scheduler = {{"type", kSchedulerNames[static_cast<int>(spec.training.scheduler.type)]}};
   base.loss_scaler = {{"enabled", false}};  // fp32 training scales no loss
+  const worker::model::Gpt2Config model = worker::engine::model_config(spec.model, 1);
+  base.model = {{"architecture", "gpt2"},
+                {"num_layers", model.num_layers},
+                {"hidden_size", model.channels},
+                {"num_attention_heads", model.num_heads},
+                {"vocab_size", model.vocab_size},
+                {"padded_vocab_size", model.padded_vocab_size},
+                {"seq_length", model.max_seq_len}};
   return settings;
 }
 

@@ -12,6 +12,7 @@
 #include "launcher/spec/job_spec.h"
 #include "worker/checkpoint/shard_file.h"
 #include "worker/data/training_data.h"
+#include "worker/engine/model_config.h"
 #include "worker/model/gpt2_config.h"
 
 namespace dslaunch::worker::engine {
@@ -118,8 +119,5 @@ struct TrainResult {
 // of micro_batch x seq_length.
 TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
                   kernels::Backend& backend, const TrainerOptions& options);
-
-// The model shape a spec describes.
-model::Gpt2Config model_config(const spec::ModelSpec& model, int tensor_parallel);
 
 }  // namespace dslaunch::worker::engine

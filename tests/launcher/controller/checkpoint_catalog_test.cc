@@ -58,6 +58,7 @@ CheckpointManifest sample_manifest() {
   manifest.rng_states = json::array({"a1b2", "c3d4"});
   manifest.scheduler = {{"lr", 0.0003}, {"warmup_done", true}};
   manifest.loss_scaler = nullptr;
+  manifest.model = {{"num_layers", 2}, {"hidden_size", 64}};
   manifest.created_unix_ms = 1712345678123;
   manifest.shards = {{0, "rank_0.bin", 600, "00000000000000aa", 0, 150},
                      {1, "rank_1.bin", 600, "00000000000000bb", 150, 300}};
@@ -132,6 +133,7 @@ TEST_CASE("a manifest survives a JSON round trip") {
   CHECK(back->data_positions == manifest.data_positions);
   CHECK(back->rng_states == json::array({"a1b2", "c3d4"}));
   CHECK(back->scheduler["lr"] == 0.0003);
+  CHECK(back->model == manifest.model);
   CHECK(back->created_unix_ms == 1712345678123);
   REQUIRE(back->shards.size() == 2);
   CHECK(back->shards[0].path == "rank_0.bin");
