@@ -2,7 +2,8 @@
 # The demo command (README): installs what is missing, builds dslaunch and
 # dsworker, and runs them on this machine: the environment report, the plan
 # of the demo training job, the training itself (2 data-parallel ranks on the
-# built-in corpus, generated on first use), the job's status, its weights
+# built-in corpus, generated on first use, checkpointing every 100 steps),
+# the job's status and checkpoints, its weights
 # exported as Hugging Face GPT-2 safetensors and evaluated, and a 4-rank
 # collectives benchmark (jobs/commbench.yaml).
 set -euo pipefail
@@ -26,6 +27,11 @@ echo "== dslaunch run jobs/demo.yaml"
 echo
 echo "== dslaunch status"
 "$dslaunch" status
+"$dslaunch" status "$job_dir"
+echo
+echo "== its checkpoints (the manifest of the last)"
+ls "$job_dir/checkpoints"
+head -c 400 "$job_dir/checkpoints/step_00000300/manifest.json"; echo
 echo
 echo "== the last steps, from the rank-0 log"
 grep -E '^data:|eval_loss' "$job_dir/logs/attempt_0/rank_0/stdout.log"

@@ -68,11 +68,13 @@ void ensure_fast_blas(char** argv) {
   }
   const char* user_value = std::getenv("OPENBLAS_CORETYPE");
   if (user_value != nullptr && *user_value != '\0') {
-    std::fprintf(stderr,
-                 "%s: OPENBLAS_CORETYPE=%s replaced by %s: OpenBLAS's %s kernels are slower than "
-                 "its %s kernels on this CPU; restarting so OpenBLAS loads them\n",
-                 program_invocation_short_name, user_value, best.c_str(), core_name.c_str(),
-                 best.c_str());
+    // A notice, not a problem: on stdout, so that the last line of a rank's
+    // stderr (which a failure report quotes) stays about what went wrong.
+    std::printf("%s: OPENBLAS_CORETYPE=%s replaced by %s: OpenBLAS's %s kernels are slower than "
+                "its %s kernels on this CPU; restarting so OpenBLAS loads them\n",
+                program_invocation_short_name, user_value, best.c_str(), core_name.c_str(),
+                best.c_str());
+    std::fflush(stdout);  // exec discards what stdio still buffers
   }
   setenv("OPENBLAS_CORETYPE", best.c_str(), 1);
   setenv(kReexecMarker, "1", 1);
