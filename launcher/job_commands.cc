@@ -329,6 +329,40 @@ std::optional<std::string> resumable_job_dir(const std::string& job, std::string
   return directory->path();
 }
 
+int run_checkpoint_command(const std::string& job) {
+  std::string error;
+  const auto directory = find_job(job, error);
+  const auto view = directory ? view_job(*directory, error) : std::nullopt;
+  if (!view) {
+    std::cerr << "dslaunch checkpoint: " << error << "\n";
+    return kBadInput;
+  }
+  const v1::JobStatus& status = view->status;
+  if (!view->live) {
+    std::cerr << fmt::format("dslaunch checkpoint: job {} is not running ({})\n", status.job_id(),
+                             status.state());
+    return kUnreachable;
+  }
+  const auto token = directory->read_token(error);
+  if (!token) {
+    std::cerr << "dslaunch checkpoint: " << error << "\n";
+    return kUnreachable;
+  }
+  proto::ControllerClient client(status.controller_address(), *token, client_options(status));
+  v1::CheckpointReply reply;
+  const grpc::Status asked = client.checkpoint(&reply);
+  if (!asked.ok()) {
+    std::cerr << fmt::format("dslaunch checkpoint: {}\n", asked.error_message());
+    return asked.error_code() == grpc::StatusCode::FAILED_PRECONDITION ? kBadInput : kUnreachable;
+  }
+  std::cout << fmt::format(
+      "job {}: checkpoint requested from {} rank(s) after their next step (last committed: {})\n",
+      status.job_id(), reply.ranks_asked(),
+      reply.last_checkpoint_step() > 0 ? fmt::format("step {}", reply.last_checkpoint_step())
+                                       : std::string("none"));
+  return kOk;
+}
+
 int run_logs_command(const std::string& job, std::optional<int> rank, bool follow) {
   std::string error;
   const auto directory = find_job(job, error);

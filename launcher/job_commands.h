@@ -28,6 +28,11 @@ int run_list_command();
 // current step and exit; the job ends STOPPED, resumable), or at once.
 int run_stop_command(const std::string& job, bool now);
 
+// `dslaunch checkpoint JOB`: asks a running training job for a checkpoint
+// after its next step; the controller commits it once every rank's shard is
+// written (`status` then shows it as the last checkpoint).
+int run_checkpoint_command(const std::string& job);
+
 // `dslaunch resume JOB`: the job's directory when the job can be resumed:
 // it exists and is not running (its controller does not answer, as after
 // `dslaunch` itself was killed). nullopt with `error` set otherwise.

@@ -115,6 +115,11 @@ int main(int argc, char** argv) {
   stop->add_option("job", stop_job, "The job")->required();
   stop->add_flag("--now", stop_now, "Kill the ranks at once");
 
+  std::string checkpoint_job;
+  CLI::App* checkpoint = app.add_subcommand(
+      "checkpoint", "Ask a running training job for a checkpoint after its next step");
+  checkpoint->add_option("job", checkpoint_job, "The job")->required();
+
   std::string logs_job;
   std::optional<int> logs_rank;
   bool logs_follow = false;
@@ -178,6 +183,7 @@ int main(int argc, char** argv) {
   if (status->parsed()) return dslaunch::launcher::run_status_command(status_job, status_json);
   if (list->parsed()) return dslaunch::launcher::run_list_command();
   if (stop->parsed()) return dslaunch::launcher::run_stop_command(stop_job, stop_now);
+  if (checkpoint->parsed()) return dslaunch::launcher::run_checkpoint_command(checkpoint_job);
   if (logs->parsed()) return dslaunch::launcher::run_logs_command(logs_job, logs_rank, logs_follow);
   if (export_command->parsed()) {
     return dslaunch::launcher::run_export_command(export_source, export_out);

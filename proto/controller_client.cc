@@ -295,6 +295,13 @@ grpc::Status ControllerClient::stop(const v1::StopRequest& request, v1::StopRepl
   return stub_->Stop(&context, request, reply);
 }
 
+grpc::Status ControllerClient::checkpoint(v1::CheckpointReply* reply) {
+  if (!status_.ok()) return status_;
+  grpc::ClientContext context;
+  prepare(context, true);
+  return stub_->Checkpoint(&context, v1::CheckpointRequest(), reply);
+}
+
 std::unique_ptr<Session> ControllerClient::open_session(int rank, CommandCallback on_command,
                                                         EndCallback on_end) {
   auto reactor = std::make_shared<detail::SessionReactor>(rank, options_.max_queued_messages,

@@ -119,6 +119,7 @@ class ControllerClient {
   grpc::Status register_rank(const v1::RegisterRequest& request, v1::RegisterReply* reply);
   grpc::Status get_status(v1::JobStatus* status);
   grpc::Status stop(const v1::StopRequest& request, v1::StopReply* reply);
+  grpc::Status checkpoint(v1::CheckpointReply* reply);
 
   // Opens rank `rank`'s session and announces the rank at once (a first
   // message with no payload), so commands can come down before the first

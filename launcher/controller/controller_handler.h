@@ -60,6 +60,12 @@ class ControllerHandler {
   // For `dslaunch stop`: request->now() kills at once, otherwise checkpoint
   // then exit.
   virtual grpc::Status stop(const v1::StopRequest& request, v1::StopReply* reply) = 0;
+
+  // For `dslaunch checkpoint`. Handlers without checkpoints need not
+  // implement it.
+  virtual grpc::Status checkpoint(const v1::CheckpointRequest&, v1::CheckpointReply*) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this job takes no checkpoints");
+  }
 };
 
 }  // namespace dslaunch::controller

@@ -167,6 +167,16 @@ class ControllerService final : public v1::Controller::CallbackService {
     return reactor;
   }
 
+  grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* context,
+                                       const v1::CheckpointRequest* request,
+                                       v1::CheckpointReply* reply) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    grpc::Status status = authenticate(context);
+    if (status.ok()) status = handler_.checkpoint(*request, reply);
+    reactor->Finish(std::move(status));
+    return reactor;
+  }
+
   SessionBase* Session(grpc::CallbackServerContext* context) override;
 
   // A session joins the registry unless the server is shutting down.

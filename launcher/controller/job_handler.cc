@@ -150,6 +150,23 @@ grpc::Status JobHandler::stop(const v1::StopRequest& request, v1::StopReply* rep
   return grpc::Status::OK;
 }
 
+grpc::Status JobHandler::checkpoint(const v1::CheckpointRequest&, v1::CheckpointReply* reply) {
+  if (!attempt_.checkpoints) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "only training jobs take checkpoints");
+  }
+  v1::ControllerCommand command;
+  command.set_kind(v1::ControllerCommand::KIND_CHECKPOINT_NOW);
+  command.set_directory(attempt_.checkpoints->root);
+  reply->set_ranks_asked(broadcast(command));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reply->set_last_checkpoint_step(last_checkpoint_step_);
+  }
+  record_event(-1, "checkpoint_requested", fmt::format("{} rank(s) asked", reply->ranks_asked()));
+  return grpc::Status::OK;
+}
+
 void JobHandler::request_graceful_stop() {
   state_.request_stop();
   record_event(-1, "stop_requested", "graceful");

@@ -47,6 +47,8 @@ class JobHandler final : public ControllerHandler {
   void session_closed(int rank) override;
   grpc::Status get_status(v1::JobStatus* status) override;
   grpc::Status stop(const v1::StopRequest& request, v1::StopReply* reply) override;
+  grpc::Status checkpoint(const v1::CheckpointRequest& request,
+                          v1::CheckpointReply* reply) override;
 
   // Sends `command` to every open session; returns how many took it.
   int broadcast(const v1::ControllerCommand& command);

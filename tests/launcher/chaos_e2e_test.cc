@@ -485,6 +485,45 @@ TEST_CASE("SIGUSR1 to a rank checkpoints, stops the job resumable, and resume fi
   }
 }
 
+// The steps of events.jsonl's checkpoint_committed events.
+std::vector<int64_t> committed_steps(const fs::path& job) {
+  std::vector<int64_t> steps;
+  std::ifstream file(job / "events.jsonl");
+  std::string line;
+  while (std::getline(file, line)) {
+    const nlohmann::json event = nlohmann::json::parse(line, nullptr, false);
+    if (event.is_discarded() || event["kind"] != "checkpoint_committed") continue;
+    steps.push_back(std::stoll(event["detail"].get<std::string>().substr(5)));  // "step N: ..."
+  }
+  return steps;
+}
+
+TEST_CASE("dslaunch checkpoint asks a running job for a checkpoint, which changes nothing else") {
+  const Workspace w;
+  w.reference();
+  const fs::path job = w.dir / "jobs" / "checkpoint-now";
+  const fs::path log = w.dir / "checkpoint-now.log";
+  const pid_t dslaunch = w.start({"run", write_spec(w.dir, "now", default_checkpoint()).string(),
+                                  "--job-dir", job.string(), "--progress", "off"},
+                                 log);
+  REQUIRE(wait_until([&] { return last_step(job) >= 50; }, 120s));
+  const fs::path asked_log = w.dir / "checkpoint-now-asked.log";
+  CHECK(w.run({"checkpoint", "checkpoint-now"}, asked_log) == 0);
+  INFO(Workspace::log_text(asked_log));
+  CHECK_THAT(Workspace::log_text(asked_log), Catch::Contains("checkpoint requested from 2 rank(s)"));
+  // A checkpoint off the interval's steps, committed by the controller.
+  const auto off_interval = [&] {
+    for (const int64_t step : committed_steps(job)) {
+      if (step % kInterval != 0) return true;
+    }
+    return false;
+  };
+  CHECK(wait_until(off_interval, 60s));
+  CHECK(Workspace::wait_exit(dslaunch) == 0);
+  INFO(Workspace::log_text(log));
+  check_recovered(w, job);
+}
+
 TEST_CASE("a checkpoint of 4 ranks at ZeRO stage 2 resumes on 2 ranks at stage 3") {
   const Workspace w;
   const std::string spec = write_spec(w.dir, "reshard", default_checkpoint()).string();
