@@ -500,6 +500,33 @@ std::optional<v1::ResumePoint> choose_resume_point(const std::string& root,
   return resume;
 }
 
+// The model's shape as manifests record it.
+nlohmann::json model_description(const spec::JobSpec& spec) {
+  const worker::model::Gpt2Config model = worker::engine::model_config(spec.model, 1);
+  return {{"architecture", "gpt2"},
+          {"num_layers", model.num_layers},
+          {"hidden_size", model.channels},
+          {"num_attention_heads", model.num_heads},
+          {"vocab_size", model.vocab_size},
+          {"padded_vocab_size", model.padded_vocab_size},
+          {"seq_length", model.max_seq_len}};
+}
+
+// Checkpoints under `root` of another model than the spec's cannot be
+// resumed: "" when there are none or the newest holds the spec's model.
+std::string foreign_checkpoint_problem(const spec::JobSpec& spec, const std::string& root) {
+  for (const CheckpointCheck& check : list_checkpoints(root, false)) {
+    if (!check.manifest) continue;
+    const nlohmann::json ours = model_description(spec);
+    if (check.manifest->model == ours) return "";
+    return fmt::format(
+        "{} holds checkpoints of another model ({}) than this spec's ({}); resume with the "
+        "model they hold, or start afresh with another --job-dir or checkpoint.dir",
+        check.dir, check.manifest->model.dump(), ours.dump());
+  }
+  return "";
+}
+
 // What every manifest of this job records besides the step's own fields.
 CheckpointCommitter::Settings checkpoint_settings(const spec::JobSpec& spec,
                                                   const plan::JobPlan& plan,
@@ -536,14 +563,7 @@ CheckpointCommitter::Settings checkpoint_settings(const spec::JobSpec& spec,
                                              "WarmupCosineLR"};
   base.scheduler = {{"type", kSchedulerNames[static_cast<int>(spec.training.scheduler.type)]}};
   base.loss_scaler = {{"enabled", false}};  // fp32 training scales no loss
-  const worker::model::Gpt2Config model = worker::engine::model_config(spec.model, 1);
-  base.model = {{"architecture", "gpt2"},
-                {"num_layers", model.num_layers},
-                {"hidden_size", model.channels},
-                {"num_attention_heads", model.num_heads},
-                {"vocab_size", model.vocab_size},
-                {"padded_vocab_size", model.padded_vocab_size},
-                {"seq_length", model.max_seq_len}};
+  base.model = model_description(spec);
   return settings;
 }
 
@@ -628,6 +648,16 @@ int run_job(const RunOptions& options) {
   const std::string root = options.job_dir.empty()
                                ? default_jobs_root()
                                : fs::absolute(options.job_dir).parent_path().string();
+  if (spec.kind == spec::JobKind::kTrain) {
+    const std::string checkpoints = spec.checkpoint.dir.empty()
+                                        ? (fs::path(root) / job_id / "checkpoints").string()
+                                        : spec.checkpoint.dir;
+    if (const std::string problem = foreign_checkpoint_problem(spec, checkpoints);
+        !problem.empty()) {
+      std::cerr << fmt::format("{}: error: {}\n", options.spec_path, problem);
+      return kRunBadInput;
+    }
+  }
   std::optional<JobDirectory> directory = JobDirectory::create(root, job_id, error);
   const proto::TokenResult token = proto::generate_token();
   if (!directory || !token.ok() || !directory->write_spec(spec.resolved_yaml, error) ||

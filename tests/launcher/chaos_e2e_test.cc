@@ -425,6 +425,27 @@ TEST_CASE("a full disk during a save fails the job clearly and keeps the previou
   ::umount(mount.c_str());
 }
 
+TEST_CASE("a job directory's checkpoints of another model are refused, and nothing is touched") {
+  const Workspace w;
+  w.reference();
+  const fs::path job = w.dir / "jobs" / "reference";
+  const std::string spec_before = file_bytes(job / "spec.yaml");
+  const std::string state_before = file_bytes(job / "state.json");
+  const fs::path log = w.dir / "foreign.log";
+  const int code = w.run({"run", write_spec(w.dir, "foreign", default_checkpoint()).string(),
+                          "--job-dir", job.string(), "--progress", "off", "--set",
+                          "model.hidden_size=64"},
+                         log);
+  const std::string output = Workspace::log_text(log);
+  INFO(output);
+  CHECK(code == 2);
+  CHECK_THAT(output, Catch::Contains("holds checkpoints of another model") &&
+                         Catch::Contains("\"hidden_size\":128") &&
+                         Catch::Contains("\"hidden_size\":64"));
+  CHECK(file_bytes(job / "spec.yaml") == spec_before);
+  CHECK(file_bytes(job / "state.json") == state_before);
+}
+
 TEST_CASE("dslaunch killed with SIGKILL: the ranks leave, and dslaunch resume continues") {
   const Workspace w;
   w.reference();
