@@ -65,7 +65,9 @@ void send_memory_metrics(proto::Session& session, const engine::MemoryReport& me
 
 // A shard is durable: tell the controller what it holds, so it can write the
 // manifest once every rank's is.
-void send_checkpoint_written(proto::Session& session, const engine::CheckpointSlice& slice,
+// False when the session did not take it (full, or closing): the controller
+// would never commit the step.
+bool send_checkpoint_written(proto::Session& session, const engine::CheckpointSlice& slice,
                              const std::string& file, const checkpoint::WrittenShard& written) {
   v1::WorkerMessage message;
   v1::WorkerEvent* event = message.mutable_event();
@@ -78,7 +80,7 @@ void send_checkpoint_written(proto::Session& session, const engine::CheckpointSl
   shard->set_begin(slice.begin);
   shard->set_end(slice.end);
   shard->set_total_parameters(slice.total_parameters);
-  session.send(message);
+  return session.send(message);
 }
 
 std::string format_step(const engine::StepReport& r, int64_t total_steps) {
@@ -145,6 +147,13 @@ int run_train_workload(const TrainWorkloadContext& context) {
       const std::string file = fmt::format("rank_{}.bin", slice.rank);
       std::error_code error;
       std::filesystem::create_directories(folder, error);
+      if (error) {
+        if (!checkpoint_failed.exchange(true)) {
+          report_error(session, fmt::format("checkpoint of step {}: cannot create '{}': {}",
+                                            slice.step, folder.string(), error.message()));
+        }
+        return;
+      }
       checkpoint::ShardHeader header;
       header.step = slice.step;
       header.rank = slice.rank;
@@ -155,11 +164,15 @@ int run_train_workload(const TrainWorkloadContext& context) {
       header.optimizer_step = slice.optimizer_steps;
       writer.save((folder / file).string(), header, {slice.params, slice.adam_m, slice.adam_v},
                   [&session, &checkpoint_failed, slice, file](const checkpoint::WrittenShard& written) {
-                    if (written.ok()) {
-                      send_checkpoint_written(session, slice, file, written);
-                    } else if (!checkpoint_failed.exchange(true)) {
-                      report_error(session, fmt::format("checkpoint of step {}: {}", slice.step,
-                                                        written.error));
+                    std::string failure = written.error;
+                    if (failure.empty() &&
+                        !send_checkpoint_written(session, slice, file, written)) {
+                      failure = "its report to the controller was not sent (session full or "
+                                "closing)";
+                    }
+                    if (!failure.empty() && !checkpoint_failed.exchange(true)) {
+                      report_error(session,
+                                   fmt::format("checkpoint of step {}: {}", slice.step, failure));
                     }
                   });
     };

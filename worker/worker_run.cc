@@ -68,9 +68,11 @@ void stop_on_signal(int signal) {
   if (g_stop_signal.exchange(signal) != 0) std::_Exit(128 + signal);
 }
 
+// Training only: elsewhere SIGTERM keeps its default and ends the rank.
 void install_stop_signal_handlers() {
   struct sigaction action {};
   action.sa_handler = stop_on_signal;
+  action.sa_flags = SA_RESTART;  // other threads' blocking calls go on
   sigemptyset(&action.sa_mask);
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGUSR1, &action, nullptr);
@@ -81,6 +83,9 @@ std::optional<engine::ResumePoint> resume_point(const v1::RegisterReply& reply) 
   if (!reply.has_resume() || reply.resume().directory().empty()) return std::nullopt;
   engine::ResumePoint resume;
   resume.step = reply.resume().step();
+  if (reply.resume().shards_size() > 0) {
+    resume.total_parameters = reply.resume().shards(0).total_parameters();
+  }
   for (const v1::CheckpointShard& shard : reply.resume().shards()) {
     resume.shards.push_back(
         {(std::filesystem::path(reply.resume().directory()) / shard.path()).string(),
@@ -257,7 +262,6 @@ int run_commbench_workload(const spec::JobSpec& spec, const ProcessGroups& group
 
 int run_worker() {
   install_stack_dump_handler();
-  install_stop_signal_handlers();
   std::string error;
   const auto rank_env =
       read_rank_environment([](const char* name) { return std::getenv(name); }, error);
@@ -393,6 +397,7 @@ int run_worker() {
       status.gradient_workspace_peak_bytes.store(memory.gradient_workspace_peak);
       status.parameter_workspace_peak_bytes.store(memory.parameter_workspace_peak);
     };
+    install_stop_signal_handlers();
     exit_code = run_train_workload(context);
   }
   created.groups.reset();

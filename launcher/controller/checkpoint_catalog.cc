@@ -329,8 +329,11 @@ bool check_coverage(const std::vector<ShardRecord>& shards, int64_t total, std::
   return true;
 }
 
-// The step_<N> folders under `root`, newest first. A missing root has none.
-std::vector<std::pair<int64_t, std::string>> step_folders(const std::string& root) {
+// The step_<N> folders under `root`, newest first. A missing root has none;
+// a root that cannot be listed (EACCES, EIO, a stale NFS handle) sets
+// `error` when given, since "no checkpoint" would restart from step 0.
+std::vector<std::pair<int64_t, std::string>> step_folders(const std::string& root,
+                                                          std::string* error) {
   namespace fs = std::filesystem;
   const std::string base = strip_trailing_slashes(root);
   std::vector<std::pair<int64_t, std::string>> folders;
@@ -340,6 +343,9 @@ std::vector<std::pair<int64_t, std::string>> step_folders(const std::string& roo
     std::error_code ignored;
     if (!step || !it->is_directory(ignored)) continue;
     folders.emplace_back(*step, join(base, it->path().filename().string()));
+  }
+  if (status && status != std::errc::no_such_file_or_directory && error != nullptr) {
+    *error = fmt::format("cannot list the checkpoints in '{}': {}", base, status.message());
   }
   std::sort(folders.begin(), folders.end(),
             [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -512,9 +518,10 @@ CheckpointCheck check_checkpoint(const std::string& checkpoint_dir, bool verify_
   return check;
 }
 
-std::vector<CheckpointCheck> list_checkpoints(const std::string& root, bool verify_checksums) {
+std::vector<CheckpointCheck> list_checkpoints(const std::string& root, bool verify_checksums,
+                                              std::string* error) {
   std::vector<CheckpointCheck> checks;
-  for (const auto& [step, dir] : step_folders(root)) {
+  for (const auto& [step, dir] : step_folders(root, error)) {
     checks.push_back(check_checkpoint(dir, verify_checksums));
   }
   return checks;
@@ -522,7 +529,7 @@ std::vector<CheckpointCheck> list_checkpoints(const std::string& root, bool veri
 
 NewestValid find_newest_valid(const std::string& root) {
   NewestValid result;
-  for (const auto& [step, dir] : step_folders(root)) {
+  for (const auto& [step, dir] : step_folders(root, &result.error)) {
     CheckpointCheck check = check_checkpoint(dir, /*verify_checksums=*/true);
     if (check.valid()) {
       result.found = std::move(check);
@@ -546,8 +553,18 @@ std::optional<int64_t> read_latest(const std::string& root) {
   return step_of_dir_name(*text);
 }
 
-std::vector<std::string> prune_checkpoints(const std::string& root, int keep, std::string& error) {
-  const std::vector<CheckpointCheck> checks = list_checkpoints(root, /*verify_checksums=*/false);
+std::vector<std::string> prune_checkpoints(const std::string& root, int keep, std::string& error,
+                                           int64_t up_to_step) {
+  std::vector<CheckpointCheck> checks =
+      list_checkpoints(root, /*verify_checksums=*/false, &error);
+  if (!error.empty()) return {};
+  // Folders past up_to_step are not this commit's business: saves in
+  // progress, or ones a resume set aside.
+  checks.erase(std::remove_if(checks.begin(), checks.end(),
+                              [up_to_step](const CheckpointCheck& check) {
+                                return check.step > up_to_step;
+                              }),
+               checks.end());
   const auto newest_valid = std::find_if(
       checks.begin(), checks.end(), [](const CheckpointCheck& check) { return check.valid(); });
   std::vector<std::string> doomed;
@@ -577,6 +594,17 @@ std::vector<std::string> prune_checkpoints(const std::string& root, int keep, st
     removed.push_back(dir);
   }
   return removed;
+}
+
+std::string set_aside_checkpoint(const std::string& dir, std::string& error) {
+  const std::string base = strip_trailing_slashes(dir);
+  std::string target = base + ".broken";
+  for (int n = 2; std::filesystem::exists(target); ++n) target = fmt::format("{}.broken-{}", base, n);
+  if (::rename(base.c_str(), target.c_str()) != 0) {
+    error = fmt::format("cannot rename '{}' to '{}': {}", base, target, errno_text(errno));
+    return "";
+  }
+  return target;
 }
 
 std::string spec_hash(std::string_view resolved_spec_yaml) {

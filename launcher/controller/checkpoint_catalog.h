@@ -95,11 +95,14 @@ CheckpointCheck check_checkpoint(const std::string& checkpoint_dir, bool verify_
 
 // Every step_<N> folder under `root`, newest (largest step) first, checked.
 // A missing root gives an empty list.
-std::vector<CheckpointCheck> list_checkpoints(const std::string& root, bool verify_checksums);
+// A root that exists but cannot be listed sets *error (when given).
+std::vector<CheckpointCheck> list_checkpoints(const std::string& root, bool verify_checksums,
+                                              std::string* error = nullptr);
 
 struct NewestValid {
   std::optional<CheckpointCheck> found;  // none when no checkpoint is valid
   std::vector<CheckpointCheck> skipped;  // newer ones that failed, newest first
+  std::string error;  // the root exists but cannot be listed: nothing is known
 };
 // The checkpoint to resume from, checksums verified. Stops at the first valid
 // one, so older checkpoints are not read.
@@ -120,7 +123,15 @@ std::optional<int64_t> read_latest(const std::string& root);
 // a deletion cut short leaves a folder that is plainly invalid. Returns the
 // folders removed, oldest first; on a failure `error` is set and the folders
 // removed until then are returned.
-std::vector<std::string> prune_checkpoints(const std::string& root, int keep, std::string& error);
+// Only folders up to `up_to_step` are considered (the step just committed):
+// newer ones may be saves in progress.
+std::vector<std::string> prune_checkpoints(const std::string& root, int keep, std::string& error,
+                                           int64_t up_to_step = INT64_MAX);
+
+// Renames a broken checkpoint folder to <dir>.broken (or .broken-2, ...),
+// which no listing counts, so that steps trained again are saved into a
+// fresh folder and nothing is deleted. The new path, or "" with `error`.
+std::string set_aside_checkpoint(const std::string& dir, std::string& error);
 
 // The xxh64 of the resolved spec text as 16 hex digits: a resumed job must run
 // the spec its checkpoint was saved with.

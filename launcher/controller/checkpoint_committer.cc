@@ -63,6 +63,20 @@ CheckpointCommitter::Outcome CheckpointCommitter::commit(int64_t step, int64_t n
   pending_.erase(step);
   const std::string dir =
       (std::filesystem::path(settings_.root) / checkpoint_dir_name(step)).string();
+  // The ranks wrote their shards where they see checkpoint.dir; the
+  // controller must see them there too, or no restart could read them.
+  for (const ShardRecord& shard : manifest.shards) {
+    std::error_code error;
+    const auto size = std::filesystem::file_size(std::filesystem::path(dir) / shard.path, error);
+    if (error || static_cast<int64_t>(size) != shard.size_bytes) {
+      outcome.error = fmt::format(
+          "rank {} reported its shard {} ({} bytes), but the controller finds {} in {}: "
+          "checkpoint.dir must be on a filesystem every host shares",
+          shard.rank, shard.path, shard.size_bytes,
+          error ? error.message() : fmt::format("{} bytes", size), dir);
+      return outcome;
+    }
+  }
   if (!worker::data::write_file_atomically((std::filesystem::path(dir) / "spec.yaml").string(),
                                            settings_.resolved_spec_yaml, outcome.error) ||
       !write_manifest(dir, manifest, outcome.error) ||
@@ -72,7 +86,7 @@ CheckpointCommitter::Outcome CheckpointCommitter::commit(int64_t step, int64_t n
   outcome.committed = true;
   last_committed_ = step;
   std::string prune_error;
-  outcome.removed = prune_checkpoints(settings_.root, settings_.keep, prune_error);
+  outcome.removed = prune_checkpoints(settings_.root, settings_.keep, prune_error, step);
   if (!prune_error.empty()) outcome.error = "the checkpoint is saved, but " + prune_error;
   return outcome;
 }

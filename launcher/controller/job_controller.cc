@@ -21,6 +21,7 @@
 #include "launcher/controller/checkpoint_catalog.h"
 #include "launcher/controller/checkpoint_committer.h"
 #include "launcher/controller/clock.h"
+#include "launcher/controller/directory_lock.h"
 #include "launcher/controller/controller_server.h"
 #include "launcher/controller/job_directory.h"
 #include "launcher/controller/job_handler.h"
@@ -473,15 +474,32 @@ std::vector<v1::AttemptSummary> earlier_attempts(const JobDirectory& directory) 
 }
 
 // The newest checkpoint under `root` whose manifest and shards check out
-// (every checksum read), as the ranks receive it; newer broken ones are
-// skipped with a line each on stderr and in events.jsonl.
+// (every checksum read), as the ranks receive it. Newer broken ones are
+// skipped with a line each on stderr and in events.jsonl, and moved out of
+// the way of the steps trained again: a committed one that went bad is
+// renamed <dir>.broken (kept, never pruned), a save that never completed is
+// removed. `error` is set when the checkpoints cannot even be listed.
 std::optional<v1::ResumePoint> choose_resume_point(const std::string& root,
-                                                   JobDirectory& directory) {
+                                                   JobDirectory& directory, std::string& error) {
   const NewestValid newest = find_newest_valid(root);
+  if (!newest.error.empty()) {
+    error = newest.error;
+    return std::nullopt;
+  }
   std::string ignored;
   for (const CheckpointCheck& skipped : newest.skipped) {
-    std::cerr << "dslaunch: skipping a checkpoint: " << skipped.problem << "\n";
-    directory.append_event(-1, "checkpoint_skipped", skipped.problem, ignored);
+    std::string detail = skipped.problem;
+    std::string moved_error;
+    if (skipped.manifest) {
+      const std::string aside = set_aside_checkpoint(skipped.dir, moved_error);
+      detail += aside.empty() ? "; " + moved_error : "; moved to " + aside;
+    } else {
+      std::error_code removed;
+      fs::remove_all(skipped.dir, removed);
+      detail += removed ? "; cannot remove it: " + removed.message() : "; removed";
+    }
+    std::cerr << "dslaunch: skipping a checkpoint: " << detail << "\n";
+    directory.append_event(-1, "checkpoint_skipped", detail, ignored);
   }
   if (!newest.found) return std::nullopt;
   const CheckpointManifest& manifest = *newest.found->manifest;
@@ -582,7 +600,13 @@ int run_attempts(const RunOptions& options, const spec::JobSpec& spec, const pla
     setup.earlier = earlier;
     if (spec.kind == spec::JobKind::kTrain) {
       setup.checkpoints = checkpoint_settings(spec, plan, directory, info.job_id, number);
-      setup.resume = choose_resume_point(setup.checkpoints->root, directory);
+      std::string error;
+      setup.resume = choose_resume_point(setup.checkpoints->root, directory, error);
+      if (!error.empty()) {
+        // Starting from step 0 would throw the job's progress away.
+        std::cerr << "dslaunch: " << error << "\n";
+        return kRunFailed;
+      }
       if (setup.resume) {
         setup.last_checkpoint_step = setup.resume->step();
         std::cout << fmt::format("attempt {}: resuming from the checkpoint of step {} ({})\n",
@@ -648,10 +672,22 @@ int run_job(const RunOptions& options) {
   const std::string root = options.job_dir.empty()
                                ? default_jobs_root()
                                : fs::absolute(options.job_dir).parent_path().string();
+  // One controller per job directory and checkpoint folder, held until the
+  // job ends; taken before anything in them is read or written.
+  std::vector<DirectoryLock> locks;
+  const std::string checkpoints = spec.checkpoint.dir.empty()
+                                      ? (fs::path(root) / job_id / "checkpoints").string()
+                                      : spec.checkpoint.dir;
+  for (const std::string& dir : {(fs::path(root) / job_id).string(), checkpoints}) {
+    if (spec.kind != spec::JobKind::kTrain && dir == checkpoints) continue;
+    std::optional<DirectoryLock> lock = DirectoryLock::acquire(dir, error);
+    if (!lock) {
+      std::cerr << "dslaunch: " << error << "\n";
+      return kRunBadInput;
+    }
+    locks.push_back(std::move(*lock));
+  }
   if (spec.kind == spec::JobKind::kTrain) {
-    const std::string checkpoints = spec.checkpoint.dir.empty()
-                                        ? (fs::path(root) / job_id / "checkpoints").string()
-                                        : spec.checkpoint.dir;
     if (const std::string problem = foreign_checkpoint_problem(spec, checkpoints);
         !problem.empty()) {
       std::cerr << fmt::format("{}: error: {}\n", options.spec_path, problem);

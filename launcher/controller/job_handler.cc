@@ -1,5 +1,6 @@
 #include "launcher/controller/job_handler.h"
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 
@@ -88,11 +89,9 @@ void JobHandler::worker_message(const v1::WorkerMessage& message) {
     case v1::WorkerEvent::KIND_STACKS:
       record_event(rank, "stacks", event.message());
       break;
-    case v1::WorkerEvent::KIND_CHECKPOINT_WRITTEN: {
-      std::lock_guard<std::mutex> lock(mutex_);
-      shard_written_locked(rank, event);
+    case v1::WorkerEvent::KIND_CHECKPOINT_WRITTEN:
+      shard_written(rank, event);
       break;
-    }
     case v1::WorkerEvent::KIND_STOPPED:
       // Stopped on request (a signal the ranks got, or our stop) with its
       // checkpoint written: the job ends STOPPED, resumable, not SUCCEEDED.
@@ -104,23 +103,29 @@ void JobHandler::worker_message(const v1::WorkerMessage& message) {
   }
 }
 
-void JobHandler::shard_written_locked(int rank, const v1::WorkerEvent& event) {
-  record_event_locked(rank, "checkpoint_written", fmt::format("step {}", event.step()));
+void JobHandler::shard_written(int rank, const v1::WorkerEvent& event) {
+  record_event(rank, "checkpoint_written", fmt::format("step {}", event.step()));
   if (!committer_) return;
-  const CheckpointCommitter::Outcome outcome =
-      committer_->on_shard_written(rank, event, unix_time_ms());
+  CheckpointCommitter::Outcome outcome;
+  {
+    std::lock_guard<std::mutex> lock(commit_mutex_);
+    outcome = committer_->on_shard_written(rank, event, unix_time_ms());
+  }
   if (outcome.committed) {
-    last_checkpoint_step_ = outcome.step;
-    record_event_locked(-1, "checkpoint_committed",
-                        fmt::format("step {}: {}/{}", outcome.step, attempt_.checkpoints->root,
-                                    checkpoint_dir_name(outcome.step)));
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      last_checkpoint_step_ = std::max(last_checkpoint_step_, outcome.step);
+    }
+    record_event(-1, "checkpoint_committed",
+                 fmt::format("step {}: {}/{}", outcome.step, attempt_.checkpoints->root,
+                             checkpoint_dir_name(outcome.step)));
   }
   for (const std::string& removed : outcome.removed) {
-    record_event_locked(-1, "checkpoint_removed", removed);
+    record_event(-1, "checkpoint_removed", removed);
   }
   if (!outcome.error.empty()) {
     const std::string reason = fmt::format("checkpoint of step {}: {}", outcome.step, outcome.error);
-    record_event_locked(-1, "checkpoint_failed", reason);
+    record_event(-1, "checkpoint_failed", reason);
     // A checkpoint that could not be committed leaves the previous one as
     // the newest; training on would only lose more work.
     if (!outcome.committed) state_.mark_failed(reason);
@@ -159,6 +164,10 @@ grpc::Status JobHandler::checkpoint(const v1::CheckpointRequest&, v1::Checkpoint
   command.set_kind(v1::ControllerCommand::KIND_CHECKPOINT_NOW);
   command.set_directory(attempt_.checkpoints->root);
   reply->set_ranks_asked(broadcast(command));
+  if (reply->ranks_asked() == 0) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "no rank is connected yet (the job is starting or ending); try again");
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     reply->set_last_checkpoint_step(last_checkpoint_step_);
@@ -193,11 +202,6 @@ std::vector<int> JobHandler::sessions_lost() const {
 
 void JobHandler::record_event(int rank, const std::string& kind, const std::string& detail) {
   std::lock_guard<std::mutex> lock(mutex_);
-  record_event_locked(rank, kind, detail);
-}
-
-void JobHandler::record_event_locked(int rank, const std::string& kind,
-                                     const std::string& detail) {
   std::string error;
   if (!directory_.append_event(rank, kind, detail, error)) report_write_failure(error);
 }

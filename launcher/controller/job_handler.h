@@ -68,10 +68,10 @@ class JobHandler final : public ControllerHandler {
   // Called with mutex_ held when events.jsonl or metrics.jsonl cannot be
   // appended to (a full disk): tells the user once.
   void report_write_failure(const std::string& error);
-  // Called with mutex_ held: `rank`'s shard is durable; commits the
-  // checkpoint once every rank's is.
-  void shard_written_locked(int rank, const v1::WorkerEvent& event);
-  void record_event_locked(int rank, const std::string& kind, const std::string& detail);
+  // `rank`'s shard is durable; commits the checkpoint once every rank's is.
+  // The commit's disk work (fsyncs, deleting old checkpoints) holds only
+  // commit_mutex_, so status and commands are not held up by it.
+  void shard_written(int rank, const v1::WorkerEvent& event);
 
   JobInfo info_;  // the controller address is set later, under mutex_
   const Attempt attempt_;
@@ -84,8 +84,9 @@ class JobHandler final : public ControllerHandler {
   std::map<int, std::shared_ptr<CommandSink>> sinks_;
   std::vector<bool> finished_;
   std::vector<int> sessions_lost_;
+  std::mutex commit_mutex_;  // guards committer_
   std::optional<CheckpointCommitter> committer_;
-  int64_t last_checkpoint_step_ = 0;
+  int64_t last_checkpoint_step_ = 0;  // guarded by mutex_
 };
 
 }  // namespace dslaunch::controller

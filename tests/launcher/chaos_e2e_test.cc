@@ -528,6 +528,13 @@ TEST_CASE("dslaunch checkpoint asks a running job for a checkpoint, which change
                                   "--job-dir", job.string(), "--progress", "off"},
                                  log);
   REQUIRE(wait_until([&] { return last_step(job) >= 50; }, 120s));
+  // A second controller on the same job directory is refused at once.
+  const fs::path second_log = w.dir / "checkpoint-now-second.log";
+  CHECK(w.run({"run", write_spec(w.dir, "now", default_checkpoint()).string(), "--job-dir",
+               job.string(), "--progress", "off"},
+              second_log) == 2);
+  CHECK_THAT(Workspace::log_text(second_log),
+             Catch::Contains("is in use by another dslaunch (pid " + std::to_string(dslaunch)));
   const fs::path asked_log = w.dir / "checkpoint-now-asked.log";
   CHECK(w.run({"checkpoint", "checkpoint-now"}, asked_log) == 0);
   INFO(Workspace::log_text(asked_log));

@@ -110,6 +110,12 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   result.params.assign(table.total(), 0.0f);
   model::init_gpt2_parameters(table, spec.model.init_seed, result.params.data());
   const int64_t first_step = options.resume ? options.resume->step : 0;
+  if (options.resume && options.resume->total_parameters != table.total()) {
+    result.error = fmt::format(
+        "the checkpoint of step {} holds a model of {} parameters, this spec's has {}",
+        options.resume->step, options.resume->total_parameters, table.total());
+    return result;
+  }
   if (options.resume) {
     // Every rank reads the whole parameters (stage 3 keeps its partition of
     // them below) and, once the optimizer is set up, its moments.

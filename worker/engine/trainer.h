@@ -70,6 +70,7 @@ struct CheckpointSlice {
 // any number of ranks and any ZeRO stage).
 struct ResumePoint {
   int64_t step = 0;
+  int64_t total_parameters = 0;  // of the model saved; must be this spec's
   std::vector<checkpoint::ShardLocation> shards;
 };
 

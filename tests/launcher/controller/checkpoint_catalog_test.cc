@@ -462,6 +462,35 @@ TEST_CASE("pruning keeps the newest valid checkpoints and saves in progress") {
   }
 }
 
+TEST_CASE("pruning after a commit leaves every folder newer than the step committed") {
+  // Resumed from 200 because 400 went bad (same sizes, another checksum, so
+  // pruning, which reads no checksums, takes it for valid); 300 is being
+  // saved again. Committing 250 with keep 1 must leave 250, 300 and 400.
+  const std::string root = fresh_folder("prune-anchored");
+  for (int step : {100, 200, 250, 400}) make_checkpoint(root, step, {shard_bytes('a')});
+  make_checkpoint(root, 300, {shard_bytes('b')}, /*with_manifest=*/false);
+  std::string error;
+  const std::vector<std::string> removed = prune_checkpoints(root, 1, error, 250);
+  CHECK(error.empty());
+  CHECK(removed == std::vector<std::string>{root + "/step_00000100", root + "/step_00000200"});
+  std::vector<int64_t> left;
+  for (const CheckpointCheck& check : list_checkpoints(root, false)) left.push_back(check.step);
+  CHECK(left == std::vector<int64_t>{400, 300, 250});
+}
+
+TEST_CASE("a broken checkpoint is set aside under a name no listing counts") {
+  const std::string root = fresh_folder("set-aside");
+  const std::string first = make_checkpoint(root, 300, {shard_bytes('a')});
+  std::string error;
+  CHECK(set_aside_checkpoint(first, error) == first + ".broken");
+  const std::string second = make_checkpoint(root, 300, {shard_bytes('b')});
+  CHECK(set_aside_checkpoint(second + "/", error) == second + ".broken-2");
+  CHECK(list_checkpoints(root, false).empty());
+  CHECK(fs::exists(first + ".broken/manifest.json"));
+  CHECK(set_aside_checkpoint(root + "/step_00000999", error).empty());
+  CHECK_THAT(error, Catch::Contains("No such file or directory"));
+}
+
 TEST_CASE("the spec hash is the xxh64 of the text") {
   CHECK(spec_hash("") == "ef46db3751d8e999");
   CHECK(spec_hash("name: demo\n").size() == 16);

@@ -83,6 +83,7 @@ ResumePoint resume_point(const std::string& root, int64_t step) {
     const auto header = checkpoint::read_shard_header(entry.path().string(), error);
     REQUIRE(header);
     resume.shards.push_back({entry.path().string(), header->begin, header->end});
+    resume.total_parameters = header->total_parameters;
   }
   return resume;
 }

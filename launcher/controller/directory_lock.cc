@@ -1,0 +1,46 @@
+#include "launcher/controller/directory_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace dslaunch::controller {
+
+std::optional<DirectoryLock> DirectoryLock::acquire(const std::string& dir, std::string& error) {
+  std::error_code made;
+  std::filesystem::create_directories(dir, made);
+  const std::string path = (std::filesystem::path(dir) / ".lock").string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    error = fmt::format("cannot open '{}': {}", path, std::strerror(errno));
+    return std::nullopt;
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int reason = errno;
+    char holder[32] = {};
+    const ssize_t got = ::pread(fd, holder, sizeof(holder) - 1, 0);
+    ::close(fd);
+    error = reason == EWOULDBLOCK
+                ? fmt::format("{} is in use by another dslaunch (pid {})", dir,
+                              got > 0 ? std::string(holder, static_cast<size_t>(got)) : "unknown")
+                : fmt::format("cannot lock '{}': {}", path, std::strerror(reason));
+    return std::nullopt;
+  }
+  // The pid only serves a second dslaunch's message: the lock holds without it.
+  const std::string pid = std::to_string(::getpid());
+  if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, pid.data(), pid.size(), 0);
+  return DirectoryLock(fd);
+}
+
+DirectoryLock::~DirectoryLock() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+}  // namespace dslaunch::controller
