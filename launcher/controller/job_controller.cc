@@ -419,8 +419,12 @@ class Attempt {
     handler_.record_event(-1, "finished",
                           status.state() + (status.reason().empty() ? "" : ": " + status.reason()));
     write_state();
-    std::cout << fmt::format("job {} {}{}\n  job directory: {}\n", info_.job_id, status.state(),
-                             status.reason().empty() ? "" : ": " + status.reason(),
+    // With restarts, say which attempt ended: a failed one may not end the job.
+    const bool restartable = spec_.kind == spec::JobKind::kTrain &&
+                             (number_ > 0 || spec_.fault_tolerance.max_restarts > 0);
+    std::cout << fmt::format("job {}{} {}{}\n  job directory: {}\n", info_.job_id,
+                             restartable ? fmt::format(" attempt {}", number_) : "",
+                             status.state(), status.reason().empty() ? "" : ": " + status.reason(),
                              directory_.path());
   }
 
