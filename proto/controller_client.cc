@@ -15,11 +15,12 @@ namespace detail {
 // (send), so the reactor holds the call open with a hold until it will issue
 // no more writes: after StartWritesDone, or once the stream has ended.
 // Whoever flips write_in_flight_ to true under the mutex owns the next
-// StartWrite; the hold keeps the call (and this object) alive until then.
-// It owns itself (self_) from start until OnDone, so the Session may go first.
-// It must not own the channel: OnDone runs on one of gRPC's threads, and a
-// channel's last release there would shut down the completion queue that
-// thread is serving (a crash); the Session keeps the channel instead.
+// StartWrite; the hold keeps the call open until then.
+// The Session owns it and destroys it on the Session's thread, after OnDone
+// has finished with it (Session waits for that in close()). It must never be
+// destroyed on one of gRPC's threads: its ClientContext holds a reference to
+// the channel, and a channel's last release there can shut down and free the
+// completion queue that very thread keeps polling (a crash in a later call).
 class SessionReactor final
     : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::ControllerCommand> {
  public:
@@ -33,8 +34,7 @@ class SessionReactor final
   grpc::ClientContext& context() { return context_; }
 
   // Starts the call on `stub`, with the announcement as its first message.
-  void start(std::shared_ptr<SessionReactor> self, v1::Controller::Stub& stub) {
-    self_ = std::move(self);
+  void start(v1::Controller::Stub& stub) {
     stub.async()->Session(&context_, this);
     AddHold();
     StartRead(&incoming_);
@@ -148,18 +148,16 @@ class SessionReactor final
   }
 
   void OnDone(const grpc::Status& status) override {
-    // Destroyed (perhaps) when `keep` goes, after the lock: nothing touches
-    // this object once self_ is released.
-    std::shared_ptr<SessionReactor> keep;
     {
       std::lock_guard lock(mutex_);
       final_status_ = status;
     }
     if (on_end_) on_end_(status);
+    // The last touch of this object: once done_ is seen, the Session may
+    // destroy it.
     std::lock_guard lock(mutex_);
     done_ = true;
     done_cv_.notify_all();
-    keep = std::move(self_);
   }
 
  private:
@@ -189,13 +187,12 @@ class SessionReactor final
   bool hold_released_ = false;
   bool done_ = false;
   grpc::Status final_status_;
-  std::shared_ptr<SessionReactor> self_;
 };
 
 }  // namespace detail
 
 Session::Session(std::shared_ptr<grpc::Channel> channel,
-                 std::shared_ptr<detail::SessionReactor> reactor)
+                 std::unique_ptr<detail::SessionReactor> reactor)
     : channel_(std::move(channel)), reactor_(std::move(reactor)) {}
 
 Session::~Session() { close(); }
@@ -304,13 +301,13 @@ grpc::Status ControllerClient::checkpoint(v1::CheckpointReply* reply) {
 
 std::unique_ptr<Session> ControllerClient::open_session(int rank, CommandCallback on_command,
                                                         EndCallback on_end) {
-  auto reactor = std::make_shared<detail::SessionReactor>(rank, options_.max_queued_messages,
+  auto reactor = std::make_unique<detail::SessionReactor>(rank, options_.max_queued_messages,
                                                           std::move(on_command), std::move(on_end));
   if (!status_.ok()) {
     reactor->end_unstarted(status_);
   } else {
     prepare(reactor->context(), false);
-    reactor->start(reactor, *stub_);
+    reactor->start(*stub_);
   }
   return std::unique_ptr<Session>(new Session(channel_, std::move(reactor)));
 }

@@ -88,10 +88,11 @@ class Session {
 
  private:
   friend class ControllerClient;
-  Session(std::shared_ptr<grpc::Channel> channel, std::shared_ptr<detail::SessionReactor> reactor);
-  // Released here, on the owner's thread, after the call ended (see the .cc).
+  Session(std::shared_ptr<grpc::Channel> channel, std::unique_ptr<detail::SessionReactor> reactor);
+  // Both released here, on the owner's thread, after the call ended, the
+  // reactor first (see the .cc); never on one of gRPC's threads.
   std::shared_ptr<grpc::Channel> channel_;
-  std::shared_ptr<detail::SessionReactor> reactor_;
+  std::unique_ptr<detail::SessionReactor> reactor_;
 };
 
 // A client of one controller. Thread-safe: unary calls and open_session may
