@@ -1,0 +1,140 @@
+// The controller's commit of a checkpoint: nothing until every rank has
+// reported, then the manifest, `latest` and pruning; reports that cannot be
+// right, and shards the controller cannot see, are errors.
+#include "launcher/controller/checkpoint_committer.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "launcher/controller/checkpoint_catalog.h"
+#include "worker/checkpoint/file_checksum.h"
+
+namespace dslaunch::controller {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fresh_folder(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const fs::path folder = fs::path(tmp ? tmp : "/tmp") / "checkpoint_committer_test" / name;
+  fs::remove_all(folder);
+  fs::create_directories(folder);
+  return folder.string();
+}
+
+CheckpointCommitter::Settings settings(const std::string& root, int keep) {
+  CheckpointCommitter::Settings out;
+  out.root = root;
+  out.keep = keep;
+  out.ranks = 2;
+  out.base.job_id = "job";
+  out.base.spec_hash = "0123456789abcdef";
+  out.base.data_parallel = 2;
+  out.base.zero_stage = 2;
+  out.base.model = {{"num_layers", 2}};
+  out.samples_per_step = 8;
+  out.tokens_per_step = 256;
+  out.resolved_spec_yaml = "name: job\n";
+  return out;
+}
+
+// Writes rank `rank`'s shard of `step` (floats [begin, end) of 100, 4 bytes
+// each) and the event the rank would send for it.
+v1::WorkerEvent shard_of(const std::string& root, int64_t step, int rank, int64_t begin,
+                         int64_t end) {
+  const fs::path folder = fs::path(root) / checkpoint_dir_name(step);
+  fs::create_directories(folder);
+  const std::string name = "rank_" + std::to_string(rank) + ".bin";
+  std::ofstream(folder / name, std::ios::binary) << std::string((end - begin) * 4, 'a' + rank);
+  std::string error;
+  v1::WorkerEvent event;
+  event.set_kind(v1::WorkerEvent::KIND_CHECKPOINT_WRITTEN);
+  event.set_step(step);
+  v1::CheckpointShard* shard = event.add_shards();
+  shard->set_path(name);
+  shard->set_size_bytes((end - begin) * 4);
+  shard->set_xxh64(*worker::checkpoint::file_xxh64((folder / name).string(), error));
+  shard->set_begin(begin);
+  shard->set_end(end);
+  shard->set_total_parameters(100);
+  return event;
+}
+
+TEST_CASE("a checkpoint is committed when the last rank reports, with every field") {
+  const std::string root = fresh_folder("commit");
+  CheckpointCommitter committer(settings(root, 3));
+  const auto first = committer.on_shard_written(1, shard_of(root, 20, 1, 48, 100), 1000);
+  CHECK_FALSE(first.committed);
+  CHECK(first.error.empty());
+  CHECK_FALSE(fs::exists(fs::path(root) / "step_00000020" / "manifest.json"));
+  CHECK_FALSE(committer.last_committed());
+
+  const auto second = committer.on_shard_written(0, shard_of(root, 20, 0, 0, 48), 2000);
+  CHECK(second.committed);
+  CHECK(second.step == 20);
+  CHECK(second.error.empty());
+  CHECK(committer.last_committed() == 20);
+  CHECK(read_latest(root) == 20);
+  const CheckpointCheck check = check_checkpoint(root + "/step_00000020", true);
+  REQUIRE(check.valid());
+  const CheckpointManifest& manifest = *check.manifest;
+  CHECK(manifest.step == 20);
+  CHECK(manifest.samples_seen == 160);
+  CHECK(manifest.tokens_seen == 5120);
+  CHECK(manifest.total_parameters == 100);  // from the ranks' reports
+  CHECK(manifest.data_positions["samples_consumed"] == 160);
+  CHECK(manifest.scheduler["last_step"] == 20);
+  CHECK(manifest.created_unix_ms == 2000);
+  REQUIRE(manifest.shards.size() == 2);
+  CHECK(manifest.shards[0].rank == 0);  // sorted by range
+  CHECK(manifest.shards[1].begin == 48);
+  std::ifstream spec(root + "/step_00000020/spec.yaml");
+  CHECK(std::string((std::istreambuf_iterator<char>(spec)), {}) == "name: job\n");
+}
+
+TEST_CASE("keep applies after each commit") {
+  const std::string root = fresh_folder("keep");
+  CheckpointCommitter committer(settings(root, 2));
+  for (const int64_t step : {10, 20, 30}) {
+    committer.on_shard_written(0, shard_of(root, step, 0, 0, 50), step);
+    const auto outcome = committer.on_shard_written(1, shard_of(root, step, 1, 50, 100), step);
+    CHECK(outcome.committed);
+    if (step == 30) CHECK(outcome.removed == std::vector<std::string>{root + "/step_00000010"});
+  }
+  CHECK(list_checkpoints(root, true).size() == 2);
+}
+
+TEST_CASE("reports that cannot be right are errors, and commit nothing") {
+  const std::string root = fresh_folder("wrong");
+  CheckpointCommitter committer(settings(root, 3));
+  const v1::WorkerEvent shard = shard_of(root, 10, 0, 0, 50);
+  CHECK(committer.on_shard_written(0, shard, 1).error.empty());
+  CHECK_THAT(committer.on_shard_written(0, shard, 1).error,
+             Catch::Contains("rank 0 reported its shard of step 10 twice"));
+  CHECK_THAT(committer.on_shard_written(2, shard, 1).error, Catch::Contains("ranks 0-1"));
+  v1::WorkerEvent outside = shard_of(root, 10, 1, 50, 100);
+  outside.mutable_shards(0)->set_end(120);
+  CHECK_THAT(committer.on_shard_written(1, outside, 1).error, Catch::Contains("outside"));
+  CHECK_FALSE(fs::exists(root + "/step_00000010/manifest.json"));
+}
+
+TEST_CASE("a shard the controller cannot see is an error naming the shared filesystem") {
+  const std::string root = fresh_folder("unseen");
+  CheckpointCommitter committer(settings(root, 3));
+  committer.on_shard_written(0, shard_of(root, 10, 0, 0, 50), 1);
+  const v1::WorkerEvent other = shard_of(root, 10, 1, 50, 100);
+  fs::remove(root + "/step_00000010/rank_1.bin");  // written on another host's local disk
+  const auto outcome = committer.on_shard_written(1, other, 1);
+  CHECK_FALSE(outcome.committed);
+  CHECK_THAT(outcome.error, Catch::Contains("rank 1 reported its shard rank_1.bin") &&
+                                Catch::Contains("filesystem every host shares"));
+  CHECK_FALSE(fs::exists(root + "/step_00000010/manifest.json"));
+  CHECK_FALSE(read_latest(root));
+}
+
+}  // namespace
+}  // namespace dslaunch::controller
