@@ -17,6 +17,7 @@
 #include <xxhash.h>
 
 #include "worker/checkpoint/file_checksum.h"
+#include "worker/data/atomic_file.h"
 
 namespace dslaunch::controller {
 namespace {
@@ -65,59 +66,6 @@ class Fd {
  private:
   int fd_;
 };
-
-// The whole of `data`, or false with errno set.
-bool write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t written = ::write(fd, data.data(), data.size());
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    data.remove_prefix(static_cast<size_t>(written));
-  }
-  return true;
-}
-
-bool fsync_folder(const std::string& dir, std::string& error) {
-  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!fd.ok() || ::fsync(fd.get()) != 0) {
-    error = fmt::format("cannot sync folder '{}': {}", dir, errno_text(errno));
-    return false;
-  }
-  return true;
-}
-
-// Writes `content` to a new `<dir>/<name>.tmp`, syncs it, renames it over
-// `<dir>/<name>` and syncs the folder: a reader sees the old file or the new
-// one, never a part. On failure the temporary file is gone and the old file
-// is untouched.
-bool replace_file(const std::string& dir, std::string_view name, std::string_view content,
-                  std::string& error) {
-  const std::string path = join(dir, name);
-  const std::string temporary = path + ".tmp";
-  // A stale temporary file (a crash mid-write) goes; O_EXCL then follows no link.
-  if (::unlink(temporary.c_str()) != 0 && errno != ENOENT) {
-    error = fmt::format("cannot remove stale '{}': {}", temporary, errno_text(errno));
-    return false;
-  }
-  Fd fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  if (!fd.ok()) {
-    error = fmt::format("cannot write '{}': {}", temporary, errno_text(errno));
-    return false;
-  }
-  if (!write_all(fd.get(), content) || ::fsync(fd.get()) != 0 || fd.close() != 0) {
-    error = fmt::format("cannot write '{}': {}", temporary, errno_text(errno));
-    ::unlink(temporary.c_str());
-    return false;
-  }
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    error = fmt::format("cannot rename '{}' to '{}': {}", temporary, path, errno_text(errno));
-    ::unlink(temporary.c_str());
-    return false;
-  }
-  return fsync_folder(dir, error);
-}
 
 // The file's bytes, or nullopt with `error_number` set.
 std::optional<std::string> read_whole_file(const std::string& path, int& error_number) {
@@ -455,7 +403,7 @@ bool write_manifest(const std::string& checkpoint_dir, const CheckpointManifest&
     error = fmt::format("refusing to write '{}': {}", join(dir, kManifestFile), invalid);
     return false;
   }
-  return replace_file(dir, kManifestFile, value.dump(2) + "\n", error);
+  return worker::data::replace_file_durably(dir, kManifestFile, value.dump(2) + "\n", 0644, error);
 }
 
 CheckpointCheck check_checkpoint(const std::string& checkpoint_dir, bool verify_checksums) {
@@ -541,8 +489,8 @@ NewestValid find_newest_valid(const std::string& root) {
 }
 
 bool write_latest(const std::string& root, int64_t step, std::string& error) {
-  return replace_file(strip_trailing_slashes(root), kLatestFile, checkpoint_dir_name(step) + "\n",
-                      error);
+  return worker::data::replace_file_durably(strip_trailing_slashes(root), kLatestFile,
+                                           checkpoint_dir_name(step) + "\n", 0644, error);
 }
 
 std::optional<int64_t> read_latest(const std::string& root) {

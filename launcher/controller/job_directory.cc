@@ -17,6 +17,8 @@
 
 #include <fmt/format.h>
 
+#include "worker/data/atomic_file.h"
+
 namespace dslaunch::controller {
 namespace {
 
@@ -89,49 +91,6 @@ bool make_folders(const std::string& path, mode_t mode, std::string& error) {
     return false;
   }
   return true;
-}
-
-bool fsync_folder(const std::string& dir, std::string& error) {
-  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!fd.ok() || ::fsync(fd.get()) != 0) {
-    error = fmt::format("cannot sync folder '{}': {}", dir, errno_text(errno));
-    return false;
-  }
-  return true;
-}
-
-// Writes `content` to a new `<dir>/<name>.tmp` with `mode`, syncs it, renames
-// it over `<dir>/<name>` and syncs the folder: a reader sees the old file or
-// the new one, never a part. On failure the old file is untouched.
-bool replace_file(const std::string& dir, std::string_view name, std::string_view content,
-                  mode_t mode, std::string& error) {
-  const std::string path = join(dir, name);
-  const std::string temporary = path + ".tmp";
-  // A stale temporary file (a crash mid-write) goes; creating with O_EXCL then
-  // follows no link and inherits no other file's mode.
-  if (::unlink(temporary.c_str()) != 0 && errno != ENOENT) {
-    error = fmt::format("cannot remove stale '{}': {}", temporary, errno_text(errno));
-    return false;
-  }
-  Fd fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
-  if (!fd.ok()) {
-    error = fmt::format("cannot write '{}': {}", temporary, errno_text(errno));
-    return false;
-  }
-  // The umask may have taken bits away; the mode is exact whatever it is.
-  const bool written = ::fchmod(fd.get(), mode) == 0 && write_all(fd.get(), content) &&
-                       ::fsync(fd.get()) == 0 && fd.close() == 0;
-  if (!written) {
-    error = fmt::format("cannot write '{}': {}", temporary, errno_text(errno));
-    ::unlink(temporary.c_str());
-    return false;
-  }
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    error = fmt::format("cannot rename '{}' to '{}': {}", temporary, path, errno_text(errno));
-    ::unlink(temporary.c_str());
-    return false;
-  }
-  return fsync_folder(dir, error);
 }
 
 // Appends `line` with one write to a file opened for this call alone, so the
@@ -240,11 +199,11 @@ std::string JobDirectory::job_id() const {
 }
 
 bool JobDirectory::write_spec(std::string_view yaml, std::string& error) {
-  return replace_file(path_, "spec.yaml", yaml, 0644, error);
+  return worker::data::replace_file_durably(path_, "spec.yaml", yaml, 0644, error);
 }
 
 bool JobDirectory::write_state(const nlohmann::json& state, std::string& error) {
-  return replace_file(path_, kStateFile, dump(state, 2) + "\n", 0644, error);
+  return worker::data::replace_file_durably(path_, kStateFile, dump(state, 2) + "\n", 0644, error);
 }
 
 std::optional<nlohmann::json> JobDirectory::read_state(std::string& error) const {
@@ -276,7 +235,7 @@ bool JobDirectory::append_metrics(const nlohmann::json& step_metrics, std::strin
 }
 
 bool JobDirectory::write_token(std::string_view token, std::string& error) {
-  return replace_file(path_, kTokenFile, token, 0600, error);
+  return worker::data::replace_file_durably(path_, kTokenFile, token, 0600, error);
 }
 
 std::optional<std::string> JobDirectory::read_token(std::string& error) const {

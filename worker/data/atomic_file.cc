@@ -1,5 +1,6 @@
 #include "worker/data/atomic_file.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -25,7 +26,50 @@ bool write_all(int fd, std::string_view data) {
   return true;
 }
 
+std::string join(const std::string& dir, std::string_view name) {
+  return dir == "/" ? fmt::format("/{}", name) : fmt::format("{}/{}", dir, name);
+}
+
 }  // namespace
+
+bool sync_folder(const std::string& dir, std::string& error) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const bool synced = fd >= 0 && ::fsync(fd) == 0;
+  const int sync_errno = errno;
+  if (fd >= 0) ::close(fd);
+  if (!synced) error = fmt::format("cannot sync folder '{}': {}", dir, std::strerror(sync_errno));
+  return synced;
+}
+
+bool replace_file_durably(const std::string& dir, std::string_view name, std::string_view content,
+                          mode_t mode, std::string& error) {
+  const std::string path = join(dir, name);
+  const std::string temporary = path + ".tmp";
+  if (::unlink(temporary.c_str()) != 0 && errno != ENOENT) {
+    error = fmt::format("cannot remove stale '{}': {}", temporary, std::strerror(errno));
+    return false;
+  }
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  if (fd < 0) {
+    error = fmt::format("cannot write '{}': {}", temporary, std::strerror(errno));
+    return false;
+  }
+  const bool written = ::fchmod(fd, mode) == 0 && write_all(fd, content) && ::fsync(fd) == 0;
+  const int write_errno = errno;
+  // close() reports late write errors (NFS does).
+  if (::close(fd) != 0 || !written) {
+    error = fmt::format("cannot write '{}': {}", temporary,
+                        std::strerror(written ? errno : write_errno));
+    ::unlink(temporary.c_str());
+    return false;
+  }
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    error = fmt::format("cannot rename '{}' to '{}': {}", temporary, path, std::strerror(errno));
+    ::unlink(temporary.c_str());
+    return false;
+  }
+  return sync_folder(dir, error);
+}
 
 bool write_file_atomically(const std::string& path, std::string_view content, std::string& error) {
   // mkstemp makes the name unique, so concurrent writers never share a temporary file.

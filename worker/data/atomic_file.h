@@ -1,5 +1,7 @@
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <string_view>
 
@@ -12,5 +14,18 @@ namespace dslaunch::worker::data {
 // false, sets `error` (naming the file and the reason) and leaves `path` and
 // no temporary file behind. Thread-safe.
 bool write_file_atomically(const std::string& path, std::string_view content, std::string& error);
+
+// Writes `content` to `<dir>/<name>.tmp` with exactly `mode` (whatever the
+// umask), syncs it, renames it over `<dir>/<name>` and syncs the folder, so
+// the new file also survives a power cut. For files one process writes at a
+// time (the temporary name is fixed): a stale temporary left by a crash is
+// removed first, and O_EXCL then follows no link. On failure returns false,
+// sets `error` (naming the file and the reason) and leaves the old file as
+// it was and no temporary file.
+bool replace_file_durably(const std::string& dir, std::string_view name, std::string_view content,
+                          mode_t mode, std::string& error);
+
+// fsync of the folder `dir`: makes the creations and renames in it durable.
+bool sync_folder(const std::string& dir, std::string& error);
 
 }  // namespace dslaunch::worker::data
