@@ -23,6 +23,9 @@ std::string new_job_id(const std::string& name);
 //   <dir>/metrics.jsonl             one JSON object per training step
 //   <dir>/token                     the job's secret, mode 0600 (for `status`/`stop`)
 //   <dir>/logs/attempt_<k>/rank_<r>/{stdout,stderr}.log
+// Beside them, written by others: <dir>/checkpoints/ (the ranks' shards, the
+// committer's manifests; see checkpoint_catalog.h), <dir>/weights/ (rank 0),
+// and <dir>/.lock (DirectoryLock, held by the dslaunch running the job).
 // Methods return false and set `error` (naming the file and the reason) on
 // failure. Not thread-safe: the controller serialises writes.
 class JobDirectory {
