@@ -83,6 +83,53 @@ bool send_checkpoint_written(proto::Session& session, const engine::CheckpointSl
   return session.send(message);
 }
 
+// Reports a failed checkpoint once: the first failure is this rank's error.
+void report_checkpoint_failure(proto::Session& session, std::atomic<bool>& failed, int64_t step,
+                               const std::string& why) {
+  if (!failed.exchange(true)) {
+    report_error(session, fmt::format("checkpoint of step {}: {}", step, why));
+  }
+}
+
+// Hands this rank's slice to the background writer, as
+// <root>/step_<8 digits>/rank_<r>.bin; the controller hears of the shard
+// once it is durable, or of the error.
+void save_in_background(checkpoint::AsyncShardWriter& writer, proto::Session& session,
+                        const std::string& root, const engine::CheckpointSlice& slice,
+                        std::atomic<bool>& failed) {
+  const std::filesystem::path folder =
+      std::filesystem::path(root) / fmt::format("step_{:08d}", slice.step);
+  const std::string file = fmt::format("rank_{}.bin", slice.rank);
+  std::error_code error;
+  std::filesystem::create_directories(folder, error);
+  if (error) {
+    report_checkpoint_failure(session, failed, slice.step,
+                              fmt::format("cannot create '{}': {}", folder.string(),
+                                          error.message()));
+    return;
+  }
+  checkpoint::ShardHeader header;
+  header.step = slice.step;
+  header.rank = slice.rank;
+  header.ranks = slice.ranks;
+  header.total_parameters = slice.total_parameters;
+  header.begin = slice.begin;
+  header.end = slice.end;
+  header.optimizer_step = slice.optimizer_steps;
+  // The callback runs on the writer's thread, after `slice`'s pointers are
+  // gone: it uses only the slice's numbers.
+  writer.save((folder / file).string(), header, {slice.params, slice.adam_m, slice.adam_v},
+              [&session, &failed, slice, file](const checkpoint::WrittenShard& written) {
+                if (!written.ok()) {
+                  report_checkpoint_failure(session, failed, slice.step, written.error);
+                } else if (!send_checkpoint_written(session, slice, file, written)) {
+                  report_checkpoint_failure(
+                      session, failed, slice.step,
+                      "its report to the controller was not sent (session full or closing)");
+                }
+              });
+}
+
 std::string format_step(const engine::StepReport& r, int64_t total_steps) {
   std::string line = fmt::format(
       "step {:>{}}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tokens/s | {:.3f} "
@@ -142,39 +189,7 @@ int run_train_workload(const TrainWorkloadContext& context) {
   checkpoint::AsyncShardWriter writer;
   if (!context.checkpoint_directory.empty()) {
     options.save_checkpoint = [&](const engine::CheckpointSlice& slice) {
-      const std::filesystem::path folder = std::filesystem::path(context.checkpoint_directory) /
-                                           fmt::format("step_{:08d}", slice.step);
-      const std::string file = fmt::format("rank_{}.bin", slice.rank);
-      std::error_code error;
-      std::filesystem::create_directories(folder, error);
-      if (error) {
-        if (!checkpoint_failed.exchange(true)) {
-          report_error(session, fmt::format("checkpoint of step {}: cannot create '{}': {}",
-                                            slice.step, folder.string(), error.message()));
-        }
-        return;
-      }
-      checkpoint::ShardHeader header;
-      header.step = slice.step;
-      header.rank = slice.rank;
-      header.ranks = slice.ranks;
-      header.total_parameters = slice.total_parameters;
-      header.begin = slice.begin;
-      header.end = slice.end;
-      header.optimizer_step = slice.optimizer_steps;
-      writer.save((folder / file).string(), header, {slice.params, slice.adam_m, slice.adam_v},
-                  [&session, &checkpoint_failed, slice, file](const checkpoint::WrittenShard& written) {
-                    std::string failure = written.error;
-                    if (failure.empty() &&
-                        !send_checkpoint_written(session, slice, file, written)) {
-                      failure = "its report to the controller was not sent (session full or "
-                                "closing)";
-                    }
-                    if (!failure.empty() && !checkpoint_failed.exchange(true)) {
-                      report_error(session,
-                                   fmt::format("checkpoint of step {}: {}", slice.step, failure));
-                    }
-                  });
+      save_in_background(writer, session, context.checkpoint_directory, slice, checkpoint_failed);
     };
   }
   engine::TrainResult result;
