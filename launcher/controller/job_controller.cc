@@ -615,6 +615,9 @@ int run_attempts(const RunOptions& options, const spec::JobSpec& spec, const pla
         setup.last_checkpoint_step = setup.resume->step();
         std::cout << fmt::format("attempt {}: resuming from the checkpoint of step {} ({})\n",
                                  number, setup.resume->step(), setup.resume->directory());
+      } else if (number > 0) {
+        std::cout << fmt::format("attempt {}: no valid checkpoint in {}; starting from step 0\n",
+                                 number, setup.checkpoints->root);
       }
     }
     Attempt attempt(options, spec, plan, directory, token, info, std::move(setup));
