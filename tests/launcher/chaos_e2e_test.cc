@@ -394,11 +394,17 @@ TEST_CASE("a full disk during a save fails the job clearly and keeps the previou
   const Workspace w;
   const fs::path mount = w.dir / "small-disk";
   fs::create_directories(mount);
+  ::umount(mount.c_str());  // left by an earlier run that failed half-way
   // A checkpoint of this model is about 10 MB; 25 MB hold two and part of a third.
   if (geteuid() != 0 || ::mount("tmpfs", mount.c_str(), "tmpfs", 0, "size=25m") != 0) {
     WARN("skipped: mounting a size-limited tmpfs needs root");
     return;
   }
+  // Unmounted however the test ends, so that Bazel can remove its folder.
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount(path.c_str()); }
+  } unmount{mount.string()};
   const fs::path job = w.dir / "jobs" / "full-disk";
   const fs::path log = w.dir / "full-disk.log";
   const int code =
@@ -423,7 +429,6 @@ TEST_CASE("a full disk during a save fails the job clearly and keeps the previou
   CHECK(newest.skipped.empty() == false);  // the save that failed left no manifest
   CHECK(dslaunch::controller::read_latest(mount.string()) == newest.found->step);
   CHECK(wait_until([&] { return processes_of("full-disk").empty(); }, 10s));
-  ::umount(mount.c_str());
 }
 
 TEST_CASE("a job directory's checkpoints of another model are refused, and nothing is touched") {
