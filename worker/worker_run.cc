@@ -63,16 +63,27 @@ struct RankStatus {
 // limit): checkpoint after this step, then stop. A second one ends the rank
 // at once. A signal handler can only reach a global.
 std::atomic<int> g_stop_signal{0};
+// Under mpirun, the process that tears the job down (mpirun or its orted,
+// this rank's parent): its SIGTERM ends the rank at once, as the default
+// action would, since a peer has failed or the job is being killed and
+// waiting for a checkpoint only delays mpirun's SIGKILL. 0 under Slurm,
+// whose slurmstepd sends both --signal's SIGTERM and the teardown's.
+std::atomic<pid_t> g_teardown_sender{0};
 
-void stop_on_signal(int signal) {
+void stop_on_signal(int signal, siginfo_t* info, void*) {
+  const pid_t teardown = g_teardown_sender.load();
+  if (signal == SIGTERM && teardown != 0 && info != nullptr && info->si_pid == teardown) {
+    std::_Exit(128 + signal);
+  }
   if (g_stop_signal.exchange(signal) != 0) std::_Exit(128 + signal);
 }
 
 // Training only: elsewhere SIGTERM keeps its default and ends the rank.
-void install_stop_signal_handlers() {
+void install_stop_signal_handlers(spec::Runner runner) {
+  g_teardown_sender.store(runner == spec::Runner::kSlurm ? 0 : getppid());
   struct sigaction action {};
-  action.sa_handler = stop_on_signal;
-  action.sa_flags = SA_RESTART;  // other threads' blocking calls go on
+  action.sa_sigaction = stop_on_signal;
+  action.sa_flags = SA_SIGINFO | SA_RESTART;  // other threads' blocking calls go on
   sigemptyset(&action.sa_mask);
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGUSR1, &action, nullptr);
@@ -397,7 +408,7 @@ int run_worker() {
       status.gradient_workspace_peak_bytes.store(memory.gradient_workspace_peak);
       status.parameter_workspace_peak_bytes.store(memory.parameter_workspace_peak);
     };
-    install_stop_signal_handlers();
+    install_stop_signal_handlers(spec.cluster.runner);
     exit_code = run_train_workload(context);
   }
   created.groups.reset();
