@@ -17,6 +17,7 @@
 #include <xxhash.h>
 
 #include "worker/checkpoint/file_checksum.h"
+#include "launcher/controller/posix_file.h"
 #include "worker/data/atomic_file.h"
 
 namespace dslaunch::controller {
@@ -31,41 +32,10 @@ constexpr std::string_view kDirPrefix = "step_";
 
 std::string errno_text(int error_number) { return std::strerror(error_number); }
 
-std::string join(const std::string& dir, std::string_view name) {
-  return dir == "/" ? fmt::format("/{}", name) : fmt::format("{}/{}", dir, name);
-}
-
-std::string strip_trailing_slashes(std::string path) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  return path;
-}
-
 std::string base_name(const std::string& path) {
   const auto slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
-
-// Closes the descriptor when it goes out of scope.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  bool ok() const { return fd_ >= 0; }
-  // Closes now, so that a late write error (NFS reports them on close) is seen.
-  int close() {
-    const int result = ::close(fd_);
-    fd_ = -1;
-    return result;
-  }
-
- private:
-  int fd_;
-};
 
 // The file's bytes, or nullopt with `error_number` set.
 std::optional<std::string> read_whole_file(const std::string& path, int& error_number) {
@@ -290,7 +260,7 @@ std::vector<std::pair<int64_t, std::string>> step_folders(const std::string& roo
     const auto step = step_of_dir_name(it->path().filename().string());
     std::error_code ignored;
     if (!step || !it->is_directory(ignored)) continue;
-    folders.emplace_back(*step, join(base, it->path().filename().string()));
+    folders.emplace_back(*step, join_path(base, it->path().filename().string()));
   }
   if (status && status != std::errc::no_such_file_or_directory && error != nullptr) {
     *error = fmt::format("cannot list the checkpoints in '{}': {}", base, status.message());
@@ -400,7 +370,7 @@ bool write_manifest(const std::string& checkpoint_dir, const CheckpointManifest&
   const json value = manifest_to_json(manifest);
   std::string invalid;
   if (!manifest_from_json(value, invalid)) {
-    error = fmt::format("refusing to write '{}': {}", join(dir, kManifestFile), invalid);
+    error = fmt::format("refusing to write '{}': {}", join_path(dir, kManifestFile), invalid);
     return false;
   }
   return worker::data::replace_file_durably(dir, kManifestFile, value.dump(2) + "\n", 0644, error);
@@ -417,7 +387,7 @@ CheckpointCheck check_checkpoint(const std::string& checkpoint_dir, bool verify_
   check.step = step_of_dir_name(name).value_or(-1);
   if (check.step < 0) return report("the folder name is not step_<8 or more digits>");
 
-  const std::string manifest_path = join(check.dir, kManifestFile);
+  const std::string manifest_path = join_path(check.dir, kManifestFile);
   int error_number = 0;
   const auto text = read_whole_file(manifest_path, error_number);
   if (!text && error_number == ENOENT) {
@@ -442,7 +412,7 @@ CheckpointCheck check_checkpoint(const std::string& checkpoint_dir, bool verify_
   // reading the others.
   for (const ShardRecord& shard : check.manifest->shards) {
     struct stat info {};
-    if (::stat(join(check.dir, shard.path).c_str(), &info) != 0) {
+    if (::stat(join_path(check.dir, shard.path).c_str(), &info) != 0) {
       return report(errno == ENOENT ? fmt::format("shard {} is missing", shard.path)
                                     : fmt::format("shard {} cannot be read: {}", shard.path,
                                                   errno_text(errno)));
@@ -456,7 +426,7 @@ CheckpointCheck check_checkpoint(const std::string& checkpoint_dir, bool verify_
   }
   if (!verify_checksums) return check;
   for (const ShardRecord& shard : check.manifest->shards) {
-    const auto checksum = worker::checkpoint::file_xxh64(join(check.dir, shard.path), error);
+    const auto checksum = worker::checkpoint::file_xxh64(join_path(check.dir, shard.path), error);
     if (!checksum) return report(error);
     if (*checksum != shard.xxh64) {
       return report(fmt::format("shard {} checksum {} does not match the manifest's {} (corrupted)",
@@ -495,7 +465,7 @@ bool write_latest(const std::string& root, int64_t step, std::string& error) {
 
 std::optional<int64_t> read_latest(const std::string& root) {
   int error_number = 0;
-  auto text = read_whole_file(join(strip_trailing_slashes(root), kLatestFile), error_number);
+  auto text = read_whole_file(join_path(strip_trailing_slashes(root), kLatestFile), error_number);
   if (!text || text->empty() || text->back() != '\n') return std::nullopt;
   text->pop_back();
   return step_of_dir_name(*text);
@@ -528,7 +498,7 @@ std::vector<std::string> prune_checkpoints(const std::string& root, int keep, st
   std::reverse(doomed.begin(), doomed.end());
   std::vector<std::string> removed;
   for (const std::string& dir : doomed) {
-    const std::string manifest = join(dir, kManifestFile);
+    const std::string manifest = join_path(dir, kManifestFile);
     if (::unlink(manifest.c_str()) != 0 && errno != ENOENT) {
       error = fmt::format("cannot remove '{}': {}", manifest, errno_text(errno));
       return removed;

@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "launcher/controller/posix_file.h"
 #include "worker/data/atomic_file.h"
 
 namespace dslaunch::controller {
@@ -26,37 +27,6 @@ constexpr const char* kStateFile = "state.json";
 constexpr const char* kTokenFile = "token";
 
 std::string errno_text(int error_number) { return std::strerror(error_number); }
-
-std::string join(const std::string& dir, std::string_view name) {
-  return dir == "/" ? fmt::format("/{}", name) : fmt::format("{}/{}", dir, name);
-}
-
-std::string strip_trailing_slashes(std::string path) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  return path;
-}
-
-// Closes the descriptor when it goes out of scope.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  bool ok() const { return fd_ >= 0; }
-  // Closes now, so that a late write error (NFS reports them on close) is seen.
-  int close() {
-    const int result = ::close(fd_);
-    fd_ = -1;
-    return result;
-  }
-
- private:
-  int fd_;
-};
 
 // The whole of `data`, or false with errno set.
 bool write_all(int fd, std::string_view data) {
@@ -165,7 +135,7 @@ std::optional<JobDirectory> JobDirectory::create(const std::string& root, const 
   }
   const std::string base = strip_trailing_slashes(root.empty() ? "." : root);
   if (!make_folders(base, 0755, error)) return std::nullopt;
-  const std::string path = join(base, job_id);
+  const std::string path = join_path(base, job_id);
   // The folder holds the job's token: only its owner may look inside.
   if (::mkdir(path.c_str(), 0700) == 0) {
     if (::chmod(path.c_str(), 0700) != 0) {
@@ -207,7 +177,7 @@ bool JobDirectory::write_state(const nlohmann::json& state, std::string& error) 
 }
 
 std::optional<nlohmann::json> JobDirectory::read_state(std::string& error) const {
-  const std::string path = join(path_, kStateFile);
+  const std::string path = join_path(path_, kStateFile);
   const auto text = read_whole_file(path, error);
   if (!text) return std::nullopt;
   try {
@@ -227,11 +197,11 @@ bool JobDirectory::append_event(int rank, std::string_view kind, std::string_vie
   event["rank"] = rank < 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(rank);
   event["kind"] = kind;
   event["detail"] = detail;
-  return append_line(join(path_, "events.jsonl"), dump(event, -1) + "\n", error);
+  return append_line(join_path(path_, "events.jsonl"), dump(event, -1) + "\n", error);
 }
 
 bool JobDirectory::append_metrics(const nlohmann::json& step_metrics, std::string& error) {
-  return append_line(join(path_, "metrics.jsonl"), dump(step_metrics, -1) + "\n", error);
+  return append_line(join_path(path_, "metrics.jsonl"), dump(step_metrics, -1) + "\n", error);
 }
 
 bool JobDirectory::write_token(std::string_view token, std::string& error) {
@@ -239,7 +209,7 @@ bool JobDirectory::write_token(std::string_view token, std::string& error) {
 }
 
 std::optional<std::string> JobDirectory::read_token(std::string& error) const {
-  const std::string path = join(path_, kTokenFile);
+  const std::string path = join_path(path_, kTokenFile);
   auto token = read_whole_file(path, error);
   if (!token) return std::nullopt;
   while (!token->empty() && (token->back() == '\n' || token->back() == '\r')) token->pop_back();
@@ -276,7 +246,7 @@ std::vector<std::string> list_job_dirs(const std::string& root) {
   std::sort(names.begin(), names.end());
   std::vector<std::string> dirs;
   dirs.reserve(names.size());
-  for (const std::string& name : names) dirs.push_back(join(base, name));
+  for (const std::string& name : names) dirs.push_back(join_path(base, name));
   return dirs;
 }
 

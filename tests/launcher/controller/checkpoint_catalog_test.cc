@@ -38,8 +38,8 @@ void write_file(const std::string& path, const std::string& content) {
   std::ofstream(path, std::ios::binary) << content;
 }
 
-// A manifest for two ranks over 300 parameters; the shards' sizes and
-// checksums are placeholders.
+// A manifest for two ranks over 300 parameters, for the JSON checks: no
+// shard files stand behind it (make_checkpoint writes real ones).
 CheckpointManifest sample_manifest() {
   CheckpointManifest manifest;
   manifest.job_id = "demo-20240102-030405-00ff";
