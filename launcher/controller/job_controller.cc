@@ -459,9 +459,15 @@ class Attempt {
 // The attempts an earlier `dslaunch run` of this job directory made (a
 // resumed job), from its state.json; none for a new job.
 std::vector<v1::AttemptSummary> earlier_attempts(const JobDirectory& directory) {
-  std::string ignored;
-  const std::optional<nlohmann::json> state = directory.read_state(ignored);
-  if (!state) return {};
+  std::string error;
+  const std::optional<nlohmann::json> state = directory.read_state(error);
+  if (!state) {
+    // A new job has none; a damaged one costs only the attempts' history.
+    if (fs::exists(fs::path(directory.path()) / "state.json")) {
+      std::cerr << "dslaunch: warning: the earlier attempts are not known: " << error << "\n";
+    }
+    return {};
+  }
   const v1::JobStatus status = status_from_json(*state);
   std::vector<v1::AttemptSummary> attempts(status.attempts().begin(), status.attempts().end());
   // An attempt state.json still shows running lost its controller (dslaunch
