@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "proto/auth.h"
+#include "proto/message_limits.h"
 
 namespace dslaunch::proto {
 
@@ -226,6 +227,11 @@ grpc::ChannelArguments channel_arguments(const ClientOptions& options) {
   // Keep pinging however long the connection carries no data (the default
   // stops after 2 pings), so an idle session still notices a lost controller.
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // The controller's limits, so a large reply (a resolved spec, a big job's
+  // status) is accepted and a request too large for the controller is refused
+  // here, before it is sent.
+  args.SetMaxReceiveMessageSize(static_cast<int>(kMaxMessageBytes));
+  args.SetMaxSendMessageSize(static_cast<int>(kMaxMessageBytes));
   if (options.private_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   if (options.tls && !options.tls->server_name.empty()) {
     args.SetSslTargetNameOverride(options.tls->server_name);

@@ -4,20 +4,20 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <unordered_set>
 #include <utility>
 #include <vector>
 
+#include "launcher/controller/token_credentials.h"
 #include "proto/auth.h"
 #include "proto/controller_client.h"
 #include "proto/dslaunch.grpc.pb.h"
+#include "proto/message_limits.h"
 
 namespace dslaunch::controller {
 
@@ -106,14 +106,11 @@ class SessionCore final : public CommandSink {
   grpc::Status status_;
 };
 
-grpc::Status unauthenticated(std::string_view why) {
-  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(why));
-}
-
 }  // namespace
 
-// The service adapter: authenticates, checks streams, and turns gRPC's
-// callbacks into ControllerHandler calls.
+// The service adapter: checks streams and turns gRPC's callbacks into
+// ControllerHandler calls. Calls reach it only with the job's token: the
+// server's credentials (token_credentials.h) refuse the others first.
 class ControllerService final : public v1::Controller::CallbackService {
  public:
   ControllerService(ControllerHandler& handler, ControllerServerOptions options)
@@ -123,47 +120,25 @@ class ControllerService final : public v1::Controller::CallbackService {
   const ControllerServerOptions& options() const { return options_; }
   size_t max_queued_commands() const { return options_.max_queued_commands; }
 
-  grpc::Status authenticate(const grpc::CallbackServerContext* context) {
-    const auto& metadata = context->client_metadata();
-    const auto entry = metadata.find(std::string(proto::kAuthorizationKey));
-    grpc::Status status;
-    if (entry == metadata.end()) {
-      status = unauthenticated(
-          "no job token: every call must carry 'authorization: Bearer <token>' (the token is in "
-          "the job directory and in the ranks' environment)");
-    } else if (!proto::authorization_matches(
-                   std::string_view(entry->second.data(), entry->second.size()), options_.token)) {
-      status = unauthenticated("wrong job token: this controller runs another job");
-    }
-    if (!status.ok()) refused_.fetch_add(1, std::memory_order_relaxed);
-    return status;
-  }
-
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const v1::RegisterRequest* request,
                                      v1::RegisterReply* reply) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    grpc::Status status = authenticate(context);
-    if (status.ok()) status = handler_.register_rank(*request, reply);
-    reactor->Finish(std::move(status));
+    reactor->Finish(handler_.register_rank(*request, reply));
     return reactor;
   }
 
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const v1::GetStatusRequest*, v1::JobStatus* reply) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    grpc::Status status = authenticate(context);
-    if (status.ok()) status = handler_.get_status(reply);
-    reactor->Finish(std::move(status));
+    reactor->Finish(handler_.get_status(reply));
     return reactor;
   }
 
   grpc::ServerUnaryReactor* Stop(grpc::CallbackServerContext* context,
                                  const v1::StopRequest* request, v1::StopReply* reply) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    grpc::Status status = authenticate(context);
-    if (status.ok()) status = handler_.stop(*request, reply);
-    reactor->Finish(std::move(status));
+    reactor->Finish(handler_.stop(*request, reply));
     return reactor;
   }
 
@@ -171,9 +146,7 @@ class ControllerService final : public v1::Controller::CallbackService {
                                        const v1::CheckpointRequest* request,
                                        v1::CheckpointReply* reply) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    grpc::Status status = authenticate(context);
-    if (status.ok()) status = handler_.checkpoint(*request, reply);
-    reactor->Finish(std::move(status));
+    reactor->Finish(handler_.checkpoint(*request, reply));
     return reactor;
   }
 
@@ -211,12 +184,9 @@ class ControllerService final : public v1::Controller::CallbackService {
     return sessions_.size();
   }
 
-  int64_t refused_calls() const { return refused_.load(std::memory_order_relaxed); }
-
  private:
   ControllerHandler& handler_;
   const ControllerServerOptions options_;
-  std::atomic<int64_t> refused_{0};
   mutable std::mutex mutex_;
   bool shutting_down_ = false;
   std::unordered_set<std::shared_ptr<SessionCore>> sessions_;
@@ -229,13 +199,9 @@ namespace {
 // itself in OnDone.
 class SessionReactor final : public SessionBase {
  public:
-  SessionReactor(ControllerService& service, grpc::CallbackServerContext* context)
+  explicit SessionReactor(ControllerService& service)
       : service_(service),
         core_(std::make_shared<SessionCore>(this, service.max_queued_commands())) {
-    if (grpc::Status status = service_.authenticate(context); !status.ok()) {
-      refuse(std::move(status));
-      return;
-    }
     if (!service_.add_session(core_)) {
       refuse(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the controller is shutting down"));
       return;
@@ -308,8 +274,8 @@ class SessionReactor final : public SessionBase {
 
 }  // namespace
 
-SessionBase* ControllerService::Session(grpc::CallbackServerContext* context) {
-  return new SessionReactor(*this, context);
+SessionBase* ControllerService::Session(grpc::CallbackServerContext* /*context*/) {
+  return new SessionReactor(*this);
 }
 
 namespace {
@@ -349,23 +315,18 @@ bool port_taken(const std::string& address) {
   return taken;
 }
 
-std::shared_ptr<grpc::ServerCredentials> tls_credentials(const ServerTls& tls, std::string& error) {
-  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-  if (!proto::read_credential_file(tls.cert_file, pair.cert_chain, error) ||
-      !proto::read_credential_file(tls.key_file, pair.private_key, error)) {
+std::optional<ServerTlsPem> read_tls_files(const ServerTls& tls, std::string& error) {
+  ServerTlsPem pem;
+  if (!proto::read_credential_file(tls.cert_file, pem.cert_chain, error) ||
+      !proto::read_credential_file(tls.key_file, pem.private_key, error)) {
     error = "tls: " + error;
-    return nullptr;
+    return std::nullopt;
   }
-  grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-  if (!tls.ca_file.empty()) {
-    if (!proto::read_credential_file(tls.ca_file, ssl.pem_root_certs, error)) {
-      error = "tls.ca: " + error;
-      return nullptr;
-    }
-    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  if (!tls.ca_file.empty() && !proto::read_credential_file(tls.ca_file, pem.client_ca, error)) {
+    error = "tls.ca: " + error;
+    return std::nullopt;
   }
-  ssl.pem_key_cert_pairs.push_back(std::move(pair));
-  return grpc::SslServerCredentials(ssl);
+  return pem;
 }
 
 int milliseconds(std::chrono::milliseconds duration) { return static_cast<int>(duration.count()); }
@@ -373,7 +334,8 @@ int milliseconds(std::chrono::milliseconds duration) { return static_cast<int>(d
 }  // namespace
 
 ControllerServer::ControllerServer(ControllerHandler& handler, ControllerServerOptions options)
-    : service_(std::make_unique<ControllerService>(handler, std::move(options))) {}
+    : service_(std::make_unique<ControllerService>(handler, std::move(options))),
+      refused_(std::make_shared<RefusalCount>(0)) {}
 
 ControllerServer::~ControllerServer() { shutdown(std::chrono::milliseconds(0)); }
 
@@ -388,11 +350,13 @@ StartResult ControllerServer::start(const std::string& address) {
     result.error = "the controller needs a job token to authenticate its calls";
     return result;
   }
-  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  std::optional<ServerTlsPem> tls;
   if (options.tls) {
-    credentials = tls_credentials(*options.tls, result.error);
-    if (credentials == nullptr) return result;
+    tls = read_tls_files(*options.tls, result.error);
+    if (!tls) return result;
   }
+  const std::shared_ptr<grpc::ServerCredentials> credentials =
+      token_checked_credentials(tls, options.token, refused_);
 
   if (port_taken(address)) {
     result.error = "cannot listen on " + address +
@@ -411,7 +375,14 @@ StartResult ControllerServer::start(const std::string& address) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                              milliseconds(kMinClientPingInterval));
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, kMaxPingStrikes);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(proto::kMaxMessageBytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(proto::kMaxMessageBytes));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxStreamsPerConnection);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, milliseconds(kMaxConnectionIdle));
+  grpc::ResourceQuota quota("dslaunch-controller");
+  quota.Resize(kMemoryQuotaBytes);
+  builder.SetResourceQuota(quota);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || result.port == 0) {
     server_.reset();
@@ -433,6 +404,8 @@ void ControllerServer::shutdown(std::chrono::milliseconds grace) {
 
 size_t ControllerServer::open_sessions() const { return service_->open_sessions(); }
 
-int64_t ControllerServer::refused_calls() const { return service_->refused_calls(); }
+int64_t ControllerServer::refused_calls() const {
+  return refused_->load(std::memory_order_relaxed);
+}
 
 }  // namespace dslaunch::controller

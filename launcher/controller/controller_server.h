@@ -9,6 +9,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "launcher/controller/controller_handler.h"
+#include "launcher/controller/token_credentials.h"
 
 // The Controller gRPC service in front of a ControllerHandler, and the server
 // that runs it. The service uses gRPC's callback API: an open session costs a
@@ -17,11 +18,24 @@
 namespace dslaunch::controller {
 
 // Server ping policy, compatible with proto::ClientOptions' keepalive: a
-// client may ping this often while idle and is never punished for pinging
-// more (no strike limit), so a healthy rank is never disconnected for its
-// keepalive. The server pings idle clients on the same schedule, so a rank
-// host that vanished is noticed too.
+// client may ping this often while idle (half its keepalive period), so a
+// healthy rank is never disconnected for its keepalive; a client that pings
+// faster is sent away after kMaxPingStrikes such pings. The server pings idle
+// clients on the same schedule, so a rank host that vanished is noticed too.
 inline constexpr std::chrono::milliseconds kMinClientPingInterval{5'000};
+inline constexpr int kMaxPingStrikes = 2;
+
+// Bounds on what clients can hold, sized for a 4096-rank job. A rank's
+// connection carries its session and a unary call now and then; a process
+// simulating many ranks over one connection (controller_load_bench
+// --connections 1, the tests) needs one stream per rank, so twice 4096.
+inline constexpr int kMaxStreamsPerConnection = 8192;
+// A connection with no call for this long is closed (a rank's never is: its
+// session stays open); a client reconnects on its next call.
+inline constexpr std::chrono::milliseconds kMaxConnectionIdle{60'000};
+// The memory gRPC may use for all connections and calls together (read
+// buffers, messages being received): a few times what 4096 ranks need.
+inline constexpr size_t kMemoryQuotaBytes = size_t{1} << 30;
 
 // TLS for multi-host jobs (the spec's `tls: {cert, key, ca}`), in PEM files.
 struct ServerTls {
@@ -49,7 +63,10 @@ class ControllerService;
 // Runs the Controller service for one job.
 //
 // Every call must carry options.token as "authorization: Bearer <token>";
-// others are answered UNAUTHENTICATED and never reach the handler. A
+// others are answered UNAUTHENTICATED from their headers, before their
+// message is read, and never reach the handler. Messages up to
+// proto::kMaxMessageBytes are accepted and sent; a larger one ends its call
+// with RESOURCE_EXHAUSTED. A
 // Session's first message fixes its rank; a later message naming another
 // rank ends the stream with INVALID_ARGUMENT. A message with no payload only
 // announces the rank.
@@ -81,6 +98,7 @@ class ControllerServer {
 
  private:
   std::unique_ptr<ControllerService> service_;
+  std::shared_ptr<RefusalCount> refused_;
   std::unique_ptr<grpc::Server> server_;
   bool shut_down_ = false;
 };

@@ -1,7 +1,6 @@
 #include "launcher/controller/job_controller.h"
 
 #include <arpa/inet.h>
-#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -21,6 +20,7 @@
 #include "launcher/controller/checkpoint_catalog.h"
 #include "launcher/controller/checkpoint_committer.h"
 #include "launcher/controller/clock.h"
+#include "launcher/controller/controller_endpoint.h"
 #include "launcher/controller/directory_lock.h"
 #include "launcher/controller/controller_server.h"
 #include "launcher/controller/job_directory.h"
@@ -76,24 +76,6 @@ std::string find_worker_binary(const std::string& requested) {
   return "";
 }
 
-// The first IPv4 address of `interface_name` (any interface when empty) that
-// is not loopback: where ranks on other hosts can reach the controller.
-std::string routable_address(const std::string& interface_name) {
-  ifaddrs* interfaces = nullptr;
-  if (getifaddrs(&interfaces) != 0) return "";
-  std::string found;
-  for (ifaddrs* entry = interfaces; entry != nullptr && found.empty(); entry = entry->ifa_next) {
-    if (entry->ifa_addr == nullptr || entry->ifa_addr->sa_family != AF_INET) continue;
-    if (!interface_name.empty() && interface_name != entry->ifa_name) continue;
-    char text[INET_ADDRSTRLEN] = {};
-    const auto* address = reinterpret_cast<const sockaddr_in*>(entry->ifa_addr);
-    inet_ntop(AF_INET, &address->sin_addr, text, sizeof(text));
-    if (std::string(text).rfind("127.", 0) != 0) found = text;
-  }
-  freeifaddrs(interfaces);
-  return found;
-}
-
 // A port free on this host now (the OS picks it), for MASTER_PORT.
 int free_port() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -109,27 +91,6 @@ int free_port() {
   }
   close(fd);
   return port;
-}
-
-// Where the server listens and the address ranks dial.
-struct Endpoint {
-  std::string bind;
-  std::string dial_host;
-};
-
-Endpoint controller_endpoint(const spec::JobSpec& spec, const plan::JobPlan& plan) {
-  const std::string& configured = spec.cluster.controller_address;
-  if (!configured.empty()) {
-    const auto colon = configured.rfind(':');
-    const bool has_port = colon != std::string::npos && configured.back() != ']';
-    const std::string host = has_port ? configured.substr(0, colon) : configured;
-    return {(host.front() == '[' ? "[::]" : "0.0.0.0") +
-                std::string(has_port ? configured.substr(colon) : ":0"),
-            host};
-  }
-  if (plan.all_hosts_local) return {"127.0.0.1:0", "127.0.0.1"};
-  const std::string address = routable_address(spec.cluster.network_interface);
-  return {address.empty() ? "0.0.0.0:0" : address + ":0", address};
 }
 
 std::vector<v1::RankPlacement> placements(const plan::JobPlan& plan) {
@@ -185,7 +146,14 @@ class Attempt {
       server_options.tls = ServerTls{spec_.cluster.tls.cert, spec_.cluster.tls.key, ""};
     }
     ControllerServer server(handler_, server_options);
-    const Endpoint endpoint = controller_endpoint(spec_, plan_);
+    const ControllerEndpoint endpoint = choose_controller_endpoint(
+        spec_.cluster.controller_address, spec_.cluster.network_interface, plan_.all_hosts_local,
+        local_ipv4_addresses());
+    if (!endpoint.ok()) {
+      // A setting to fix: no restart could cure it.
+      fail_before_launch(server, endpoint.error);
+      return kRunBadInput;
+    }
     const StartResult started = server.start(endpoint.bind);
     if (!started.ok())
       return fail_before_launch(server, "cannot start the controller: " + started.error);

@@ -188,6 +188,15 @@ void add_local_runner_warning(const spec::JobSpec& spec, JobPlan& plan) {
   }
 }
 
+// Without TLS the token and every message cross the network in clear text:
+// anyone on the path can read the token and then act as the job's ranks.
+void add_plaintext_control_plane_warning(const spec::JobSpec& spec, JobPlan& plan) {
+  if (plan.hosts.size() < 2 || spec.cluster.tls.enabled()) return;
+  plan.warnings.push_back(
+      "the control plane is plaintext: the job token and every controller message cross the "
+      "network unencrypted between the hosts; set cluster.tls (cert, key, ca) to encrypt them");
+}
+
 void add_memory_warnings(const spec::JobSpec& spec, JobPlan& plan) {
   if (plan.device_memory_bytes == 0) {
     plan.warnings.push_back(
@@ -270,6 +279,7 @@ std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMa
   plan.warnings = plan.placement.warnings;
   add_assumed_topology_warning(spec, plan);
   add_local_runner_warning(spec, plan);
+  add_plaintext_control_plane_warning(spec, plan);
   for (const topology::HostSlots& host : plan.hosts) {
     plan.all_hosts_local = plan.all_hosts_local && is_this_machine(host.host);
   }

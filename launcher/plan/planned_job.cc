@@ -2,7 +2,10 @@
 
 #include <cstdlib>
 
+#include <fmt/format.h>
+
 #include "launcher/plan/local_machine.h"
+#include "proto/message_limits.h"
 
 namespace dslaunch::plan {
 
@@ -11,6 +14,15 @@ std::optional<PlannedJob> load_and_plan(const std::string& path, const spec::Loa
   PlannedJob job;
   job.spec = spec::load_job_spec(path, options, diagnostics, job.locations);
   if (diagnostics.has_errors()) return std::nullopt;
+  // Every rank receives the resolved spec in one controller message.
+  if (job.spec.resolved_yaml.size() > proto::kMaxResolvedSpecBytes) {
+    diagnostics.error(
+        spec::Location{path, 0, 0, ""},
+        fmt::format("the resolved job spec is {} bytes, more than the {} MiB the controller can "
+                    "send its ranks; keep large data in files the spec names",
+                    job.spec.resolved_yaml.size(), proto::kMaxResolvedSpecBytes >> 20));
+    return std::nullopt;
+  }
   const PlanInputs inputs{probe_local_machine(),
                           [](const char* name) { return std::getenv(name); }};
   std::optional<JobPlan> plan = make_plan(job.spec, job.locations, inputs, diagnostics);

@@ -177,10 +177,26 @@ TEST_CASE("dslaunch plan --json plans the 2-host example: 16 ranks, a stage per 
   CHECK(memory[15]["device_total"] == 508'221'440);
 
   const auto warnings = plan["warnings"].get<std::vector<std::string>>();
-  REQUIRE(warnings.size() == 1);
+  REQUIRE(warnings.size() == 2);
   CHECK(warnings[0] == runfile("jobs/gpt2-medium-ds_config.json") +
                            ":5:3: DeepSpeed key 'steps_per_print' has no effect in dslaunch and "
                            "is ignored");
+  CHECK(warnings[1] ==
+        "the control plane is plaintext: the job token and every controller message cross the "
+        "network unencrypted between the hosts; set cluster.tls (cert, key, ca) to encrypt them");
+}
+
+TEST_CASE("dslaunch plan refuses a resolved spec too large for one controller message") {
+  // 33 MiB in one env value: the resolved spec cannot be sent to the ranks.
+  std::ifstream demo_file(demo());
+  std::stringstream text;
+  text << demo_file.rdbuf() << "env:\n  BIG: " << std::string(33u << 20, 'x') << "\n";
+  const std::string path = temp_file("too_large.yaml", text.str());
+  const auto result = dslaunch_cli("plan " + path);
+  CHECK(result.exit_code == 2);
+  CHECK(result.output.find(path + ": error: the resolved job spec is ") != std::string::npos);
+  CHECK(result.output.find("more than the 32 MiB the controller can send its ranks; keep large "
+                           "data in files the spec names") != std::string::npos);
 }
 
 TEST_CASE("dslaunch plan --include keeps one host of the 2-host example: 8 ranks, data 1") {

@@ -24,6 +24,7 @@
 #include "launcher/controller/controller_server.h"
 #include "proto/auth.h"
 #include "proto/dslaunch.grpc.pb.h"
+#include "proto/message_limits.h"
 #include "tests/support/run_command.h"
 
 extern char** environ;
@@ -53,6 +54,7 @@ class FakeHandler final : public ControllerHandler {
     reply->mutable_placement()->set_rank(request.rank());
     reply->mutable_placement()->set_world_size(4);
     reply->mutable_placement()->set_host(request.host());
+    reply->set_resolved_spec_yaml(register_spec_);
     return grpc::Status::OK;
   }
 
@@ -99,6 +101,11 @@ class FakeHandler final : public ControllerHandler {
     stops_.push_back(request);
     reply->set_state(request.now() ? "STOPPED" : "RUNNING");
     return grpc::Status::OK;
+  }
+
+  void set_register_spec(std::string spec) {
+    std::lock_guard lock(mutex_);
+    register_spec_ = std::move(spec);
   }
 
   void block_register() {
@@ -161,6 +168,7 @@ class FakeHandler final : public ControllerHandler {
   std::condition_variable changed_;
   int calls_ = 0;
   bool block_register_ = false;
+  std::string register_spec_;
   std::vector<v1::RegisterRequest> registrations_;
   std::vector<int> opened_;
   std::vector<int> closed_;
@@ -437,6 +445,60 @@ TEST_CASE("a missing token, or one without 'Bearer ', is refused and the handler
 
   CHECK(loopback.handler.calls() == 0);
   CHECK(loopback.server.refused_calls() == 4);
+}
+
+TEST_CASE("a 5 MiB spec goes up and comes back: gRPC's 4 MiB default is not the limit") {
+  Loopback loopback;
+  const std::string spec(5u << 20, 'x');
+  loopback.handler.set_register_spec(spec);
+  proto::ControllerClient client = loopback.client();
+  v1::RegisterRequest request;
+  request.set_rank(1);
+  request.set_host(spec);
+  v1::RegisterReply reply;
+  const grpc::Status status = client.register_rank(request, &reply);
+  REQUIRE(status.error_message() == "");
+  CHECK(reply.resolved_spec_yaml() == spec);
+  const std::vector<v1::RegisterRequest> seen = loopback.handler.registrations();
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].host().size() == spec.size());
+}
+
+TEST_CASE("a message above the cap is refused with RESOURCE_EXHAUSTED on both sides") {
+  Loopback loopback;
+  v1::RegisterRequest request;
+  request.set_host(std::string(proto::kMaxMessageBytes, 'x'));
+  v1::RegisterReply reply;
+
+  // The client refuses to send it.
+  proto::ControllerClient client = loopback.client();
+  CHECK(client.register_rank(request, &reply).error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  // A client without that limit sends it, and the controller refuses it.
+  const std::unique_ptr<v1::Controller::Stub> stub = loopback.raw_stub();
+  grpc::ClientContext context;
+  context.set_deadline(in(30s));
+  context.AddMetadata("authorization", proto::bearer_value(job_token()));
+  CHECK(stub->Register(&context, request, &reply).error_code() ==
+        grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(loopback.handler.calls() == 0);
+}
+
+TEST_CASE("a wrong token is refused from the headers, before the body is read") {
+  Loopback loopback;
+  const std::unique_ptr<v1::Controller::Stub> stub = loopback.raw_stub();
+  v1::RegisterRequest request;
+  // Over the cap: had the body been read first, RESOURCE_EXHAUSTED would answer.
+  request.set_host(std::string(proto::kMaxMessageBytes, 'x'));
+  grpc::ClientContext context;
+  context.set_deadline(in(30s));
+  context.AddMetadata("authorization", proto::bearer_value(proto::generate_token().token));
+  v1::RegisterReply reply;
+  const grpc::Status refused = stub->Register(&context, request, &reply);
+  CHECK(refused.error_code() == grpc::StatusCode::UNAUTHENTICATED);
+  CHECK(refused.error_message() == "wrong job token: this controller runs another job");
+  CHECK(loopback.handler.calls() == 0);
+  CHECK(loopback.server.refused_calls() == 1);
 }
 
 TEST_CASE("a unary call whose handler blocks ends with DEADLINE_EXCEEDED at its deadline") {

@@ -31,6 +31,11 @@ using spec::Diagnostic;
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 
+// What every plan on more than one host without cluster.tls warns.
+constexpr const char* kPlaintextWarning =
+    "the control plane is plaintext: the job token and every controller message cross the "
+    "network unencrypted between the hosts; set cluster.tls (cert, key, ca) to encrypt them";
+
 // A fresh folder under $TEST_TMPDIR for one test's spec and hostfile.
 class Folder {
  public:
@@ -402,7 +407,7 @@ TEST_CASE("two 8-GPU hosts with tensor 4 and pipeline 2 put each stage on its ow
   CHECK(plan.memory_of_rank(7).device_total() == 211'710'720);
   CHECK(plan.memory_of_rank(8).device_total() == 203'861'760);
   CHECK(plan.device_memory_bytes == 80 * kGiB);
-  CHECK(plan.warnings.empty());
+  CHECK(plan.warnings == std::vector<std::string>{kPlaintextWarning});
 }
 
 TEST_CASE("num_nodes keeps the first hosts of the hostfile") {
@@ -706,7 +711,8 @@ data:
   REQUIRE(planned.plan.has_value());
   CHECK(planned.plan->warnings ==
         std::vector<std::string>{"tensor-parallel group [8, 9, 10, 11] spans hosts a and b: its "
-                                 "all-reduces will cross the network"});
+                                 "all-reduces will cross the network",
+                                 kPlaintextWarning});
 }
 
 TEST_CASE("model states larger than the device memory are warned about per stage") {
@@ -859,7 +865,38 @@ data: {train: demo}
 )" + spec_tail));
   INFO(described.diagnostics.format());
   REQUIRE(described.plan.has_value());
-  CHECK(described.plan->warnings.empty());
+  CHECK(described.plan->warnings == std::vector<std::string>{kPlaintextWarning});
+}
+
+TEST_CASE("a plan on more than one host warns once that its control plane is plaintext") {
+  Folder folder;
+  folder.write("two.hostfile", "a slots=1\nb slots=1\n");
+  folder.write("one.hostfile", "a slots=2\n");
+  for (const char* name : {"c.pem", "c.key", "ca.pem"}) folder.write(name, "PEM");
+  const std::string spec_tail = R"(
+  topology: {cores_per_host: 8, numa_nodes_per_host: 1}
+training: {train_micro_batch_size_per_gpu: 1, steps: 1}
+data: {train: demo}
+)";
+  const auto spec = [&](const std::string& cluster) {
+    return "cluster:\n  runner: openmpi\n  device: cpu\n" + cluster + spec_tail;
+  };
+  const Planned plaintext = plan_file(folder.write("two.yaml", spec("  hostfile: two.hostfile")));
+  INFO(plaintext.diagnostics.format());
+  REQUIRE(plaintext.plan.has_value());
+  CHECK(std::count(plaintext.plan->warnings.begin(), plaintext.plan->warnings.end(),
+                   kPlaintextWarning) == 1);
+
+  const Planned with_tls = plan_file(folder.write(
+      "tls.yaml", spec("  hostfile: two.hostfile\n  tls: {cert: c.pem, key: c.key, ca: ca.pem}")));
+  INFO(with_tls.diagnostics.format());
+  REQUIRE(with_tls.plan.has_value());
+  CHECK(with_tls.plan->warnings.empty());
+
+  const Planned one_host = plan_file(folder.write("one.yaml", spec("  hostfile: one.hostfile")));
+  INFO(one_host.diagnostics.format());
+  REQUIRE(one_host.plan.has_value());
+  CHECK(one_host.plan->warnings.empty());
 }
 
 TEST_CASE("a commbench plan places ranks but resolves no batch and estimates no memory") {
