@@ -64,24 +64,43 @@ RankOutput::RankOutput(OutputTags tags, std::function<std::string(int, OutputStr
 
 void RankOutput::feed(OutputStream pipe, std::string_view bytes) {
   std::string& pending = pending_[static_cast<int>(pipe)];
-  pending.append(bytes);
-  size_t start = 0;
-  for (size_t newline = pending.find('\n'); newline != std::string::npos;
-       newline = pending.find('\n', start)) {
-    route(pipe, std::string_view(pending).substr(start, newline - start));
-    start = newline + 1;
+  while (!bytes.empty()) {
+    // Only the bytes that fit in the pending line are searched, so a long
+    // run without newlines is scanned once, never again per chunk.
+    const std::string_view fits = bytes.substr(0, kMaxPendingLine - pending.size());
+    const size_t newline = fits.find('\n');
+    if (newline != std::string_view::npos) {
+      pending.append(fits.substr(0, newline));
+      flush_pending(pipe, true);
+      bytes.remove_prefix(newline + 1);
+      continue;
+    }
+    pending.append(fits);
+    bytes.remove_prefix(fits.size());
+    if (pending.size() == kMaxPendingLine) flush_pending(pipe, false);
   }
-  pending.erase(0, start);
   for (auto& [key, file] : files_) fflush(file.get());
 }
 
 void RankOutput::finish() {
   for (const OutputStream pipe : {OutputStream::kStdout, OutputStream::kStderr}) {
-    std::string& pending = pending_[static_cast<int>(pipe)];
-    if (!pending.empty()) route(pipe, pending);
-    pending.clear();
+    const int index = static_cast<int>(pipe);
+    if (!pending_[index].empty() || continuing_[index]) flush_pending(pipe, true);
   }
   for (auto& [key, file] : files_) fflush(file.get());
+}
+
+void RankOutput::flush_pending(OutputStream pipe, bool line_ended) {
+  const int index = static_cast<int>(pipe);
+  std::string& pending = pending_[index];
+  std::optional<Destination>& continuing = continuing_[index];
+  if (continuing) {
+    write(continuing->rank, continuing->stream, pending, line_ended);
+  } else {
+    continuing = route(pipe, pending, line_ended);
+  }
+  if (line_ended) continuing.reset();
+  pending.clear();
 }
 
 std::vector<std::string> RankOutput::stderr_tail(int rank) const {
@@ -90,23 +109,25 @@ std::vector<std::string> RankOutput::stderr_tail(int rank) const {
   return {it->second.begin(), it->second.end()};
 }
 
-void RankOutput::route(OutputStream pipe, std::string_view line) {
+RankOutput::Destination RankOutput::route(OutputStream pipe, std::string_view line,
+                                          bool line_ended) {
   const std::optional<Tagged> tagged =
       tags_ == OutputTags::kMpirun ? parse_mpirun(line) : parse_srun(line, pipe);
   if (!tagged) {
-    write(-1, pipe, line);
+    write(-1, pipe, line, line_ended);
     if (on_launcher_line_) on_launcher_line_(line);
-    return;
+    return {-1, pipe};
   }
-  write(tagged->rank, tagged->stream, tagged->text);
+  write(tagged->rank, tagged->stream, tagged->text, line_ended);
   if (tagged->stream == OutputStream::kStderr) {
     std::deque<std::string>& tail = tails_[tagged->rank];
     tail.emplace_back(tagged->text);
     if (tail.size() > tail_lines_) tail.pop_front();
   }
+  return {tagged->rank, tagged->stream};
 }
 
-void RankOutput::write(int rank, OutputStream stream, std::string_view text) {
+void RankOutput::write(int rank, OutputStream stream, std::string_view text, bool line_ended) {
   const auto key = std::make_pair(rank, static_cast<int>(stream));
   auto it = files_.find(key);
   if (it == files_.end()) {
@@ -117,7 +138,7 @@ void RankOutput::write(int rank, OutputStream stream, std::string_view text) {
   // A file that could not be opened loses its lines rather than the job.
   if (FILE* file = it->second.get()) {
     fwrite(text.data(), 1, text.size(), file);
-    fputc('\n', file);
+    if (line_ended) fputc('\n', file);
   }
 }
 

@@ -1,5 +1,6 @@
 #include "launcher/runner/rank_output.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -94,6 +95,45 @@ TEST_CASE("the last stderr lines of each rank are kept for failure reports") {
   output.feed(OutputStream::kStdout, "[1,2]<stdout>:not stderr\n");
   CHECK(output.stderr_tail(2) == std::vector<std::string>{"line 3", "line 4", "line 5"});
   CHECK(output.stderr_tail(0).empty());
+}
+
+TEST_CASE("10 MB without a newline is held in at most one bounded piece and written whole") {
+  LogFolder logs;
+  RankOutput output(OutputTags::kMpirun, logs.paths(), 3);
+  constexpr size_t kTotal = 10 * 1000 * 1000;
+  const std::string chunk(4096, 'x');
+  output.feed(OutputStream::kStderr, "[1,4]<stderr>:");
+  size_t fed = 0;
+  size_t most_held = 0;
+  while (fed < kTotal) {
+    const size_t n = std::min(chunk.size(), kTotal - fed);
+    output.feed(OutputStream::kStderr, std::string_view(chunk).substr(0, n));
+    fed += n;
+    most_held = std::max(most_held, output.pending_bytes());
+  }
+  CHECK(most_held <= RankOutput::kMaxPendingLine);
+  output.feed(OutputStream::kStderr, "\n[1,4]<stderr>:next\n");
+  output.finish();
+  CHECK(logs.read("rank4.stderr") == std::string(kTotal, 'x') + "\nnext\n");
+  CHECK(logs.read("launcher.stderr").empty());
+  // The tail keeps the long line's first piece, not all of it.
+  const std::vector<std::string> tail = output.stderr_tail(4);
+  REQUIRE(tail.size() == 2);
+  CHECK(tail[0].size() <= RankOutput::kMaxPendingLine);
+  CHECK(tail[1] == "next");
+}
+
+TEST_CASE("a line of exactly the bound, and an unterminated long last line, keep every byte") {
+  LogFolder logs;
+  RankOutput output(OutputTags::kSrun, logs.paths());
+  const std::string exact = "0: " + std::string(RankOutput::kMaxPendingLine - 3, 'a');
+  output.feed(OutputStream::kStdout, exact + "\n");
+  output.feed(OutputStream::kStdout, "0: " + std::string(3 * RankOutput::kMaxPendingLine, 'b'));
+  CHECK(output.pending_bytes() < RankOutput::kMaxPendingLine);
+  output.finish();
+  CHECK(output.pending_bytes() == 0);
+  CHECK(logs.read("rank0.stdout") == std::string(RankOutput::kMaxPendingLine - 3, 'a') + "\n" +
+                                         std::string(3 * RankOutput::kMaxPendingLine, 'b') + "\n");
 }
 
 }  // namespace dslaunch::runner
