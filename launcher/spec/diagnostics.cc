@@ -1,11 +1,24 @@
 #include "launcher/spec/diagnostics.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <tuple>
 
 #include <fmt/format.h>
 
+#include "launcher/spec/terminal_text.h"
+
 namespace dslaunch::spec {
+namespace {
+
+// "file:line:col: error: message", with the spec's text made safe to print.
+std::string format_one(const Diagnostic& d) {
+  return fmt::format("{}: {}: {}", terminal_safe(d.location.to_string()),
+                     d.severity == Diagnostic::Severity::kError ? "error" : "warning",
+                     terminal_safe(d.message));
+}
+
+}  // namespace
 
 std::string Location::to_string() const {
   if (!origin.empty()) return origin;
@@ -33,7 +46,8 @@ std::vector<std::string> Diagnostics::warnings() const {
   std::vector<std::string> out;
   for (const Diagnostic& d : diagnostics_) {
     if (d.severity == Diagnostic::Severity::kWarning) {
-      out.push_back(fmt::format("{}: {}", d.location.to_string(), d.message));
+      out.push_back(
+          fmt::format("{}: {}", terminal_safe(d.location.to_string()), terminal_safe(d.message)));
     }
   }
   return out;
@@ -50,10 +64,21 @@ std::string Diagnostics::format() const {
     return key(a.location) < key(b.location);
   });
   std::string out;
-  for (const Diagnostic& d : sorted) {
-    out += fmt::format("{}: {}: {}\n", d.location.to_string(),
-                       d.severity == Diagnostic::Severity::kError ? "error" : "warning", d.message);
-  }
+  const size_t shown = std::min(sorted.size(), kMaxFormatted);
+  for (size_t i = 0; i < shown; ++i) out += format_one(sorted[i]) + "\n";
+  if (shown == sorted.size()) return out;
+  const auto errors = std::count_if(sorted.begin() + shown, sorted.end(), [](const Diagnostic& d) {
+    return d.severity == Diagnostic::Severity::kError;
+  });
+  const auto warnings = static_cast<std::ptrdiff_t>(sorted.size() - shown) - errors;
+  const auto count = [](std::ptrdiff_t n, const char* what) {
+    return fmt::format("{} more {}{}", n, what, n == 1 ? "" : "s");
+  };
+  out += "... and ";
+  if (errors > 0) out += count(errors, "error");
+  if (errors > 0 && warnings > 0) out += " and ";
+  if (warnings > 0) out += count(warnings, "warning");
+  out += "\n";
   return out;
 }
 

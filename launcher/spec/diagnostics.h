@@ -35,9 +35,16 @@ class Diagnostics {
   const std::vector<Diagnostic>& all() const { return diagnostics_; }
   std::vector<std::string> warnings() const;  // formatted warnings only
 
+  // At most this many diagnostics are formatted; a spec with 200k unknown
+  // keys gets 50 lines and a count, not 40 MB.
+  static constexpr size_t kMaxFormatted = 50;
+
   // One line per diagnostic: command-line ones first, then by file, line
-  // and column:
+  // and column, the first kMaxFormatted of them and then "... and N more
+  // errors" for the rest:
   //   "jobs/demo.yaml:12:3: error: unknown key 'trian_batch_size' ..."
+  // Text from the spec is passed through terminal_safe (terminal_text.h) in
+  // these and in warnings(): a control character shows as "\x1b".
   std::string format() const;
 
  private:
