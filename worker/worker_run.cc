@@ -26,6 +26,7 @@
 #include "worker/commbench/commbench.h"
 #include "worker/parallel/process_groups.h"
 #include "worker/rank_environment.h"
+#include "worker/secret_variable.h"
 #include "worker/stack_dump.h"
 #include "worker/train_workload.h"
 
@@ -272,6 +273,9 @@ int run_commbench_workload(const spec::JobSpec& spec, const ProcessGroups& group
 }  // namespace
 
 int run_worker() {
+  // Taken out of the environment first, before anything (MPI, a workload's
+  // helper, a debugger) can start a process that would inherit it.
+  const std::string token = take_secret_variable("DSL_JOB_TOKEN");
   install_stack_dump_handler();
   std::string error;
   const auto rank_env =
@@ -282,7 +286,6 @@ int run_worker() {
   }
   export_rank_environment(*rank_env);
   const std::string address = env_or_empty("DSL_CONTROLLER");
-  const std::string token = env_or_empty("DSL_JOB_TOKEN");
   if (address.empty() || token.empty()) {
     std::cerr << "dsworker: DSL_CONTROLLER or DSL_JOB_TOKEN is not set: dsworker run is started "
                  "by `dslaunch run`\n";
