@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,6 +37,27 @@ std::optional<pid_t> session_of(pid_t pid) {
   return session;
 }
 
+// A pidfd for `pid` (Linux 5.3 and later), or -1 with errno set.
+int open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+#else
+  (void)pid;
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+bool send_through_pidfd(int pidfd, int signal) {
+#ifdef SYS_pidfd_send_signal
+  return syscall(SYS_pidfd_send_signal, pidfd, signal, nullptr, 0) == 0;
+#else
+  (void)pidfd;
+  (void)signal;
+  return false;
+#endif
+}
+
 }  // namespace
 
 std::string ExitStatus::to_string() const {
@@ -56,6 +78,24 @@ std::vector<pid_t> processes_in_session(pid_t session) {
   }
   closedir(proc);
   return pids;
+}
+
+bool signal_session_member(pid_t pid, pid_t session, int signal) {
+  const int pidfd = open_pidfd(pid);
+  if (pidfd < 0 && errno == ESRCH) return false;  // gone already
+  // Checked after the pidfd is open: if `pid` was reused before that, the
+  // check sees the newcomer and fails; if after, the pidfd still names the
+  // member, which is then gone, and the signal goes nowhere.
+  if (session_of(pid) != session) {
+    if (pidfd >= 0) close(pidfd);
+    return false;
+  }
+  // No pidfd (an old kernel, or a sandbox that forbids it): the check just
+  // above leaves only a short window.
+  if (pidfd < 0) return kill(pid, signal) == 0;
+  const bool sent = send_through_pidfd(pidfd, signal);
+  close(pidfd);
+  return sent;
 }
 
 std::unique_ptr<SupervisedProcess> SupervisedProcess::start(
@@ -121,7 +161,9 @@ std::unique_ptr<SupervisedProcess> SupervisedProcess::start(
 }
 
 SupervisedProcess::~SupervisedProcess() {
-  if (!exit_ && !poll_exit()) terminate(std::chrono::milliseconds(0));
+  // Also when the launcher has exited: ranks it left in the session are
+  // killed, and its zombie is reaped.
+  if (!reaped_) terminate(std::chrono::milliseconds(0));
   for (int& fd : fds_) {
     if (fd >= 0) close(fd);
   }
@@ -153,11 +195,18 @@ bool SupervisedProcess::pump_output(RankOutput& output, std::chrono::millisecond
 
 std::optional<ExitStatus> SupervisedProcess::poll_exit() {
   if (exit_) return exit_;
-  int status = 0;
-  if (waitpid(pid_, &status, WNOHANG) != pid_) return std::nullopt;
+  siginfo_t info{};
+  // WNOWAIT reads the status and leaves the zombie (see the class comment).
+  if (waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+      info.si_pid != pid_) {
+    return std::nullopt;
+  }
   ExitStatus result;
-  if (WIFEXITED(status)) result.code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
+  if (info.si_code == CLD_EXITED) {
+    result.code = info.si_status;
+  } else {
+    result.signal = info.si_status;
+  }
   exit_ = result;
   return exit_;
 }
@@ -167,11 +216,12 @@ std::vector<pid_t> SupervisedProcess::session_processes() const {
 }
 
 void SupervisedProcess::kill_session(int signal) const {
-  for (const pid_t pid : session_processes()) kill(pid, signal);
+  for (const pid_t pid : session_processes()) signal_session_member(pid, pid_, signal);
 }
 
 ExitStatus SupervisedProcess::terminate(std::chrono::milliseconds grace) {
   using Clock = std::chrono::steady_clock;
+  if (reaped_) return *exit_;
   if (!poll_exit()) kill(pid_, SIGTERM);
   const auto kill_at = Clock::now() + grace;
   const auto give_up = kill_at + std::chrono::seconds(5);
@@ -188,10 +238,13 @@ ExitStatus SupervisedProcess::terminate(std::chrono::milliseconds grace) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (!exit_) {
-    int status = 0;
-    waitpid(pid_, &status, 0);
+    siginfo_t ignored{};
+    waitid(P_PID, static_cast<id_t>(pid_), &ignored, WEXITED | WNOWAIT);
     poll_exit();
   }
+  // Done with the session id: the launcher's pid may now be reused.
+  waitpid(pid_, nullptr, 0);
+  reaped_ = true;
   return exit_.value_or(ExitStatus{});
 }
 

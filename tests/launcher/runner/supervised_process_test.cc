@@ -1,6 +1,7 @@
 #include "launcher/runner/supervised_process.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -20,6 +21,16 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 bool alive(pid_t pid) { return kill(pid, 0) == 0; }
+
+// The state letter of `pid` in /proc/<pid>/stat ('Z' for a zombie), or ' '
+// when there is no such process.
+char state_of(pid_t pid) {
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  if (!std::getline(stat, line)) return ' ';
+  const auto close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() ? ' ' : line[close + 2];
+}
 
 // Runs the process to its end, collecting untagged output (the launcher log).
 struct Collected {
@@ -131,6 +142,44 @@ TEST_CASE("a graceful launcher exits on SIGTERM within the grace period") {
   std::this_thread::sleep_for(200ms);
   const ExitStatus status = process->terminate(10s);
   CHECK(status.code == 0);
+}
+
+TEST_CASE("an exited launcher stays a zombie, holding its session id, until its session is killed") {
+  const fs::path pids = fs::path(std::getenv("TEST_TMPDIR")) / "pids_zombie";
+  fs::remove(pids);
+  // The launcher exits at once and leaves a "rank" behind in its session.
+  std::string error;
+  auto process = SupervisedProcess::start(
+      {"sh", "-c", fmt::format("sleep 300 & echo $! >> {}; exit 0", pids.string())}, {}, error);
+  REQUIRE(process != nullptr);
+  const pid_t launcher = process->pid();
+  const pid_t rank = wait_for_pids(pids, 1).front();
+  while (!process->poll_exit()) std::this_thread::sleep_for(10ms);
+  CHECK(process->poll_exit()->code == 0);
+  // Not reaped: no new process can take the pid, so none can lead a new
+  // session with this id.
+  CHECK(state_of(launcher) == 'Z');
+  CHECK(process->session_processes() == std::vector<pid_t>{rank});
+  process.reset();
+  CHECK(state_of(rank) == ' ');
+  CHECK(state_of(launcher) == ' ');  // reaped once its session was killed
+}
+
+TEST_CASE("a process is signalled as a session member only while it is one") {
+  std::string error;
+  auto process = SupervisedProcess::start({"sleep", "300"}, {}, error);
+  REQUIRE(process != nullptr);
+  const pid_t sleeper = process->pid();
+  // This test's own process is not in the launcher's session.
+  CHECK_FALSE(signal_session_member(getpid(), sleeper, SIGKILL));
+  CHECK_FALSE(signal_session_member(sleeper, getsid(0), SIGKILL));
+  CHECK(state_of(sleeper) != 'Z');
+  CHECK(alive(sleeper));
+  CHECK(signal_session_member(sleeper, sleeper, SIGKILL));
+  while (!process->poll_exit()) std::this_thread::sleep_for(10ms);
+  CHECK(process->poll_exit()->signal == SIGKILL);
+  process->terminate(0ms);
+  CHECK_FALSE(signal_session_member(sleeper, sleeper, SIGKILL));  // reaped: gone
 }
 
 }  // namespace dslaunch::runner
