@@ -13,6 +13,7 @@
 
 #include "launcher/controller/job_directory.h"
 #include "launcher/controller/job_status.h"
+#include "launcher/job_dir_path.h"
 #include "proto/controller_client.h"
 
 namespace dslaunch::launcher {
@@ -214,7 +215,8 @@ struct FollowedFile {
 
 std::optional<JobDirectory> find_job(const std::string& job, std::string& error) {
   if (fs::is_directory(job) && fs::exists(fs::path(job) / "state.json")) {
-    return JobDirectory::open(job, error);
+    const std::optional<std::string> dir = normalized_job_dir(job, error);
+    return dir ? JobDirectory::open(*dir, error) : std::nullopt;
   }
   const std::string root = controller::default_jobs_root();
   std::vector<std::string> matches;

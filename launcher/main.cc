@@ -10,6 +10,7 @@
 #include "launcher/controller/job_controller.h"
 #include "launcher/environment_report.h"
 #include "launcher/job_commands.h"
+#include "launcher/job_dir_path.h"
 #include "launcher/model_commands.h"
 #include "launcher/plan_command.h"
 #include "tools/build_info/build_info.h"
@@ -79,8 +80,8 @@ int main(int argc, char** argv) {
   CLI::App* run = app.add_subcommand(
       "run", "Start the job: every rank through the spec's runner, watched until it ends");
   run->add_option("spec", run_options.spec_path, "The job spec (YAML)")->required();
-  run->add_option("--job-dir", run_options.job_dir,
-                  "The job's directory (default: ~/.dslaunch/jobs/<job id>)");
+  CLI::Option* run_job_dir = run->add_option(
+      "--job-dir", run_options.job_dir, "The job's directory (default: ~/.dslaunch/jobs/<job id>)");
   run->add_option("--hostfile", run_options.load.hostfile, "DeepSpeed hostfile");
   run->add_option("--include", run_options.load.include, "Only these hosts/slots");
   run->add_option("--exclude", run_options.load.exclude, "All but these hosts/slots");
@@ -164,6 +165,15 @@ int main(int argc, char** argv) {
   if (report->parsed()) return run_report(report_json);
   if (plan->parsed()) return dslaunch::launcher::run_plan_command(plan_options);
   if (run->parsed()) {
+    if (run_job_dir->count() > 0) {
+      std::string error;
+      const auto dir = dslaunch::launcher::normalized_job_dir(run_options.job_dir, error);
+      if (!dir) {
+        std::cerr << "dslaunch run: --job-dir: " << error << "\n";
+        return kUsageError;
+      }
+      run_options.job_dir = *dir;
+    }
     run_options.progress = progress_mode(progress);
     return dslaunch::controller::run_job(run_options);
   }

@@ -62,3 +62,13 @@ TEST_CASE("dslaunch report prints a readable table") {
   CHECK(std::regex_search(result.output, std::regex(R"(\nopenblas\s+\S+ kernels, \d+ threads)")));
   CHECK(std::regex_search(result.output, std::regex(R"(\nmpirun\s+/\S*/mpirun \(.*Open MPI)")));
 }
+
+TEST_CASE("dslaunch run refuses an empty --job-dir, or the root folder, before reading the spec") {
+  const auto empty = dslaunch_cli("run no-such-spec.yaml --job-dir ''");
+  CHECK(empty.exit_code == 2);
+  CHECK(empty.output.find("dslaunch run: --job-dir: the job directory is empty") !=
+        std::string::npos);
+  const auto root = dslaunch_cli("run no-such-spec.yaml --job-dir //");
+  CHECK(root.exit_code == 2);
+  CHECK(root.output.find("dslaunch run: --job-dir: '//' is the root folder") != std::string::npos);
+}

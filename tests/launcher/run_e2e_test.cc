@@ -218,6 +218,24 @@ TEST_CASE("a 4-rank commbench job succeeds with every result checked") {
   CHECK(line.rfind("group  collective", 0) == 0);
 }
 
+TEST_CASE("--job-dir DIR/ runs the job in DIR, named after it, and status finds it as DIR//") {
+  Home home;
+  const fs::path dir = home.dir / "my-run";
+  RunningJob job(home, {runfile("jobs/commbench.yaml"), "--progress", "plain", "--set",
+                        "commbench.max_bytes=4096", "--set", "commbench.iterations=2",
+                        "--job-dir", dir.string() + "/"});
+  REQUIRE(job.wait(120s) == 0);
+  INFO(job.printed());
+  CHECK(job.printed().find("job my-run: 4 rank(s)") != std::string::npos);
+  CHECK(fs::exists(dir / "state.json"));
+  const auto status = home.dslaunch("status --json " + dir.string() + "//");
+  INFO(status.output);
+  REQUIRE(status.exit_code == 0);
+  const auto json = nlohmann::json::parse(status.output);
+  CHECK(json["job_id"] == "my-run");
+  CHECK(json["state"] == "SUCCEEDED");
+}
+
 TEST_CASE("kill -9 of a rank fails the job with that rank as root cause, and nothing survives") {
   Home home;
   RunningJob job(home, kLongJob);
