@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/file_system.h"
 #include "kernels/backend.h"
 #include "worker/checkpoint/async_shard_writer.h"
 #include "worker/data/demo_corpus.h"
@@ -100,12 +101,10 @@ void save_in_background(checkpoint::AsyncShardWriter& writer, proto::Session& se
   const std::filesystem::path folder =
       std::filesystem::path(root) / fmt::format("step_{:08d}", slice.step);
   const std::string file = fmt::format("rank_{}.bin", slice.rank);
-  std::error_code error;
-  std::filesystem::create_directories(folder, error);
-  if (error) {
-    report_checkpoint_failure(session, failed, slice.step,
-                              fmt::format("cannot create '{}': {}", folder.string(),
-                                          error.message()));
+  // Private to the user, as the job directory is (0700).
+  if (std::string error; !core::create_folders(core::default_file_system(), folder.string(),
+                                               0700, error)) {
+    report_checkpoint_failure(session, failed, slice.step, error);
     return;
   }
   checkpoint::ShardHeader header;
@@ -211,9 +210,10 @@ int run_train_workload(const TrainWorkloadContext& context) {
     const model::ParameterTable table(engine::model_config(spec.model, 1));
     const std::string path =
         (std::filesystem::path(context.job_directory) / "weights" / "model.safetensors").string();
-    std::error_code ignored;
-    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
-    if (std::string error; !model::write_hf_gpt2(path, table, result.params.data(), error)) {
+    if (std::string error;
+        !core::create_folders(core::default_file_system(), core::parent_folder(path), 0700,
+                              error) ||
+        !model::write_hf_gpt2(path, table, result.params.data(), error)) {
       report_error(session, "writing the final weights: " + error);
       return 1;
     }

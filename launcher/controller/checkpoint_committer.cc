@@ -78,7 +78,7 @@ CheckpointCommitter::Outcome CheckpointCommitter::commit(int64_t step, int64_t n
     }
   }
   if (!worker::data::write_file_atomically((std::filesystem::path(dir) / "spec.yaml").string(),
-                                           settings_.resolved_spec_yaml, outcome.error) ||
+                                           settings_.resolved_spec_yaml, outcome.error, 0600) ||
       !write_manifest(dir, manifest, outcome.error) ||
       !write_latest(settings_.root, step, outcome.error)) {
     return outcome;

@@ -11,13 +11,18 @@
 
 #include <fmt/format.h>
 
+#include "core/file_system.h"
+
 namespace dslaunch::controller {
 
 std::optional<DirectoryLock> DirectoryLock::acquire(const std::string& dir, std::string& error) {
-  std::error_code made;
-  std::filesystem::create_directories(dir, made);
+  // The first to lock a job directory or checkpoint folder usually makes it:
+  // private to the user, as everything dslaunch writes for a job is.
+  if (!core::create_folders(core::default_file_system(), dir, 0700, error)) return std::nullopt;
   const std::string path = (std::filesystem::path(dir) / ".lock").string();
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // The file is reused from run to run (never O_EXCL), but a link planted at
+  // its name is not followed: the pid below would be written through it.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     error = fmt::format("cannot open '{}': {}", path, std::strerror(errno));
     return std::nullopt;

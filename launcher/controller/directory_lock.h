@@ -13,8 +13,9 @@ namespace dslaunch::controller {
 // processes it starts.
 class DirectoryLock {
  public:
-  // The lock on `dir` (created if missing), or nullopt with `error` naming
-  // the holder's pid when another process has it.
+  // The lock on `dir` (created with its missing parents, 0700, if missing),
+  // or nullopt with `error` naming the holder's pid when another process
+  // has it, or the folder or file that could not be made.
   static std::optional<DirectoryLock> acquire(const std::string& dir, std::string& error);
 
   DirectoryLock(DirectoryLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <system_error>
 
@@ -25,6 +26,9 @@ namespace {
 
 constexpr const char* kStateFile = "state.json";
 constexpr const char* kTokenFile = "token";
+// A job's record is its owner's alone: nothing in it is for group or other.
+constexpr mode_t kPrivateFolder = 0700;
+constexpr mode_t kPrivateFile = 0600;
 
 std::string errno_text(int error_number) { return std::strerror(error_number); }
 
@@ -41,32 +45,10 @@ bool write_all(int fd, std::string_view data) {
   return true;
 }
 
-// mkdir -p: creates every missing folder of `path` with `mode`; names the
-// folder that could not be made.
-bool make_folders(const std::string& path, mode_t mode, std::string& error) {
-  size_t end = 0;
-  while (end != std::string::npos) {
-    end = path.find('/', end + 1);
-    const std::string prefix = path.substr(0, end);
-    if (prefix.empty() || prefix == "/") continue;
-    if (::mkdir(prefix.c_str(), mode) == 0) continue;
-    const int mkdir_error = errno;
-    struct stat info {};
-    if (mkdir_error == EEXIST && ::stat(prefix.c_str(), &info) == 0) {
-      if (S_ISDIR(info.st_mode)) continue;
-      error = fmt::format("cannot create folder '{}': {}", prefix, errno_text(ENOTDIR));
-      return false;
-    }
-    error = fmt::format("cannot create folder '{}': {}", prefix, errno_text(mkdir_error));
-    return false;
-  }
-  return true;
-}
-
 // Appends `line` with one write to a file opened for this call alone, so the
 // line is in the file (if not yet on the disk) when this returns.
 bool append_line(const std::string& path, std::string_view line, std::string& error) {
-  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
   if (!fd.ok() || !write_all(fd.get(), line) || fd.close() != 0) {
     error = fmt::format("cannot append to '{}': {}", path, errno_text(errno));
     return false;
@@ -128,28 +110,25 @@ std::string new_job_id(const std::string& name) {
 }
 
 std::optional<JobDirectory> JobDirectory::create(const std::string& root, const std::string& job_id,
-                                                 std::string& error) {
+                                                 std::string& error, core::FileSystem& fs) {
   if (job_id.empty() || job_id == "." || job_id == ".." || job_id.find('/') != std::string::npos) {
     error = fmt::format("invalid job id '{}': it must be a single folder name", job_id);
     return std::nullopt;
   }
   const std::string base = strip_trailing_slashes(root.empty() ? "." : root);
-  if (!make_folders(base, 0755, error)) return std::nullopt;
+  if (!core::create_folders(fs, base, kPrivateFolder, error)) return std::nullopt;
   const std::string path = join_path(base, job_id);
   // The folder holds the job's token: only its owner may look inside.
-  if (::mkdir(path.c_str(), 0700) == 0) {
-    if (::chmod(path.c_str(), 0700) != 0) {
-      error = fmt::format("cannot restrict job folder '{}': {}", path, errno_text(errno));
-      return std::nullopt;
-    }
-  } else if (errno != EEXIST) {
-    error = fmt::format("cannot create job folder '{}': {}", path, errno_text(errno));
+  if (const int failure = fs.make_folder(path, kPrivateFolder);
+      failure != 0 && failure != EEXIST) {
+    error = fmt::format("cannot create job folder '{}': {}", path, errno_text(failure));
     return std::nullopt;
   }
-  return open(path, error);
+  return open(path, error, fs);
 }
 
-std::optional<JobDirectory> JobDirectory::open(const std::string& dir, std::string& error) {
+std::optional<JobDirectory> JobDirectory::open(const std::string& dir, std::string& error,
+                                               core::FileSystem& fs) {
   const std::string path = strip_trailing_slashes(dir);
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) {
@@ -160,7 +139,7 @@ std::optional<JobDirectory> JobDirectory::open(const std::string& dir, std::stri
     error = fmt::format("cannot open job folder '{}': {}", path, errno_text(ENOTDIR));
     return std::nullopt;
   }
-  return JobDirectory(path);
+  return JobDirectory(path, fs);
 }
 
 std::string JobDirectory::job_id() const {
@@ -169,11 +148,12 @@ std::string JobDirectory::job_id() const {
 }
 
 bool JobDirectory::write_spec(std::string_view yaml, std::string& error) {
-  return worker::data::replace_file_durably(path_, "spec.yaml", yaml, 0644, error);
+  return worker::data::replace_file_durably(path_, "spec.yaml", yaml, kPrivateFile, error, *fs_);
 }
 
 bool JobDirectory::write_state(const nlohmann::json& state, std::string& error) {
-  return worker::data::replace_file_durably(path_, kStateFile, dump(state, 2) + "\n", 0644, error);
+  return worker::data::replace_file_durably(path_, kStateFile, dump(state, 2) + "\n", kPrivateFile,
+                                            error, *fs_);
 }
 
 std::optional<nlohmann::json> JobDirectory::read_state(std::string& error) const {
@@ -205,7 +185,7 @@ bool JobDirectory::append_metrics(const nlohmann::json& step_metrics, std::strin
 }
 
 bool JobDirectory::write_token(std::string_view token, std::string& error) {
-  return worker::data::replace_file_durably(path_, kTokenFile, token, 0600, error);
+  return worker::data::replace_file_durably(path_, kTokenFile, token, kPrivateFile, error, *fs_);
 }
 
 std::optional<std::string> JobDirectory::read_token(std::string& error) const {
@@ -228,8 +208,21 @@ std::string JobDirectory::rank_log_path(int attempt, int rank, std::string_view 
     return {};
   }
   const std::string folder = fmt::format("{}/logs/attempt_{}/rank_{}", path_, attempt, rank);
-  if (!make_folders(folder, 0755, error)) return {};
-  return fmt::format("{}/{}.log", folder, stream);
+  if (!core::create_folders(*fs_, folder, kPrivateFolder, error)) return {};
+  const std::string path = fmt::format("{}/{}.log", folder, stream);
+  // Made here, private, so that whoever appends to it later (with its own
+  // mode and the umask) finds it there.
+  std::unique_ptr<core::WritableFile> file;
+  if (const int failure = fs_->create_file(path, kPrivateFile, file)) {
+    if (failure == EEXIST) return path;
+    error = fmt::format("cannot create the log '{}': {}", path, errno_text(failure));
+    return {};
+  }
+  if (const int failure = file->close()) {
+    error = fmt::format("cannot create the log '{}': {}", path, errno_text(failure));
+    return {};
+  }
+  return path;
 }
 
 std::vector<std::string> list_job_dirs(const std::string& root) {

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/file_system.h"
+
 namespace dslaunch::controller {
 
 // Where jobs live: $DSLAUNCH_HOME/jobs, else ~/.dslaunch/jobs.
@@ -26,15 +28,21 @@ std::string new_job_id(const std::string& name);
 // Beside them, written by others: <dir>/checkpoints/ (the ranks' shards, the
 // committer's manifests; see checkpoint_catalog.h), <dir>/weights/ (rank 0),
 // and <dir>/.lock (DirectoryLock, held by the dslaunch running the job).
+// Private to the user: the folders it makes are 0700, the files 0600.
 // Methods return false and set `error` (naming the file and the reason) on
-// failure. Not thread-safe: the controller serialises writes.
+// failure. Files are created, replaced and synced through the FileSystem
+// given (which must outlive the object); events and metrics are appended
+// with plain POSIX calls. Not thread-safe: the controller serialises writes.
 class JobDirectory {
  public:
-  // Creates `root`/`job_id`; an existing folder is reused (a resumed job).
+  // Creates `root`/`job_id` (and `root`, as needed); an existing folder is
+  // reused (a resumed job) as it is.
   static std::optional<JobDirectory> create(const std::string& root, const std::string& job_id,
-                                            std::string& error);
+                                            std::string& error,
+                                            core::FileSystem& fs = core::default_file_system());
   // An existing job folder (for status, logs, stop).
-  static std::optional<JobDirectory> open(const std::string& dir, std::string& error);
+  static std::optional<JobDirectory> open(const std::string& dir, std::string& error,
+                                          core::FileSystem& fs = core::default_file_system());
 
   const std::string& path() const { return path_; }
   std::string job_id() const;
@@ -48,13 +56,15 @@ class JobDirectory {
   bool append_metrics(const nlohmann::json& step_metrics, std::string& error);
   bool write_token(std::string_view token, std::string& error);
   std::optional<std::string> read_token(std::string& error) const;
-  // The log file of one rank in one attempt; its folder is created.
+  // The log file of one rank in one attempt, created empty (0600) with its
+  // folders when missing, or "" with `error` set.
   std::string rank_log_path(int attempt, int rank, std::string_view stream /* stdout|stderr */,
                             std::string& error) const;
 
  private:
-  explicit JobDirectory(std::string path) : path_(std::move(path)) {}
+  JobDirectory(std::string path, core::FileSystem& fs) : path_(std::move(path)), fs_(&fs) {}
   std::string path_;
+  core::FileSystem* fs_;
 };
 
 // Job folders under `root`, oldest first (by job id).

@@ -9,14 +9,14 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
-#include <filesystem>
 #include <memory>
-#include <utility>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <xxhash.h>
 #include <nlohmann/json.hpp>
 
+#include "core/file_system.h"
 #include "worker/checkpoint/file_checksum.h"
 
 namespace dslaunch::worker::checkpoint {
@@ -41,8 +41,6 @@ class FileDescriptor {
     if (fd_ >= 0) ::close(fd_);
   }
   int get() const { return fd_; }
-  // Closes now, returning close()'s result, so a late write error is seen.
-  int close() { return ::close(std::exchange(fd_, -1)); }
 
  private:
   int fd_;
@@ -99,28 +97,17 @@ std::string shard_prefix(const ShardHeader& header) {
   return prefix;
 }
 
-// Writes every byte (retrying short writes and EINTR) and adds it to the hash.
-bool write_hashed(int fd, XXH64_state_t* hash, const char* data, size_t size) {
+// Writes every byte (going on after short writes) and adds it to the hash;
+// 0 or the errno value it failed with.
+int write_hashed(core::WritableFile& file, XXH64_state_t* hash, const char* data, size_t size) {
   while (size > 0) {
     const size_t block = std::min(size, kWriteBlockBytes);
     XXH64_update(hash, data, block);
-    for (size_t done = 0; done < block;) {
-      const ssize_t written = ::write(fd, data + done, block - done);
-      if (written < 0) {
-        if (errno == EINTR) continue;
-        return false;
-      }
-      done += static_cast<size_t>(written);
-    }
+    if (const int failure = file.write_all(std::string_view(data, block))) return failure;
     data += block;
     size -= block;
   }
-  return true;
-}
-
-bool sync_directory(const std::string& directory) {
-  FileDescriptor fd(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  return fd.get() >= 0 && ::fsync(fd.get()) == 0;
+  return 0;
 }
 
 // "" when all `bytes` were read, else why not.
@@ -275,7 +262,7 @@ bool read_open_range(const std::string& path, const OpenShard& shard, ShardArray
 }  // namespace
 
 WrittenShard write_shard(const std::string& path, const ShardHeader& header,
-                         const ShardArrays& arrays) {
+                         const ShardArrays& arrays, core::FileSystem& fs) {
   WrittenShard result;
   if (const std::string problem = header_problem(header); !problem.empty()) {
     result.error = fmt::format("cannot write checkpoint shard '{}': {}", path, problem);
@@ -283,13 +270,18 @@ WrittenShard write_shard(const std::string& path, const ShardHeader& header,
   }
   const std::string temporary = path + ".tmp";
   const auto fail = [&](int error_number) {
-    ::unlink(temporary.c_str());
+    (void)fs.remove(temporary);
     result.error =
         fmt::format("cannot write checkpoint shard '{}': {}", path, std::strerror(error_number));
     return result;
   };
-  FileDescriptor fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) return fail(errno);
+  // A temporary file left by a writer that died is removed, so that the new
+  // one is created afresh (never through a link planted at its name).
+  if (const int failure = fs.remove(temporary); failure != 0 && failure != ENOENT) {
+    return fail(failure);
+  }
+  std::unique_ptr<core::WritableFile> file;
+  if (const int failure = fs.create_file(temporary, 0600, file)) return fail(failure);
 
   std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> hash(XXH64_createState(),
                                                                   XXH64_freeState);
@@ -297,22 +289,23 @@ WrittenShard write_shard(const std::string& path, const ShardHeader& header,
   const std::string prefix = shard_prefix(header);
   const size_t array_bytes = static_cast<size_t>(header.end - header.begin) * sizeof(float);
   const auto bytes = [](const float* array) { return reinterpret_cast<const char*>(array); };
-  const bool written = write_hashed(fd.get(), hash.get(), prefix.data(), prefix.size()) &&
-                       write_hashed(fd.get(), hash.get(), bytes(arrays.params), array_bytes) &&
-                       write_hashed(fd.get(), hash.get(), bytes(arrays.adam_m), array_bytes) &&
-                       write_hashed(fd.get(), hash.get(), bytes(arrays.adam_v), array_bytes) &&
-                       ::fsync(fd.get()) == 0;
-  if (!written) return fail(errno);
-  if (fd.close() != 0) return fail(errno);
-  if (::rename(temporary.c_str(), path.c_str()) != 0) return fail(errno);
+  int failure = write_hashed(*file, hash.get(), prefix.data(), prefix.size());
+  if (failure == 0) failure = write_hashed(*file, hash.get(), bytes(arrays.params), array_bytes);
+  if (failure == 0) failure = write_hashed(*file, hash.get(), bytes(arrays.adam_m), array_bytes);
+  if (failure == 0) failure = write_hashed(*file, hash.get(), bytes(arrays.adam_v), array_bytes);
+  if (failure == 0) failure = file->sync();
+  // close() reports late write errors (NFS does).
+  const int close_failure = file->close();
+  if (failure == 0) failure = close_failure;
+  if (failure == 0) failure = fs.rename(temporary, path);
+  if (failure != 0) return fail(failure);
   // Without this a power cut could lose the rename, though the data is synced.
-  std::string directory = std::filesystem::path(path).parent_path().string();
-  if (directory.empty()) directory = ".";
-  if (!sync_directory(directory)) {
+  const std::string directory = core::parent_folder(path);
+  if (const int sync_failure = fs.sync_folder(directory)) {
     result.error = fmt::format(
         "checkpoint shard '{}' is written but its directory cannot be "
         "synced: {}",
-        path, std::strerror(errno));
+        path, std::strerror(sync_failure));
     return result;
   }
   result.size_bytes = static_cast<int64_t>(prefix.size() + 3 * array_bytes);

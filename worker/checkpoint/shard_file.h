@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "core/file_system.h"
+
 namespace dslaunch::worker::checkpoint {
 
 // One data-parallel rank's part of a checkpoint. The engine keeps parameters
@@ -53,13 +55,17 @@ inline constexpr uint32_t kShardFormatVersion = 1;
 
 // Writes the shard to `path` + ".tmp" in large blocks, hashing each byte as
 // it is written, syncs it, renames it over `path` and syncs the directory.
-// On failure (a missing directory, a full disk, an I/O error) the result's
-// error names `path` and the reason, and neither `path` nor the temporary
-// file is left behind: `path` only ever holds a whole shard. Two writers must
-// not write the same path at once (they would share the temporary file).
-// Thread-safe otherwise; blocks until the data is on disk.
+// The temporary file is created new, mode 0600 (a stale one from a writer
+// that died is removed first; a link planted at its name is never written
+// through). On failure (a missing directory, a full disk, an I/O error) the
+// result's error names `path` and the reason, and neither `path` nor the
+// temporary file is left behind: `path` only ever holds a whole shard. Two
+// writers must not write the same path at once (they would share the
+// temporary file). Thread-safe otherwise; blocks until the data is on disk.
+// Every file call goes through `fs`.
 WrittenShard write_shard(const std::string& path, const ShardHeader& header,
-                         const ShardArrays& arrays);
+                         const ShardArrays& arrays,
+                         core::FileSystem& fs = core::default_file_system());
 
 // The header of the shard at `path`, after checking the magic, the version,
 // the header JSON and its checksum, that 0 <= begin <= end <= total and

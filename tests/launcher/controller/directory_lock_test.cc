@@ -1,9 +1,12 @@
 #include "launcher/controller/directory_lock.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 
@@ -11,6 +14,12 @@
 
 namespace dslaunch::controller {
 namespace {
+
+mode_t mode_of(const std::string& path) {
+  struct stat info {};
+  REQUIRE(::stat(path.c_str(), &info) == 0);
+  return info.st_mode & 07777;
+}
 
 TEST_CASE("a folder is locked by one holder at a time, who is named to the others") {
   const char* tmp = std::getenv("TEST_TMPDIR");
@@ -29,6 +38,34 @@ TEST_CASE("a folder is locked by one holder at a time, who is named to the other
   error.clear();
   CHECK(DirectoryLock::acquire(dir, error));
   CHECK(error.empty());
+}
+
+TEST_CASE("a folder made for a lock is private, its .lock too, and a planted link is refused") {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::filesystem::path base =
+      std::filesystem::path(tmp ? tmp : "/tmp") / "directory_lock_test" / "private";
+  std::filesystem::remove_all(base);
+  const std::string dir = (base / "jobs" / "job").string();
+  std::string error;
+  {
+    std::optional<DirectoryLock> lock = DirectoryLock::acquire(dir, error);
+    REQUIRE(lock);
+    CHECK(mode_of((base / "jobs").string()) == 0700);
+    CHECK(mode_of(dir) == 0700);
+    CHECK(mode_of(dir + "/.lock") == 0600);
+  }
+
+  const std::string victim = (base / "victim").string();
+  { std::ofstream(victim) << "keep me"; }
+  std::filesystem::remove(dir + "/.lock");
+  std::filesystem::create_symlink(victim, dir + "/.lock");
+  CHECK_FALSE(DirectoryLock::acquire(dir, error));
+  CHECK(error == "cannot open '" + dir + "/.lock': Too many levels of symbolic links");
+  std::ifstream file(victim);
+  CHECK(std::string(std::istreambuf_iterator<char>(file), {}) == "keep me");
+
+  CHECK_FALSE(DirectoryLock::acquire(victim + "/job", error));
+  CHECK(error == "cannot create folder '" + victim + "': Not a directory");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -15,6 +16,8 @@
 #include <sstream>
 
 #include <catch2/catch.hpp>
+
+#include "core/faulty_file_system.h"
 
 namespace dslaunch::controller {
 namespace {
@@ -121,7 +124,8 @@ TEST_CASE("a job id is the name, the local start time and 4 random hex digits") 
 }
 
 TEST_CASE("create makes the root and a job folder only its owner can enter") {
-  const std::string root = fresh_folder("create") + "/home/.dslaunch/jobs";
+  const std::string folder = fresh_folder("create");
+  const std::string root = folder + "/home/.dslaunch/jobs";
   std::string error;
   const auto job = JobDirectory::create(root, "demo-20240102-030405-00ff", error);
   REQUIRE(job);
@@ -130,6 +134,9 @@ TEST_CASE("create makes the root and a job folder only its owner can enter") {
   CHECK(job->job_id() == "demo-20240102-030405-00ff");
   CHECK(fs::is_directory(job->path()));
   CHECK(mode_of(job->path()) == 0700);
+  // The folders made on the way are private too.
+  CHECK(mode_of(root) == 0700);
+  CHECK(mode_of(folder + "/home") == 0700);
 }
 
 TEST_CASE("create reuses an existing job folder with its files") {
@@ -202,7 +209,7 @@ TEST_CASE("the state is written as pretty JSON with a newline and read back") {
   CHECK(read_file(job.path() + "/state.json") ==
         "{\n  \"phase\": \"RUNNING\",\n  \"ranks\": [\n    1,\n    2\n  ]\n}\n");
   CHECK_FALSE(fs::exists(job.path() + "/state.json.tmp"));
-  CHECK(mode_of(job.path() + "/state.json") == 0644);
+  CHECK(mode_of(job.path() + "/state.json") == 0600);
   const auto read = job.read_state(error);
   REQUIRE(read);
   CHECK(*read == state);
@@ -245,10 +252,43 @@ TEST_CASE("a failed state write says why and leaves the previous state.json inta
     CHECK(error == "cannot write '" + job.path() + "/state.json.tmp': File too large");
     CHECK_FALSE(fs::exists(job.path() + "/state.json.tmp"));
   }
+  SECTION("the disk is full") {
+    core::FaultyFileSystem faulty;
+    faulty.fail(core::FileCall::kWrite, 1, ENOSPC);
+    auto failing = JobDirectory::open(job.path(), error, faulty);
+    REQUIRE(failing);
+    CHECK_FALSE(failing->write_state({{"phase", "RUNNING"}}, error));
+    CHECK(error == "cannot write '" + job.path() + "/state.json.tmp': No space left on device");
+    CHECK_FALSE(fs::exists(job.path() + "/state.json.tmp"));
+  }
+  SECTION("fsync fails") {
+    core::FaultyFileSystem faulty;
+    faulty.fail(core::FileCall::kSync, 1, EIO);
+    auto failing = JobDirectory::open(job.path(), error, faulty);
+    REQUIRE(failing);
+    CHECK_FALSE(failing->write_state({{"phase", "RUNNING"}}, error));
+    CHECK(error == "cannot write '" + job.path() + "/state.json.tmp': Input/output error");
+    CHECK_FALSE(fs::exists(job.path() + "/state.json.tmp"));
+  }
   CHECK(read_file(job.path() + "/state.json") == before);
   const auto read = job.read_state(error);
   REQUIRE(read);
   CHECK(*read == nlohmann::json{{"phase", "STARTING"}});
+}
+
+TEST_CASE("a state written before a power cut is the one there after it") {
+  JobDirectory job = make_job("state_power_cut");
+  std::string error;
+  REQUIRE(job.write_state({{"phase", "STARTING"}}, error));
+  core::FaultyFileSystem faulty;
+  auto job_on_faulty = JobDirectory::open(job.path(), error, faulty);
+  REQUIRE(job_on_faulty);
+  REQUIRE(job_on_faulty->write_state({{"phase", "RUNNING"}}, error));
+  faulty.crash_before(core::FileCall::kSyncFolder, 2);
+  CHECK_FALSE(job_on_faulty->write_state({{"phase", "SUCCEEDED"}}, error));
+  faulty.power_cut();
+  CHECK(job.read_state(error) == nlohmann::json{{"phase", "RUNNING"}});
+  CHECK_FALSE(fs::exists(job.path() + "/state.json.tmp"));
 }
 
 TEST_CASE("reading a missing or broken state names the file") {
@@ -271,6 +311,7 @@ TEST_CASE("events are appended one JSON line each, with time, rank, kind and det
   REQUIRE(job.append_event(-1, "state", "RUNNING", error));
   REQUIRE(job.append_event(3, "exit", "killed by signal 9 (Killed)", error));
   REQUIRE(job.append_event(0, "error", "line one\n\"quoted\"", error));
+  CHECK(mode_of(job.path() + "/events.jsonl") == 0600);
   const double after =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 
@@ -334,6 +375,7 @@ TEST_CASE("the spec is written as given") {
   std::string error;
   REQUIRE(job.write_spec("name: demo\ncluster:\n  device: cpu\n", error));
   CHECK(read_file(job.path() + "/spec.yaml") == "name: demo\ncluster:\n  device: cpu\n");
+  CHECK(mode_of(job.path() + "/spec.yaml") == 0600);
 }
 
 TEST_CASE("the token is private to its owner whatever the umask, and replaced on rewrite") {
@@ -365,15 +407,22 @@ TEST_CASE("reading a missing or empty token says so, and a final newline is not 
   CHECK(job.read_token(error) == std::optional<std::string>("abc123"));
 }
 
-TEST_CASE("a rank's log path is under its attempt and rank, with the folder made") {
+TEST_CASE("a rank's log is under its attempt and rank, made private with its folders") {
   JobDirectory job = make_job("logs");
   std::string error;
   const std::string path = job.rank_log_path(2, 13, "stderr", error);
   CHECK(path == job.path() + "/logs/attempt_2/rank_13/stderr.log");
-  CHECK(fs::is_directory(job.path() + "/logs/attempt_2/rank_13"));
-  CHECK_FALSE(fs::exists(path));
+  for (const char* folder : {"/logs", "/logs/attempt_2", "/logs/attempt_2/rank_13"}) {
+    CHECK(mode_of(job.path() + folder) == 0700);
+  }
+  CHECK(mode_of(path) == 0600);
+  CHECK(read_file(path).empty());
   CHECK(job.rank_log_path(2, 13, "stdout", error) ==
         job.path() + "/logs/attempt_2/rank_13/stdout.log");
+  // A log already there keeps its lines.
+  write_file(path, "line\n");
+  CHECK(job.rank_log_path(2, 13, "stderr", error) == path);
+  CHECK(read_file(path) == "line\n");
 }
 
 TEST_CASE("a log path for a bad stream or an unmakeable folder is empty with an error") {

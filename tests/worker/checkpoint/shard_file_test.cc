@@ -1,15 +1,17 @@
 #include "worker/checkpoint/shard_file.h"
 
-#include <sys/mount.h>
+#include <sys/stat.h>
 
 #include <bit>
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 
 #include <fmt/format.h>
 
+#include "core/faulty_file_system.h"
 #include "tests/worker/checkpoint/test_shards.h"
 #include "worker/checkpoint/file_checksum.h"
 
@@ -253,43 +255,112 @@ TEST_CASE("A write into a folder that does not exist fails and leaves nothing") 
   CHECK(dir.names().empty());
 }
 
-// A 1 MiB tmpfs mounted on a folder for the test's lifetime, when the test
-// may mount (it runs as root).
-class SmallFilesystem {
- public:
-  explicit SmallFilesystem(const std::string& path)
-      : path_(path), mounted_(::mount("tmpfs", path.c_str(), "tmpfs", 0, "size=1m") == 0) {}
-  ~SmallFilesystem() {
-    if (mounted_) ::umount2(path_.c_str(), MNT_DETACH);
-  }
-  bool mounted() const { return mounted_; }
-
- private:
-  std::string path_;
-  bool mounted_;
-};
-
-TEST_CASE("A write onto a full disk fails and leaves the shard that was there") {
+TEST_CASE("A failed write keeps the shard that was there and leaves no temporary file") {
   TempDir dir;
-  SmallFilesystem small(dir.path());
-  if (!small.mounted()) {
-    WARN("skipped: cannot mount a 1 MiB tmpfs (needs root): " << std::strerror(errno));
-    return;
-  }
   const std::string path = dir.file("shard.bin");
   const ShardData before(0, 8);
   REQUIRE(write_shard(path, header_for(0, 1, 8, 0, 8), before.arrays()).ok());
 
-  const ShardData large(0, 200'000);  // 2.4 MB
+  const ShardData large(0, 200'000);  // 2.4 MB: a 4 MiB block and a few writes
+  core::FaultyFileSystem faulty;
+  std::string reason;
+  SECTION("the disk fills at the third write") {
+    faulty.fail(core::FileCall::kWrite, 3, ENOSPC);
+    reason = "No space left on device";
+  }
+  SECTION("a short write, then the disk is full") {
+    faulty.short_write(2);
+    faulty.fail(core::FileCall::kWrite, 3, ENOSPC);
+    reason = "No space left on device";
+  }
+  SECTION("fsync fails") {
+    faulty.fail(core::FileCall::kSync, 1, EIO);
+    reason = "Input/output error";
+  }
+  SECTION("the rename fails") {
+    faulty.fail(core::FileCall::kRename, 1, EIO);
+    reason = "Input/output error";
+  }
   const WrittenShard written =
-      write_shard(path, header_for(0, 1, 200'000, 0, 200'000), large.arrays());
-  CHECK_THAT(written.error,
-             Equals("cannot write checkpoint shard '" + path + "': No space left on device"));
+      write_shard(path, header_for(0, 1, 200'000, 0, 200'000), large.arrays(), faulty);
+  CHECK_THAT(written.error, Equals("cannot write checkpoint shard '" + path + "': " + reason));
   CHECK(dir.names() == std::vector<std::string>{"shard.bin"});
   std::string error;
   const std::optional<ShardHeader> header = read_shard_header(path, error);
   REQUIRE(header);
   CHECK(header->end == 8);
+}
+
+TEST_CASE("Short writes are finished: the shard is whole") {
+  TempDir dir;
+  const std::string path = dir.file("shard.bin");
+  const ShardData data(0, 1000);
+  core::FaultyFileSystem faulty;
+  for (int nth = 1; nth <= 4; ++nth) faulty.short_write(nth);
+  const WrittenShard written = write_shard(path, header_for(0, 1, 1000, 0, 1000), data.arrays(),
+                                           faulty);
+  INFO(written.error);
+  REQUIRE(written.ok());
+  std::string error;
+  CHECK(file_xxh64(path, error) == written.xxh64);
+  CHECK(read_range(path, *read_shard_header(path, error), ShardArray::kAdamV, 0, 1000) ==
+        expected_values(ShardArray::kAdamV, 0, 1000));
+}
+
+TEST_CASE("A shard is private to its owner, and is not written through a planted link") {
+  TempDir dir;
+  const std::string path = dir.file("rank_0.bin");
+  const std::string victim = dir.file("victim");
+  testing::write_bytes(victim, "keep me");
+  const ShardData data(0, 4);
+  SECTION("a link left at the temporary name is removed, not followed") {
+    std::filesystem::create_symlink(victim, path + ".tmp");
+    REQUIRE(write_shard(path, header_for(0, 1, 4, 0, 4), data.arrays()).ok());
+    CHECK(testing::read_bytes(path).substr(0, 8) == "DSLSHRD1");
+    struct stat info {};
+    REQUIRE(::stat(path.c_str(), &info) == 0);
+    CHECK((info.st_mode & 07777) == 0600);
+  }
+  SECTION("a link planted just before the temporary file is created fails the write") {
+    core::FaultyFileSystem faulty;
+    faulty.plant_link(1, victim);
+    const WrittenShard written =
+        write_shard(path, header_for(0, 1, 4, 0, 4), data.arrays(), faulty);
+    CHECK_THAT(written.error, Equals("cannot write checkpoint shard '" + path + "': File exists"));
+    CHECK_FALSE(std::filesystem::exists(path));
+  }
+  CHECK(testing::read_bytes(victim) == "keep me");
+}
+
+TEST_CASE("A power cut before a shard is durable leaves no shard that reads as valid") {
+  TempDir dir;
+  const std::string path = dir.file("rank_0.bin");
+  const ShardData data(0, 1000);
+  core::FaultyFileSystem faulty;
+  SECTION("before the file's fsync") { faulty.crash_before(core::FileCall::kSync, 1); }
+  SECTION("before the folder's fsync") { faulty.crash_before(core::FileCall::kSyncFolder, 1); }
+  const WrittenShard written =
+      write_shard(path, header_for(0, 1, 1000, 0, 1000), data.arrays(), faulty);
+  CHECK_FALSE(written.ok());
+  faulty.power_cut();
+  // Neither the shard nor its temporary file is there to be taken for one.
+  CHECK(dir.names().empty());
+  std::string error;
+  CHECK_FALSE(read_shard_header(path, error));
+}
+
+TEST_CASE("A shard whose folder was synced survives a power cut whole") {
+  TempDir dir;
+  const std::string path = dir.file("rank_0.bin");
+  const ShardData data(0, 1000);
+  core::FaultyFileSystem faulty;
+  const WrittenShard written =
+      write_shard(path, header_for(0, 1, 1000, 0, 1000), data.arrays(), faulty);
+  REQUIRE(written.ok());
+  faulty.power_cut();
+  std::string error;
+  CHECK(file_xxh64(path, error) == written.xxh64);
+  CHECK(read_shard_header(path, error));
 }
 
 }  // namespace
