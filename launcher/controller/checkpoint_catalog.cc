@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
+#include "core/json_input.h"
 #include "worker/checkpoint/file_checksum.h"
 #include "launcher/controller/posix_file.h"
 #include "worker/data/atomic_file.h"
@@ -89,9 +90,9 @@ class FieldReader {
     if (too_big || number < min || number > max) {
       fail(max == std::numeric_limits<int64_t>::max()
                ? fmt::format("field '{}{}' must be at least {}, not {}", prefix_, key, min,
-                             value->dump())
+                             core::json_excerpt(*value))
                : fmt::format("field '{}{}' must be in {}..{}, not {}", prefix_, key, min, max,
-                             value->dump()));
+                             core::json_excerpt(*value)));
       return 0;
     }
     return number;
@@ -373,38 +374,56 @@ bool write_manifest(const std::string& checkpoint_dir, const CheckpointManifest&
     error = fmt::format("refusing to write '{}': {}", join_path(dir, kManifestFile), invalid);
     return false;
   }
-  return worker::data::replace_file_durably(dir, kManifestFile, value.dump(2) + "\n", 0644, error);
+  return worker::data::replace_file_durably(dir, kManifestFile, value.dump(2) + "\n", 0600, error);
 }
 
 CheckpointCheck check_checkpoint(const std::string& checkpoint_dir, bool verify_checksums) {
   CheckpointCheck check;
   check.dir = strip_trailing_slashes(checkpoint_dir);
   const std::string name = base_name(check.dir);
-  const auto report = [&](const std::string& problem) {
+  const auto report = [&](CheckpointVerdict verdict, const std::string& problem) {
+    check.verdict = verdict;
     check.problem = fmt::format("checkpoint {}: {}", name, problem);
     return check;
   };
+  const auto broken = [&](const std::string& problem) {
+    return report(CheckpointVerdict::kBroken, problem);
+  };
   check.step = step_of_dir_name(name).value_or(-1);
-  if (check.step < 0) return report("the folder name is not step_<8 or more digits>");
+  // Listings only hand over step_<N> folders; anything else is no checkpoint.
+  if (check.step < 0) return broken("the folder name is not step_<8 or more digits>");
 
   const std::string manifest_path = join_path(check.dir, kManifestFile);
   int error_number = 0;
   const auto text = read_whole_file(manifest_path, error_number);
   if (!text && error_number == ENOENT) {
-    return report("no manifest.json (the save did not complete)");
+    return report(CheckpointVerdict::kNeverCommitted,
+                  "no manifest.json (the save did not complete)");
   }
-  if (!text) return report(fmt::format("cannot read manifest.json: {}", errno_text(error_number)));
-  json value;
-  try {
-    value = json::parse(*text);
-  } catch (const json::exception& parse_error) {
-    return report(fmt::format("manifest.json is not valid JSON: {}", parse_error.what()));
+  if (!text) {
+    return report(CheckpointVerdict::kUnusable,
+                  fmt::format("cannot read manifest.json: {}; fix the access to it and try again",
+                              errno_text(error_number)));
   }
   std::string error;
-  check.manifest = manifest_from_json(value, error);
-  if (!check.manifest) return report(fmt::format("manifest.json: {}", error));
+  const std::optional<json> value = core::parse_untrusted_json(*text, error);
+  if (!value) return broken(fmt::format("manifest.json is not valid JSON: {}", error));
+  if (value->is_object()) {
+    if (const auto model = value->find("model"); model != value->end()) {
+      check.recorded_model = *model;
+    }
+    if (const auto version = value->find("format_version");
+        version != value->end() && version->is_number_integer() && *version > kFormatVersion) {
+      return report(CheckpointVerdict::kUnusable,
+                    fmt::format("manifest.json has format_version {}, newer than the {} this "
+                                "dslaunch reads; resume it with a newer dslaunch",
+                                version->dump(), kFormatVersion));
+    }
+  }
+  check.manifest = manifest_from_json(*value, error);
+  if (!check.manifest) return broken(fmt::format("manifest.json: {}", error));
   if (check.manifest->step != check.step) {
-    return report(fmt::format("manifest.json says step {}, the folder name says step {}",
+    return broken(fmt::format("manifest.json says step {}, the folder name says step {}",
                               check.manifest->step, check.step));
   }
 
@@ -413,13 +432,14 @@ CheckpointCheck check_checkpoint(const std::string& checkpoint_dir, bool verify_
   for (const ShardRecord& shard : check.manifest->shards) {
     struct stat info {};
     if (::stat(join_path(check.dir, shard.path).c_str(), &info) != 0) {
-      return report(errno == ENOENT ? fmt::format("shard {} is missing", shard.path)
-                                    : fmt::format("shard {} cannot be read: {}", shard.path,
-                                                  errno_text(errno)));
+      if (errno == ENOENT) return broken(fmt::format("shard {} is missing", shard.path));
+      return report(CheckpointVerdict::kUnusable,
+                    fmt::format("shard {} cannot be read: {}; fix the access to it and try again",
+                                shard.path, errno_text(errno)));
     }
-    if (!S_ISREG(info.st_mode)) return report(fmt::format("shard {} is not a file", shard.path));
+    if (!S_ISREG(info.st_mode)) return broken(fmt::format("shard {} is not a file", shard.path));
     if (info.st_size != shard.size_bytes) {
-      return report(fmt::format("shard {} is {} bytes, the manifest says {}{}", shard.path,
+      return broken(fmt::format("shard {} is {} bytes, the manifest says {}{}", shard.path,
                                 info.st_size, shard.size_bytes,
                                 info.st_size < shard.size_bytes ? " (truncated?)" : ""));
     }
@@ -427,9 +447,9 @@ CheckpointCheck check_checkpoint(const std::string& checkpoint_dir, bool verify_
   if (!verify_checksums) return check;
   for (const ShardRecord& shard : check.manifest->shards) {
     const auto checksum = worker::checkpoint::file_xxh64(join_path(check.dir, shard.path), error);
-    if (!checksum) return report(error);
+    if (!checksum) return broken(error);
     if (*checksum != shard.xxh64) {
-      return report(fmt::format("shard {} checksum {} does not match the manifest's {} (corrupted)",
+      return broken(fmt::format("shard {} checksum {} does not match the manifest's {} (corrupted)",
                                 shard.path, *checksum, shard.xxh64));
     }
   }
@@ -453,6 +473,10 @@ NewestValid find_newest_valid(const std::string& root) {
       result.found = std::move(check);
       break;
     }
+    if (check.verdict == CheckpointVerdict::kUnusable) {
+      result.error = check.problem;
+      break;
+    }
     result.skipped.push_back(std::move(check));
   }
   return result;
@@ -460,7 +484,7 @@ NewestValid find_newest_valid(const std::string& root) {
 
 bool write_latest(const std::string& root, int64_t step, std::string& error) {
   return worker::data::replace_file_durably(strip_trailing_slashes(root), kLatestFile,
-                                           checkpoint_dir_name(step) + "\n", 0644, error);
+                                           checkpoint_dir_name(step) + "\n", 0600, error);
 }
 
 std::optional<int64_t> read_latest(const std::string& root) {
@@ -490,7 +514,7 @@ std::vector<std::string> prune_checkpoints(const std::string& root, int keep, st
   for (auto it = newest_valid; it != checks.end(); ++it) {
     if (it->valid() && kept < std::max(keep, 1)) {
       ++kept;
-    } else {
+    } else if (it->valid() || it->verdict == CheckpointVerdict::kNeverCommitted) {
       doomed.push_back(it->dir);
     }
   }

@@ -16,8 +16,9 @@ namespace dslaunch::controller {
 //   <root>/step_00000120/manifest.json  written by the controller alone, last,
 //                                    when every rank has reported its shard
 //   <root>/latest                    "step_00000120\n", moved after the manifest
-// A checkpoint without a valid manifest does not exist: it is a save that did
-// not complete. Functions return false / nullopt and set `error` (naming the
+// A checkpoint without a valid manifest cannot be resumed; one without any
+// manifest.json is a save that did not complete (see CheckpointVerdict).
+// Functions return false / nullopt and set `error` (naming the
 // file and the reason) on failure. Not thread-safe: the controller serialises
 // writes; readers may run beside a save (they see the old state or the new).
 
@@ -78,19 +79,37 @@ std::optional<int64_t> step_of_dir_name(std::string_view name);
 bool write_manifest(const std::string& checkpoint_dir, const CheckpointManifest& manifest,
                     std::string& error);
 
+// What a check found, and so what a resume may do with the folder. Only a
+// save that provably never committed may be removed: the controller writes
+// manifest.json last, so a folder without one never committed (or lost its
+// manifest to a pruning cut short). Anything with a manifest is kept.
+enum class CheckpointVerdict {
+  kValid,
+  kNeverCommitted,  // no manifest.json: an unfinished save; may be removed
+  kBroken,          // committed, but the manifest or a shard fails a check: set aside, keep
+  kUnusable,        // cannot be judged here (a newer format, an unreadable manifest):
+                    // a resume stops and touches nothing
+};
+
 struct CheckpointCheck {
   std::string dir;
   int64_t step = -1;  // from the folder name; -1 when the name is not step_<N>
+  CheckpointVerdict verdict = CheckpointVerdict::kValid;
   // Set whenever manifest.json parses and is valid, even if a shard is bad.
   std::optional<CheckpointManifest> manifest;
+  // The manifest's "model" when manifest.json is a JSON object that has one,
+  // even if the rest of it is invalid: what the foreign-model check compares.
+  nlohmann::json recorded_model;
   std::string problem;  // one line, "checkpoint step_00000120: ..."; "" when usable
-  bool valid() const { return problem.empty(); }
+  bool valid() const { return verdict == CheckpointVerdict::kValid; }
 };
 
 // Valid when manifest.json exists and parses, its step is the folder name's,
 // and every shard file exists with its recorded size and, if
 // `verify_checksums`, its recorded xxh64 (this reads every shard in full).
 // Reports the first problem found; sizes are all checked before any checksum.
+// A format_version newer than this build's, or a manifest.json that exists
+// but cannot be read, is kUnusable.
 CheckpointCheck check_checkpoint(const std::string& checkpoint_dir, bool verify_checksums);
 
 // Every step_<N> folder under `root`, newest (largest step) first, checked.
@@ -102,10 +121,12 @@ std::vector<CheckpointCheck> list_checkpoints(const std::string& root, bool veri
 struct NewestValid {
   std::optional<CheckpointCheck> found;  // none when no checkpoint is valid
   std::vector<CheckpointCheck> skipped;  // newer ones that failed, newest first
-  std::string error;  // the root exists but cannot be listed: nothing is known
+  // The root exists but cannot be listed, or the search met a kUnusable
+  // checkpoint before any valid one: nothing may be resumed or touched.
+  std::string error;
 };
 // The checkpoint to resume from, checksums verified. Stops at the first valid
-// one, so older checkpoints are not read.
+// one, so older checkpoints are not read, and at the first kUnusable one.
 NewestValid find_newest_valid(const std::string& root);
 
 // Replaces <root>/latest with "step_<N>\n" atomically (temporary file,
@@ -116,13 +137,14 @@ bool write_latest(const std::string& root, int64_t step, std::string& error);
 std::optional<int64_t> read_latest(const std::string& root);
 
 // Keeps the newest `keep` valid checkpoints (manifest and shard sizes checked,
-// not checksums) and deletes older valid ones and every invalid folder older
-// than the newest valid one. Folders newer than the newest valid one may be
-// saves in progress and are left alone; the newest valid one is never deleted
-// (a keep below 1 counts as 1). Each folder loses its manifest.json first, so
-// a deletion cut short leaves a folder that is plainly invalid. Returns the
-// folders removed, oldest first; on a failure `error` is set and the folders
-// removed until then are returned.
+// not checksums) and deletes older valid ones and the unfinished saves
+// (kNeverCommitted) older than the newest valid one. Broken and unusable
+// checkpoints are committed data and are never deleted. Folders newer than
+// the newest valid one may be saves in progress and are left alone; the
+// newest valid one is never deleted (a keep below 1 counts as 1). Each folder
+// loses its manifest.json first, so a deletion cut short leaves a folder that
+// is plainly unfinished. Returns the folders removed, oldest first; on a
+// failure `error` is set and the folders removed until then are returned.
 // Only folders up to `up_to_step` are considered (the step just committed):
 // newer ones may be saves in progress.
 std::vector<std::string> prune_checkpoints(const std::string& root, int keep, std::string& error,

@@ -1,3 +1,5 @@
+#include "core/json_input.h"
+#include "worker/data/atomic_file.h"
 #include "launcher/controller/job_controller.h"
 
 #include <arpa/inet.h>
@@ -185,9 +187,9 @@ class Attempt {
     inputs.local_cores = static_cast<int>(std::thread::hardware_concurrency());
     const runner::LaunchCommand command = runner::build_launch_command(spec_, plan_, inputs);
     for (const auto& [path, contents] : command.files) {
-      std::ofstream file(path);
-      file << contents;
-      if (!file) return fail_before_launch(server, fmt::format("cannot write '{}'", path));
+      if (!worker::data::write_file_atomically(path, contents, error, 0600)) {
+        return fail_before_launch(server, error);
+      }
     }
     handler_.record_event(-1, "launching", fmt::format("{}", fmt::join(command.argv, " ")));
     // Every rank's log files exist from the start, empty until it writes.
@@ -456,19 +458,23 @@ std::vector<v1::AttemptSummary> earlier_attempts(const JobDirectory& directory) 
 // skipped with a line each on stderr and in events.jsonl, and moved out of
 // the way of the steps trained again: a committed one that went bad is
 // renamed <dir>.broken (kept, never pruned), a save that never completed is
-// removed. `error` is set when the checkpoints cannot even be listed.
+// removed. `error` is set, and nothing is touched, when the checkpoints
+// cannot even be listed or a newer one cannot be judged (a newer format, an
+// unreadable manifest).
 std::optional<v1::ResumePoint> choose_resume_point(const std::string& root,
                                                    JobDirectory& directory, std::string& error) {
   const NewestValid newest = find_newest_valid(root);
   if (!newest.error.empty()) {
-    error = newest.error;
+    error = fmt::format("cannot resume from {}: {}; nothing there was changed", root,
+                        newest.error);
     return std::nullopt;
   }
   std::string ignored;
   for (const CheckpointCheck& skipped : newest.skipped) {
     std::string detail = skipped.problem;
     std::string moved_error;
-    if (skipped.manifest) {
+    // Only a save that never committed may go; committed data is kept.
+    if (skipped.verdict != CheckpointVerdict::kNeverCommitted) {
       const std::string aside = set_aside_checkpoint(skipped.dir, moved_error);
       detail += aside.empty() ? "; " + moved_error : "; moved to " + aside;
     } else {
@@ -509,16 +515,23 @@ nlohmann::json model_description(const spec::JobSpec& spec) {
 }
 
 // Checkpoints under `root` of another model than the spec's cannot be
-// resumed: "" when there are none or the newest holds the spec's model.
+// resumed: "" when there are none or the newest committed one holds the
+// spec's model. A committed checkpoint this dslaunch cannot judge (a newer
+// format, an unreadable manifest) is a problem too: running would skip it.
 std::string foreign_checkpoint_problem(const spec::JobSpec& spec, const std::string& root) {
+  const nlohmann::json ours = model_description(spec);
   for (const CheckpointCheck& check : list_checkpoints(root, false)) {
-    if (!check.manifest) continue;
-    const nlohmann::json ours = model_description(spec);
-    if (check.manifest->model == ours) return "";
+    if (check.verdict == CheckpointVerdict::kNeverCommitted) continue;
+    if (check.verdict == CheckpointVerdict::kUnusable) {
+      return fmt::format("{}: {}; nothing there was changed", root, check.problem);
+    }
+    // A damaged manifest that still names its model is judged by it.
+    if (check.recorded_model.is_null()) continue;
+    if (check.recorded_model == ours) return "";
     return fmt::format(
         "{} holds checkpoints of another model ({}) than this spec's ({}); resume with the "
         "model they hold, or start afresh with another --job-dir or checkpoint.dir",
-        check.dir, check.manifest->model.dump(), ours.dump());
+        check.dir, core::json_excerpt(check.recorded_model), ours.dump());
   }
   return "";
 }

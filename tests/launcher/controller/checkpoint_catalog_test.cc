@@ -1,6 +1,7 @@
 #include "launcher/controller/checkpoint_catalog.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstdlib>
@@ -410,6 +411,83 @@ TEST_CASE("the newest valid checkpoint is found past newer broken ones") {
                                           0) == 0);
     CHECK(newest.skipped[1].problem.find("(corrupted)") != std::string::npos);
   }
+}
+
+TEST_CASE("only a folder without manifest.json counts as never committed") {
+  const std::string root = fresh_folder("verdicts");
+  const std::string dir = make_checkpoint(root, 100, {shard_bytes('a')});
+  const std::string manifest = dir + "/manifest.json";
+  SECTION("no manifest") {
+    fs::remove(manifest);
+    CHECK(check_checkpoint(dir, true).verdict == CheckpointVerdict::kNeverCommitted);
+  }
+  SECTION("a manifest that does not parse is committed data, broken") {
+    const std::string text = read_file(manifest);
+    write_file(manifest, text.substr(0, text.size() / 2));
+    const CheckpointCheck check = check_checkpoint(dir, true);
+    CHECK(check.verdict == CheckpointVerdict::kBroken);
+    CHECK_THAT(check.problem, Catch::Contains("manifest.json is not valid JSON"));
+  }
+  SECTION("a manifest nested past the depth cap is broken, not a crash") {
+    write_file(manifest, std::string(200000, '[') + std::string(200000, ']'));
+    const CheckpointCheck check = check_checkpoint(dir, true);
+    CHECK(check.verdict == CheckpointVerdict::kBroken);
+    CHECK_THAT(check.problem, Catch::Contains("nest deeper than 64 levels"));
+  }
+  SECTION("a newer format cannot be judged here") {
+    json value = json::parse(read_file(manifest));
+    value["format_version"] = 2;
+    value["shards"] = "whatever a newer dslaunch writes";
+    write_file(manifest, value.dump());
+    const CheckpointCheck check = check_checkpoint(dir, true);
+    CHECK(check.verdict == CheckpointVerdict::kUnusable);
+    CHECK_THAT(check.problem, Catch::Contains("format_version 2, newer than the 1"));
+    CHECK(check.recorded_model == sample_manifest().model);
+  }
+  SECTION("a manifest that exists but cannot be read cannot be judged") {
+    if (geteuid() == 0) {
+      // root reads a file whatever its mode: a folder in its place fails the read.
+      fs::remove(manifest);
+      fs::create_directory(manifest);
+    } else {
+      fs::permissions(manifest, fs::perms::none);
+    }
+    const CheckpointCheck check = check_checkpoint(dir, true);
+    CHECK(check.verdict == CheckpointVerdict::kUnusable);
+    CHECK_THAT(check.problem, Catch::Contains("cannot read manifest.json"));
+  }
+}
+
+TEST_CASE("the search for a checkpoint stops at one of a newer format") {
+  const std::string root = fresh_folder("newest_newer_format");
+  make_checkpoint(root, 100, {shard_bytes('a')});
+  const std::string newer = make_checkpoint(root, 200, {shard_bytes('b')});
+  json value = json::parse(read_file(newer + "/manifest.json"));
+  value["format_version"] = 7;
+  write_file(newer + "/manifest.json", value.dump());
+  const NewestValid newest = find_newest_valid(root);
+  CHECK_FALSE(newest.found);
+  CHECK_THAT(newest.error, Catch::Contains("checkpoint step_00000200: manifest.json has "
+                                           "format_version 7"));
+}
+
+TEST_CASE("pruning never deletes a committed checkpoint that went bad") {
+  const std::string root = fresh_folder("prune-broken");
+  const std::string damaged = make_checkpoint(root, 100, {shard_bytes('a')});
+  const std::string newer_format = make_checkpoint(root, 150, {shard_bytes('a')});
+  make_checkpoint(root, 175, {shard_bytes('a')}, /*with_manifest=*/false);
+  for (int step : {200, 300}) make_checkpoint(root, step, {shard_bytes('a')});
+  write_file(damaged + "/manifest.json", "{\"format_version\": 1, ");
+  json value = json::parse(read_file(newer_format + "/manifest.json"));
+  value["format_version"] = 3;
+  write_file(newer_format + "/manifest.json", value.dump());
+  std::string error;
+  const std::vector<std::string> removed = prune_checkpoints(root, 1, error);
+  CHECK(error.empty());
+  CHECK(removed == std::vector<std::string>{root + "/step_00000175", root + "/step_00000200"});
+  CHECK(read_file(damaged + "/manifest.json") == "{\"format_version\": 1, ");
+  CHECK(fs::exists(damaged + "/rank_0.bin"));
+  CHECK(fs::exists(newer_format + "/rank_0.bin"));
 }
 
 TEST_CASE("latest names one checkpoint folder and is replaced whole") {
