@@ -22,8 +22,18 @@ struct Gpt2Config {
 // make-vocab-size-divisible-by times the tensor-parallel size).
 int64_t padded_vocab(int64_t vocab_size, int64_t multiple);
 
+// The largest shape dslaunch accepts, far above any trained GPT: the
+// parameter count (about 12·L·C² + Vp·C + maxT·C) and its byte counts stay
+// inside 64 bits. Shapes from files (manifests, safetensors) are held to
+// these before anything is sized from them.
+inline constexpr int64_t kMaxLayers = 4096;
+inline constexpr int64_t kMaxChannels = 1 << 20;
+inline constexpr int64_t kMaxVocab = 1 << 24;
+inline constexpr int64_t kMaxPaddedVocab = 1 << 25;
+inline constexpr int64_t kMaxSeqLen = 1 << 24;
+
 // "" when the shape is usable, otherwise what is wrong with it (for example
-// channels not divisible by num_heads).
+// channels not divisible by num_heads, or a size past the bounds above).
 std::string config_problem(const Gpt2Config& config);
 
 // One parameter tensor inside the flat parameter buffer.
