@@ -1,3 +1,4 @@
+#include "core/json_input.h"
 #include "launcher/controller/job_directory.h"
 
 #include <fcntl.h>
@@ -160,12 +161,10 @@ std::optional<nlohmann::json> JobDirectory::read_state(std::string& error) const
   const std::string path = join_path(path_, kStateFile);
   const auto text = read_whole_file(path, error);
   if (!text) return std::nullopt;
-  try {
-    return nlohmann::json::parse(*text);
-  } catch (const nlohmann::json::exception& parse_error) {
-    error = fmt::format("cannot parse '{}': {}", path, parse_error.what());
-    return std::nullopt;
-  }
+  std::string parse_error;
+  std::optional<nlohmann::json> state = core::parse_untrusted_json(*text, parse_error);
+  if (!state) error = fmt::format("cannot parse '{}': {}", path, parse_error);
+  return state;
 }
 
 bool JobDirectory::append_event(int rank, std::string_view kind, std::string_view detail,

@@ -1,16 +1,32 @@
 #include "launcher/controller/job_status.h"
 
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <utility>
+
 namespace dslaunch::controller {
 namespace {
 
+// The field's value when it has T's type and range, else `fallback`:
+// state.json is read back from disk, where anything may have been written.
 template <typename T>
 T get_or(const nlohmann::json& json, const char* key, T fallback) {
   const auto it = json.find(key);
-  if (it == json.end() || it->is_null()) return fallback;
-  try {
-    return it->get<T>();
-  } catch (const nlohmann::json::exception&) {
-    return fallback;
+  if (it == json.end()) return fallback;
+  if constexpr (std::is_integral_v<T>) {
+    if (!it->is_number_integer()) return fallback;
+    if (it->is_number_unsigned()) {
+      const uint64_t value = it->get<uint64_t>();
+      return value <= static_cast<uint64_t>(std::numeric_limits<T>::max()) ? static_cast<T>(value)
+                                                                            : fallback;
+    }
+    const int64_t value = it->get<int64_t>();
+    return std::in_range<T>(value) ? static_cast<T>(value) : fallback;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return it->is_number() ? it->get<T>() : fallback;
+  } else {
+    return it->is_string() ? it->get<T>() : fallback;
   }
 }
 

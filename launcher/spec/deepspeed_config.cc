@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/spec/text_file.h"
+#include "launcher/spec/yaml_document.h"
 
 namespace dslaunch::spec {
 namespace {
@@ -205,6 +206,10 @@ DeepSpeedConfig load_deepspeed_config(const std::string& path) {
     // Valid JSON that yaml-cpp cannot read (nested beyond its depth limit).
     config.error_location = mark_in(path, e.mark);
     config.error = fmt::format("'{}' cannot be read: {}", path, e.msg);
+    return config;
+  }
+  if (const std::string problem = yaml_shape_problem(root); !problem.empty()) {
+    config.error = fmt::format("'{}' is too large: {}", path, problem);
     return config;
   }
   if (!root.IsMap()) {

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "launcher/spec/yaml_document.h"
+
 namespace dslaunch::spec {
 namespace {
 
@@ -78,6 +80,10 @@ ParsedOverride parse_override(std::string_view text) {
   YAML::Node node(value);  // the plain string, unless YAML says otherwise below
   try {
     const YAML::Node read = value.empty() ? YAML::Node(std::string()) : YAML::Load(value);
+    if (const std::string problem = yaml_shape_problem(read); !problem.empty()) {
+      parsed.error = fmt::format("--set {}: the value is too large: {}", path, problem);
+      return parsed;
+    }
     const bool structure = read.IsMap() || read.IsSequence();
     const bool accidental_null = !read.IsDefined() || (read.IsNull() && !spelled_null(value));
     if (!accidental_null && (!structure || flow_collection(value))) node = read;

@@ -1,6 +1,10 @@
 #include "launcher/spec/yaml_document.h"
 
 #include <sstream>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include <yaml-cpp/eventhandler.h>
 
@@ -44,6 +48,32 @@ class DocumentProbe : public YAML::EventHandler {
 
 }  // namespace
 
+std::string yaml_shape_problem(const YAML::Node& root) {
+  std::vector<std::pair<YAML::Node, int>> pending{{root, 0}};
+  int64_t nodes = 0;
+  while (!pending.empty()) {
+    const auto [node, depth] = pending.back();
+    pending.pop_back();
+    if (++nodes > kMaxYamlNodes) {
+      return fmt::format("it holds more than {} values (counting each use of an alias)",
+                         kMaxYamlNodes);
+    }
+    if (!node.IsMap() && !node.IsSequence()) continue;
+    if (depth + 1 >= kMaxYamlDepth) {
+      return fmt::format("its maps and lists nest deeper than {} levels", kMaxYamlDepth);
+    }
+    for (const auto& item : node) {
+      if (node.IsMap()) {
+        pending.emplace_back(item.first, depth + 1);
+        pending.emplace_back(item.second, depth + 1);
+      } else {
+        pending.emplace_back(item, depth + 1);
+      }
+    }
+  }
+  return "";
+}
+
 std::optional<YAML::Node> read_yaml_document(std::string_view text, const std::string& path,
                                              Diagnostics& diagnostics) {
   YAML::Node root;
@@ -51,6 +81,10 @@ std::optional<YAML::Node> read_yaml_document(std::string_view text, const std::s
     root = YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
     diagnostics.error(at(path, e.mark), "YAML syntax error: " + e.msg);
+    return std::nullopt;
+  }
+  if (const std::string problem = yaml_shape_problem(root); !problem.empty()) {
+    diagnostics.error(Location{path, 0, 0, ""}, "the document is too large: " + problem);
     return std::nullopt;
   }
   // Look at the second document only, with the parser's events: LoadAll

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,5 +19,18 @@ namespace dslaunch::spec {
 // loses nothing and is fine. An empty text gives a null node.
 std::optional<YAML::Node> read_yaml_document(std::string_view text, const std::string& path,
                                              Diagnostics& diagnostics);
+
+// How deep and how large a document read from outside may be. Every later walk
+// of the tree (merging, reading keys, converting to JSON) recurses, and an
+// alias is walked each time it is used, so the node count counts aliases as
+// often as they appear: a few lines of nested aliases ("billion laughs") would
+// otherwise expand to more nodes than memory or time allow.
+inline constexpr int kMaxYamlDepth = 64;
+inline constexpr int64_t kMaxYamlNodes = 1 << 20;
+
+// "" when `root` is within the bounds above, else what is wrong ("nested
+// deeper than 64 levels", "more than ... values"). Walks without recursion
+// and stops at the first bound reached.
+std::string yaml_shape_problem(const YAML::Node& root);
 
 }  // namespace dslaunch::spec

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file_system.h"
+#include "core/json_input.h"
 #include "worker/checkpoint/file_checksum.h"
 
 namespace dslaunch::worker::checkpoint {
@@ -144,8 +145,14 @@ bool header_int(const nlohmann::json& fields, const char* name, int64_t& value,
 }
 
 std::optional<ShardHeader> parse_header(const std::string& text, std::string& problem) {
-  nlohmann::json fields = nlohmann::json::parse(text, nullptr, false);
-  if (fields.is_discarded() || !fields.is_object()) {
+  std::string parse_error;
+  std::optional<nlohmann::json> parsed = core::parse_untrusted_json(text, parse_error);
+  if (!parsed) {
+    problem = "its header is not valid JSON: " + parse_error;
+    return std::nullopt;
+  }
+  nlohmann::json& fields = *parsed;
+  if (!fields.is_object()) {
     problem = "its header is not a JSON object";
     return std::nullopt;
   }

@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "core/json_input.h"
 #include "worker/data/atomic_file.h"
 #include "worker/model/safetensors.h"
 
@@ -94,12 +95,10 @@ std::string apply_config_json(const std::string& path, Gpt2Config& config) {
   if (!in) return fmt::format("cannot read '{}'", path);
   std::stringstream text;
   text << in.rdbuf();
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {
-    return fmt::format("'{}' is not valid JSON: {}", path, e.what());
-  }
+  std::string parse_error;
+  const std::optional<nlohmann::json> parsed = core::parse_untrusted_json(text.str(), parse_error);
+  if (!parsed) return fmt::format("'{}' is not valid JSON: {}", path, parse_error);
+  const nlohmann::json& json = *parsed;
   if (!json.is_object()) return fmt::format("'{}' is not a JSON object", path);
   const std::pair<const char*, int64_t> sizes[] = {{"n_embd", config.channels},
                                                    {"n_layer", config.num_layers},
@@ -110,7 +109,7 @@ std::string apply_config_json(const std::string& path, Gpt2Config& config) {
     if (value == json.end()) continue;
     if (!value->is_number_integer() || value->get<int64_t>() != from_weights) {
       return fmt::format("'{}' has {} {}, but the weights have {}; it describes another model",
-                         path, key, value->dump(), from_weights);
+                         path, key, core::json_excerpt(*value), from_weights);
     }
   }
   const auto heads = json.find("n_head");
@@ -121,7 +120,7 @@ std::string apply_config_json(const std::string& path, Gpt2Config& config) {
     return "";
   }
   if (!heads->is_number_integer() || heads->get<int64_t>() < 1) {
-    return fmt::format("'{}' has n_head {}; it must be a positive integer", path, heads->dump());
+    return fmt::format("'{}' has n_head {}; it must be a positive integer", path, core::json_excerpt(*heads));
   }
   if (config.num_heads != 0 && config.num_heads != heads->get<int64_t>()) {
     return fmt::format("{} attention heads were asked for, but '{}' has n_head {}",
@@ -193,6 +192,11 @@ std::string hf_gpt2_config_json(const Gpt2Config& config) {
 bool write_hf_gpt2(const std::string& safetensors_path, const ParameterTable& table,
                    const float* params, std::string& error) {
   const Gpt2Config& config = table.config();
+  if (const std::string problem = config_problem(config); !problem.empty()) {
+    error = fmt::format("cannot write '{}': the model's shape is not usable: {}", safetensors_path,
+                        problem);
+    return false;
+  }
   std::vector<SafetensorsTensorData> tensors;
   for (const TensorInfo& info : table.tensors()) {
     // The real rows of the embedding are its first vocab_size rows.

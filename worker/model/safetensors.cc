@@ -1,3 +1,4 @@
+#include "core/json_input.h"
 #include "worker/model/safetensors.h"
 
 #include <algorithm>
@@ -115,11 +116,11 @@ std::string parse_tensor_entry(const std::string& name, const nlohmann::json& en
     const auto size = as_size(dimension);
     if (!size) {
       return fmt::format("tensor '{}' has shape {}; dimensions must be non-negative integers", name,
-                         shape->dump());
+                         core::json_excerpt(*shape));
     }
     tensor.shape.push_back(*size);
     if (__builtin_mul_overflow(tensor.numel, *size, &tensor.numel)) {
-      return fmt::format("tensor '{}' has shape {}, too many elements", name, shape->dump());
+      return fmt::format("tensor '{}' has shape {}, too many elements", name, core::json_excerpt(*shape));
     }
   }
 
@@ -134,7 +135,7 @@ std::string parse_tensor_entry(const std::string& name, const nlohmann::json& en
     return fmt::format(
         "tensor '{}' has data_offsets {}; they must be two byte offsets [begin, end] with begin <= "
         "end",
-        name, offsets == entry.end() ? std::string("missing") : offsets->dump());
+        name, offsets == entry.end() ? std::string("missing") : core::json_excerpt(*offsets));
   }
   tensor.begin = *begin;
   tensor.end = *end;
@@ -154,7 +155,7 @@ std::string parse_metadata(const nlohmann::json& entry, std::map<std::string, st
   if (!entry.is_object()) return "\"__metadata__\" is not an object of strings";
   for (const auto& [key, value] : entry.items()) {
     if (!value.is_string()) {
-      return fmt::format("\"__metadata__\" entry '{}' is {}, not a string", key, value.dump());
+      return fmt::format("\"__metadata__\" entry '{}' is {}, not a string", key, core::json_excerpt(value));
     }
     out[key] = value.get<std::string>();
   }
@@ -239,13 +240,11 @@ bool SafetensorsFile::open(const std::string& path, std::string& error) {
   if (header.empty() || header.front() != '{') {
     return fail("the header does not start with '{'; the file is not safetensors");
   }
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(header);
-  } catch (const nlohmann::json::exception& e) {
-    // nlohmann rejects ill-formed UTF-8 as a parse error too.
-    return fail(fmt::format("the header is not valid UTF-8 JSON: {}", e.what()));
-  }
+  std::string parse_error;
+  // nlohmann rejects ill-formed UTF-8 as a parse error too.
+  const std::optional<nlohmann::json> parsed = core::parse_untrusted_json(header, parse_error);
+  if (!parsed) return fail("the header is not valid UTF-8 JSON: " + parse_error);
+  const nlohmann::json& json = *parsed;
   if (!json.is_object()) return fail("the header is not a JSON object");
 
   for (const auto& [name, entry] : json.items()) {

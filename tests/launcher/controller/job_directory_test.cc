@@ -218,6 +218,15 @@ TEST_CASE("the state is written as pretty JSON with a newline and read back") {
   CHECK(read_file(job.path() + "/state.json") == "{\n  \"phase\": \"SUCCEEDED\"\n}\n");
 }
 
+TEST_CASE("a state.json nested past the depth cap is an error, not a crash") {
+  JobDirectory job = make_job("deep_state");
+  write_file(job.path() + "/state.json", std::string(100000, '['));
+  std::string error;
+  CHECK_FALSE(job.read_state(error));
+  CHECK(error == "cannot parse '" + job.path() +
+                     "/state.json': arrays and objects nest deeper than 64 levels");
+}
+
 TEST_CASE("a stale temporary state file from a crash is replaced") {
   JobDirectory job = make_job("stale_tmp");
   write_file(job.path() + "/state.json.tmp", "{\"phase\": \"RUNN");

@@ -238,7 +238,7 @@ TEST_CASE("A damaged shard is refused with what is wrong with it") {
   SECTION("the header's JSON broken") {
     std::string bad = good;
     bad[16] = '[';
-    CHECK_THAT(header_error(dir, bad), Contains("its header is not a JSON object"));
+    CHECK_THAT(header_error(dir, bad), Contains("its header is not valid JSON"));
   }
   SECTION("too short for the preamble") {
     CHECK_THAT(header_error(dir, good.substr(0, 10)), Contains("it has 10 bytes"));

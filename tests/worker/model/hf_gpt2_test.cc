@@ -223,6 +223,13 @@ TEST_CASE("load_hf_gpt2 reads back what write_hf_gpt2 wrote") {
   std::string error;
   REQUIRE(write_hf_gpt2(path, table, params.data(), error));
 
+  SECTION("a config.json nested past the depth cap is refused, not a crash") {
+    std::ofstream(dir / "config.json", std::ios::trunc)
+        << std::string(100000, '[') << std::string(100000, ']');
+    const HfGpt2Weights loaded = load_hf_gpt2(path, 0, 8);
+    CHECK_THAT(loaded.error, Catch::Contains("config.json' is not valid JSON: arrays and objects "
+                                             "nest deeper than 64 levels"));
+  }
   SECTION("heads from config.json, same padding: identical buffer") {
     const HfGpt2Weights loaded = load_hf_gpt2(path, 0, 8);
     REQUIRE(loaded.error.empty());

@@ -247,6 +247,16 @@ TEST_CASE("malformed files give errors naming the file and the problem") {
        "the last 4 bytes of the file belong to no tensor"},
       {"metadata not strings", write_raw(R"({"__metadata__":{"step":3}})", ""),
        "\"__metadata__\" entry 'step' is 3, not a string"},
+      // Deep nesting overflowed the stack when the error message dumped it.
+      {"deep metadata",
+       write_raw("{\"__metadata__\":" + std::string(100000, '[') + std::string(100000, ']') + "}",
+                 ""),
+       "nest deeper than 64 levels"},
+      {"deep shape",
+       write_raw(R"({"w":{"dtype":"F32","shape":)" + std::string(100000, '[') +
+                     std::string(100000, ']') + R"(,"data_offsets":[0,8]}})",
+                 std::string(8, 'x')),
+       "nest deeper than 64 levels"},
   };
   for (const Case& c : cases) {
     INFO(c.what);
