@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "core/escaped_exception.h"
 #include "kernels/cpu/blas_setup.h"
 #include "launcher/controller/job_controller.h"
 #include "launcher/environment_report.h"
@@ -40,7 +41,7 @@ dslaunch::controller::ProgressDisplay::Mode progress_mode(const std::string& nam
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   // OpenBLAS picks its kernels when it loads: `eval` restarts itself once
   // if they are slower than this CPU allows.
   if (argc > 1 && std::string_view(argv[1]) == "eval") dslaunch::kernels::ensure_fast_blas(argv);
@@ -201,4 +202,7 @@ int main(int argc, char** argv) {
   if (eval->parsed()) return dslaunch::launcher::run_eval_command(eval_options);
   std::cerr << app.help() << "\ndslaunch: a subcommand is required\n";
   return kUsageError;
+}
+catch (...) {
+  return dslaunch::core::report_escaped_exception("dslaunch");
 }

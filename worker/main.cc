@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/escaped_exception.h"
 #include "kernels/cpu/blas_setup.h"
 #include "tools/build_info/build_info.h"
 #include "worker/parallel/world_probe.h"
@@ -69,7 +70,7 @@ int run_probe(bool as_json) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   // OpenBLAS picks its kernels when it loads, before MPI or any thread
   // starts: restart once with the fastest core type this CPU supports.
   dslaunch::kernels::ensure_fast_blas(argv);
@@ -101,4 +102,7 @@ int main(int argc, char** argv) {
   if (run->parsed()) return dslaunch::worker::run_worker();
   std::cerr << app.help() << "\ndsworker: a subcommand is required\n";
   return kUsageError;
+}
+catch (...) {
+  return dslaunch::core::report_escaped_exception("dsworker");
 }

@@ -35,6 +35,19 @@ constexpr double kUnbounded = std::numeric_limits<double>::max();
 constexpr size_t kMaxNameLength = 128;
 constexpr size_t kMaxAddressLength = 255;
 
+// Bounds far above any real cluster, low enough that counts of ranks, cores,
+// bytes and deadlines derived from them stay inside their types.
+constexpr int64_t kMaxNodes = 1 << 16;
+constexpr int64_t kMaxRanksPerHost = 1024;
+constexpr int64_t kMaxCoresPerHost = 1 << 14;
+constexpr int64_t kMaxNumaNodesPerHost = 1024;
+constexpr double kMaxDeviceMemoryGb = 1 << 16;  // 64 TiB per device
+constexpr int64_t kMaxBucketElements = int64_t{1} << 40;
+constexpr double kMaxHeartbeatIntervalS = 3600;
+constexpr double kMaxHeartbeatTimeoutS = 7 * 24 * 3600;
+constexpr int64_t kMaxSteps = int64_t{1} << 40;
+constexpr int64_t kMaxEvalBatches = 1 << 20;
+
 // Relative paths are relative to the folder of the file that holds them (the
 // spec, or the DeepSpeed config for the keys it supplies), as in
 // docker-compose files; values from the command line are relative to the
@@ -210,14 +223,14 @@ void read_cluster(MapReader cluster, ClusterSpec& out) {
   }
   cluster.string("include", out.include);
   cluster.string("exclude", out.exclude);
-  const auto read_count = [&](const char* key, int& out_count) {
-    cluster.integer(key, out_count, -1, kNoLimit);
+  const auto read_count = [&](const char* key, int& out_count, int64_t max) {
+    cluster.integer(key, out_count, -1, max);
     if (out_count == 0) {
       cluster.error(key, fmt::format("cluster.{} must be -1 (all) or at least 1", key));
     }
   };
-  read_count("num_nodes", out.num_nodes);
-  read_count("num_gpus", out.num_gpus);
+  read_count("num_nodes", out.num_nodes, kMaxNodes);
+  read_count("num_gpus", out.num_gpus, kMaxRanksPerHost);
   cluster.integer("ssh_port", out.ssh_port, 1, 65535);
   cluster.string("network_interface", out.network_interface);
   cluster.string("controller_address", out.controller_address);
@@ -226,10 +239,11 @@ void read_cluster(MapReader cluster, ClusterSpec& out) {
   read_tls(cluster.map("tls"), out.tls);
 
   MapReader topology = cluster.map("topology");
-  topology.integer("cores_per_host", out.topology.cores_per_host, 1, kNoLimit);
-  topology.integer("numa_nodes_per_host", out.topology.numa_nodes_per_host, 1, kNoLimit);
+  topology.integer("cores_per_host", out.topology.cores_per_host, 1, kMaxCoresPerHost);
+  topology.integer("numa_nodes_per_host", out.topology.numa_nodes_per_host, 1,
+                   kMaxNumaNodesPerHost);
   topology.integer_lists("gpu_islands", out.topology.gpu_islands, 0);
-  topology.number("device_memory_gb", out.topology.device_memory_gb, 0, kUnbounded);
+  topology.number("device_memory_gb", out.topology.device_memory_gb, 0, kMaxDeviceMemoryGb);
   topology.finish();
   cluster.finish();
 }
@@ -240,12 +254,13 @@ constexpr int64_t kMaxLayers = 4096;
 constexpr int64_t kMaxHidden = 1 << 20;
 constexpr int64_t kMaxSequence = 1 << 24;
 constexpr int64_t kMaxParallel = 1 << 16;
+constexpr int64_t kMaxVocab = 1 << 24;
 
 void read_model(MapReader model, ModelSpec& out) {
   model.integer("num_layers", out.num_layers, 1, kMaxLayers);
   model.integer("hidden_size", out.hidden_size, 1, kMaxHidden);
   model.integer("num_attention_heads", out.num_attention_heads, 1, kMaxHidden);
-  model.integer("vocab_size", out.vocab_size, 1, kNoLimit);
+  model.integer("vocab_size", out.vocab_size, 1, kMaxVocab);
   model.integer("seq_length", out.seq_length, 1, kMaxSequence);
   model.number("dropout", out.dropout, 0, 1);
   if (out.dropout == 1) model.error("dropout", "model.dropout must be below 1");
@@ -332,14 +347,14 @@ void read_zero_alias(MapReader& zero, const std::string& key, int64_t& out) {
     zero.error(key, fmt::format("give {}.{} or {}.{}, not both (they are the same setting)",
                                 zero.path(), prefixed, zero.path(), key));
   }
-  zero.integer(prefixed, out, 0, kNoLimit);
-  zero.integer(key, out, 0, kNoLimit);
+  zero.integer(prefixed, out, 0, kMaxBucketElements);
+  zero.integer(key, out, 0, kMaxBucketElements);
 }
 
 void read_zero(MapReader zero, ZeroSpec& out) {
   zero.integer("stage", out.stage, 0, 3);
-  zero.integer("reduce_bucket_size", out.reduce_bucket_size, 1, kNoLimit);
-  zero.integer("allgather_bucket_size", out.allgather_bucket_size, 1, kNoLimit);
+  zero.integer("reduce_bucket_size", out.reduce_bucket_size, 1, kMaxBucketElements);
+  zero.integer("allgather_bucket_size", out.allgather_bucket_size, 1, kMaxBucketElements);
   // DeepSpeed overlaps communication by default only at stage 3.
   out.overlap_comm = out.stage == 3;
   zero.boolean("overlap_comm", out.overlap_comm);
@@ -447,7 +462,7 @@ void read_training(MapReader training, TrainingSpec& out, const ParallelismSpec&
   training.optional_integer("train_micro_batch_size_per_gpu", out.batch.micro_batch_per_gpu, 1);
   training.optional_integer("gradient_accumulation_steps", out.batch.gradient_accumulation_steps,
                             1);
-  training.integer("steps", out.steps, 1, kNoLimit);
+  training.integer("steps", out.steps, 1, kMaxSteps);
   if (!training.has("steps") && kind == JobKind::kTrain) {
     training.error("steps", "training.steps is required: the number of optimizer steps to run");
   }
@@ -477,7 +492,7 @@ void read_training(MapReader training, TrainingSpec& out, const ParallelismSpec&
   training.number("gradient_clipping", out.gradient_clipping, 0, kUnbounded);
   training.integer("seed", out.seed);
   training.integer("eval_interval", out.eval_interval, 0, kNoLimit);
-  training.integer("eval_batches", out.eval_batches, 1, kNoLimit);
+  training.integer("eval_batches", out.eval_batches, 1, kMaxEvalBatches);
   training.finish();
 }
 
@@ -536,8 +551,8 @@ void read_checkpoint(MapReader checkpoint, CheckpointSpec& out) {
 
 void read_fault_tolerance(MapReader fault, FaultToleranceSpec& out) {
   fault.integer("max_restarts", out.max_restarts, 0, kNoLimit);
-  fault.number("heartbeat_interval", out.heartbeat_interval_s, 0.01, kUnbounded);
-  fault.number("heartbeat_timeout", out.heartbeat_timeout_s, 0.01, kUnbounded);
+  fault.number("heartbeat_interval", out.heartbeat_interval_s, 0.01, kMaxHeartbeatIntervalS);
+  fault.number("heartbeat_timeout", out.heartbeat_timeout_s, 0.01, kMaxHeartbeatTimeoutS);
   if (fault.read_ok("heartbeat_interval") && fault.read_ok("heartbeat_timeout") &&
       out.heartbeat_timeout_s <= out.heartbeat_interval_s) {
     fault.error("heartbeat_timeout",

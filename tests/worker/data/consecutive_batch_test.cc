@@ -1,5 +1,7 @@
 #include "worker/data/consecutive_batch.h"
 
+#include <cstdint>
+
 #include <catch2/catch.hpp>
 #include <vector>
 
@@ -12,6 +14,9 @@ using testing::VectorSource;
 
 TEST_CASE("consecutive_batch_count counts batches of B·T + 1 tokens stepping by B·T") {
   CHECK(consecutive_batch_count(0, 2, 4) == 0);
+  // B·T past 64 bits wrapped to 0 and divided by it (SIGFPE in dslaunch eval).
+  CHECK(consecutive_batch_count(1000, int64_t{1} << 62, 4) == 0);
+  CHECK(consecutive_batch_count(1000, INT64_MAX, INT64_MAX) == 0);
   CHECK(consecutive_batch_count(8, 2, 4) == 0);  // needs 9
   CHECK(consecutive_batch_count(9, 2, 4) == 1);
   CHECK(consecutive_batch_count(16, 2, 4) == 1);
