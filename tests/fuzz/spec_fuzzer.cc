@@ -10,29 +10,10 @@
 
 #include "launcher/spec/batch_size.h"
 #include "launcher/spec/spec_parser.h"
+#include "tests/fuzz/fuzz_support.h"
+#include "tests/fuzz/spec_promises.h"
 
-namespace {
-
-void require(bool promise_kept) {
-  if (!promise_kept) __builtin_trap();
-}
-
-void check_accepted(const dslaunch::spec::JobSpec& spec) {
-  const auto& model = spec.model;
-  const auto& parallel = spec.parallelism;
-  require(parallel.tensor >= 1 && parallel.pipeline >= 1);
-  require(model.num_attention_heads % parallel.tensor == 0);
-  require(model.hidden_size % parallel.tensor == 0);
-  require(model.hidden_size % model.num_attention_heads == 0);
-  require(model.num_layers % parallel.pipeline == 0);
-  require(spec.training.steps >= 1);
-  require(spec.training.zero.stage >= 0 && spec.training.zero.stage <= 3);
-  require(!(spec.training.fp16.enabled && spec.training.bf16));
-  require(spec.fault_tolerance.heartbeat_timeout_s > spec.fault_tolerance.heartbeat_interval_s);
-  require(!spec.data.train.empty());
-}
-
-}  // namespace
+using dslaunch::fuzz::require;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider input(data, size);
@@ -49,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       dslaunch::spec::parse_job_spec(yaml, "fuzz.yaml", options, diagnostics, locations);
   require(!diagnostics.format().empty() || !diagnostics.has_errors());
   if (diagnostics.has_errors()) return 0;
-  check_accepted(spec);
+  dslaunch::fuzz::check_accepted_spec(spec);
 
   const auto resolved = dslaunch::spec::resolve_batch_sizes(spec.training.batch, data_parallel);
   if (resolved.sizes) {
