@@ -1,5 +1,8 @@
 #include "launcher/runner/rank_output.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <charconv>
 #include <optional>
 
@@ -132,7 +135,11 @@ void RankOutput::write(int rank, OutputStream stream, std::string_view text, boo
   auto it = files_.find(key);
   if (it == files_.end()) {
     const std::string path = path_of_(rank, stream);
-    FILE* file = path.empty() ? nullptr : fopen(path.c_str(), "ae");
+    // Logs are private to the user (0600), whatever the umask says.
+    const int fd =
+        path.empty() ? -1 : ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    FILE* file = fd < 0 ? nullptr : fdopen(fd, "a");
+    if (fd >= 0 && file == nullptr) ::close(fd);
     it = files_.emplace(key, std::unique_ptr<FILE, int (*)(FILE*)>(file, fclose)).first;
   }
   // A file that could not be opened loses its lines rather than the job.
