@@ -45,7 +45,6 @@ constexpr double kMaxDeviceMemoryGb = 1 << 16;  // 64 TiB per device
 constexpr int64_t kMaxBucketElements = int64_t{1} << 40;
 constexpr double kMaxHeartbeatIntervalS = 3600;
 constexpr double kMaxHeartbeatTimeoutS = 7 * 24 * 3600;
-constexpr int64_t kMaxSteps = int64_t{1} << 40;
 constexpr int64_t kMaxEvalBatches = 1 << 20;
 
 // Relative paths are relative to the folder of the file that holds them (the
@@ -462,7 +461,7 @@ void read_training(MapReader training, TrainingSpec& out, const ParallelismSpec&
   training.optional_integer("train_micro_batch_size_per_gpu", out.batch.micro_batch_per_gpu, 1);
   training.optional_integer("gradient_accumulation_steps", out.batch.gradient_accumulation_steps,
                             1);
-  training.integer("steps", out.steps, 1, kMaxSteps);
+  training.integer("steps", out.steps, 1, kNoLimit);
   if (!training.has("steps") && kind == JobKind::kTrain) {
     training.error("steps", "training.steps is required: the number of optimizer steps to run");
   }
