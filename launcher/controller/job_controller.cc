@@ -1,5 +1,3 @@
-#include "core/json_input.h"
-#include "worker/data/atomic_file.h"
 #include "launcher/controller/job_controller.h"
 
 #include <arpa/inet.h>
@@ -19,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "core/json_input.h"
 #include "launcher/controller/checkpoint_catalog.h"
 #include "launcher/controller/checkpoint_committer.h"
 #include "launcher/controller/clock.h"
@@ -34,8 +33,10 @@
 #include "launcher/runner/launch_command.h"
 #include "launcher/runner/rank_output.h"
 #include "launcher/runner/supervised_process.h"
+#include "launcher/spec/terminal_text.h"
 #include "proto/auth.h"
 #include "worker/engine/model_config.h"
+#include "worker/data/atomic_file.h"
 #include "worker/engine/training_support.h"
 
 namespace dslaunch::controller {
@@ -482,7 +483,7 @@ std::optional<v1::ResumePoint> choose_resume_point(const std::string& root,
       fs::remove_all(skipped.dir, removed);
       detail += removed ? "; cannot remove it: " + removed.message() : "; removed";
     }
-    std::cerr << "dslaunch: skipping a checkpoint: " << detail << "\n";
+    std::cerr << "dslaunch: skipping a checkpoint: " << spec::terminal_safe(detail) << "\n";
     directory.append_event(-1, "checkpoint_skipped", detail, ignored);
   }
   if (!newest.found) return std::nullopt;
@@ -644,7 +645,8 @@ int run_job(const RunOptions& options) {
   if (spec.kind == spec::JobKind::kTrain) {
     if (const std::string problem = worker::engine::training_support_problem(spec);
         !problem.empty()) {
-      std::cerr << fmt::format("{}: error: {}\n", options.spec_path, problem);
+      std::cerr << spec::terminal_safe(fmt::format("{}: error: {}", options.spec_path, problem))
+                << "\n";
       return kRunBadInput;
     }
   }
@@ -676,7 +678,7 @@ int run_job(const RunOptions& options) {
     if (spec.kind != spec::JobKind::kTrain && dir == checkpoints) continue;
     std::optional<DirectoryLock> lock = DirectoryLock::acquire(dir, error);
     if (!lock) {
-      std::cerr << "dslaunch: " << error << "\n";
+      std::cerr << "dslaunch: " << spec::terminal_safe(error) << "\n";
       return kRunBadInput;
     }
     locks.push_back(std::move(*lock));
@@ -684,7 +686,8 @@ int run_job(const RunOptions& options) {
   if (spec.kind == spec::JobKind::kTrain) {
     if (const std::string problem = foreign_checkpoint_problem(spec, checkpoints);
         !problem.empty()) {
-      std::cerr << fmt::format("{}: error: {}\n", options.spec_path, problem);
+      std::cerr << spec::terminal_safe(fmt::format("{}: error: {}", options.spec_path, problem))
+                << "\n";
       return kRunBadInput;
     }
   }

@@ -1,4 +1,3 @@
-#include "core/json_input.h"
 #include "launcher/controller/job_directory.h"
 
 #include <fcntl.h>
@@ -19,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "core/json_input.h"
 #include "launcher/controller/posix_file.h"
 #include "worker/data/atomic_file.h"
 

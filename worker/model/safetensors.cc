@@ -1,4 +1,3 @@
-#include "core/json_input.h"
 #include "worker/model/safetensors.h"
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "core/json_input.h"
 #include "worker/data/atomic_file.h"
 
 namespace dslaunch::worker::model {
