@@ -1,5 +1,6 @@
 #include "launcher/controller/job_state.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <string_view>
@@ -86,7 +87,13 @@ std::string RootCause::to_string() const {
 
   std::string what;
   std::string_view detail;
-  if (hung) {
+  if (hung && stuck_at_step) {
+    what = *stuck_at_step == 0
+               ? fmt::format("made no step progress for {}: it never began its first step (hung?)",
+                             seconds(silence_allowed))
+               : fmt::format("made no step progress for {}: stuck at step {} (hung?)",
+                             seconds(silence_allowed), *stuck_at_step);
+  } else if (hung) {
     what = fmt::format("sent no heartbeat for {}{} (hung?)", seconds(silence_allowed),
                        in_checkpoint ? " while writing a checkpoint" : "");
   } else if (exit_signal) {
@@ -129,6 +136,7 @@ bool JobState::on_register(int rank, const std::string& host, int64_t pid,
   record.device = device;
   record.phase = RankPhase::kRunning;
   record.last_heartbeat = clock_.now();
+  record.last_progress = record.last_heartbeat;
 
   bool all_registered = true;
   for (bool registered : registered_) all_registered = all_registered && registered;
@@ -142,6 +150,12 @@ void JobState::on_heartbeat(int rank, const v1::Heartbeat& heartbeat) {
   RankRecord& record = ranks_[rank];
   if (!registered_[rank] || record.phase != RankPhase::kRunning) return;
   record.last_heartbeat = clock_.now();
+  // Checkpointing has its own allowance (checkpoint_timeout), so it counts as
+  // progress: the step clock restarts when the rank goes back to training.
+  if (heartbeat.step() != record.heartbeat.step() ||
+      heartbeat.phase() == v1::PHASE_CHECKPOINT) {
+    record.last_progress = record.last_heartbeat;
+  }
   record.heartbeat = heartbeat;
 }
 
@@ -219,6 +233,40 @@ std::vector<int> JobState::check_heartbeats() {
   }
   if (first) fail_locked(std::move(*first));
   return lost;
+}
+
+std::optional<int> JobState::check_step_progress() {
+  std::lock_guard lock(mutex_);
+  if (is_final(phase_) || timeouts_.step_timeout.count() == 0) return std::nullopt;
+  const Clock::TimePoint now = clock_.now();
+  std::optional<RootCause> first;
+  Clock::TimePoint first_deadline{};
+  for (const RankRecord& record : ranks_) {
+    if (!registered_[record.rank] || record.phase != RankPhase::kRunning) continue;
+    const v1::Phase phase = record.heartbeat.phase();
+    if (phase == v1::PHASE_CHECKPOINT || phase == v1::PHASE_FINISHED) continue;
+    // Ranks do not report evaluation as a phase of its own: it counts
+    // against the step it follows (it is bounded by eval_batches).
+    const int64_t step = record.heartbeat.step();
+    const auto allowed = step == 0 ? std::max(timeouts_.step_timeout, timeouts_.checkpoint_timeout)
+                                   : timeouts_.step_timeout;
+    const Clock::TimePoint deadline = record.last_progress + allowed;
+    if (now <= deadline) continue;
+    if (!first || deadline < first_deadline) {
+      first_deadline = deadline;
+      first.emplace();
+      first->rank = record.rank;
+      first->host = record.host;
+      first->pid = record.pid;
+      first->hung = true;
+      first->silence_allowed = allowed;
+      first->stuck_at_step = step;
+    }
+  }
+  if (!first) return std::nullopt;
+  const int rank = first->rank;
+  fail_locked(std::move(*first));
+  return rank;
 }
 
 void JobState::request_stop() {

@@ -31,6 +31,9 @@ struct RootCause {
   bool hung = false;                             // no heartbeat within the timeout
   std::chrono::milliseconds silence_allowed{0};  // when hung: the timeout it exceeded
   bool in_checkpoint = false;  // when hung: its last heartbeat said PHASE_CHECKPOINT
+  // When hung while heartbeating: the step its heartbeats kept reporting
+  // (0: it never began one) for `silence_allowed`.
+  std::optional<int64_t> stuck_at_step;
   std::string message;         // the rank's own error report, or the last stderr lines
   // One line, e.g. "rank 3 (node02, pid 4121) was killed by signal 9 (Killed)". Of a
   // multi-line message it shows the first line of an error report and the last line of
@@ -45,6 +48,9 @@ struct RankRecord {
   int64_t pid = 0;
   std::string device;
   Clock::TimePoint last_heartbeat{};  // registration counts as the first
+  // When its reported step last changed, or it last reported PHASE_CHECKPOINT;
+  // registration counts as the first.
+  Clock::TimePoint last_progress{};
   v1::Heartbeat heartbeat;            // the latest
   std::optional<int> exit_code;
   std::optional<int> exit_signal;
@@ -54,6 +60,10 @@ struct FailureTimeouts {
   std::chrono::milliseconds heartbeat_timeout{60'000};
   // While a rank reports PHASE_CHECKPOINT its silence may last this long.
   std::chrono::milliseconds checkpoint_timeout{600'000};
+  // A heartbeating rank whose step does not advance for this long is hung;
+  // 0 = never. Before its first step it gets max(this, checkpoint_timeout),
+  // since starting may read a checkpoint.
+  std::chrono::milliseconds step_timeout{0};
 };
 
 // One attempt's state: the job phase, every rank, and the root cause of a
@@ -93,6 +103,13 @@ class JobState {
   // once the job is final. Call periodically; returns the ranks newly declared
   // lost, in rank order.
   std::vector<int> check_heartbeats();
+  // Registered, running ranks that heartbeat but whose step has not changed
+  // for longer than step_timeout (not while they checkpoint, nor once they
+  // report PHASE_FINISHED): the first to pass its deadline fails the attempt
+  // as hung, with the step it is stuck at. Does nothing once the job is final
+  // or with no step_timeout. Call periodically, after check_heartbeats;
+  // returns the rank that failed the attempt, if one did.
+  std::optional<int> check_step_progress();
 
   // A stop was asked for (ignored once final): the final phase will be STOPPED
   // unless a rank fails by other means than our SIGTERM/SIGKILL.

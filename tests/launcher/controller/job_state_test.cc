@@ -536,4 +536,87 @@ TEST_CASE("heartbeats from many threads while another checks are all taken") {
   CHECK(job.state.check_heartbeats().size() == kWorld);
 }
 
+FailureTimeouts with_step_timeout(seconds step_timeout) {
+  FailureTimeouts result = timeouts();
+  result.step_timeout = step_timeout;
+  return result;
+}
+
+// Heartbeats every `every` for `total`, all at `step` (and `phase`), with a
+// step-progress check after each; false once a check fails the job.
+bool beat_without_progress(RunningJob& job, int rank, int64_t step, seconds every, seconds total,
+                           v1::Phase phase = v1::PHASE_TRAIN) {
+  for (seconds elapsed{0}; elapsed < total; elapsed += every) {
+    job.clock.advance(every);
+    job.state.on_heartbeat(rank, heartbeat(step, phase));
+    if (job.state.check_step_progress()) return false;
+  }
+  return true;
+}
+
+TEST_CASE("a heartbeating rank stuck at one step fails the job as hung at the step timeout") {
+  RunningJob job(2, with_step_timeout(seconds(30)));
+  job.state.on_heartbeat(0, heartbeat(7));
+  job.state.on_heartbeat(1, heartbeat(7));
+  for (int beat = 0; beat < 30; ++beat) {
+    job.clock.advance(seconds(1));
+    job.state.on_heartbeat(0, heartbeat(8 + beat));  // rank 0 goes on
+    job.state.on_heartbeat(1, heartbeat(7));         // rank 1 does not
+    CHECK(job.state.check_heartbeats().empty());
+    CHECK_FALSE(job.state.check_step_progress());  // exactly 30 s is not longer
+  }
+  job.clock.advance(milliseconds(1));
+  CHECK(job.state.check_step_progress() == 1);
+  CHECK(job.state.phase() == JobPhase::kFailed);
+  const auto cause = job.state.root_cause();
+  REQUIRE(cause);
+  CHECK(cause->rank == 1);
+  CHECK(cause->hung);
+  CHECK(cause->stuck_at_step == 7);
+  CHECK(cause->silence_allowed == seconds(30));
+  CHECK(cause->to_string() ==
+        "rank 1 (node01, pid 101) made no step progress for 30s: stuck at step 7 (hung?)");
+  CHECK_FALSE(job.state.check_step_progress());  // final: reported once
+}
+
+TEST_CASE("each new step restarts a rank's step timeout") {
+  RunningJob job(1, with_step_timeout(seconds(30)));
+  for (int64_t step = 1; step <= 50; ++step) {
+    job.state.on_heartbeat(0, heartbeat(step));
+    REQUIRE(beat_without_progress(job, 0, step, seconds(5), seconds(30)));
+  }
+  CHECK(job.state.phase() == JobPhase::kRunning);
+}
+
+TEST_CASE("no step timeout while a rank writes a checkpoint, nor once it finished") {
+  RunningJob job(2, with_step_timeout(seconds(30)));
+  job.state.on_heartbeat(0, heartbeat(20));
+  job.state.on_heartbeat(1, heartbeat(20, v1::PHASE_FINISHED));
+  CHECK(beat_without_progress(job, 0, 20, seconds(10), seconds(300), v1::PHASE_CHECKPOINT));
+  // Back to training, the clock starts from its last checkpoint heartbeat.
+  CHECK(beat_without_progress(job, 0, 20, seconds(10), seconds(30)));
+  CHECK_FALSE(beat_without_progress(job, 0, 20, seconds(10), seconds(10)));
+  CHECK(job.state.root_cause()->rank == 0);
+}
+
+TEST_CASE("before its first step a rank may take the longer of the step and checkpoint timeouts") {
+  RunningJob job(1, with_step_timeout(seconds(30)));
+  // Starting (reading a checkpoint, say) since registration: 600 s allowed.
+  CHECK(beat_without_progress(job, 0, 0, seconds(10), seconds(600), v1::PHASE_INIT));
+  job.clock.advance(milliseconds(1));
+  CHECK(job.state.check_step_progress() == 0);
+  const auto cause = job.state.root_cause();
+  REQUIRE(cause);
+  CHECK(cause->stuck_at_step == 0);
+  CHECK(cause->to_string() ==
+        "rank 0 (node01, pid 100) made no step progress for 600s: it never began its first step "
+        "(hung?)");
+}
+
+TEST_CASE("a step timeout of 0 never fires") {
+  RunningJob job(1);
+  job.state.on_heartbeat(0, heartbeat(3));
+  CHECK(beat_without_progress(job, 0, 3, seconds(50), seconds(7 * 24 * 3600)));
+}
+
 }  // namespace dslaunch::controller
