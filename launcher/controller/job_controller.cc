@@ -236,6 +236,8 @@ class Attempt {
         static_cast<int64_t>(spec.fault_tolerance.heartbeat_timeout_s * 1000));
     // Writing a checkpoint may take far longer than a step.
     timeouts.checkpoint_timeout = 10 * timeouts.heartbeat_timeout;
+    timeouts.step_timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(spec.fault_tolerance.step_timeout_s * 1000));
     return timeouts;
   }
 
@@ -301,6 +303,9 @@ class Attempt {
       if (stop_deadline && clock_.now() >= *stop_deadline) break;
       for (const int rank : state_.check_heartbeats()) {
         handler_.record_event(rank, "lost", "no heartbeat within the timeout");
+      }
+      if (const auto rank = state_.check_step_progress()) {
+        handler_.record_event(*rank, "stalled", "no step progress within step_timeout");
       }
       if (state_.phase() == JobPhase::kStarting &&
           clock_.now() - launched_ > options_.registration_timeout) {

@@ -251,6 +251,13 @@ std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMa
     return std::nullopt;
   }
   const int data = static_cast<int>(world / (static_cast<int64_t>(tensor) * pipeline));
+  if (spec.testing.fault && spec.testing.fault->rank >= world) {
+    diagnostics.error(locations.find("testing.fault.rank"),
+                      fmt::format("testing.fault.rank {} is not a rank of this job: its ranks are "
+                                  "0..{}",
+                                  spec.testing.fault->rank, world - 1));
+    return std::nullopt;
+  }
 
   const bool training = spec.kind == spec::JobKind::kTrain;
   if (training) {

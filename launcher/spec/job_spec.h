@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -168,6 +169,26 @@ struct FaultToleranceSpec {
   int max_restarts = 0;
   double heartbeat_interval_s = 5;
   double heartbeat_timeout_s = 60;
+  // A rank that heartbeats but stays at one step this long is hung; 0 = never.
+  // 30 minutes, PyTorch's default collective timeout: far beyond a healthy step.
+  double step_timeout_s = 1800;
+};
+
+enum class FaultKind { kExit, kAbort, kHang, kStallStep, kSlow };
+
+// testing.fault: a failure injected on purpose, to rehearse recovery. It
+// strikes rank `rank` as step `step` begins, in attempt `attempt` only, so
+// the restarted job runs clean.
+struct FaultSpec {
+  FaultKind kind = FaultKind::kExit;
+  int rank = 0;  // checked against the world size by the plan
+  int64_t step = 1;
+  int attempt = 0;
+  double seconds = 0;  // kSlow: the delay before each step from `step` on
+};
+
+struct TestingSpec {
+  std::optional<FaultSpec> fault;
 };
 
 enum class JobKind { kTrain, kCommbench };
@@ -202,6 +223,7 @@ struct JobSpec {
   CheckpointSpec checkpoint;
   FaultToleranceSpec fault_tolerance;
   CommbenchSpec commbench;
+  TestingSpec testing;
   std::map<std::string, std::string> env;
 };
 

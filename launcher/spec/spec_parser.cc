@@ -46,6 +46,7 @@ constexpr int64_t kMaxBucketElements = int64_t{1} << 40;
 constexpr double kMaxHeartbeatIntervalS = 3600;
 constexpr double kMaxHeartbeatTimeoutS = 7 * 24 * 3600;
 constexpr int64_t kMaxEvalBatches = 1 << 20;
+constexpr double kMaxFaultDelayS = 3600;
 
 // Relative paths are relative to the folder of the file that holds them (the
 // spec, or the DeepSpeed config for the keys it supplies), as in
@@ -559,7 +560,63 @@ void read_fault_tolerance(MapReader fault, FaultToleranceSpec& out) {
                             "heartbeat_interval ({}s)",
                             out.heartbeat_timeout_s, out.heartbeat_interval_s));
   }
+  fault.number("step_timeout", out.step_timeout_s, 0, kMaxHeartbeatTimeoutS);
+  if (fault.read_ok("step_timeout") && out.step_timeout_s != 0) {
+    if (out.step_timeout_s < 1) {
+      fault.error("step_timeout",
+                  fmt::format("fault_tolerance.step_timeout ({}s) must be 0 (off) or at least 1s",
+                              out.step_timeout_s));
+    } else if (fault.read_ok("heartbeat_interval") &&
+               out.step_timeout_s <= out.heartbeat_interval_s) {
+      // Progress is seen through heartbeats: a shorter timeout would fire
+      // between two of them on a healthy rank.
+      fault.error("step_timeout",
+                  fmt::format("fault_tolerance.step_timeout ({}s) must be longer than "
+                              "heartbeat_interval ({}s), or 0 (off)",
+                              out.step_timeout_s, out.heartbeat_interval_s));
+    }
+  }
   fault.finish();
+}
+
+void read_fault(MapReader fault, FaultSpec& out) {
+  if (!fault.has("kind")) {
+    fault.error("kind", "testing.fault.kind is required: exit, abort, hang, stall_step or slow");
+  }
+  // stall_collective is listed (last) so that it is refused as not built
+  // yet rather than as unknown.
+  const std::vector<std::string> kinds = {"exit", "abort", "hang", "stall_step", "slow",
+                                          "stall_collective"};
+  int kind = static_cast<int>(out.kind);
+  fault.choice("kind", kinds, kind);
+  if (kind == static_cast<int>(kinds.size()) - 1) {
+    fault.error("kind",
+                "testing.fault.kind stall_collective is not built yet: it comes with the "
+                "collective communicator; use stall_step to rehearse a hang that heartbeats "
+                "cannot see");
+  } else {
+    out.kind = static_cast<FaultKind>(kind);
+  }
+  fault.integer("rank", out.rank, 0, kMaxNodes * kMaxRanksPerHost);
+  fault.integer("step", out.step, 1, kNoLimit);
+  fault.integer("attempt", out.attempt, 0, std::numeric_limits<int>::max());
+  fault.number("seconds", out.seconds, 0, kMaxFaultDelayS);
+  if (out.kind == FaultKind::kSlow && out.seconds <= 0 && fault.read_ok("seconds")) {
+    fault.error("seconds",
+                "testing.fault.seconds (the delay before each step) must be given and above 0 "
+                "for kind slow");
+  }
+  fault.finish();
+}
+
+void read_testing(MapReader testing, TestingSpec& out, JobKind kind) {
+  if (testing.has("fault")) {
+    if (kind != JobKind::kTrain) {
+      testing.error("fault", "testing.fault strikes in the training loop: it needs kind: train");
+    }
+    read_fault(testing.map("fault"), out.fault.emplace());
+  }
+  testing.finish();
 }
 
 // Sets `path` in `node` to `value` when the spec gave that key.
@@ -780,6 +837,7 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const Loa
   }
   read_checkpoint(top.map("checkpoint"), spec.checkpoint);
   read_fault_tolerance(top.map("fault_tolerance"), spec.fault_tolerance);
+  read_testing(top.map("testing"), spec.testing, spec.kind);
   top.string_map("env", spec.env, env_name_problem);
   // Top-level keys starting with "x-" hold YAML anchors for the rest of the
   // spec to merge or alias, as in docker-compose files; they are not read.

@@ -102,6 +102,8 @@ TEST_CASE("a minimal spec gets every default from job_spec.h") {
   CHECK(spec.fault_tolerance.max_restarts == 0);
   CHECK(spec.fault_tolerance.heartbeat_interval_s == 5);
   CHECK(spec.fault_tolerance.heartbeat_timeout_s == 60);
+  CHECK(spec.fault_tolerance.step_timeout_s == 1800);
+  CHECK_FALSE(spec.testing.fault);
   CHECK(spec.env.empty());
 }
 
@@ -492,7 +494,8 @@ TEST_CASE("an unknown top-level key lists the job spec's sections") {
   const Diagnostic& unknown = loaded.only("unknown key 'resources'");
   CHECK(unknown.message ==
         "unknown key 'resources' in the job spec; valid keys: kind, name, deepspeed_config, "
-        "cluster, model, parallelism, data, training, commbench, checkpoint, fault_tolerance, env");
+        "cluster, model, parallelism, data, training, commbench, checkpoint, fault_tolerance, "
+        "testing, env");
   CHECK(unknown.location.line == 5);
   CHECK(unknown.location.column == 1);
 }
@@ -1201,6 +1204,74 @@ fault_tolerance:
   CHECK(timeout.location.column == 22);
 }
 
+TEST_CASE("the step timeout is 0 (off) or at least 1 s, and longer than the heartbeat interval") {
+  SpecFolder folder;
+  CHECK(folder.load(minimal_and("fault_tolerance: {step_timeout: 0}\n")).spec.fault_tolerance
+            .step_timeout_s == 0);
+  CHECK(folder.load(minimal_and("fault_tolerance: {step_timeout: 90}\n")).spec.fault_tolerance
+            .step_timeout_s == 90);
+  CHECK(folder.load(minimal_and("fault_tolerance: {step_timeout: 0.5}\n"))
+            .only("step_timeout")
+            .message == "fault_tolerance.step_timeout (0.5s) must be 0 (off) or at least 1s");
+  CHECK(folder.load(minimal_and("fault_tolerance: {heartbeat_interval: 5, step_timeout: 5}\n"))
+            .only("step_timeout")
+            .message ==
+        "fault_tolerance.step_timeout (5s) must be longer than heartbeat_interval (5s), or 0 (off)");
+  CHECK_THAT(folder.load(minimal_and("fault_tolerance: {step_timeout: 604801}\n"))
+                 .only("step_timeout")
+                 .message,
+             Catch::StartsWith("fault_tolerance.step_timeout must be between 0 and 604800"));
+}
+
+TEST_CASE("testing.fault is read with its defaults: attempt 0, so a restarted job runs clean") {
+  SpecFolder folder;
+  const Loaded loaded =
+      folder.load(minimal_and("testing: {fault: {kind: stall_step, rank: 1, step: 40}}\n"));
+  REQUIRE(loaded.errors().empty());
+  REQUIRE(loaded.spec.testing.fault);
+  const FaultSpec& fault = *loaded.spec.testing.fault;
+  CHECK(fault.kind == FaultKind::kStallStep);
+  CHECK(fault.rank == 1);
+  CHECK(fault.step == 40);
+  CHECK(fault.attempt == 0);
+  const Loaded slow = folder.load(
+      minimal_and("testing: {fault: {kind: slow, rank: 0, step: 3, attempt: 2, seconds: 0.25}}\n"));
+  REQUIRE(slow.errors().empty());
+  CHECK(slow.spec.testing.fault->kind == FaultKind::kSlow);
+  CHECK(slow.spec.testing.fault->attempt == 2);
+  CHECK(slow.spec.testing.fault->seconds == 0.25);
+}
+
+TEST_CASE("testing.fault needs a kind, a step from 1, and seconds for slow") {
+  SpecFolder folder;
+  CHECK(folder.load(minimal_and("testing: {fault: {rank: 0, step: 3}}\n")).only("kind").message ==
+        "testing.fault.kind is required: exit, abort, hang, stall_step or slow");
+  CHECK_THAT(folder.load(minimal_and("testing: {fault: {kind: exit, step: 0}}\n"))
+                 .only("step")
+                 .message,
+             Catch::StartsWith("testing.fault.step must be"));
+  CHECK_THAT(folder.load(minimal_and("testing: {fault: {kind: exit, rank: -1}}\n"))
+                 .only("rank")
+                 .message,
+             Catch::StartsWith("testing.fault.rank must be"));
+  CHECK(folder.load(minimal_and("testing: {fault: {kind: slow, step: 3}}\n"))
+            .only("seconds")
+            .message ==
+        "testing.fault.seconds (the delay before each step) must be given and above 0 for kind "
+        "slow");
+  CHECK_THAT(folder.load(minimal_and("testing: {fault: {kind: crash}}\n")).only("kind").message,
+             Catch::StartsWith("testing.fault.kind must be one of exit, abort"));
+}
+
+TEST_CASE("testing.fault stall_collective is refused as not built yet, not as unknown") {
+  SpecFolder folder;
+  const Loaded loaded =
+      folder.load(minimal_and("testing: {fault: {kind: stall_collective, rank: 0, step: 3}}\n"));
+  CHECK_THAT(loaded.only("stall_collective").message,
+             Catch::Contains("is not built yet") && Catch::Contains("communicator") &&
+                 !Catch::Contains("must be one of"));
+}
+
 TEST_CASE("env maps names to single values") {
   SpecFolder folder;
   SECTION("values are kept as strings") {
@@ -1706,7 +1777,7 @@ x-note: written for the humans
     CHECK(nested.only("unknown key 'resources'").message ==
           "unknown key 'resources' in the job spec; valid keys: kind, name, deepspeed_config, "
           "cluster, model, parallelism, data, training, commbench, checkpoint, fault_tolerance, "
-          "env");
+          "testing, env");
   }
 }
 
