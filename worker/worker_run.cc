@@ -24,6 +24,7 @@
 #include "proto/controller_client.h"
 #include "tools/build_info/build_info.h"
 #include "worker/commbench/commbench.h"
+#include "worker/fault_injection.h"
 #include "worker/parallel/process_groups.h"
 #include "worker/rank_environment.h"
 #include "worker/secret_variable.h"
@@ -304,7 +305,8 @@ int run_worker() {
   proto::ControllerClient client(address, token, client_options);
   v1::RegisterRequest request;
   request.set_rank(rank_env->rank);
-  request.set_restart_count(std::atoi(env_or_empty("DSL_RESTART_COUNT").c_str()));
+  const int attempt = std::atoi(env_or_empty("DSL_RESTART_COUNT").c_str());
+  request.set_restart_count(attempt);
   request.set_host(host_name());
   request.set_pid(getpid());
   request.set_device(
@@ -394,9 +396,10 @@ int run_worker() {
     };
     context.checkpoint_requested = [&status] { return status.checkpoint_requested.exchange(false); };
     context.on_writing_checkpoint = [&status] { status.phase.store(v1::PHASE_CHECKPOINT); };
-    context.on_step_started = [&status](int64_t step) {
+    context.on_step_started = [&status, &spec, &rank_env, attempt](int64_t step) {
       status.step.store(step);
       status.phase.store(v1::PHASE_TRAIN);
+      inject_fault(spec.testing.fault, rank_env->rank, attempt, step);
     };
     context.on_step_done = [&status](const engine::StepReport& report) {
       status.loss.store(report.loss);
