@@ -1,8 +1,9 @@
 // Checkpoints, resume and automatic recovery end to end, by breaking things
-// on purpose: ranks killed or hung, a checkpoint cut short, corrupted or
-// without room, `dslaunch` itself killed, and ranks told to stop. Every case
-// must end with the uninterrupted run's losses (bit for bit, on CPU), the
-// newest checkpoint valid, and no process of the job left.
+// on purpose: ranks killed, hung or stalled, a checkpoint cut short,
+// corrupted or without room, `dslaunch` itself killed, and ranks told to
+// stop; some faults are injected through the spec's testing.fault. Every
+// case must end with the uninterrupted run's losses (bit for bit, on CPU),
+// the newest checkpoint valid, and no process of the job left.
 #include <dirent.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -319,6 +320,68 @@ TEST_CASE("a hung rank (SIGSTOP) is found by its heartbeats and the job restarts
   CHECK(state["restarts"] == 1);
   REQUIRE(state["attempts"].size() == 2);
   CHECK_THAT(state["attempts"][0]["reason"].get<std::string>(), Catch::Contains("heartbeat"));
+  check_recovered(w, job);
+}
+
+// Whether events.jsonl holds an event of `kind`.
+bool has_event(const fs::path& job, const std::string& kind) {
+  std::ifstream file(job / "events.jsonl");
+  std::string line;
+  while (std::getline(file, line)) {
+    const nlohmann::json event = nlohmann::json::parse(line, nullptr, false);
+    if (!event.is_discarded() && event["kind"] == kind) return true;
+  }
+  return false;
+}
+
+TEST_CASE("a rank that heartbeats but stalls at a step (injected) is a hang, and the job restarts") {
+  const Workspace w;
+  w.reference();
+  const fs::path job = w.dir / "jobs" / "stall-step";
+  const fs::path log = w.dir / "stall-step.log";
+  constexpr int kStallStep = 70;
+  constexpr int kStepTimeout = 3;
+  const pid_t dslaunch = w.start(
+      {"run", write_spec(w.dir, "stall", default_checkpoint()).string(), "--job-dir", job.string(),
+       "--progress", "off", "--set", fmt::format("fault_tolerance.step_timeout={}", kStepTimeout),
+       "--set", fmt::format("testing={{fault: {{kind: stall_step, rank: 1, step: {}}}}}", kStallStep)},
+      log);
+  // Rank 0 reports the last step both ranks finished; rank 1 stalls as the
+  // next begins, with its heartbeats going on (30 s of them allowed).
+  REQUIRE(wait_until([&] { return last_step(job) >= kStallStep - 1; }, 120s));
+  const auto stalled_since = std::chrono::steady_clock::now();
+  REQUIRE(wait_until([&] { return has_event(job, "stalled"); }, 30s));
+  const auto detected_after = std::chrono::steady_clock::now() - stalled_since;
+  CHECK(detected_after < std::chrono::seconds(kStepTimeout) + 3s);
+  const int code = Workspace::wait_exit(dslaunch);
+  INFO(Workspace::log_text(log));
+  REQUIRE(code == 0);
+  const nlohmann::json state = read_state(job);
+  CHECK(state["restarts"] == 1);
+  REQUIRE(state["attempts"].size() == 2);
+  CHECK_THAT(state["attempts"][0]["reason"].get<std::string>(),
+             Catch::Contains("rank 1") && Catch::Contains("made no step progress for 3s") &&
+                 Catch::Contains(fmt::format("stuck at step {}", kStallStep)));
+  check_recovered(w, job);
+}
+
+TEST_CASE("a rank that exits at a step (injected) fails the attempt, and the job restarts clean") {
+  const Workspace w;
+  w.reference();
+  const fs::path job = w.dir / "jobs" / "exit-step";
+  const fs::path log = w.dir / "exit-step.log";
+  const int code = w.run({"run", write_spec(w.dir, "exit", default_checkpoint()).string(),
+                          "--job-dir", job.string(), "--progress", "off", "--set",
+                          "testing={fault: {kind: exit, rank: 0, step: 50}}"},
+                         log);
+  INFO(Workspace::log_text(log));
+  REQUIRE(code == 0);
+  const nlohmann::json state = read_state(job);
+  CHECK(state["restarts"] == 1);
+  REQUIRE(state["attempts"].size() == 2);
+  CHECK_THAT(state["attempts"][0]["reason"].get<std::string>(),
+             Catch::Contains("rank 0") && Catch::Contains("exited with code 1") &&
+                 Catch::Contains("testing.fault exit injected at step 50"));
   check_recovered(w, job);
 }
 
