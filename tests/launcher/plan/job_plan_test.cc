@@ -270,6 +270,19 @@ data:
   CHECK(planned.plan->device_memory_bytes == 32 * kGiB);
 }
 
+TEST_CASE("testing.fault must name a rank of the job") {
+  Folder folder;
+  const Planned planned = plan_file(folder.write("fault.yaml", R"(
+cluster: {device: cpu, num_gpus: 2}
+training: {train_micro_batch_size_per_gpu: 4, steps: 10}
+data: {train: demo}
+testing: {fault: {kind: exit, rank: 2, step: 3}}
+)"));
+  CHECK_FALSE(planned.plan.has_value());
+  CHECK_THAT(planned.diagnostics.format(),
+             Catch::Contains("testing.fault.rank 2 is not a rank of this job: its ranks are 0..1"));
+}
+
 TEST_CASE("device cuda on a machine without GPUs needs num_gpus") {
   Folder folder;
   const std::string spec_text = R"(
