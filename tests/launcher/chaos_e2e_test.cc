@@ -359,8 +359,11 @@ TEST_CASE("a rank that heartbeats but stalls at a step (injected) is a hang, and
   const nlohmann::json state = read_state(job);
   CHECK(state["restarts"] == 1);
   REQUIRE(state["attempts"].size() == 2);
+  // Every rank stops at that step (the others wait in rank 1's all-reduce),
+  // so heartbeats cannot tell which one stalled: the root cause names the
+  // first past its deadline. Naming the culprit is collective_timeout's job.
   CHECK_THAT(state["attempts"][0]["reason"].get<std::string>(),
-             Catch::Contains("rank 1") && Catch::Contains("made no step progress for 3s") &&
+             Catch::Contains("made no step progress for 3s") &&
                  Catch::Contains(fmt::format("stuck at step {}", kStallStep)));
   check_recovered(w, job);
 }
