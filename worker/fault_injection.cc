@@ -25,6 +25,8 @@ const char* name_of(spec::FaultKind kind) {
       return "stall_step";
     case spec::FaultKind::kSlow:
       return "slow";
+    case spec::FaultKind::kStallCollective:
+      return "stall_collective";
   }
   return "unknown";
 }
@@ -32,7 +34,7 @@ const char* name_of(spec::FaultKind kind) {
 }  // namespace
 
 void inject_fault(const std::optional<spec::FaultSpec>& fault, int rank, int attempt,
-                  int64_t step) {
+                  int64_t step, comm::Transport& transport) {
   if (!fault || fault->rank != rank || fault->attempt != attempt) return;
   const bool slow = fault->kind == spec::FaultKind::kSlow;
   if (step != fault->step && !(slow && step > fault->step)) return;
@@ -56,6 +58,9 @@ void inject_fault(const std::optional<spec::FaultSpec>& fault, int rank, int att
     case spec::FaultKind::kStallStep:
       // pause() returns after each handled signal (a stack dump request).
       while (true) pause();
+    case spec::FaultKind::kStallCollective:
+      transport.stall_from_next_collective();
+      return;
     case spec::FaultKind::kSlow:
       return;
   }

@@ -4,16 +4,19 @@
 #include <optional>
 
 #include "launcher/spec/job_spec.h"
+#include "worker/comm/communicator.h"
 
 namespace dslaunch::worker {
 
 // Applies the spec's testing.fault when it strikes this rank in this attempt
 // (DSL_RESTART_COUNT) as `step` begins: exit and abort end the process, hang
 // stops it (SIGSTOP: its heartbeats stop too), stall_step blocks the calling
-// thread for good while the heartbeat thread goes on, and slow sleeps before
-// this step and every later one. Call on the training thread as each step
-// begins; returns at once when no fault applies.
+// thread for good while the heartbeat thread goes on, stall_collective lets
+// the step run until it starts its first collective (on `transport`), where
+// it blocks for good the same way, and slow sleeps before this step and every
+// later one. Call on the training thread as each step begins; returns at
+// once when no fault applies.
 void inject_fault(const std::optional<spec::FaultSpec>& fault, int rank, int attempt,
-                  int64_t step);
+                  int64_t step, comm::Transport& transport);
 
 }  // namespace dslaunch::worker

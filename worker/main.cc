@@ -1,7 +1,5 @@
 // dsworker: the per-rank daemon that `dslaunch run` starts under mpirun or
 // srun. Parsing and exit codes are handled here only.
-#include <mpi.h>
-
 #include <iostream>
 
 #include <fmt/format.h>
@@ -11,14 +9,15 @@
 #include "core/escaped_exception.h"
 #include "kernels/cpu/blas_setup.h"
 #include "tools/build_info/build_info.h"
-#include "worker/parallel/world_probe.h"
+#include "worker/comm/mpi_runtime.h"
+#include "worker/comm/mpi_world_probe.h"
 #include "worker/worker_run.h"
 
 namespace {
 
 constexpr int kUsageError = 2;
 
-nlohmann::json identity_json(const dslaunch::worker::RankIdentity& id) {
+nlohmann::json identity_json(const dslaunch::worker::comm::RankIdentity& id) {
   return {{"rank", id.rank},
           {"world_size", id.world_size},
           {"local_rank", id.local_rank},
@@ -27,7 +26,7 @@ nlohmann::json identity_json(const dslaunch::worker::RankIdentity& id) {
           {"pid", id.pid}};
 }
 
-void print_probe(const dslaunch::worker::WorldProbe& probe, bool as_json) {
+void print_probe(const dslaunch::worker::comm::WorldProbe& probe, bool as_json) {
   if (as_json) {
     nlohmann::json ranks = nlohmann::json::array();
     for (const auto& id : probe.ranks) ranks.push_back(identity_json(id));
@@ -50,12 +49,11 @@ void print_probe(const dslaunch::worker::WorldProbe& probe, bool as_json) {
 
 // Every rank must run this (it is collective); rank 0 prints.
 int run_probe(bool as_json) {
-  int provided = 0;
-  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
-    std::cerr << "dsworker: MPI_Init_thread failed; start dsworker under mpirun or srun\n";
+  if (const auto started = dslaunch::worker::comm::mpi_init(); !started.ok()) {
+    std::cerr << "dsworker: " << started.message() << "\n";
     return 1;
   }
-  const auto probe = dslaunch::worker::probe_world(MPI_COMM_WORLD);
+  const auto probe = dslaunch::worker::comm::probe_mpi_world();
   int exit_code = 0;
   if (!probe.error.empty()) {
     std::cerr << fmt::format("dsworker rank {}: {}\n", probe.self.rank, probe.error);
@@ -64,7 +62,7 @@ int run_probe(bool as_json) {
     if (probe.self.rank == 0) print_probe(probe, as_json);
     if (!probe.allreduce_ok) exit_code = 1;
   }
-  MPI_Finalize();
+  dslaunch::worker::comm::mpi_finalize();
   return exit_code;
 }
 

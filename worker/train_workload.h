@@ -7,14 +7,14 @@
 #include "launcher/spec/job_spec.h"
 #include "proto/controller_client.h"
 #include "worker/engine/trainer.h"
-#include "worker/parallel/process_groups.h"
+#include "worker/comm/process_groups.h"
 
 namespace dslaunch::worker {
 
 // What the training workload needs from the rank around it.
 struct TrainWorkloadContext {
   const spec::JobSpec* spec = nullptr;
-  const ProcessGroups* groups = nullptr;
+  const comm::ProcessGroups* groups = nullptr;
   proto::Session* session = nullptr;
   std::string job_directory;  // where the final weights go (weights/model.safetensors)
   // Where checkpoints go: <checkpoint_directory>/step_<8 digits>/rank_<r>.bin.

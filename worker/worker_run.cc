@@ -1,6 +1,5 @@
 #include "worker/worker_run.h"
 
-#include <mpi.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -25,7 +24,8 @@
 #include "tools/build_info/build_info.h"
 #include "worker/commbench/commbench.h"
 #include "worker/fault_injection.h"
-#include "worker/parallel/process_groups.h"
+#include "worker/comm/mpi_process_groups.h"
+#include "worker/comm/mpi_runtime.h"
 #include "worker/rank_environment.h"
 #include "worker/secret_variable.h"
 #include "worker/stack_dump.h"
@@ -41,6 +41,10 @@ constexpr int kDone = 0;
 constexpr int kWorkloadFailed = 1;
 constexpr int kUnusable = 2;
 constexpr int kControllerLost = 3;
+
+// After reporting a collective past its timeout, a rank waits this long for
+// the controller to collect its stack and end the job before ending itself.
+constexpr auto kHungRankGrace = 60s;
 
 // What the session's threads and the workload share.
 struct RankStatus {
@@ -214,7 +218,7 @@ commbench::CommbenchOptions commbench_options(const spec::CommbenchSpec& spec, R
   }
   options.groups.clear();
   for (const std::string& name : spec.groups) {
-    if (const auto axis = parse_axis(name)) options.groups.push_back(*axis);
+    if (const auto axis = comm::parse_axis(name)) options.groups.push_back(*axis);
   }
   options.min_bytes = spec.min_bytes;
   options.max_bytes = spec.max_bytes;
@@ -226,7 +230,7 @@ commbench::CommbenchOptions commbench_options(const spec::CommbenchSpec& spec, R
 
 // Runs the commbench on every rank; rank 0 prints the table and reports each
 // result. Returns the exit code.
-int run_commbench_workload(const spec::JobSpec& spec, const ProcessGroups& groups,
+int run_commbench_workload(const spec::JobSpec& spec, const comm::ProcessGroups& groups,
                            proto::Session& session, RankStatus& status) {
   const bool reporter = groups.rank() == 0;
   status.communication_bytes.store(2 * spec.commbench.max_bytes);
@@ -293,9 +297,8 @@ int run_worker() {
     return kUnusable;
   }
 
-  int provided = 0;
-  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
-    std::cerr << "dsworker: MPI_Init_thread failed\n";
+  if (core::Status started = comm::mpi_init(); !started.ok()) {
+    std::cerr << "dsworker: " << started.message() << "\n";
     return kUnusable;
   }
   proto::ClientOptions client_options;
@@ -317,7 +320,7 @@ int run_worker() {
   if (!registered.ok()) {
     std::cerr << fmt::format("dsworker rank {}: cannot register with the controller at {}: {}\n",
                              rank_env->rank, address, registered.error_message());
-    MPI_Finalize();
+    comm::mpi_finalize();
     return registered.error_code() == grpc::StatusCode::UNAVAILABLE ? kControllerLost : kUnusable;
   }
 
@@ -328,7 +331,7 @@ int run_worker() {
   if (diagnostics.has_errors()) {
     std::cerr << "dsworker: the controller's resolved spec does not load:\n"
               << diagnostics.format();
-    MPI_Finalize();
+    comm::mpi_finalize();
     return kUnusable;
   }
   bind_to_cores(reply.placement());
@@ -376,16 +379,32 @@ int run_worker() {
       spec.parallelism.pipeline,
       reply.placement().world_size() / (spec.parallelism.pipeline * spec.parallelism.tensor),
       spec.parallelism.tensor};
-  auto created = ProcessGroups::create(MPI_COMM_WORLD, shape);
-  if (!created.groups) {
-    send_event(*session, v1::WorkerEvent::KIND_ERROR, "process groups: " + created.error);
+  comm::CommOptions comm_options;
+  comm_options.wait.timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(spec.fault_tolerance.collective_timeout_s * 1000));
+  // A collective past its timeout: a peer never joined it. Report the hang
+  // (the controller then collects stacks, ends the attempt and restarts),
+  // and stay put, neither unwinding (the collective may still write its
+  // buffers) nor exiting first (this rank's stack shows where it waited).
+  comm_options.wait.on_deadline = [&session, &rank_env](const core::Status& hang) {
+    std::cerr << fmt::format("dsworker rank {}: {}\n", rank_env->rank, hang.message())
+              << std::flush;
+    send_event(*session, v1::WorkerEvent::KIND_HUNG, hang.message());
+    std::this_thread::sleep_for(kHungRankGrace);
+    std::_Exit(kWorkloadFailed);
+  };
+  auto created = comm::create_mpi_process_groups(shape, comm_options);
+  std::unique_ptr<comm::ProcessGroups> groups;
+  if (!created.ok()) {
+    send_event(*session, v1::WorkerEvent::KIND_ERROR,
+               "process groups: " + created.status().message());
     exit_code = kWorkloadFailed;
-  } else if (spec.kind == spec::JobKind::kCommbench) {
-    exit_code = run_commbench_workload(spec, *created.groups, *session, status);
+  } else if (groups = std::move(created.value()); spec.kind == spec::JobKind::kCommbench) {
+    exit_code = run_commbench_workload(spec, *groups, *session, status);
   } else {
     TrainWorkloadContext context;
     context.spec = &spec;
-    context.groups = created.groups.get();
+    context.groups = groups.get();
     context.session = session.get();
     context.job_directory = reply.job_directory();
     context.checkpoint_directory = reply.checkpoint_directory();
@@ -396,10 +415,10 @@ int run_worker() {
     };
     context.checkpoint_requested = [&status] { return status.checkpoint_requested.exchange(false); };
     context.on_writing_checkpoint = [&status] { status.phase.store(v1::PHASE_CHECKPOINT); };
-    context.on_step_started = [&status, &spec, &rank_env, attempt](int64_t step) {
+    context.on_step_started = [&status, &spec, &rank_env, attempt, &groups](int64_t step) {
       status.step.store(step);
       status.phase.store(v1::PHASE_TRAIN);
-      inject_fault(spec.testing.fault, rank_env->rank, attempt, step);
+      inject_fault(spec.testing.fault, rank_env->rank, attempt, step, groups->transport());
     };
     context.on_step_done = [&status](const engine::StepReport& report) {
       status.loss.store(report.loss);
@@ -417,7 +436,7 @@ int run_worker() {
     install_stop_signal_handlers(spec.cluster.runner);
     exit_code = run_train_workload(context);
   }
-  created.groups.reset();
+  groups.reset();
 
   status.phase.store(v1::PHASE_FINISHED);
   {
@@ -431,7 +450,7 @@ int run_worker() {
   session->send(last);
   closing.store(true);
   session->close();
-  if (exit_code == kDone) MPI_Finalize();
+  if (exit_code == kDone) comm::mpi_finalize();
   return exit_code;
 }
 

@@ -86,6 +86,10 @@ void JobHandler::worker_message(const v1::WorkerMessage& message) {
       if (!directory_.append_metrics(line, error)) report_write_failure(error);
       break;
     }
+    case v1::WorkerEvent::KIND_HUNG:
+      state_.on_hang_event(rank, event.message());
+      record_event(rank, "hung", event.message());
+      break;
     case v1::WorkerEvent::KIND_STACKS:
       record_event(rank, "stacks", event.message());
       break;

@@ -87,7 +87,10 @@ std::string RootCause::to_string() const {
 
   std::string what;
   std::string_view detail;
-  if (hung && stuck_at_step) {
+  if (hung && in_collective) {
+    what = "waited in a collective past fault_tolerance.collective_timeout (hung?)";
+    detail = pick_line(message, /*last=*/false);
+  } else if (hung && stuck_at_step) {
     what = *stuck_at_step == 0
                ? fmt::format("made no step progress for {}: it never began its first step (hung?)",
                              seconds(silence_allowed))
@@ -167,6 +170,20 @@ void JobState::on_error_event(int rank, const std::string& message) {
   cause.rank = rank;
   cause.host = record.host;
   cause.pid = record.pid;
+  cause.message = message;
+  fail_locked(std::move(cause));
+}
+
+void JobState::on_hang_event(int rank, const std::string& message) {
+  std::lock_guard lock(mutex_);
+  if (!valid_rank(rank, world_size_)) return;
+  const RankRecord& record = ranks_[rank];
+  RootCause cause;
+  cause.rank = rank;
+  cause.host = record.host;
+  cause.pid = record.pid;
+  cause.hung = true;
+  cause.in_collective = true;
   cause.message = message;
   fail_locked(std::move(cause));
 }

@@ -31,6 +31,9 @@ struct RootCause {
   bool hung = false;                             // no heartbeat within the timeout
   std::chrono::milliseconds silence_allowed{0};  // when hung: the timeout it exceeded
   bool in_checkpoint = false;  // when hung: its last heartbeat said PHASE_CHECKPOINT
+  // When hung: the rank itself reported a collective past collective_timeout
+  // (`message` names it, its group and peers).
+  bool in_collective = false;
   // When hung while heartbeating: the step its heartbeats kept reporting
   // (0: it never began one) for `silence_allowed`.
   std::optional<int64_t> stuck_at_step;
@@ -86,6 +89,9 @@ class JobState {
   void on_heartbeat(int rank, const v1::Heartbeat& heartbeat);
   // A rank reported an error: the attempt fails with it as root cause if first.
   void on_error_event(int rank, const std::string& message);
+  // A rank reported a collective past its timeout: the attempt fails as hung
+  // (stacks are collected, then the ranks ended) with it as root cause if first.
+  void on_hang_event(int rank, const std::string& message);
 
   // A rank's process ended. Non-zero code or a signal fails the attempt (root
   // cause if first); code 0 marks it exited, and when every rank exited 0 the

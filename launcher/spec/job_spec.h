@@ -172,9 +172,14 @@ struct FaultToleranceSpec {
   // A rank that heartbeats but stays at one step this long is hung; 0 = never.
   // 30 minutes, PyTorch's default collective timeout: far beyond a healthy step.
   double step_timeout_s = 1800;
+  // A collective that has not completed after this long makes its rank
+  // report a hang naming the collective, its group and size; 0 = never.
+  // 10 minutes, PyTorch's default for NCCL process groups: below
+  // step_timeout, so a hung collective is reported with what it waits on.
+  double collective_timeout_s = 600;
 };
 
-enum class FaultKind { kExit, kAbort, kHang, kStallStep, kSlow };
+enum class FaultKind { kExit, kAbort, kHang, kStallStep, kSlow, kStallCollective };
 
 // testing.fault: a failure injected on purpose, to rehearse recovery. It
 // strikes rank `rank` as step `step` begins, in attempt `attempt` only, so

@@ -528,7 +528,9 @@ void read_parallelism(MapReader parallelism, ParallelismSpec& out, const ModelSp
 void read_commbench(MapReader commbench, CommbenchSpec& out) {
   commbench.choice_list("collectives", {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"},
                         out.collectives);
-  commbench.choice_list("groups", {"world", "data", "model", "pipe"}, out.groups);
+  // "model" and "pipe" are the tensor and pipeline axes' older names.
+  commbench.choice_list("groups", {"world", "data", "tensor", "pipeline", "model", "pipe"},
+                        out.groups);
   commbench.integer("min_bytes", out.min_bytes, 4, int64_t{1} << 34);
   commbench.integer("max_bytes", out.max_bytes, 4, int64_t{1} << 34);
   commbench.integer("iterations", out.iterations, 1, 1'000'000);
@@ -576,27 +578,29 @@ void read_fault_tolerance(MapReader fault, FaultToleranceSpec& out) {
                               out.step_timeout_s, out.heartbeat_interval_s));
     }
   }
+  fault.number("collective_timeout", out.collective_timeout_s, 0, kMaxHeartbeatTimeoutS);
+  if (fault.read_ok("collective_timeout") && out.collective_timeout_s != 0 &&
+      out.collective_timeout_s < 1) {
+    fault.error("collective_timeout",
+                fmt::format("fault_tolerance.collective_timeout ({}s) must be 0 (off) or at "
+                            "least 1s",
+                            out.collective_timeout_s));
+  }
   fault.finish();
 }
 
 void read_fault(MapReader fault, FaultSpec& out) {
   if (!fault.has("kind")) {
-    fault.error("kind", "testing.fault.kind is required: exit, abort, hang, stall_step or slow");
+    fault.error("kind",
+                "testing.fault.kind is required: exit, abort, hang, stall_step, slow or "
+                "stall_collective");
   }
-  // stall_collective is listed (last) so that it is refused as not built
-  // yet rather than as unknown.
+  // In FaultKind's order.
   const std::vector<std::string> kinds = {"exit", "abort", "hang", "stall_step", "slow",
                                           "stall_collective"};
   int kind = static_cast<int>(out.kind);
   fault.choice("kind", kinds, kind);
-  if (kind == static_cast<int>(kinds.size()) - 1) {
-    fault.error("kind",
-                "testing.fault.kind stall_collective is not built yet: it comes with the "
-                "collective communicator; use stall_step to rehearse a hang that heartbeats "
-                "cannot see");
-  } else {
-    out.kind = static_cast<FaultKind>(kind);
-  }
+  out.kind = static_cast<FaultKind>(kind);
   fault.integer("rank", out.rank, 0, kMaxNodes * kMaxRanksPerHost);
   fault.integer("step", out.step, 1, kNoLimit);
   fault.integer("attempt", out.attempt, 0, std::numeric_limits<int>::max());

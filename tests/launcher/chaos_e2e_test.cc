@@ -368,6 +368,48 @@ TEST_CASE("a rank that heartbeats but stalls at a step (injected) is a hang, and
   check_recovered(w, job);
 }
 
+TEST_CASE("a rank that never enters a collective (injected) is reported by its peer within "
+          "collective_timeout, and the job restarts") {
+  const Workspace w;
+  w.reference();
+  const fs::path job = w.dir / "jobs" / "stall-collective";
+  const fs::path log = w.dir / "stall-collective.log";
+  constexpr int kStallStep = 70;
+  constexpr int kCollectiveTimeout = 3;
+  const pid_t dslaunch = w.start(
+      {"run", write_spec(w.dir, "stall-collective", default_checkpoint()).string(), "--job-dir",
+       job.string(), "--progress", "off", "--set",
+       fmt::format("fault_tolerance.collective_timeout={}", kCollectiveTimeout), "--set",
+       fmt::format("testing={{fault: {{kind: stall_collective, rank: 1, step: {}}}}}",
+                   kStallStep)},
+      log);
+  // Rank 1 runs step 70's forward and backward, then never starts its first
+  // gradient bucket's reduce-scatter; rank 0 waits in it, heartbeating.
+  REQUIRE(wait_until([&] { return last_step(job) >= kStallStep - 1; }, 120s));
+  const auto stalled_since = std::chrono::steady_clock::now();
+  REQUIRE(wait_until([&] { return has_event(job, "hung"); }, 30s));
+  const auto detected_after = std::chrono::steady_clock::now() - stalled_since;
+  // The step's compute comes first (well under a second on the test model).
+  CHECK(detected_after < std::chrono::seconds(kCollectiveTimeout) + 4s);
+  const int code = Workspace::wait_exit(dslaunch);
+  INFO(Workspace::log_text(log));
+  REQUIRE(code == 0);
+  const nlohmann::json state = read_state(job);
+  CHECK(state["restarts"] == 1);
+  REQUIRE(state["attempts"].size() == 2);
+  // The waiting rank names the collective: the gradient reducer's
+  // reduce-scatter on its data group, with both ranks, within the timeout.
+  CHECK_THAT(state["attempts"][0]["reason"].get<std::string>(),
+             Catch::Contains("rank 0") &&
+                 Catch::Contains("waited in a collective past fault_tolerance.collective_timeout") &&
+                 Catch::Contains("data/gradients reduce_scatter") &&
+                 Catch::Contains("over world ranks 0, 1") &&
+                 Catch::Contains("did not complete within 3 s"));
+  // Stacks were collected before the ranks were ended.
+  CHECK(has_event(job, "stacks"));
+  check_recovered(w, job);
+}
+
 TEST_CASE("a rank that exits at a step (injected) fails the attempt, and the job restarts clean") {
   const Workspace w;
   w.reference();

@@ -1,8 +1,7 @@
 #include "worker/commbench/commbench.h"
 
-#include <mpi.h>
-
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <span>
 
@@ -10,7 +9,6 @@
 
 #include "worker/commbench/bandwidth.h"
 #include "worker/commbench/check.h"
-#include "worker/parallel/mpi_error.h"
 
 namespace dslaunch::worker::commbench {
 namespace {
@@ -19,82 +17,84 @@ namespace {
 // what an earlier one left.
 constexpr float kUnwritten = -1.0f;
 
-// One call of `collective` on the first elements of the buffers. Counts fit
-// in int: message_for never exceeds max_bytes / 4, which check_options bounds.
-int call_collective(Collective collective, const Message& m, const float* send, float* recv,
-                    MPI_Comm comm) {
-  const int chunk = static_cast<int>(m.chunk);
+// One call of `collective` on the first elements of the buffers, waited for.
+// Counts fit in int: message_for never exceeds max_bytes / 4, which
+// check_options bounds.
+core::Status call_collective(Collective collective, const Message& m, float* send, float* recv,
+                             comm::Communicator& group) {
+  const int ranks = group.size();
+  std::unique_ptr<comm::Work> work;
   switch (collective) {
     case Collective::all_reduce:
-      return MPI_Allreduce(send, recv, chunk, MPI_FLOAT, MPI_SUM, comm);
+      work = group.all_reduce(comm::buffer_of(send, m.chunk), comm::buffer_of(recv, m.chunk),
+                              comm::ReduceOp::kSum);
+      break;
     case Collective::all_gather:
-      return MPI_Allgather(send, chunk, MPI_FLOAT, recv, chunk, MPI_FLOAT, comm);
+      work = group.all_gather(comm::buffer_of(send, m.chunk), comm::buffer_of(recv, m.recv_count),
+                              comm::Blocks::consecutive(std::vector<int64_t>(ranks, m.chunk)));
+      break;
     case Collective::reduce_scatter:
-      return MPI_Reduce_scatter_block(send, recv, chunk, MPI_FLOAT, MPI_SUM, comm);
+      work = group.reduce_scatter(comm::buffer_of(send, m.send_count),
+                                  comm::buffer_of(recv, m.chunk),
+                                  std::vector<int64_t>(ranks, m.chunk), comm::ReduceOp::kSum);
+      break;
     case Collective::all_to_all:
-      return MPI_Alltoall(send, chunk, MPI_FLOAT, recv, chunk, MPI_FLOAT, comm);
+      work = group.all_to_all(comm::buffer_of(send, m.send_count),
+                              comm::buffer_of(recv, m.recv_count));
+      break;
   }
-  return MPI_ERR_OP;
+  return work->wait();
 }
-
-const char* call_name(Collective collective) {
-  switch (collective) {
-    case Collective::all_reduce:
-      return "MPI_Allreduce";
-    case Collective::all_gather:
-      return "MPI_Allgather";
-    case Collective::reduce_scatter:
-      return "MPI_Reduce_scatter_block";
-    case Collective::all_to_all:
-      return "MPI_Alltoall";
-  }
-  return "MPI collective";
-}
-
-struct Group {
-  Axis axis;
-  MPI_Comm comm;
-  int rank;
-  int ranks;
-};
 
 // One measurement of `collective` with `message` on `group`; the times and
 // checks are agreed over `world`, which every group of the axis spans.
-std::string measure(MPI_Comm world, const Group& group, Collective collective,
-                    const Message& message, const CommbenchOptions& options, std::span<float> send,
-                    std::span<float> recv, CommbenchResult& result) {
+core::Status measure(comm::Communicator& world, comm::Axis axis, comm::Communicator& group,
+                     Collective collective, const Message& message,
+                     const CommbenchOptions& options, std::span<float> send,
+                     std::span<float> recv, CommbenchResult& result) {
   const std::span<float> input = send.first(message.send_count);
   const std::span<float> output = recv.first(message.recv_count);
-  fill_input(collective, group.rank, input);
+  fill_input(collective, group.rank(), input);
   std::fill(output.begin(), output.end(), kUnwritten);
 
   for (int i = 0; i < options.warmup; ++i) {
-    const int rc = call_collective(collective, message, input.data(), output.data(), group.comm);
-    if (rc != MPI_SUCCESS) return mpi_error_message(call_name(collective), rc);
+    if (core::Status status =
+            call_collective(collective, message, input.data(), output.data(), group);
+        !status.ok()) {
+      return status;
+    }
   }
   // All groups of the axis start together, as they would in training.
-  int rc = MPI_Barrier(world);
-  if (rc != MPI_SUCCESS) return mpi_error_message("MPI_Barrier", rc);
-  const double start = MPI_Wtime();
+  if (core::Status status = world.barrier()->wait(); !status.ok()) return status;
+  const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < options.iterations; ++i) {
-    rc = call_collective(collective, message, input.data(), output.data(), group.comm);
-    if (rc != MPI_SUCCESS) return mpi_error_message(call_name(collective), rc);
+    if (core::Status status =
+            call_collective(collective, message, input.data(), output.data(), group);
+        !status.ok()) {
+      return status;
+    }
   }
-  const double local_seconds = (MPI_Wtime() - start) / options.iterations;
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+      options.iterations;
+  if (core::Status status =
+          world.all_reduce(comm::buffer_of(&seconds, 1), comm::ReduceOp::kMax)->wait();
+      !status.ok()) {
+    return status;
+  }
+  int32_t all_ok =
+      count_wrong(collective, message, group.rank(), group.size(), output) == 0 ? 1 : 0;
+  if (core::Status status =
+          world.all_reduce(comm::buffer_of(&all_ok, 1), comm::ReduceOp::kMin)->wait();
+      !status.ok()) {
+    return status;
+  }
 
-  double seconds = 0;
-  rc = MPI_Allreduce(&local_seconds, &seconds, 1, MPI_DOUBLE, MPI_MAX, world);
-  if (rc != MPI_SUCCESS) return mpi_error_message("MPI_Allreduce", rc);
-  const int local_ok = count_wrong(collective, message, group.rank, group.ranks, output) == 0;
-  int all_ok = 0;
-  rc = MPI_Allreduce(&local_ok, &all_ok, 1, MPI_INT, MPI_LAND, world);
-  if (rc != MPI_SUCCESS) return mpi_error_message("MPI_Allreduce", rc);
-
-  const Bandwidth bw = bandwidth(collective, message.bytes, group.ranks, seconds);
-  result = CommbenchResult{std::string(axis_name(group.axis)),
+  const Bandwidth bw = bandwidth(collective, message.bytes, group.size(), seconds);
+  result = CommbenchResult{std::string(comm::axis_name(axis)),
                            std::string(collective_name(collective)),
                            message.bytes,
-                           group.ranks,
+                           group.size(),
                            seconds * 1e6,
                            bw.algbw_gbs,
                            bw.busbw_gbs,
@@ -116,7 +116,7 @@ std::string check_options(const CommbenchOptions& options) {
                        options.min_bytes);
   }
   if (options.max_bytes / 4 > INT_MAX) {
-    return fmt::format("commbench max_bytes ({}) exceeds what one MPI call can send ({} bytes)",
+    return fmt::format("commbench max_bytes ({}) exceeds what one collective can send ({} bytes)",
                        options.max_bytes, int64_t{INT_MAX} * 4);
   }
   if (options.iterations < 1) {
@@ -129,7 +129,7 @@ std::string check_options(const CommbenchOptions& options) {
 }
 
 std::vector<CommbenchResult> run_commbench(
-    const ProcessGroups& groups, const CommbenchOptions& options,
+    const comm::ProcessGroups& groups, const CommbenchOptions& options,
     const std::function<void(const CommbenchResult&)>& on_result, std::string& error) {
   std::vector<CommbenchResult> results;
   error = check_options(options);
@@ -138,33 +138,31 @@ std::vector<CommbenchResult> run_commbench(
   // Every message fits in max_bytes: allocate once, reuse for all of them.
   std::vector<float> send(options.max_bytes / 4);
   std::vector<float> recv(options.max_bytes / 4);
-  for (Axis axis : options.groups) {
-    Group group{axis, groups.communicator(axis), 0, groups.size(axis)};
+  for (comm::Axis axis : options.groups) {
+    comm::Communicator& group = groups.communicator(axis);
     // Axis sizes are the same on every rank, so all ranks skip alike.
-    if (group.ranks < 2) continue;
-    const int rc = MPI_Comm_rank(group.comm, &group.rank);
-    if (rc != MPI_SUCCESS) {
-      error = mpi_error_message("MPI_Comm_rank", rc);
-      return results;
-    }
+    if (group.size() < 2) continue;
     for (Collective collective : options.collectives) {
       for (int64_t bytes = options.min_bytes; bytes <= options.max_bytes;) {
-        if (const auto message = message_for(collective, bytes, group.ranks)) {
+        if (const auto message = message_for(collective, bytes, group.size())) {
           CommbenchResult result;
-          error = measure(groups.world(), group, collective, *message, options, send, recv, result);
-          if (!error.empty()) return results;
+          if (core::Status status = measure(groups.world(), axis, group, collective, *message,
+                                            options, send, recv, result);
+              !status.ok()) {
+            error = status.message();
+            return results;
+          }
           if (on_result) on_result(result);
           results.push_back(std::move(result));
           if (options.stop_requested) {
-            const int local_stop = options.stop_requested() ? 1 : 0;
-            int any_stop = 0;
-            const int rc =
-                MPI_Allreduce(&local_stop, &any_stop, 1, MPI_INT, MPI_LOR, groups.world());
-            if (rc != MPI_SUCCESS) {
-              error = mpi_error_message("MPI_Allreduce", rc);
+            int32_t stop = options.stop_requested() ? 1 : 0;
+            if (core::Status status =
+                    groups.world().all_reduce(comm::buffer_of(&stop, 1), comm::ReduceOp::kMax)->wait();
+                !status.ok()) {
+              error = status.message();
               return results;
             }
-            if (any_stop != 0) return results;
+            if (stop != 0) return results;
           }
         }
         if (bytes > options.max_bytes / 2) break;  // doubling would pass max_bytes (or overflow)
@@ -176,12 +174,12 @@ std::vector<CommbenchResult> run_commbench(
 }
 
 std::string format_header() {
-  return fmt::format("{:<6} {:<15} {:>6} {:>12} {:>12} {:>12} {:>12}  {}", "group", "collective",
+  return fmt::format("{:<8} {:<15} {:>6} {:>12} {:>12} {:>12} {:>12}  {}", "group", "collective",
                      "ranks", "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "check");
 }
 
 std::string format_result(const CommbenchResult& r) {
-  return fmt::format("{:<6} {:<15} {:>6} {:>12} {:>12.2f} {:>12.3f} {:>12.3f}  {}", r.group,
+  return fmt::format("{:<8} {:<15} {:>6} {:>12} {:>12.2f} {:>12.3f} {:>12.3f}  {}", r.group,
                      r.collective, r.ranks, r.bytes, r.time_us, r.algbw_gbs, r.busbw_gbs,
                      r.correct ? "ok" : "WRONG");
 }

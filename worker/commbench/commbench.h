@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "worker/commbench/collective.h"
-#include "worker/parallel/process_groups.h"
+#include "worker/comm/process_groups.h"
 
 namespace dslaunch::worker::commbench {
 
@@ -15,7 +15,7 @@ namespace dslaunch::worker::commbench {
 struct CommbenchOptions {
   std::vector<Collective> collectives = {Collective::all_reduce, Collective::all_gather,
                                          Collective::reduce_scatter, Collective::all_to_all};
-  std::vector<Axis> groups = {Axis::world};
+  std::vector<comm::Axis> groups = {comm::Axis::world};
   int64_t min_bytes = 1024;              // >= 4 (one float32)
   int64_t max_bytes = 16 * 1024 * 1024;  // >= min_bytes; at most 2^31-1 floats
   int iterations = 20;                   // timed calls per measurement, >= 1
@@ -27,7 +27,7 @@ struct CommbenchOptions {
 
 // One measurement: one collective at one size on one kind of group.
 struct CommbenchResult {
-  std::string group;       // axis_name: "world", "pipe", "data", "model"
+  std::string group;       // axis_name: "world", "pipeline", "data", "tensor"
   std::string collective;  // collective_name
   int64_t bytes = 0;       // Message::bytes, per rank as nccl-tests counts it
   int ranks = 0;           // ranks in each group
@@ -52,11 +52,13 @@ std::string check_options(const CommbenchOptions& options);
 //
 // Calls `on_result` (if set) on every rank after each measurement, in order,
 // and returns all of them. Allocates two buffers of max_bytes each, once.
-// On invalid options (detected before any communication) or an MPI error,
-// sets `error` and returns the results so far; after an MPI error the other
-// ranks may be blocked in a collective, so the caller should abort the job.
+// Runs the communicators training uses (worker/comm), so it measures what
+// training gets. On invalid options (detected before any communication) or a
+// communication failure, sets `error` and returns the results so far; after
+// a failure the other ranks may be blocked in a collective, so the caller
+// should end the job.
 std::vector<CommbenchResult> run_commbench(
-    const ProcessGroups& groups, const CommbenchOptions& options,
+    const comm::ProcessGroups& groups, const CommbenchOptions& options,
     const std::function<void(const CommbenchResult&)>& on_result, std::string& error);
 
 // A table in nccl-tests' manner, for rank 0 to print: a header line, then

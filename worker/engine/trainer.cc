@@ -18,7 +18,6 @@
 #include "worker/engine/zero3_parameters.h"
 #include "worker/model/gpt2_model.h"
 #include "worker/parallel/gradient_reducer.h"
-#include "worker/parallel/mpi_error.h"
 #include "worker/parallel/releasable_buffer.h"
 #include "worker/parallel/zero_partition.h"
 
@@ -32,16 +31,17 @@ double seconds_since(Clock::time_point start) {
 }
 
 // Sums `values` over the data group in place, adding the ranks' values in
-// rank order. MPI_Allreduce leaves the order to its algorithm, which changes
+// rank order. An all-reduce leaves the order to its algorithm, which changes
 // with the group's size; a fixed order makes the loss and the gradient norm
 // the same bits whatever the ZeRO stage (and from run to run), so sharding
 // changes no rounding. "" or what failed.
-std::string sum_over_ranks(MPI_Comm comm, double* values, int count) {
-  int size = 1;
-  MPI_Comm_size(comm, &size);
+std::string sum_over_ranks(comm::Communicator& comm, double* values, int count) {
+  const int size = comm.size();
   std::vector<double> all(static_cast<size_t>(size) * count);
-  const int rc = MPI_Allgather(values, count, MPI_DOUBLE, all.data(), count, MPI_DOUBLE, comm);
-  if (rc != MPI_SUCCESS) return mpi_error_message("MPI_Allgather", rc);
+  auto work = comm.all_gather(comm::buffer_of(values, count),
+                              comm::buffer_of(all.data(), static_cast<int64_t>(all.size())),
+                              comm::Blocks::consecutive(std::vector<int64_t>(size, count)));
+  if (core::Status status = work->wait(); !status.ok()) return status.message();
   for (int i = 0; i < count; ++i) {
     double sum = 0;
     for (int r = 0; r < size; ++r) sum += all[static_cast<size_t>(r) * count + i];
@@ -87,10 +87,9 @@ std::string data_problem(const spec::JobSpec& spec, const data::TrainingData& da
 TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
                   kernels::Backend& backend, const TrainerOptions& options) {
   TrainResult result;
-  int dp_rank = 0;
-  int dp_size = 1;
-  MPI_Comm_rank(options.data_comm, &dp_rank);
-  MPI_Comm_size(options.data_comm, &dp_size);
+  comm::Communicator& data_comm = *options.data_comm;
+  const int dp_rank = data_comm.rank();
+  const int dp_size = data_comm.size();
   const spec::TrainingSpec& training = spec.training;
   const spec::BatchResolution batch = spec::resolve_batch_sizes(training.batch, dp_size);
   if (!batch.sizes) {
@@ -171,7 +170,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     settings.persistence_threshold = training.zero.param_persistence_threshold;
     settings.prefetch_bucket_size = training.zero.prefetch_bucket_size;
     settings.max_live_parameters = training.zero.max_live_parameters;
-    zero3.emplace(options.data_comm, table, partition, settings, result.params.data());
+    zero3.emplace(data_comm, table, partition, settings, result.params.data());
     if (std::string error = zero3->error(); !error.empty()) {
       result.error = "ZeRO stage 3: " + error;
       return result;
@@ -190,10 +189,10 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   float* backward_grads = partitioned_grads ? workspace.data() : grads.data();
   std::optional<GradientReducer> reducer;
   if (partitioned_grads) {
-    reducer.emplace(options.data_comm, workspace, training.zero.reduce_bucket_size, partition,
+    reducer.emplace(data_comm, workspace, training.zero.reduce_bucket_size, partition,
                     grads.data());
   } else {
-    reducer.emplace(options.data_comm, grads.data(), table.total(),
+    reducer.emplace(data_comm, grads.data(), table.total(),
                     training.zero.reduce_bucket_size);
   }
   data::WindowSamplerResult sampling = data::WindowSampler::create(data.train, T, training.seed);
@@ -237,9 +236,9 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
         }
       }
       if (!reduce) continue;
-      if (std::string error = reducer->finish(); !error.empty()) {
-        result.error =
-            (partitioned_grads ? "gradient reduce-scatter: " : "gradient all-reduce: ") + error;
+      if (core::Status error = reducer->finish(); !error.ok()) {
+        result.error = (partitioned_grads ? "gradient reduce-scatter: " : "gradient all-reduce: ") +
+                       error.message();
         return result;
       }
     }
@@ -255,7 +254,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
         loss_sum / static_cast<double>(accumulation), stop_here ? 1.0 : 0.0,
         partitioned_grads ? backend.sum_of_squares(grads.data(), own_count) : 0.0,
         checkpoint_here ? 1.0 : 0.0};
-    if (std::string error = sum_over_ranks(options.data_comm, sums.data(), 4); !error.empty()) {
+    if (std::string error = sum_over_ranks(data_comm, sums.data(), 4); !error.empty()) {
       result.error = "loss all-reduce: " + error;
       return result;
     }
@@ -294,11 +293,10 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
         return result;
       }
     } else if (sharded) {
-      if (std::string error =
-              all_gather_partitions(options.data_comm, partition,
-                                    training.zero.allgather_bucket_size, result.params.data());
-          !error.empty()) {
-        result.error = "parameter all-gather: " + error;
+      if (core::Status error = all_gather_partitions(
+              data_comm, partition, training.zero.allgather_bucket_size, result.params.data());
+          !error.ok()) {
+        result.error = "parameter all-gather: " + error.message();
         return result;
       }
     }
@@ -341,7 +339,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
           return result;
         }
       }
-      if (std::string error = sum_over_ranks(options.data_comm, &sum, 1); !error.empty()) {
+      if (std::string error = sum_over_ranks(data_comm, &sum, 1); !error.empty()) {
         result.error = "evaluation all-reduce: " + error;
         return result;
       }

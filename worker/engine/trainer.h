@@ -1,7 +1,5 @@
 #pragma once
 
-#include <mpi.h>
-
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -9,6 +7,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "worker/comm/communicator.h"
 #include "launcher/spec/job_spec.h"
 #include "worker/checkpoint/shard_file.h"
 #include "worker/data/training_data.h"
@@ -75,7 +74,7 @@ struct ResumePoint {
 };
 
 struct TrainerOptions {
-  MPI_Comm data_comm = MPI_COMM_NULL;  // the data-parallel group
+  comm::Communicator* data_comm = nullptr;  // the data-parallel group; required
   // Checked during every step on every rank; when it is true on any rank,
   // every rank evaluates and stops after that step.
   std::function<bool()> stop_requested;

@@ -4,7 +4,6 @@
 #include <climits>
 #include <cstring>
 
-#include "worker/parallel/mpi_error.h"
 
 namespace dslaunch::worker::engine {
 namespace {
@@ -22,7 +21,7 @@ void append(std::vector<Range>& ranges, int64_t begin, int64_t end) {
 
 }  // namespace
 
-Zero3Parameters::Zero3Parameters(MPI_Comm comm, const model::ParameterTable& table,
+Zero3Parameters::Zero3Parameters(comm::Communicator& comm, const model::ParameterTable& table,
                                  const ZeroPartition& partition, const Zero3Settings& settings,
                                  const float* initial)
     : comm_(comm),
@@ -32,7 +31,7 @@ Zero3Parameters::Zero3Parameters(MPI_Comm comm, const model::ParameterTable& tab
       layers_(static_cast<int>(table.config().num_layers)),
       master_(partition.padded_total()),
       workspace_(table.total()) {
-  MPI_Comm_rank(comm, &rank_);
+  rank_ = comm.rank();
   if (!master_.error().empty() || !workspace_.error().empty()) {
     setup_error_ = master_.error().empty() ? workspace_.error() : master_.error();
     return;
@@ -52,8 +51,8 @@ Zero3Parameters::Zero3Parameters(MPI_Comm comm, const model::ParameterTable& tab
   std::memcpy(master_.data() + own_begin, initial + own_begin,
               (partition.end(rank_) - own_begin) * sizeof(float));
 
-  packed_counts_.assign(partition.ranks, 0);
-  packed_displacements_.assign(partition.ranks, 0);
+  packed_blocks_.counts.assign(partition.ranks, 0);
+  packed_blocks_.displacements.assign(partition.ranks, 0);
   int64_t packed = 0;
   for (int r = 0; r < partition.ranks; ++r) {
     int64_t count = 0;
@@ -67,8 +66,8 @@ Zero3Parameters::Zero3Parameters(MPI_Comm comm, const model::ParameterTable& tab
           "stage3_param_persistence_threshold";
       return;
     }
-    packed_displacements_[r] = static_cast<int>(packed);
-    packed_counts_[r] = static_cast<int>(count);
+    packed_blocks_.displacements[r] = packed;
+    packed_blocks_.counts[r] = count;
     packed += count;
   }
   packed_.resize(packed);
@@ -83,7 +82,7 @@ std::string Zero3Parameters::error() const {
 std::string Zero3Parameters::refresh_persistent() {
   const int64_t own_begin = partition_.begin(rank_);
   const int64_t own_end = partition_.end(rank_);
-  float* mine = packed_.data() + packed_displacements_[rank_];
+  float* mine = packed_.data() + packed_blocks_.displacements[rank_];
   for (const auto& [begin, end] : persistent_) {
     const int64_t from = std::max(begin, own_begin);
     const int64_t to = std::min(end, own_end);
@@ -91,10 +90,11 @@ std::string Zero3Parameters::refresh_persistent() {
     std::memcpy(mine, master_.data() + from, (to - from) * sizeof(float));
     mine += to - from;
   }
-  const int rc =
-      MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, packed_.data(), packed_counts_.data(),
-                     packed_displacements_.data(), MPI_FLOAT, comm_);
-  if (rc != MPI_SUCCESS) return mpi_error_message("MPI_Allgatherv", rc);
+  auto work = comm_.all_gather(
+      comm::buffer_of(packed_.data() + packed_blocks_.displacements[rank_],
+                      packed_blocks_.counts[rank_]),
+      comm::buffer_of(packed_.data(), static_cast<int64_t>(packed_.size())), packed_blocks_);
+  if (core::Status status = work->wait(); !status.ok()) return status.message();
   const float* from = packed_.data();
   for (const auto& [begin, end] : persistent_) {
     std::memcpy(workspace_.data() + begin, from, (end - begin) * sizeof(float));
@@ -114,7 +114,7 @@ std::string Zero3Parameters::gather_whole(std::vector<float>& out) {
   std::memcpy(out.data() + own_begin, master_.data() + own_begin,
               (partition_.end(rank_) - own_begin) * sizeof(float));
   // One collective for all (a bucket of the whole buffer): this runs once, at the end.
-  return all_gather_partitions(comm_, partition_, partition_.padded_total(), out.data());
+  return all_gather_partitions(comm_, partition_, partition_.padded_total(), out.data()).message();
 }
 
 int64_t Zero3Parameters::parameter_bytes() const {

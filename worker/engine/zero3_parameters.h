@@ -1,12 +1,11 @@
 #pragma once
 
-#include <mpi.h>
-
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "worker/comm/communicator.h"
 #include "worker/model/gpt2_config.h"
 #include "worker/model/gpt2_model.h"
 #include "worker/parallel/parameter_gatherer.h"
@@ -57,7 +56,7 @@ class Zero3Parameters : public model::ParameterSource {
   // `initial`: the whole initial parameters (table.total() floats), copied;
   // the caller may free them afterwards. Collective over comm. On failure
   // error() says what.
-  Zero3Parameters(MPI_Comm comm, const model::ParameterTable& table, const ZeroPartition& partition,
+  Zero3Parameters(comm::Communicator& comm, const model::ParameterTable& table, const ZeroPartition& partition,
                   const Zero3Settings& settings, const float* initial);
 
   // "" or the first failure (setup or a gather).
@@ -96,7 +95,7 @@ class Zero3Parameters : public model::ParameterSource {
   // the live limit allow (see the class comment).
   void prefetch_following(int first, int step);
 
-  MPI_Comm comm_;
+  comm::Communicator& comm_;
   const model::ParameterTable& table_;
   ZeroPartition partition_;
   Zero3Settings settings_;
@@ -108,8 +107,7 @@ class Zero3Parameters : public model::ParameterSource {
   // in that order, so each rank's share is one contiguous run of it.
   std::vector<ParameterGatherer::Range> persistent_;
   std::vector<float> packed_;
-  std::vector<int> packed_counts_;
-  std::vector<int> packed_displacements_;
+  comm::Blocks packed_blocks_;
   std::string setup_error_;
   std::optional<ParameterGatherer> gatherer_;  // region 0: embeddings and ln_f; 1 + l: block l
 };

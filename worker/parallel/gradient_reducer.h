@@ -1,8 +1,7 @@
 #pragma once
 
-#include <mpi.h>
-
 #include <condition_variable>
+#include <memory>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -10,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/status.h"
+#include "worker/comm/communicator.h"
 #include "worker/parallel/releasable_buffer.h"
 #include "worker/parallel/zero_partition.h"
 
@@ -26,14 +27,15 @@ namespace dslaunch::worker {
 // gradients from the end of the buffer towards its start, so the buckets
 // complete in index order. A bucket is launched once all its floats have been
 // reported by ready() AND every bucket before it in index order has been
-// launched: MPI needs the same sequence of collectives on every rank, and
+// launched: collectives need the same sequence of collectives on every rank, and
 // launching in index order makes it so whatever order each rank reports its
 // ranges in. Ranges reported front-first are still correct, only reduced
 // later (no overlap).
 //
-// A communication thread, the only one calling MPI for this object, reduces
-// each launched bucket in turn, in index order:
-// - reduce-scatter mode: MPI_Reduce_scatter of the bucket with rank r
+// A communication thread, the only one starting collectives for this object
+// (on a duplicate of the data communicator of its own), reduces each
+// launched bucket in turn, in index order:
+// - reduce-scatter mode: a reduce-scatter of the bucket with rank r
 //   receiving the bucket's intersection with partition r (possibly empty)
 //   into a temporary of at most one bucket's floats; the sum divided by the
 //   communicator's size is ADDED to this rank's partition gradients. The
@@ -47,17 +49,17 @@ namespace dslaunch::worker {
 // - all-reduce mode: the same reduce-scatter over ZeRO's partition of the
 //   buffer (make_zero_partition with kZeroPartitionAlignment), the mean of
 //   this rank's share then all-gathered back into the bucket, so after
-//   finish() the buffer holds the mean over ranks. Not MPI_Allreduce: that
+//   finish() the buffer holds the mean over ranks. Not an all-reduce: that
 //   adds the ranks' values in an order of its own choosing, which from three
-//   ranks on differs from MPI_Reduce_scatter's; this way every float is
+//   ranks on differs from the reduce-scatter's; this way every float is
 //   summed by the same collective with the same counts in both modes, and
 //   ZeRO stages 0–1 and 2–3 average gradients to the same bits.
 //
 // bucket_elements counts floats, as DeepSpeed's zero_optimization.
 // reduce_bucket_size counts elements (its default 5e8 is 500M elements, 2 GB
-// of fp32); it is capped at INT_MAX, MPI's largest count, and at n.
+// of fp32); it is capped at INT_MAX (MPI counts in ints) and at n.
 //
-// On a communicator of one rank there is no thread and no MPI call: in
+// On a communicator of one rank there is no thread and no communication: in
 // all-reduce mode ready() only checks its ranges and finish() leaves the
 // values as they are; in reduce-scatter mode ready() adds each completed
 // bucket to the partition (the whole buffer) and zeroes it itself.
@@ -71,13 +73,11 @@ class GradientReducer {
  public:
   // grads: the flat gradient buffer of n floats, owned by the caller, alive
   // and not moved for this object's lifetime. comm: the data-parallel
-  // communicator; it is duplicated (with MPI_ERRORS_RETURN) so this traffic
-  // never meets other traffic on it. Collective over comm when it has more
-  // than one rank (MPI_Comm_dup). Needs MPI initialised with
-  // MPI_THREAD_MULTIPLE (other threads call MPI while this one reduces).
-  // A failure here (bad arguments, thread level, MPI_Comm_dup) makes every
-  // finish() return it; ready() then does nothing.
-  GradientReducer(MPI_Comm comm, float* grads, int64_t n, int64_t bucket_elements);
+  // communicator; it is duplicated so this traffic never meets other traffic
+  // on it (collective over comm when it has more than one rank). A failure
+  // here (bad arguments, the duplicate) makes every finish() return it;
+  // ready() then does nothing.
+  GradientReducer(comm::Communicator& comm, float* grads, int64_t n, int64_t bucket_elements);
 
   // Reduce-scatter mode over workspace.size() floats (see above), with the
   // same conditions as the all-reduce constructor. partition: over the ranks
@@ -87,14 +87,13 @@ class GradientReducer {
   // the reducer only adds to it (the caller zeroes it when a new sum starts).
   // Between a ready() and the next finish() return the caller must not touch
   // partition_grads either.
-  GradientReducer(MPI_Comm comm, ReleasableBuffer& workspace, int64_t bucket_elements,
+  GradientReducer(comm::Communicator& comm, ReleasableBuffer& workspace, int64_t bucket_elements,
                   const ZeroPartition& partition, float* partition_grads);
 
-  // Makes no collective call and does not wait for other ranks' progress:
-  // launched buckets not yet started are dropped, a reduction already running
-  // completes (its peers run the same collective), the thread is joined and
-  // the duplicate communicator freed (Open MPI frees it locally; left alone
-  // after MPI_Finalize).
+  // Does not wait for other ranks' progress: launched buckets not yet started
+  // are dropped, a reduction already running completes (its peers run the
+  // same collective) or times out, the thread is joined and the duplicate
+  // communicator freed.
   ~GradientReducer();
 
   GradientReducer(const GradientReducer&) = delete;
@@ -108,19 +107,19 @@ class GradientReducer {
   void ready(int64_t begin, int64_t end);
 
   // Waits until every launched bucket is reduced; then the buffer holds the
-  // mean over ranks and the object is ready for the next step. Returns "" on
-  // success, else what went wrong: the construction error, a misuse of
-  // ready(), floats never reported (first bucket named), or the first MPI
-  // error, which sticks (no MPI call is made on this communicator again).
-  // Precondition for success on every rank: every rank reported every float;
-  // a rank that did not leaves its peers blocked in a collective it never
-  // starts, which the caller must end (MPI_Abort).
-  std::string finish();
+  // mean over ranks and the object is ready for the next step. Returns ok,
+  // else what went wrong: the construction error, a misuse of ready()
+  // (kInvalidArgument), floats never reported (first bucket named), or the
+  // first communication failure, which sticks (no collective is started on
+  // this communicator again). A collective that does not complete within the
+  // communicator's timeout is kDeadlineExceeded: a peer never started it,
+  // which the caller reports as a hang.
+  core::Status finish();
 
   // Heap bytes held: the bucket table, the temporary receiving this rank's
   // share of a bucket and the tables of counts (on one rank, in all-reduce
-  // mode, only the bucket table). MPI may use scratch space of its own while
-  // a bucket is reduced, not counted here.
+  // mode, only the bucket table). The transport may use scratch space of its
+  // own while a bucket is reduced, not counted here.
   int64_t buffer_bytes() const;
 
   int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
@@ -145,22 +144,21 @@ class GradientReducer {
   struct Shares {
     ZeroPartition partition;
     int rank = 0;
-    std::vector<int> counts;         // per rank, for the bucket being reduced
-    std::vector<int> displacements;  // per rank, from the bucket's start
+    comm::Blocks blocks;  // per rank, for the bucket being reduced, from its start
     std::vector<float> received;     // this rank's share of one bucket
   };
 
   // What both constructors do once the mode is set.
-  void start(MPI_Comm comm, int64_t bucket_elements);
-  std::string setup_shares(MPI_Comm comm);  // "" or what is wrong
-  void cut(const Bucket& bucket);            // fills shares_.counts and displacements
-  std::string sum_shares(const Bucket& bucket);  // MPI_Reduce_scatter into received
-  std::string check_range(int64_t begin, int64_t end) const;
+  void start(comm::Communicator& comm, int64_t bucket_elements);
+  core::Status setup_shares();
+  void cut(const Bucket& bucket);               // fills shares_.blocks
+  core::Status sum_shares(const Bucket& bucket);  // reduce-scatter into received
+  core::Status check_range(int64_t begin, int64_t end) const;
   void launch_complete_buckets();
   void communication_loop();
-  std::string reduce(const Bucket& bucket);  // communication thread only
-  std::string all_reduce(const Bucket& bucket);
-  std::string reduce_scatter(const Bucket& bucket);
+  core::Status reduce(const Bucket& bucket);  // communication thread only
+  core::Status all_reduce(const Bucket& bucket);
+  core::Status reduce_scatter(const Bucket& bucket);
 
   float* const grads_;
   const int64_t n_;
@@ -168,10 +166,10 @@ class GradientReducer {
   Shares shares_;
   int64_t bucket_elements_ = 1;
   std::vector<Bucket> buckets_;    // in launch order; buckets_[0] ends at n_
-  MPI_Comm comm_ = MPI_COMM_NULL;  // our duplicate; MPI_COMM_NULL on one rank
+  std::unique_ptr<comm::Communicator> comm_;  // our duplicate; none on one rank
   int size_ = 1;
-  std::string setup_error_;
-  std::string usage_error_;  // compute thread only
+  core::Status setup_error_;
+  core::Status usage_error_;  // compute thread only
 
   // Launched buckets are a prefix of buckets_, so the queue to the
   // communication thread is the range [reduced_, launched_).
@@ -180,7 +178,7 @@ class GradientReducer {
   std::condition_variable bucket_reduced_;
   int64_t launched_ = 0;  // written by the compute thread only, under mutex_
   int64_t reduced_ = 0;
-  std::string communication_error_;
+  core::Status communication_error_;
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -1,15 +1,12 @@
 #include "worker/parallel/parameter_gatherer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <climits>
-
-#include "worker/parallel/mpi_error.h"
 
 namespace dslaunch::worker {
 namespace {
 
-// The ranges, each cut into pieces MPI can count (ints).
+// The ranges, each cut into pieces a collective can count (MPI counts in ints).
 std::vector<ParameterGatherer::Range> countable(const std::vector<ParameterGatherer::Range>& in) {
   std::vector<ParameterGatherer::Range> out;
   for (const auto& [begin, end] : in) {
@@ -20,31 +17,14 @@ std::vector<ParameterGatherer::Range> countable(const std::vector<ParameterGathe
   return out;
 }
 
-// Waits for a request by testing it every kPollInterval, asleep in between.
-// A blocking collective would spin in Open MPI's progress loop on a core the
-// compute thread needs (the gathers are meant to overlap the compute); this
-// thread only needs to wake often enough to move the next fragment.
-constexpr std::chrono::microseconds kPollInterval{100};
-
-int wait_sleeping(MPI_Request& request) {
-  for (;;) {
-    int done = 0;
-    if (const int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE); rc != MPI_SUCCESS) return rc;
-    if (done) return MPI_SUCCESS;
-    std::this_thread::sleep_for(kPollInterval);
-  }
-}
-
 }  // namespace
 
-ParameterGatherer::ParameterGatherer(MPI_Comm comm, const ZeroPartition& partition,
+ParameterGatherer::ParameterGatherer(comm::Communicator& comm, const ZeroPartition& partition,
                                      const float* master, ReleasableBuffer& workspace,
                                      std::vector<std::vector<Range>> regions)
     : partition_(partition),
       master_(master),
       workspace_(workspace),
-      counts_(partition.ranks),
-      displacements_(partition.ranks),
       states_(regions.size(), State::kReleased) {
   for (const std::vector<Range>& region : regions) {
     regions_.push_back(countable(region));
@@ -52,19 +32,19 @@ ParameterGatherer::ParameterGatherer(MPI_Comm comm, const ZeroPartition& partiti
     for (const auto& [begin, end] : region) size += end - begin;
     sizes_.push_back(size);
   }
-  int size = 0;
-  MPI_Comm_size(comm, &size);
-  if (size != partition.ranks || workspace.size() != partition.total) {
+  blocks_.counts.assign(partition.ranks, 0);
+  blocks_.displacements.assign(partition.ranks, 0);
+  if (comm.size() != partition.ranks || workspace.size() != partition.total) {
     error_ = "parameter gatherer: the partition does not match the communicator or workspace";
     return;
   }
-  if (const int rc = MPI_Comm_dup(comm, &comm_); rc != MPI_SUCCESS) {
-    error_ = mpi_error_message("MPI_Comm_dup", rc);
-    comm_ = MPI_COMM_NULL;
+  auto duplicate = comm.duplicate("parameters");
+  if (!duplicate.ok()) {
+    error_ = "parameter gatherer: " + duplicate.status().message();
     return;
   }
-  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(comm_, &rank_);
+  comm_ = std::move(duplicate.value());
+  rank_ = comm_->rank();
   thread_ = std::thread([this] { communication_loop(); });
 }
 
@@ -75,9 +55,6 @@ ParameterGatherer::~ParameterGatherer() {
   }
   requested_or_stopping_.notify_all();
   if (thread_.joinable()) thread_.join();
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
 }
 
 void ParameterGatherer::prefetch(int region) {
@@ -152,19 +129,14 @@ std::string ParameterGatherer::gather(int region) {
     for (int r = 0; r < partition_.ranks; ++r) {
       const int64_t from = std::max(begin, partition_.begin(r));
       const int64_t to = std::min(end, partition_.end(r));
-      counts_[r] = static_cast<int>(std::max<int64_t>(0, to - from));
-      displacements_[r] = counts_[r] > 0 ? static_cast<int>(from - begin) : 0;
+      blocks_.counts[r] = std::max<int64_t>(0, to - from);
+      blocks_.displacements[r] = blocks_.counts[r] > 0 ? from - begin : 0;
     }
     const float* send = master_ + std::clamp(begin, own_begin, own_end);
-    MPI_Request request = MPI_REQUEST_NULL;
-    if (const int rc =
-            MPI_Iallgatherv(send, counts_[rank_], MPI_FLOAT, workspace_.data() + begin,
-                            counts_.data(), displacements_.data(), MPI_FLOAT, comm_, &request);
-        rc != MPI_SUCCESS) {
-      return "parameter all-gather: " + mpi_error_message("MPI_Iallgatherv", rc);
-    }
-    if (const int rc = wait_sleeping(request); rc != MPI_SUCCESS) {
-      return "parameter all-gather: " + mpi_error_message("MPI_Iallgatherv", rc);
+    auto work = comm_->all_gather(comm::buffer_of(send, blocks_.counts[rank_]),
+                                  comm::buffer_of(workspace_.data() + begin, end - begin), blocks_);
+    if (core::Status status = work->wait(); !status.ok()) {
+      return "parameter all-gather: " + status.message();
     }
   }
   return "";

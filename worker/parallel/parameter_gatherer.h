@@ -1,16 +1,16 @@
 #pragma once
 
-#include <mpi.h>
-
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "worker/comm/communicator.h"
 #include "worker/parallel/releasable_buffer.h"
 #include "worker/parallel/zero_partition.h"
 
@@ -23,17 +23,17 @@ namespace dslaunch::worker {
 //
 // A region is a list of float ranges [begin, end) of the flat layout (for
 // example one transformer block's tensors, minus the small ones every rank
-// keeps whole). Gathering a region is one MPI_Iallgatherv per range, waited
-// for by testing it between short sleeps (so the thread leaves the core to
-// the compute it overlaps instead of spinning in MPI): rank r
-// contributes the range's intersection with its partition, straight from
+// keeps whole). Gathering a region is one all-gather per range (the
+// communicator's progress thread sleeps between tests, so it leaves the core
+// to the compute it overlaps): rank r contributes the range's intersection with its partition, straight from
 // master into the workspace, nothing copied. Releasing a region hands its
 // ranges' whole pages back to the OS (ReleasableBuffer::zero), so a
 // released range reads as zeros until gathered again.
 //
-// A communication thread, the only one calling MPI for this object, gathers
-// the regions in the order prefetch()/acquire() requested them. MPI needs the
-// same sequence of collectives on every rank: every rank must request,
+// A communication thread, the only one starting collectives for this object
+// (on a duplicate of the data communicator of its own), gathers the regions
+// in the order prefetch()/acquire() requested them. Collectives must start
+// in the same order on every rank: every rank must request,
 // acquire and release the same regions in the same order.
 //
 // Threads: every public member from one thread (the compute thread).
@@ -44,18 +44,17 @@ class ParameterGatherer {
  public:
   using Range = std::pair<int64_t, int64_t>;
 
-  // comm: the data-parallel group, duplicated (MPI_Comm_dup, collective, with
-  // MPI_ERRORS_RETURN). partition: over comm's ranks. master: the whole
+  // comm: the data-parallel group, duplicated (collective). partition: over comm's ranks. master: the whole
   // layout's address space (padded_total() floats), of which this rank's
   // partition holds its values; workspace: partition.total floats. Both
   // owned by the caller, alive and not moved for this object's lifetime, and
   // master not written while a gather may run. Ranges longer than INT_MAX
   // floats are split. A failure here or in a gather sticks: error() says it,
-  // acquire() stops waiting and no more MPI calls are made.
-  ParameterGatherer(MPI_Comm comm, const ZeroPartition& partition, const float* master,
+  // acquire() stops waiting and no more collectives are started.
+  ParameterGatherer(comm::Communicator& comm, const ZeroPartition& partition, const float* master,
                     ReleasableBuffer& workspace, std::vector<std::vector<Range>> regions);
-  // Makes no collective call: requests not yet started are dropped, a gather
-  // already running completes, the thread is joined, the duplicate freed.
+  // Requests not yet started are dropped, a gather already running completes
+  // (or times out), the thread is joined, the duplicate freed.
   ~ParameterGatherer();
 
   ParameterGatherer(const ParameterGatherer&) = delete;
@@ -93,10 +92,9 @@ class ParameterGatherer {
   ReleasableBuffer& workspace_;
   std::vector<std::vector<Range>> regions_;
   std::vector<int64_t> sizes_;  // per region
-  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::unique_ptr<comm::Communicator> comm_;  // our duplicate
   int rank_ = 0;
-  std::vector<int> counts_;  // per rank, communication thread only
-  std::vector<int> displacements_;
+  comm::Blocks blocks_;  // per rank, communication thread only
 
   mutable std::mutex mutex_;
   std::condition_variable requested_or_stopping_;

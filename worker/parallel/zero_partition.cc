@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <climits>
 
-#include "worker/parallel/mpi_error.h"
 
 namespace dslaunch::worker {
 
@@ -24,28 +23,26 @@ ZeroPartition make_zero_partition(int64_t total, int ranks, int64_t alignment) {
   return partition;
 }
 
-std::string all_gather_partitions(MPI_Comm comm, const ZeroPartition& partition,
-                                  int64_t bucket_size, float* buffer) {
-  if (partition.ranks == 1) return "";
+core::Status all_gather_partitions(comm::Communicator& comm, const ZeroPartition& partition,
+                                   int64_t bucket_size, float* buffer) {
+  if (partition.ranks == 1) return {};
   // Every rank sends slice k of its partition in round k, so round k gathers
-  // slice k of every partition, strided by partition_size: a vector type
-  // places them.
+  // slice k of every partition, strided by partition_size.
   const int64_t round = std::clamp<int64_t>(bucket_size / partition.ranks, 1, INT_MAX);
-  const int64_t stride = partition.partition_size * static_cast<int64_t>(sizeof(float));
-  for (int64_t offset = 0; offset < partition.partition_size; offset += round) {
-    const int count = static_cast<int>(std::min(round, partition.partition_size - offset));
-    MPI_Datatype block;
-    MPI_Type_contiguous(count, MPI_FLOAT, &block);
-    MPI_Datatype strided;
-    MPI_Type_create_resized(block, 0, stride, &strided);
-    MPI_Type_commit(&strided);
-    const int rc =
-        MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buffer + offset, 1, strided, comm);
-    MPI_Type_free(&strided);
-    MPI_Type_free(&block);
-    if (rc != MPI_SUCCESS) return mpi_error_message("MPI_Allgather", rc);
+  comm::Blocks blocks;
+  for (int r = 0; r < partition.ranks; ++r) {
+    blocks.displacements.push_back(r * partition.partition_size);
   }
-  return "";
+  const int me = comm.rank();
+  for (int64_t offset = 0; offset < partition.partition_size; offset += round) {
+    const int64_t count = std::min(round, partition.partition_size - offset);
+    blocks.counts.assign(partition.ranks, count);
+    float* base = buffer + offset;
+    auto work = comm.all_gather(comm::buffer_of(base + blocks.displacements[me], count),
+                                comm::buffer_of(base, partition.padded_total() - offset), blocks);
+    if (core::Status status = work->wait(); !status.ok()) return status;
+  }
+  return {};
 }
 
 }  // namespace dslaunch::worker

@@ -1,9 +1,11 @@
 #pragma once
 
-#include <mpi.h>
 
 #include <cstdint>
 #include <string>
+
+#include "core/status.h"
+#include "worker/comm/communicator.h"
 
 namespace dslaunch::worker {
 
@@ -37,8 +39,9 @@ ZeroPartition make_zero_partition(int64_t total, int ranks, int64_t alignment);
 // over `comm`, whose size must equal partition.ranks. Like DeepSpeed's
 // allgather_bucket_size, `bucket_size` bounds the floats one collective
 // moves: rounds of max(1, bucket_size / ranks) floats of every partition
-// (and at most INT_MAX, MPI counting in ints). Returns "" or what failed.
-std::string all_gather_partitions(MPI_Comm comm, const ZeroPartition& partition,
-                                  int64_t bucket_size, float* buffer);
+// (and at most INT_MAX, MPI counting in ints; so does it the offsets in the
+// buffer, which holds at most INT_MAX floats past each round's start).
+core::Status all_gather_partitions(comm::Communicator& comm, const ZeroPartition& partition,
+                                   int64_t bucket_size, float* buffer);
 
 }  // namespace dslaunch::worker

@@ -1245,7 +1245,8 @@ TEST_CASE("testing.fault is read with its defaults: attempt 0, so a restarted jo
 TEST_CASE("testing.fault needs a kind, a step from 1, and seconds for slow") {
   SpecFolder folder;
   CHECK(folder.load(minimal_and("testing: {fault: {rank: 0, step: 3}}\n")).only("kind").message ==
-        "testing.fault.kind is required: exit, abort, hang, stall_step or slow");
+        "testing.fault.kind is required: exit, abort, hang, stall_step, slow or "
+        "stall_collective");
   CHECK_THAT(folder.load(minimal_and("testing: {fault: {kind: exit, step: 0}}\n"))
                  .only("step")
                  .message,
@@ -1263,13 +1264,32 @@ TEST_CASE("testing.fault needs a kind, a step from 1, and seconds for slow") {
              Catch::StartsWith("testing.fault.kind must be one of exit, abort"));
 }
 
-TEST_CASE("testing.fault stall_collective is refused as not built yet, not as unknown") {
+TEST_CASE("testing.fault stall_collective is read") {
   SpecFolder folder;
   const Loaded loaded =
-      folder.load(minimal_and("testing: {fault: {kind: stall_collective, rank: 0, step: 3}}\n"));
-  CHECK_THAT(loaded.only("stall_collective").message,
-             Catch::Contains("is not built yet") && Catch::Contains("communicator") &&
-                 !Catch::Contains("must be one of"));
+      folder.load(minimal_and("testing: {fault: {kind: stall_collective, rank: 1, step: 3}}\n"));
+  CHECK(loaded.diagnostics.all().empty());
+  REQUIRE(loaded.spec.testing.fault.has_value());
+  CHECK(loaded.spec.testing.fault->kind == FaultKind::kStallCollective);
+  CHECK(loaded.spec.testing.fault->rank == 1);
+  CHECK(loaded.spec.testing.fault->step == 3);
+}
+
+TEST_CASE("fault_tolerance.collective_timeout: 600 s by default, 0 turns it off, below 1 s refused") {
+  SpecFolder folder;
+  CHECK(folder.load(std::string(kMinimal)).spec.fault_tolerance.collective_timeout_s == 600);
+  CHECK(folder.load(minimal_and("fault_tolerance: {collective_timeout: 0}\n"))
+            .spec.fault_tolerance.collective_timeout_s == 0);
+  CHECK(folder.load(minimal_and("fault_tolerance: {collective_timeout: 45}\n"))
+            .spec.fault_tolerance.collective_timeout_s == 45);
+  CHECK(folder.load(minimal_and("fault_tolerance: {collective_timeout: 0.5}\n"))
+            .only("collective_timeout")
+            .message ==
+        "fault_tolerance.collective_timeout (0.5s) must be 0 (off) or at least 1s");
+  CHECK_THAT(folder.load(minimal_and("fault_tolerance: {collective_timeout: -1}\n"))
+                 .only("collective_timeout")
+                 .message,
+             Catch::Contains("collective_timeout"));
 }
 
 TEST_CASE("env maps names to single values") {

@@ -1,12 +1,10 @@
 #pragma once
 
-#include <mpi.h>
-
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace dslaunch::worker {
+namespace dslaunch::worker::comm {
 
 // Who one rank is, as MPI itself sees it.
 struct RankIdentity {
@@ -27,9 +25,11 @@ struct WorldProbe {
   std::string error;  // the first MPI call that failed; the rest is then unset
 };
 
-// Collective over `comm`: every rank must call it. Reports each rank's
-// identity to rank 0 and checks an all-reduce end to end. Sets
-// MPI_ERRORS_RETURN on `comm` so failures come back as `error`.
-WorldProbe probe_world(MPI_Comm comm);
+// `dsworker probe`: MPI's own view of the world, with no process groups or
+// progress thread (it checks the transport they rely on). Collective over
+// MPI_COMM_WORLD, on the thread that initialised MPI: every rank must call it.
+// Reports each rank's identity to rank 0 and checks an all-reduce end to
+// end; failures come back as `error` (MPI_ERRORS_RETURN).
+WorldProbe probe_mpi_world();
 
-}  // namespace dslaunch::worker
+}  // namespace dslaunch::worker::comm

@@ -1,13 +1,15 @@
-#include "worker/parallel/world_probe.h"
+#include "worker/comm/mpi_world_probe.h"
+
+#include <mpi.h>
 
 #include <unistd.h>
 
 #include <array>
 #include <cstring>
 
-#include "worker/parallel/mpi_error.h"
+#include "worker/comm/mpi_status.h"
 
-namespace dslaunch::worker {
+namespace dslaunch::worker::comm {
 namespace {
 
 constexpr int kHostChars = 256;
@@ -51,7 +53,8 @@ std::string first_line(const std::string& text) {
 
 }  // namespace
 
-WorldProbe probe_world(MPI_Comm comm) {
+WorldProbe probe_mpi_world() {
+  MPI_Comm comm = MPI_COMM_WORLD;
   WorldProbe probe;
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
 
@@ -65,7 +68,7 @@ WorldProbe probe_world(MPI_Comm comm) {
   int rc = MPI_Comm_rank(comm, &self.rank);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_size(comm, &self.world_size);
   if (rc != MPI_SUCCESS) {
-    probe.error = mpi_error_message("MPI_Comm_rank/size", rc);
+    probe.error = from_mpi(rc, "MPI_Comm_rank/size").message();
     return probe;
   }
   std::array<char, kHostChars> host{};
@@ -76,7 +79,7 @@ WorldProbe probe_world(MPI_Comm comm) {
   MPI_Comm node_comm = MPI_COMM_NULL;
   rc = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, self.rank, MPI_INFO_NULL, &node_comm);
   if (rc != MPI_SUCCESS) {
-    probe.error = mpi_error_message("MPI_Comm_split_type", rc);
+    probe.error = from_mpi(rc, "MPI_Comm_split_type").message();
     return probe;
   }
   MPI_Comm_rank(node_comm, &self.local_rank);
@@ -87,7 +90,7 @@ WorldProbe probe_world(MPI_Comm comm) {
   int64_t sum = 0;
   rc = MPI_Allreduce(&contribution, &sum, 1, MPI_INT64_T, MPI_SUM, comm);
   if (rc != MPI_SUCCESS) {
-    probe.error = mpi_error_message("MPI_Allreduce", rc);
+    probe.error = from_mpi(rc, "MPI_Allreduce").message();
     return probe;
   }
   const int64_t n = self.world_size;
@@ -96,7 +99,7 @@ WorldProbe probe_world(MPI_Comm comm) {
   int all_ok = 0;
   rc = MPI_Allreduce(&local_ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
   if (rc != MPI_SUCCESS) {
-    probe.error = mpi_error_message("MPI_Allreduce", rc);
+    probe.error = from_mpi(rc, "MPI_Allreduce").message();
     return probe;
   }
   probe.allreduce_ok = all_ok == 1;
@@ -105,11 +108,11 @@ WorldProbe probe_world(MPI_Comm comm) {
   std::vector<PackedIdentity> all(self.rank == 0 ? self.world_size : 0);
   rc = MPI_Gather(&mine, sizeof(mine), MPI_BYTE, all.data(), sizeof(mine), MPI_BYTE, 0, comm);
   if (rc != MPI_SUCCESS) {
-    probe.error = mpi_error_message("MPI_Gather", rc);
+    probe.error = from_mpi(rc, "MPI_Gather").message();
     return probe;
   }
   for (const PackedIdentity& packed : all) probe.ranks.push_back(unpack(packed));
   return probe;
 }
 
-}  // namespace dslaunch::worker
+}  // namespace dslaunch::worker::comm

@@ -1,0 +1,177 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace dslaunch::worker::comm {
+
+// Element types a collective moves. The engine trains in fp32 today; bf16
+// and fp16 travel for 16-bit training (reduced in fp32 by the caller).
+enum class DType { kF32, kF64, kBF16, kF16, kI32, kI64, kU8 };
+int64_t dtype_bytes(DType dtype);
+std::string_view dtype_name(DType dtype);
+
+enum class ReduceOp { kSum, kMax, kMin };
+
+// Memory a collective reads or writes: `count` elements of `dtype`. Host
+// memory for now; a device field comes with the CUDA communicator.
+struct BufferRef {
+  void* data = nullptr;
+  int64_t count = 0;
+  DType dtype = DType::kF32;
+  int64_t bytes() const { return count * dtype_bytes(dtype); }
+};
+inline BufferRef buffer_of(float* data, int64_t count) { return {data, count, DType::kF32}; }
+inline BufferRef buffer_of(double* data, int64_t count) { return {data, count, DType::kF64}; }
+inline BufferRef buffer_of(int32_t* data, int64_t count) { return {data, count, DType::kI32}; }
+inline BufferRef buffer_of(int64_t* data, int64_t count) { return {data, count, DType::kI64}; }
+inline BufferRef buffer_of(uint8_t* data, int64_t count) { return {data, count, DType::kU8}; }
+// Send buffers are only read; the transport's interface takes them as writable.
+inline BufferRef buffer_of(const float* data, int64_t count) {
+  return {const_cast<float*>(data), count, DType::kF32};
+}
+
+// Variable-size blocks of a gather or a scatter, per rank of the group, in
+// elements; block r starts at displacements[r] of the whole buffer.
+struct Blocks {
+  std::vector<int64_t> counts;
+  std::vector<int64_t> displacements;
+  // Consecutive blocks of these sizes.
+  static Blocks consecutive(std::vector<int64_t> counts);
+};
+
+// The operations, for the statistics and for the reports of a hang.
+enum class OpKind {
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kBroadcast,
+  kAllToAll,
+  kSend,
+  kRecv,
+  kBarrier,
+};
+inline constexpr int kOpKindCount = 8;
+std::string_view op_name(OpKind kind);  // "all_reduce", ...
+
+// One operation in flight (c10d's Work). The buffers it was given belong to
+// it until wait() returns ok or done() is true.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Waits for the operation. kDeadlineExceeded after `timeout` names the
+  // operation, its group, its size and the peers it waits on; the operation
+  // stays in flight (its buffers still belong to it), and the caller is
+  // expected to report a hang, not to carry on. Any other failure comes from
+  // the transport and sticks to the communicator.
+  virtual core::Status wait(std::chrono::milliseconds timeout) = 0;
+  // wait() with the communicator's WaitPolicy: its timeout
+  // (fault_tolerance.collective_timeout), and on a deadline its on_deadline
+  // before returning.
+  virtual core::Status wait() = 0;
+  virtual bool done() const = 0;
+};
+
+// How Work::wait() without a timeout waits.
+struct WaitPolicy {
+  std::chrono::milliseconds timeout{0};  // 0 = forever
+  // Called with the kDeadlineExceeded status when wait() passes `timeout`.
+  // The operation is still in flight and may yet write its buffers, so the
+  // worker reports the hang here and ends the process without returning:
+  // unwinding would free memory a late peer could still write into.
+  // Unset: wait() returns the status.
+  std::function<void(const core::Status&)> on_deadline;
+};
+
+// Bytes and calls per operation this rank started on a communicator.
+struct CommStats {
+  struct Op {
+    int64_t calls = 0;
+    int64_t bytes = 0;  // what this rank handed to the transport: its send buffer
+  };
+  Op ops[kOpKindCount];
+  int64_t calls() const;
+  int64_t bytes() const;
+};
+
+// A process group and the collectives on it (c10d's ProcessGroup): one per
+// grid axis (data, tensor, pipeline) and one for the world. Every rank of
+// the group must start the same collectives in the same order; the calls
+// return at once, the Work completes later. Thread-safe: operations from
+// any threads are started in the order their calls return, which must then
+// be the same order on every rank.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;  // in this group
+  virtual int size() const = 0;
+  // "world", "data", "tensor", "pipeline": in reports and statistics.
+  virtual std::string_view axis() const = 0;
+  // The world ranks of this group, by group rank: the peers a report names.
+  virtual const std::vector<int>& world_ranks() const = 0;
+  // The timeout wait() uses; 0 = wait forever.
+  virtual std::chrono::milliseconds timeout() const = 0;
+  virtual const WaitPolicy& wait_policy() const = 0;
+
+  // In place: every rank's buffer becomes the reduction over ranks.
+  virtual std::unique_ptr<Work> all_reduce(BufferRef buffer, ReduceOp op) = 0;
+  // Out of place: `out` (as many elements as `in`) becomes the reduction of
+  // every rank's `in`.
+  virtual std::unique_ptr<Work> all_reduce(BufferRef in, BufferRef out, ReduceOp op) = 0;
+  // Reduces `in` (the sum of all blocks' counts) over ranks; rank r receives
+  // the reduction of block r (blocks consecutive, from the start of `in`)
+  // into `out`, blocks.counts[r] elements.
+  virtual std::unique_ptr<Work> reduce_scatter(BufferRef in, BufferRef out,
+                                               std::span<const int64_t> counts,
+                                               ReduceOp op) = 0;
+  // Rank r's `in` (blocks.counts[r] elements) lands in every rank's `out` at
+  // blocks.displacements[r]. `in` may be this rank's own block of `out`
+  // (gathering in place).
+  virtual std::unique_ptr<Work> all_gather(BufferRef in, BufferRef out, const Blocks& blocks) = 0;
+  virtual std::unique_ptr<Work> broadcast(BufferRef buffer, int root) = 0;
+  // `in` and `out` each hold size() equal blocks; block r of `in` goes to rank r.
+  virtual std::unique_ptr<Work> all_to_all(BufferRef in, BufferRef out) = 0;
+  virtual std::unique_ptr<Work> send(BufferRef buffer, int peer) = 0;  // peer: a group rank
+  virtual std::unique_ptr<Work> recv(BufferRef buffer, int peer) = 0;
+  virtual std::unique_ptr<Work> barrier() = 0;
+
+  // A new communicator over the same ranks whose traffic never meets this
+  // one's: for a component that starts operations from a thread of its own
+  // (operations on one communicator must start in the same order on every
+  // rank, which two threads sharing it could not promise). Its axis() is
+  // "<axis>/<label>". Collective over the group.
+  virtual core::StatusOr<std::unique_ptr<Communicator>> duplicate(std::string_view label) = 0;
+
+  virtual CommStats stats() const = 0;
+  // Collectives this rank has started on the group (sends and receives not
+  // counted): ranks of a healthy group agree on it between steps, and the one
+  // that lags is the one a hung collective waits on.
+  virtual int64_t collectives_started() const = 0;
+};
+
+// What carries the communicators' traffic (the MPI progress engine; NCCL's
+// streams later): owned beside them, outliving them.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // Fault injection (testing.fault stall_collective): the next thread to
+  // start an operation on any communicator blocks forever, as if this rank
+  // never entered its next collective; the rest of the process (heartbeats)
+  // goes on.
+  virtual void stall_from_next_collective() = 0;
+};
+
+// Waits for `work` with its communicator's timeout: ok, or the failure with
+// `context` in front.
+core::Status wait_for(Work& work, std::string_view context);
+
+}  // namespace dslaunch::worker::comm

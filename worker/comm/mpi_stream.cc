@@ -1,0 +1,170 @@
+#include "worker/comm/mpi_stream.h"
+
+#include <utility>
+
+#if defined(__SSE2__)
+#include <pmmintrin.h>
+#include <xmmintrin.h>
+#endif
+
+#include "worker/comm/mpi_status.h"
+
+namespace dslaunch::worker::comm {
+namespace {
+
+// MPI_SUM on floats runs on this thread; like the compute threads it flushes
+// denormals, which are both slow and flushed everywhere else.
+void flush_denormals_on_this_thread() {
+#if defined(__SSE2__)
+  _MM_SET_FLUSH_ZERO_MODE(_MM_FLUSH_ZERO_ON);
+  _MM_SET_DENORMALS_ZERO_MODE(_MM_DENORMALS_ZERO_ON);
+#endif
+}
+
+}  // namespace
+
+void MpiTransport::stall_point() const {
+  while (stall_.load()) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+MpiStream::MpiStream(const MpiTransport& transport, std::chrono::microseconds poll_interval)
+    : transport_(transport), poll_interval_(poll_interval) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+MpiStream::~MpiStream() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  queued_or_stopping_.notify_one();
+  thread_.join();
+}
+
+void MpiStream::submit(Start start, std::shared_ptr<MpiOpState> state) {
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back({std::move(start), nullptr, std::move(state)});
+  }
+  queued_or_stopping_.notify_one();
+}
+
+void MpiStream::submit_blocking(Blocking call, std::shared_ptr<MpiOpState> state) {
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back({nullptr, std::move(call), std::move(state)});
+  }
+  queued_or_stopping_.notify_one();
+}
+
+int MpiStream::call(Blocking blocking) {
+  auto state = std::make_shared<MpiOpState>();
+  int code = MPI_SUCCESS;
+  submit_blocking(
+      [&code, &blocking] {
+        code = blocking();
+        return code;
+      },
+      state);
+  wait(*state, std::chrono::milliseconds(0));
+  return code;
+}
+
+bool MpiStream::wait(const MpiOpState& state, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  if (timeout.count() <= 0) {
+    completed_.wait(lock, [&state] { return state.done; });
+    return true;
+  }
+  return completed_.wait_for(lock, timeout, [&state] { return state.done; });
+}
+
+bool MpiStream::done(const MpiOpState& state) const {
+  std::lock_guard lock(mutex_);
+  return state.done;
+}
+
+void MpiStream::complete(const std::shared_ptr<MpiOpState>& state, core::Status status) {
+  {
+    std::lock_guard lock(mutex_);
+    state->status = std::move(status);
+    state->done = true;
+  }
+  completed_.notify_all();
+}
+
+void MpiStream::loop() {
+  flush_denormals_on_this_thread();
+  for (;;) {
+    Pending next;
+    {
+      std::unique_lock lock(mutex_);
+      if (in_flight_.empty()) {
+        queued_or_stopping_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      } else if (queue_.empty() && !stopping_) {
+        // Sends or receives in flight, none completed at the last test:
+        // sleep a poll interval unless an operation is queued.
+        queued_or_stopping_.wait_for(lock, poll_interval_,
+                                     [this] { return stopping_ || !queue_.empty(); });
+      }
+      if (stopping_) return;
+      if (!queue_.empty()) {
+        next = std::move(queue_.front());
+        queue_.pop_front();
+      }
+    }
+    if (next.state) run(next);
+    if (!in_flight_.empty()) test_in_flight();
+  }
+}
+
+void MpiStream::run(Pending& pending) {
+  if (pending.blocking) {
+    const int code = pending.blocking();
+    complete(pending.state, from_mpi(code, "the operation"));
+    return;
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (const int code = pending.start(&request); code != MPI_SUCCESS) {
+    complete(pending.state, from_mpi(code, "starting the operation"));
+    return;
+  }
+  in_flight_.push_back(std::move(pending));
+  requests_.push_back(request);
+}
+
+void MpiStream::test_in_flight() {
+  std::vector<int> indices(requests_.size());
+  std::vector<MPI_Status> statuses(requests_.size());
+  int completed = 0;
+  const int code = MPI_Testsome(static_cast<int>(requests_.size()), requests_.data(), &completed,
+                                indices.data(), statuses.data());
+  if (code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS) {
+    // The requests' states are unknown: every operation in flight fails.
+    for (Pending& pending : in_flight_) complete(pending.state, from_mpi(code, "MPI_Testsome"));
+    in_flight_.clear();
+    requests_.clear();
+    return;
+  }
+  if (completed == MPI_UNDEFINED || completed == 0) return;
+  for (int i = 0; i < completed; ++i) {
+    const int index = indices[i];
+    const int status_code = code == MPI_ERR_IN_STATUS ? statuses[i].MPI_ERROR : MPI_SUCCESS;
+    complete(in_flight_[index].state, from_mpi(status_code, "the operation"));
+    in_flight_[index].state.reset();
+  }
+  // Completed requests are MPI_REQUEST_NULL now: drop them, keeping order.
+  size_t kept = 0;
+  for (size_t k = 0; k < in_flight_.size(); ++k) {
+    if (!in_flight_[k].state) continue;
+    if (kept != k) {
+      in_flight_[kept] = std::move(in_flight_[k]);
+      requests_[kept] = requests_[k];
+    }
+    ++kept;
+  }
+  in_flight_.resize(kept);
+  requests_.resize(kept);
+}
+
+}  // namespace dslaunch::worker::comm

@@ -1,0 +1,106 @@
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+#include "worker/comm/communicator.h"
+
+namespace dslaunch::worker::comm {
+
+// The completion of one MPI operation, shared by its Work and its stream.
+struct MpiOpState {
+  bool done = false;  // under the stream's mutex
+  core::Status status;
+};
+
+// What every MPI stream of a process shares: the injected stall.
+class MpiTransport final : public Transport {
+ public:
+  void stall_from_next_collective() override { stall_.store(true); }
+  // Where a thread starting an operation blocks for good once a stall was asked for.
+  void stall_point() const;
+
+ private:
+  std::atomic<bool> stall_{false};
+};
+
+// The thread that makes one communicator's MPI calls, in the order they were
+// queued (NCCL's model: one stream per communicator). Compute threads only
+// queue operations and wait for them, so no compute thread ever calls MPI.
+//
+// Collectives run as blocking MPI calls, one at a time: Open MPI's blocking
+// collectives use its tuned algorithms, while a single thread multiplexing
+// nonblocking ones (libnbc) reached 0.1-0.4x of MPI_Allreduce's bus
+// bandwidth here (bench/reducer_bench). A blocked stream holds up only its
+// own communicator, whose operations every rank queues in the same order, so
+// streams cannot deadlock each other. Sends and receives are started
+// nonblocking and tested between operations (a blocking send could wait for
+// a peer's receive queued behind that peer's own send), asleep for
+// `poll_interval` when nothing else is to be done. Several streams call MPI
+// at once: MPI_THREAD_MULTIPLE.
+class MpiStream {
+ public:
+  using Start = std::function<int(MPI_Request*)>;  // starts a nonblocking call
+  using Blocking = std::function<int()>;           // a blocking call; its code
+
+  MpiStream(const MpiTransport& transport, std::chrono::microseconds poll_interval);
+  // Operations not yet started are dropped; a blocking call running
+  // completes first; requests in flight are abandoned (their Works stay not
+  // done). Joins the thread.
+  ~MpiStream();
+  MpiStream(const MpiStream&) = delete;
+  MpiStream& operator=(const MpiStream&) = delete;
+
+  // Queue an operation; `state` completes when it does. Return at once.
+  // `start` and what it captures live until the request completes, as
+  // nonblocking MPI calls need.
+  void submit(Start start, std::shared_ptr<MpiOpState> state);
+  void submit_blocking(Blocking call, std::shared_ptr<MpiOpState> state);
+  // Runs `call` in queue order and waits for it (creating or freeing a
+  // communicator); its code.
+  int call(Blocking call);
+
+  // Waits until `state` is done or `timeout` passed (0 = forever); whether done.
+  bool wait(const MpiOpState& state, std::chrono::milliseconds timeout);
+  bool done(const MpiOpState& state) const;
+  void stall_point() const { transport_.stall_point(); }
+
+ private:
+  struct Pending {
+    Start start;        // nonblocking, or
+    Blocking blocking;  // blocking
+    std::shared_ptr<MpiOpState> state;
+  };
+
+  void loop();
+  void run(Pending& pending);
+  void test_in_flight();
+  void complete(const std::shared_ptr<MpiOpState>& state, core::Status status);
+
+  const MpiTransport& transport_;
+  const std::chrono::microseconds poll_interval_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable queued_or_stopping_;
+  std::condition_variable completed_;
+  std::deque<Pending> queue_;
+  bool stopping_ = false;
+
+  // Stream thread only: sends and receives in flight, and their requests.
+  std::vector<Pending> in_flight_;
+  std::vector<MPI_Request> requests_;
+
+  std::thread thread_;
+};
+
+}  // namespace dslaunch::worker::comm
