@@ -9,11 +9,12 @@
 #include <catch2/catch.hpp>
 
 #include "worker/commbench/bandwidth.h"
+#include "worker/comm/mpi_process_groups.h"
 #include "worker/commbench/check.h"
 
 using dslaunch::topology::GridShape;
-using dslaunch::worker::Axis;
-using dslaunch::worker::ProcessGroups;
+using dslaunch::worker::comm::Axis;
+using dslaunch::worker::comm::ProcessGroups;
 using namespace dslaunch::worker::commbench;
 
 namespace {
@@ -25,9 +26,9 @@ int world_size() {
 }
 
 std::unique_ptr<ProcessGroups> make_groups(GridShape shape) {
-  auto created = ProcessGroups::create(MPI_COMM_WORLD, shape);
-  REQUIRE(created.error.empty());
-  return std::move(created.groups);
+  auto created = dslaunch::worker::comm::create_mpi_process_groups(shape, {});
+  REQUIRE(created.ok());
+  return std::move(created.value());
 }
 
 CommbenchOptions small_options() {
@@ -103,7 +104,7 @@ TEST_CASE("Each grid axis with more than one rank is measured on its own groups"
   const auto groups = make_groups({n / 2, 1, 2});
   CommbenchOptions options = small_options();
   options.collectives = {Collective::all_reduce, Collective::all_to_all};
-  options.groups = {Axis::world, Axis::data, Axis::model, Axis::pipe};
+  options.groups = {Axis::world, Axis::data, Axis::tensor, Axis::pipeline};
   options.min_bytes = 256;
   options.max_bytes = 512;
   std::string error;
@@ -112,7 +113,7 @@ TEST_CASE("Each grid axis with more than one rank is measured on its own groups"
 
   std::vector<Expected> expected;
   for (const auto& [group, ranks] :
-       std::vector<std::pair<std::string, int>>{{"world", n}, {"model", 2}, {"pipe", n / 2}}) {
+       std::vector<std::pair<std::string, int>>{{"world", n}, {"tensor", 2}, {"pipeline", n / 2}}) {
     if (ranks < 2) continue;  // the data axis, and the pipe axis at 2 ranks, have 1 rank
     for (const char* collective : {"all_reduce", "all_to_all"}) {
       for (int64_t bytes : {256, 512}) expected.push_back({group, collective, bytes, ranks});
@@ -126,7 +127,7 @@ TEST_CASE("Data-parallel groups are measured across pipeline stages") {
   const int n = world_size();
   const auto groups = make_groups({2, n / 2, 1});
   CommbenchOptions options = small_options();
-  options.groups = {Axis::data, Axis::pipe};
+  options.groups = {Axis::data, Axis::pipeline};
   options.collectives = {Collective::reduce_scatter};
   options.min_bytes = options.max_bytes = 1024;
   std::string error;
@@ -134,7 +135,7 @@ TEST_CASE("Data-parallel groups are measured across pipeline stages") {
   REQUIRE(error.empty());
   std::vector<Expected> expected;
   if (n / 2 > 1) expected.push_back({"data", "reduce_scatter", 1024, n / 2});
-  expected.push_back({"pipe", "reduce_scatter", 1024, 2});
+  expected.push_back({"pipeline", "reduce_scatter", 1024, 2});
   check_results(results, expected);
 }
 
@@ -224,7 +225,7 @@ TEST_CASE("Invalid options are refused before any communication") {
   options = {};
   options.max_bytes = int64_t{1} << 34;
   CHECK(refused(options) ==
-        "commbench max_bytes (17179869184) exceeds what one MPI call can send (8589934588 bytes)");
+        "commbench max_bytes (17179869184) exceeds what one collective can send (8589934588 bytes)");
   options = {};
   options.iterations = 0;
   CHECK(refused(options) == "commbench iterations is 0; it must be at least 1");
@@ -242,10 +243,10 @@ TEST_CASE("Invalid options are refused before any communication") {
 
 TEST_CASE("Results print as an nccl-tests-like table") {
   CHECK(format_header() ==
-        "group  collective       ranks      size(B)     time(us)  algbw(GB/s)  busbw(GB/s)  check");
+        "group    collective       ranks      size(B)     time(us)  algbw(GB/s)  busbw(GB/s)  check");
   const CommbenchResult r{"data", "all_reduce", 1048576, 4, 250.0, 4.194304, 6.291456, true};
   CHECK(format_result(r) ==
-        "data   all_reduce           4      1048576       250.00        4.194        6.291  ok");
+        "data     all_reduce           4      1048576       250.00        4.194        6.291  ok");
   CommbenchResult wrong = r;
   wrong.correct = false;
   CHECK(format_result(wrong).ends_with("  WRONG"));
