@@ -63,6 +63,9 @@ struct RankStatus {
   std::atomic<int64_t> communication_bytes{0};
   std::atomic<int64_t> gradient_workspace_peak_bytes{0};
   std::atomic<int64_t> parameter_workspace_peak_bytes{0};
+  // The communicators' transport while the process groups live; set and
+  // cleared under the heartbeat mutex, read by the heartbeat thread under it.
+  const comm::Transport* transport = nullptr;
 };
 
 // SIGTERM or SIGUSR1 received (as Slurm's --signal sends before the time
@@ -184,6 +187,13 @@ void fill_heartbeat(const RankStatus& status, v1::Heartbeat& heartbeat) {
   memory->set_communication_buffers(status.communication_bytes.load());
   memory->set_gradient_workspace_peak(status.gradient_workspace_peak_bytes.load());
   memory->set_parameter_workspace_peak(status.parameter_workspace_peak_bytes.load());
+  if (status.transport != nullptr) {
+    for (const comm::GroupProgress& group : status.transport->progress()) {
+      v1::GroupProgress* out = heartbeat.add_collectives();
+      out->set_group(group.group);
+      out->set_started(group.started);
+    }
+  }
 }
 
 // Heartbeats at the controller's interval until the rank finishes, and
@@ -379,6 +389,10 @@ int run_worker() {
       spec.parallelism.pipeline,
       reply.placement().world_size() / (spec.parallelism.pipeline * spec.parallelism.tensor),
       spec.parallelism.tensor};
+  const auto publish_transport = [&](const comm::Transport* transport) {
+    std::lock_guard<std::mutex> lock(heartbeat_mutex);
+    status.transport = transport;
+  };
   comm::CommOptions comm_options;
   comm_options.wait.timeout = std::chrono::milliseconds(
       static_cast<int64_t>(spec.fault_tolerance.collective_timeout_s * 1000));
@@ -386,10 +400,18 @@ int run_worker() {
   // (the controller then collects stacks, ends the attempt and restarts),
   // and stay put, neither unwinding (the collective may still write its
   // buffers) nor exiting first (this rank's stack shows where it waited).
-  comm_options.wait.on_deadline = [&session, &rank_env](const core::Status& hang) {
+  comm_options.wait.on_deadline = [&session, &rank_env](const core::Status& hang,
+                                                        const comm::HangReport& report) {
     std::cerr << fmt::format("dsworker rank {}: {}\n", rank_env->rank, hang.message())
               << std::flush;
-    send_event(*session, v1::WorkerEvent::KIND_HUNG, hang.message());
+    v1::WorkerMessage out;
+    v1::WorkerEvent* event = out.mutable_event();
+    event->set_kind(v1::WorkerEvent::KIND_HUNG);
+    event->set_message(hang.message());
+    event->mutable_hung()->set_group(report.group);
+    event->mutable_hung()->set_sequence(report.sequence);
+    for (const int member : report.world_ranks) event->mutable_hung()->add_world_ranks(member);
+    session->send(out);
     std::this_thread::sleep_for(kHungRankGrace);
     std::_Exit(kWorkloadFailed);
   };
@@ -399,7 +421,8 @@ int run_worker() {
     send_event(*session, v1::WorkerEvent::KIND_ERROR,
                "process groups: " + created.status().message());
     exit_code = kWorkloadFailed;
-  } else if (groups = std::move(created.value()); spec.kind == spec::JobKind::kCommbench) {
+  } else if (groups = std::move(created.value()), publish_transport(&groups->transport());
+             spec.kind == spec::JobKind::kCommbench) {
     exit_code = run_commbench_workload(spec, *groups, *session, status);
   } else {
     TrainWorkloadContext context;
@@ -436,6 +459,7 @@ int run_worker() {
     install_stop_signal_handlers(spec.cluster.runner);
     exit_code = run_train_workload(context);
   }
+  publish_transport(nullptr);
   groups.reset();
 
   status.phase.store(v1::PHASE_FINISHED);

@@ -87,7 +87,7 @@ void JobHandler::worker_message(const v1::WorkerMessage& message) {
       break;
     }
     case v1::WorkerEvent::KIND_HUNG:
-      state_.on_hang_event(rank, event.message());
+      state_.on_hang_event(rank, event.message(), event.hung());
       record_event(rank, "hung", event.message());
       break;
     case v1::WorkerEvent::KIND_STACKS:

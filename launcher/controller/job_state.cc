@@ -174,7 +174,8 @@ void JobState::on_error_event(int rank, const std::string& message) {
   fail_locked(std::move(cause));
 }
 
-void JobState::on_hang_event(int rank, const std::string& message) {
+void JobState::on_hang_event(int rank, const std::string& message,
+                             const v1::HungCollective& hung) {
   std::lock_guard lock(mutex_);
   if (!valid_rank(rank, world_size_)) return;
   const RankRecord& record = ranks_[rank];
@@ -185,6 +186,18 @@ void JobState::on_hang_event(int rank, const std::string& message) {
   cause.hung = true;
   cause.in_collective = true;
   cause.message = message;
+  std::vector<std::string> lagging;
+  for (const int member : hung.world_ranks()) {
+    if (!valid_rank(member, world_size_) || member == rank) continue;
+    for (const v1::GroupProgress& group : ranks_[member].heartbeat.collectives()) {
+      if (group.group() == hung.group() && group.started() < hung.sequence()) {
+        lagging.push_back(fmt::format("rank {} (its last was #{})", member, group.started()));
+      }
+    }
+  }
+  if (!lagging.empty()) {
+    cause.message += fmt::format("; never started by {}", fmt::join(lagging, ", "));
+  }
   fail_locked(std::move(cause));
 }
 

@@ -90,8 +90,11 @@ class JobState {
   // A rank reported an error: the attempt fails with it as root cause if first.
   void on_error_event(int rank, const std::string& message);
   // A rank reported a collective past its timeout: the attempt fails as hung
-  // (stacks are collected, then the ranks ended) with it as root cause if first.
-  void on_hang_event(int rank, const std::string& message);
+  // (stacks are collected, then the ranks ended) with it as root cause if
+  // first. The cause names the group's members whose latest heartbeat shows
+  // they never started that collective (their count for the group below its
+  // sequence number): the ranks the others wait for.
+  void on_hang_event(int rank, const std::string& message, const v1::HungCollective& hung);
 
   // A rank's process ended. Non-zero code or a signal fails the attempt (root
   // cause if first); code 0 marks it exited, and when every rank exited 0 the

@@ -585,6 +585,15 @@ void read_fault_tolerance(MapReader fault, FaultToleranceSpec& out) {
                 fmt::format("fault_tolerance.collective_timeout ({}s) must be 0 (off) or at "
                             "least 1s",
                             out.collective_timeout_s));
+  } else if (fault.read_ok("collective_timeout") && fault.read_ok("heartbeat_interval") &&
+             out.collective_timeout_s != 0 &&
+             out.collective_timeout_s <= out.heartbeat_interval_s) {
+    // The controller reads who never started the collective from heartbeats
+    // sent since it began.
+    fault.error("collective_timeout",
+                fmt::format("fault_tolerance.collective_timeout ({}s) must be longer than "
+                            "heartbeat_interval ({}s), or 0 (off)",
+                            out.collective_timeout_s, out.heartbeat_interval_s));
   }
   fault.finish();
 }

@@ -397,14 +397,16 @@ TEST_CASE("a rank that never enters a collective (injected) is reported by its p
   const nlohmann::json state = read_state(job);
   CHECK(state["restarts"] == 1);
   REQUIRE(state["attempts"].size() == 2);
-  // The waiting rank names the collective: the gradient reducer's
-  // reduce-scatter on its data group, with both ranks, within the timeout.
+  // The waiting rank names the collective (the gradient reducer's
+  // reduce-scatter on its data group, both ranks, the timeout), and the
+  // controller, from rank 1's heartbeats, the rank that never started it.
   CHECK_THAT(state["attempts"][0]["reason"].get<std::string>(),
              Catch::Contains("rank 0") &&
                  Catch::Contains("waited in a collective past fault_tolerance.collective_timeout") &&
                  Catch::Contains("data/gradients reduce_scatter") &&
                  Catch::Contains("over world ranks 0, 1") &&
-                 Catch::Contains("did not complete within 3 s"));
+                 Catch::Contains("did not complete within 3 s") &&
+                 Catch::Contains("never started by rank 1"));
   // Stacks were collected before the ranks were ended.
   CHECK(has_event(job, "stacks"));
   check_recovered(w, job);

@@ -80,15 +80,25 @@ class Work {
   virtual bool done() const = 0;
 };
 
+// What a rank knows of a collective it waits in past its timeout: enough
+// for the controller to find, in the other members' heartbeats (their
+// collectives_started per group), the ones that never started it.
+struct HangReport {
+  std::string group;          // the communicator's axis(), e.g. "data/gradients"
+  int64_t sequence = 0;       // the collective's number on it (collectives_started when it began)
+  std::vector<int> world_ranks;  // the group's members
+};
+
 // How Work::wait() without a timeout waits.
 struct WaitPolicy {
   std::chrono::milliseconds timeout{0};  // 0 = forever
-  // Called with the kDeadlineExceeded status when wait() passes `timeout`.
+  // Called with the kDeadlineExceeded status (and, for a collective, what
+  // it waits in) when wait() passes `timeout`.
   // The operation is still in flight and may yet write its buffers, so the
   // worker reports the hang here and ends the process without returning:
   // unwinding would free memory a late peer could still write into.
   // Unset: wait() returns the status.
-  std::function<void(const core::Status&)> on_deadline;
+  std::function<void(const core::Status&, const HangReport&)> on_deadline;
 };
 
 // Bytes and calls per operation this rank started on a communicator.
@@ -160,9 +170,17 @@ class Communicator {
 
 // What carries the communicators' traffic (the MPI progress engine; NCCL's
 // streams later): owned beside them, outliving them.
+// A communicator's count of collectives started, as heartbeats carry it.
+struct GroupProgress {
+  std::string group;  // its axis(): "data", "data/gradients", ...
+  int64_t started = 0;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
+  // Every live communicator's collectives_started(); thread-safe.
+  virtual std::vector<GroupProgress> progress() const = 0;
   // Fault injection (testing.fault stall_collective): the next thread to
   // start an operation on any communicator blocks forever, as if this rank
   // never entered its next collective; the rest of the process (heartbeats)

@@ -75,8 +75,12 @@ std::vector<int> to_ints(std::span<const int64_t> values) {
 
 class MpiCommunicator::MpiWork final : public Work {
  public:
-  MpiWork(MpiCommunicator& owner, std::shared_ptr<MpiOpState> state, std::string description)
-      : owner_(owner), state_(std::move(state)), description_(std::move(description)) {}
+  MpiWork(MpiCommunicator& owner, std::shared_ptr<MpiOpState> state, std::string description,
+          int64_t sequence)
+      : owner_(owner),
+        state_(std::move(state)),
+        description_(std::move(description)),
+        sequence_(sequence) {}
 
   core::Status wait(std::chrono::milliseconds timeout) override {
     if (!owner_.stream_->wait(*state_, timeout)) {
@@ -96,7 +100,8 @@ class MpiCommunicator::MpiWork final : public Work {
   core::Status wait() override {
     core::Status status = wait(owner_.policy_.timeout);
     if (status.code() == core::StatusCode::kDeadlineExceeded && owner_.policy_.on_deadline) {
-      owner_.policy_.on_deadline(status);
+      owner_.policy_.on_deadline(status,
+                                 HangReport{owner_.axis_, sequence_, owner_.world_ranks_});
     }
     return status;
   }
@@ -106,9 +111,10 @@ class MpiCommunicator::MpiWork final : public Work {
   MpiCommunicator& owner_;
   std::shared_ptr<MpiOpState> state_;
   std::string description_;
+  int64_t sequence_;  // 0 for a refused call
 };
 
-MpiCommunicator::MpiCommunicator(const MpiTransport& transport, MPI_Comm comm, std::string axis,
+MpiCommunicator::MpiCommunicator(MpiTransport& transport, MPI_Comm comm, std::string axis,
                                  std::vector<int> world_ranks, WaitPolicy policy,
                                  std::chrono::microseconds poll_interval)
     : transport_(transport),
@@ -119,9 +125,11 @@ MpiCommunicator::MpiCommunicator(const MpiTransport& transport, MPI_Comm comm, s
       world_ranks_(std::move(world_ranks)),
       policy_(std::move(policy)) {
   MPI_Comm_rank(comm_, &rank_);
+  transport_.add(this);
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  transport_.remove(this);
   stream_->call([this] {
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -170,7 +178,8 @@ std::unique_ptr<Work> MpiCommunicator::queue(
   const int64_t sequence = !invalid.ok() ? 0
                            : collective  ? collectives_.load() + 1
                                          : stats_.ops[static_cast<int>(kind)].calls + 1;
-  auto work = std::make_unique<MpiWork>(*this, state, describe(kind, sequence, bytes, peer));
+  auto work = std::make_unique<MpiWork>(*this, state, describe(kind, sequence, bytes, peer),
+                                        collective ? sequence : 0);
   if (!invalid.ok() || !broken_.ok()) {
     state->status = invalid.ok() ? broken_ : std::move(invalid);
     state->done = true;

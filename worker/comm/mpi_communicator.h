@@ -27,7 +27,7 @@ class MpiCommunicator final : public Communicator {
  public:
   // Takes `comm` over. world_ranks: of the group's ranks, by group rank.
   // `transport` outlives this object.
-  MpiCommunicator(const MpiTransport& transport, MPI_Comm comm, std::string axis,
+  MpiCommunicator(MpiTransport& transport, MPI_Comm comm, std::string axis,
                   std::vector<int> world_ranks, WaitPolicy policy,
                   std::chrono::microseconds poll_interval);
   ~MpiCommunicator() override;
@@ -71,7 +71,7 @@ class MpiCommunicator final : public Communicator {
                               const std::function<void(std::shared_ptr<MpiOpState>)>& submit);
   void note_failure(const core::Status& status);
 
-  const MpiTransport& transport_;
+  MpiTransport& transport_;
   std::unique_ptr<MpiStream> stream_;
   const std::chrono::microseconds poll_interval_;
   MPI_Comm comm_;

@@ -1,5 +1,6 @@
 #include "worker/comm/mpi_stream.h"
 
+#include <algorithm>
 #include <utility>
 
 #if defined(__SSE2__)
@@ -25,6 +26,25 @@ void flush_denormals_on_this_thread() {
 
 void MpiTransport::stall_point() const {
   while (stall_.load()) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+std::vector<GroupProgress> MpiTransport::progress() const {
+  std::lock_guard lock(mutex_);
+  std::vector<GroupProgress> all;
+  for (const Communicator* communicator : communicators_) {
+    all.push_back({std::string(communicator->axis()), communicator->collectives_started()});
+  }
+  return all;
+}
+
+void MpiTransport::add(const Communicator* communicator) {
+  std::lock_guard lock(mutex_);
+  communicators_.push_back(communicator);
+}
+
+void MpiTransport::remove(const Communicator* communicator) {
+  std::lock_guard lock(mutex_);
+  std::erase(communicators_, communicator);
 }
 
 MpiStream::MpiStream(const MpiTransport& transport, std::chrono::microseconds poll_interval)

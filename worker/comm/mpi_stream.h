@@ -23,15 +23,22 @@ struct MpiOpState {
   core::Status status;
 };
 
-// What every MPI stream of a process shares: the injected stall.
+// What every MPI communicator of a process shares: the injected stall, and
+// the list of live communicators whose progress heartbeats report.
 class MpiTransport final : public Transport {
  public:
   void stall_from_next_collective() override { stall_.store(true); }
   // Where a thread starting an operation blocks for good once a stall was asked for.
   void stall_point() const;
 
+  std::vector<GroupProgress> progress() const override;
+  void add(const Communicator* communicator);
+  void remove(const Communicator* communicator);
+
  private:
   std::atomic<bool> stall_{false};
+  mutable std::mutex mutex_;
+  std::vector<const Communicator*> communicators_;
 };
 
 // The thread that makes one communicator's MPI calls, in the order they were

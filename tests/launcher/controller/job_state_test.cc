@@ -619,4 +619,75 @@ TEST_CASE("a step timeout of 0 never fires") {
   CHECK(beat_without_progress(job, 0, 3, seconds(50), seconds(7 * 24 * 3600)));
 }
 
+namespace {
+
+v1::Heartbeat heartbeat_with(int64_t step, const std::vector<std::pair<std::string, int64_t>>& started) {
+  v1::Heartbeat result = heartbeat(step);
+  for (const auto& [group, count] : started) {
+    v1::GroupProgress* progress = result.add_collectives();
+    progress->set_group(group);
+    progress->set_started(count);
+  }
+  return result;
+}
+
+v1::HungCollective hung_in(const std::string& group, int64_t sequence, std::vector<int> members) {
+  v1::HungCollective result;
+  result.set_group(group);
+  result.set_sequence(sequence);
+  for (const int member : members) result.add_world_ranks(member);
+  return result;
+}
+
+}  // namespace
+
+TEST_CASE("a collective past its timeout fails the job as hung, naming the members that never "
+          "started it") {
+  RunningJob job(4);
+  // Data groups {0, 2} and {1, 3}; rank 2 is behind on its data/gradients
+  // group, rank 3 (another group, the same name) is not a member.
+  job.state.on_heartbeat(0, heartbeat_with(9, {{"world", 4}, {"data/gradients", 212}}));
+  job.state.on_heartbeat(1, heartbeat_with(9, {{"world", 4}, {"data/gradients", 200}}));
+  job.state.on_heartbeat(2, heartbeat_with(9, {{"world", 4}, {"data/gradients", 211}}));
+  job.state.on_heartbeat(3, heartbeat_with(9, {{"world", 4}, {"data/gradients", 150}}));
+  const std::string report =
+      "data/gradients reduce_scatter #212 of 3.8 MiB over world ranks 0, 2 did not complete "
+      "within 600 s";
+  job.state.on_hang_event(0, report, hung_in("data/gradients", 212, {0, 2}));
+  CHECK(job.state.phase() == JobPhase::kFailed);
+  const auto cause = job.state.root_cause();
+  REQUIRE(cause);
+  CHECK(cause->rank == 0);
+  CHECK(cause->hung);
+  CHECK(cause->in_collective);
+  CHECK(cause->to_string() ==
+        "rank 0 (node01, pid 100) waited in a collective past fault_tolerance.collective_timeout "
+        "(hung?): " +
+            report + "; never started by rank 2 (its last was #211)");
+  // A second report (rank 2 is killed, another member times out) changes nothing.
+  job.state.on_hang_event(2, "other", hung_in("data/gradients", 212, {0, 2}));
+  CHECK(job.state.root_cause()->rank == 0);
+}
+
+TEST_CASE("a hang report names no laggard when every member's heartbeat shows the collective "
+          "started, or none carries the group") {
+  RunningJob job(2);
+  job.state.on_heartbeat(0, heartbeat_with(3, {{"data", 8}}));
+  job.state.on_heartbeat(1, heartbeat_with(3, {{"data", 8}}));
+  job.state.on_hang_event(1, "data all_gather #8 of 64 B over world ranks 0, 1 did not complete "
+                             "within 5 s",
+                          hung_in("data", 8, {0, 1}));
+  const auto cause = job.state.root_cause();
+  REQUIRE(cause);
+  CHECK(cause->to_string() ==
+        "rank 1 (node01, pid 101) waited in a collective past fault_tolerance.collective_timeout "
+        "(hung?): data all_gather #8 of 64 B over world ranks 0, 1 did not complete within 5 s");
+
+  RunningJob other(2);
+  other.state.on_hang_event(0, "world barrier #1 of 0 B over world ranks 0, 1 did not complete",
+                            hung_in("world", 1, {0, 1, 7}));  // 7: outside the world, ignored
+  REQUIRE(other.state.root_cause());
+  CHECK_THAT(other.state.root_cause()->to_string(), !Catch::Contains("never started"));
+}
+
 }  // namespace dslaunch::controller

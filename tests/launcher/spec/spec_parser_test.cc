@@ -1286,6 +1286,11 @@ TEST_CASE("fault_tolerance.collective_timeout: 600 s by default, 0 turns it off,
             .only("collective_timeout")
             .message ==
         "fault_tolerance.collective_timeout (0.5s) must be 0 (off) or at least 1s");
+  CHECK(folder.load(minimal_and("fault_tolerance: {heartbeat_interval: 5, collective_timeout: 5}\n"))
+            .only("collective_timeout")
+            .message ==
+        "fault_tolerance.collective_timeout (5s) must be longer than heartbeat_interval (5s), or "
+        "0 (off)");
   CHECK_THAT(folder.load(minimal_and("fault_tolerance: {collective_timeout: -1}\n"))
                  .only("collective_timeout")
                  .message,
