@@ -168,6 +168,7 @@ int run_train_workload(const TrainWorkloadContext& context) {
   std::unique_ptr<kernels::Backend> backend = kernels::make_cpu_backend(context.compute_threads);
   engine::TrainerOptions options;
   options.data_comm = &context.groups->data();
+  options.batch = context.batch;
   options.stop_requested = context.stop_requested;
   options.on_step_started = context.on_step_started;
   options.on_memory = [&](const engine::MemoryReport& memory) {

@@ -15,6 +15,7 @@ namespace dslaunch::worker {
 struct TrainWorkloadContext {
   const spec::JobSpec* spec = nullptr;
   const comm::ProcessGroups* groups = nullptr;
+  spec::BatchSizes batch;  // the plan's, from the registration
   proto::Session* session = nullptr;
   std::string job_directory;  // where the final weights go (weights/model.safetensors)
   // Where checkpoints go: <checkpoint_directory>/step_<8 digits>/rank_<r>.bin.

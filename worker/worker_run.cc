@@ -385,10 +385,9 @@ int run_worker() {
                          workload_thread, std::ref(heartbeat_mutex), std::ref(heartbeat_wake));
 
   int exit_code = kDone;
-  const topology::GridShape shape{
-      spec.parallelism.pipeline,
-      reply.placement().world_size() / (spec.parallelism.pipeline * spec.parallelism.tensor),
-      spec.parallelism.tensor};
+  // The plan's grid and batch, as the controller sent them.
+  const topology::GridShape shape{reply.grid().pipeline(), reply.grid().data(),
+                                  reply.grid().tensor()};
   const auto publish_transport = [&](const comm::Transport* transport) {
     std::lock_guard<std::mutex> lock(heartbeat_mutex);
     status.transport = transport;
@@ -428,6 +427,8 @@ int run_worker() {
     TrainWorkloadContext context;
     context.spec = &spec;
     context.groups = groups.get();
+    context.batch = {reply.batch().train_batch_size(), reply.batch().micro_batch_per_gpu(),
+                     reply.batch().gradient_accumulation_steps()};
     context.session = session.get();
     context.job_directory = reply.job_directory();
     context.checkpoint_directory = reply.checkpoint_directory();

@@ -246,6 +246,13 @@ class Attempt {
         static_cast<int>(spec_.fault_tolerance.heartbeat_interval_s * 1000);
     attempt.resolved_spec_yaml = spec_.resolved_yaml;
     attempt.placements = placements(plan_);
+    const topology::GridShape& shape = plan_.grid.shape();
+    attempt.grid.set_pipeline(shape.pipe);
+    attempt.grid.set_data(shape.data);
+    attempt.grid.set_tensor(shape.model);
+    attempt.batch.set_train_batch_size(plan_.batch.train_batch_size);
+    attempt.batch.set_micro_batch_per_gpu(plan_.batch.micro_batch_per_gpu);
+    attempt.batch.set_gradient_accumulation_steps(plan_.batch.gradient_accumulation_steps);
     return attempt;
   }
 
@@ -554,19 +561,16 @@ CheckpointCommitter::Settings checkpoint_settings(const spec::JobSpec& spec,
   settings.keep = spec.checkpoint.keep;
   settings.resolved_spec_yaml = spec.resolved_yaml;
   settings.ranks = plan.world_size();
-  const int data_parallel =
-      plan.world_size() / (spec.parallelism.tensor * spec.parallelism.pipeline);
-  const spec::BatchResolution batch = spec::resolve_batch_sizes(spec.training.batch, data_parallel);
-  const int64_t global_batch = batch.sizes ? batch.sizes->train_batch_size : 0;
+  const int64_t global_batch = plan.batch.train_batch_size;
   settings.samples_per_step = global_batch;
   settings.tokens_per_step = global_batch * spec.model.seq_length;
   CheckpointManifest& base = settings.base;
   base.job_id = job_id;
   base.spec_hash = spec_hash(spec.resolved_yaml);
   base.attempt = attempt;
-  base.data_parallel = data_parallel;
-  base.tensor_parallel = spec.parallelism.tensor;
-  base.pipeline_parallel = spec.parallelism.pipeline;
+  base.data_parallel = plan.grid.shape().data;
+  base.tensor_parallel = plan.grid.shape().model;
+  base.pipeline_parallel = plan.grid.shape().pipe;
   base.zero_stage = spec.training.zero.stage;
   // Sample g of the run is window permutation(seed, epoch)(g): the number of
   // samples consumed is the whole position in the data.

@@ -46,6 +46,8 @@ grpc::Status JobHandler::register_rank(const v1::RegisterRequest& request,
   reply->set_resolved_spec_yaml(attempt_.resolved_spec_yaml);
   *reply->mutable_placement() = attempt_.placements.at(request.rank());
   reply->set_heartbeat_interval_ms(attempt_.heartbeat_interval_ms);
+  *reply->mutable_grid() = attempt_.grid;
+  *reply->mutable_batch() = attempt_.batch;
   reply->set_job_directory(directory_.path());
   if (attempt_.checkpoints) reply->set_checkpoint_directory(attempt_.checkpoints->root);
   if (attempt_.resume) *reply->mutable_resume() = *attempt_.resume;

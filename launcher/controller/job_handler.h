@@ -29,6 +29,8 @@ class JobHandler final : public ControllerHandler {
     int heartbeat_interval_ms = 5000;
     std::string resolved_spec_yaml;
     std::vector<v1::RankPlacement> placements;  // indexed by rank
+    v1::GridShape grid;                          // the plan's
+    v1::BatchSizes batch;
     // Training jobs: where checkpoints go and how they are committed.
     std::optional<CheckpointCommitter::Settings> checkpoints;
     // The checkpoint every rank starts from; unset: the beginning.

@@ -91,14 +91,30 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   const int dp_rank = data_comm.rank();
   const int dp_size = data_comm.size();
   const spec::TrainingSpec& training = spec.training;
-  const spec::BatchResolution batch = spec::resolve_batch_sizes(training.batch, dp_size);
-  if (!batch.sizes) {
-    result.error = batch.error;
-    return result;
+  spec::BatchSizes batch;
+  if (options.batch) {
+    batch = *options.batch;
+    if (batch.micro_batch_per_gpu < 1 || batch.gradient_accumulation_steps < 1 ||
+        batch.train_batch_size != batch.micro_batch_per_gpu * batch.gradient_accumulation_steps *
+                                      dp_size) {
+      result.error = fmt::format(
+          "the plan's batch sizes (train_batch_size {}, micro-batch {}, accumulation {}) do "
+          "not fit a data group of {} ranks",
+          batch.train_batch_size, batch.micro_batch_per_gpu, batch.gradient_accumulation_steps,
+          dp_size);
+      return result;
+    }
+  } else {
+    const spec::BatchResolution resolved = spec::resolve_batch_sizes(training.batch, dp_size);
+    if (!resolved.sizes) {
+      result.error = resolved.error;
+      return result;
+    }
+    batch = *resolved.sizes;
   }
-  const int64_t micro = batch.sizes->micro_batch_per_gpu;
-  const int64_t accumulation = batch.sizes->gradient_accumulation_steps;
-  const int64_t global_batch = batch.sizes->train_batch_size;
+  const int64_t micro = batch.micro_batch_per_gpu;
+  const int64_t accumulation = batch.gradient_accumulation_steps;
+  const int64_t global_batch = batch.train_batch_size;
   const int64_t T = spec.model.seq_length;
   if (std::string problem = data_problem(spec, data, micro); !problem.empty()) {
     result.error = problem;

@@ -75,6 +75,10 @@ struct ResumePoint {
 
 struct TrainerOptions {
   comm::Communicator* data_comm = nullptr;  // the data-parallel group; required
+  // The plan's batch sizes (dslaunch sends them with the registration);
+  // they must fit the data group's size. Unset: resolved from the spec for
+  // it, as the plan does (tests and benchmarks without a controller).
+  std::optional<spec::BatchSizes> batch;
   // Checked during every step on every rank; when it is true on any rank,
   // every rank evaluates and stops after that step.
   std::function<bool()> stop_requested;

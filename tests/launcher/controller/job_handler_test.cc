@@ -40,6 +40,12 @@ struct Fixture {
       placement.add_cpu_cores(rank);
       attempt.placements.push_back(placement);
     }
+    attempt.grid.set_pipeline(1);
+    attempt.grid.set_data(2);
+    attempt.grid.set_tensor(1);
+    attempt.batch.set_train_batch_size(16);
+    attempt.batch.set_micro_batch_per_gpu(4);
+    attempt.batch.set_gradient_accumulation_steps(2);
     handler = std::make_unique<JobHandler>(info, attempt, state, *directory, clock);
     state.start();
   }
@@ -64,11 +70,18 @@ struct Fixture {
 
 }  // namespace
 
-TEST_CASE("registration hands each rank the spec, its placement and the heartbeat interval") {
+TEST_CASE("registration hands each rank the spec, its placement, the plan's grid and batch, and "
+          "the heartbeat interval") {
   Fixture f;
   v1::RegisterReply reply;
   REQUIRE(f.register_rank(1, 0, &reply).ok());
   CHECK(reply.job_id() == "job-1");
+  CHECK(reply.grid().pipeline() == 1);
+  CHECK(reply.grid().data() == 2);
+  CHECK(reply.grid().tensor() == 1);
+  CHECK(reply.batch().train_batch_size() == 16);
+  CHECK(reply.batch().micro_batch_per_gpu() == 4);
+  CHECK(reply.batch().gradient_accumulation_steps() == 2);
   CHECK(reply.resolved_spec_yaml() == "kind: commbench\n");
   CHECK(reply.placement().rank() == 1);
   CHECK(reply.placement().cpu_cores(0) == 1);
