@@ -9,19 +9,26 @@
 //
 //   bazel build //bench:zero_bench
 //   tools/mpirun_local.sh 2 bazel-bin/bench/zero_bench   (and 4)
-#include <mpi.h>
-
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <memory>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "core/status.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/blas_setup.h"
 #include "launcher/spec/job_spec.h"
+#include "worker/comm/communicator.h"
+#include "worker/comm/mpi_process_groups.h"
+#include "worker/comm/mpi_runtime.h"
+#include "worker/comm/mpi_world_probe.h"
+#include "worker/comm/process_groups.h"
 #include "worker/data/demo_corpus.h"
 #include "worker/data/training_data.h"
 #include "worker/engine/trainer.h"
@@ -32,6 +39,14 @@ namespace {
 using namespace dslaunch;
 namespace engine = dslaunch::worker::engine;
 namespace data = dslaunch::worker::data;
+namespace comm = dslaunch::worker::comm;
+
+// Ends this rank at once; mpirun then ends the others, which may be waiting
+// in a collective this rank will never start.
+[[noreturn]] void fail(std::string_view message) {
+  std::cerr << "zero_bench: " << message << "\n";
+  std::_Exit(1);
+}
 
 // The demo job's model, trained for a few steps on the demo corpus.
 spec::JobSpec bench_job(int stage) {
@@ -67,22 +82,25 @@ struct StageResult {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int /*argc*/, char** argv) {
   kernels::ensure_fast_blas(argv);
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  int rank = 0;
-  int size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (const core::Status started = comm::mpi_init(); !started.ok()) fail(started.message());
+  // The world's size, as MPI sees it (collective, before any groups exist).
+  const comm::WorldProbe world = comm::probe_mpi_world();
+  if (!world.error.empty()) fail(world.error);
+  const int size = world.self.world_size;
+  // Every rank data-parallel: the world is one data group.
+  auto created = comm::create_mpi_process_groups({1, size, 1}, comm::CommOptions{});
+  if (!created.ok()) fail(created.status().message());
+  std::unique_ptr<comm::ProcessGroups> groups = std::move(created.value());
+  comm::Communicator& data_comm = groups->data();
+  const int rank = data_comm.rank();
+
   const std::string demo_dir =
       (std::filesystem::temp_directory_path() / "dslaunch-zero-bench").string();
   const data::TrainingData corpus =
       data::open_training_data(bench_job(0).data, bench_job(0).model.seq_length, demo_dir);
-  if (!corpus.error.empty()) {
-    std::cerr << "zero_bench: " << corpus.error << "\n";
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
+  if (!corpus.error.empty()) fail(corpus.error);
   // One core per rank, as the demo runs.
   auto backend = kernels::make_cpu_backend(1);
 
@@ -106,24 +124,22 @@ int main(int argc, char** argv) {
     StageResult result;
     std::vector<double> step_seconds;
     engine::TrainerOptions options;
-    options.data_comm = MPI_COMM_WORLD;
+    options.data_comm = &data_comm;
     options.on_memory = [&](const engine::MemoryReport& memory) { result.memory = memory; };
     options.on_step = [&](const engine::StepReport& report) {
       if (report.step > 2) step_seconds.push_back(report.step_seconds);
     };
     const engine::TrainResult trained = engine::train(spec, corpus, *backend, options);
-    if (!trained.error.empty()) {
-      std::cerr << "zero_bench: stage " << stage << ": " << trained.error << "\n";
-      MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    if (!trained.error.empty()) fail(fmt::format("stage {}: {}", stage, trained.error));
     std::sort(step_seconds.begin(), step_seconds.end());
     result.median_step_seconds = step_seconds[step_seconds.size() / 2];
     // The largest partition is what a rank must hold.
-    int64_t mine[5] = {result.memory.parameters, result.memory.gradients,
+    int64_t most[5] = {result.memory.parameters, result.memory.gradients,
                        result.memory.optimizer_states, result.memory.gradient_workspace_peak,
                        result.memory.parameter_workspace_peak};
-    int64_t most[5] = {0, 0, 0, 0, 0};
-    MPI_Reduce(mine, most, 5, MPI_INT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
+    const core::Status reduced =
+        groups->world().all_reduce(comm::buffer_of(most, 5), comm::ReduceOp::kMax)->wait();
+    if (!reduced.ok()) fail(reduced.message());
     if (rank != 0) continue;
     const double psi = static_cast<double>(trained.params.size());
     const double n = size;
@@ -142,6 +158,8 @@ int main(int argc, char** argv) {
     std::cout << "\nTargets: measured within 5% of the formula; stages 2 and 3 within 15% of "
                  "stage 0's step time at 2 ranks.\n";
   }
-  MPI_Finalize();
+  // Every rank alike, before MPI ends.
+  groups.reset();
+  comm::mpi_finalize();
   return 0;
 }

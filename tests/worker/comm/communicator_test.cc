@@ -627,9 +627,14 @@ TEST_CASE("A wait past its timeout names the operation, which stays in flight") 
   // The communicators' policy: 200 ms, and on a deadline the status recorded
   // (the worker's would report a hang and end the process).
   std::vector<Status> deadlines;  // outlives the groups holding the policy
+  std::vector<HangReport> reports;
   CommOptions options;
   options.wait.timeout = 200ms;
-  options.wait.on_deadline = [&deadlines](const Status& status) { deadlines.push_back(status); };
+  options.wait.on_deadline = [&deadlines, &reports](const Status& status,
+                                                    const HangReport& report) {
+    deadlines.push_back(status);
+    reports.push_back(report);
+  };
   auto created = create_mpi_process_groups({1, world_size(), 1}, options);
   INFO(created.status().message());
   REQUIRE(created.ok());
@@ -675,6 +680,11 @@ TEST_CASE("A wait past its timeout names the operation, which stays in flight") 
     REQUIRE(deadlines.size() == 1);
     CHECK(deadlines[0].code() == StatusCode::kDeadlineExceeded);
     CHECK(deadlines[0].message() == policy_late.message());
+    // What the controller needs to name the ranks that never started it.
+    REQUIRE(reports.size() == 1);
+    CHECK(reports[0].group == "world");
+    CHECK(reports[0].sequence == sequence);
+    CHECK(reports[0].world_ranks == world.world_ranks());
     CHECK_FALSE(work->done());
 
     // Without a timeout: the same operation completes once the others join.
@@ -787,4 +797,37 @@ TEST_CASE("Axis names read back, old names included") {
   CHECK(parse_axis("") == std::nullopt);
   CHECK(parse_axis("World") == std::nullopt);
   CHECK(parse_axis("pipelines") == std::nullopt);
+}
+
+TEST_CASE("The transport lists every live communicator's collectives, duplicates included") {
+  auto created = create_mpi_process_groups({1, world_size(), 1}, {});
+  REQUIRE(created.ok());
+  auto groups = std::move(created.value());
+  const auto started_on = [&](const std::string& group) -> int64_t {
+    int64_t found = -1;
+    for (const GroupProgress& progress : groups->transport().progress()) {
+      if (progress.group == group) {
+        CHECK(found == -1);  // each name once on a rank
+        found = progress.started;
+      }
+    }
+    return found;
+  };
+  CHECK(started_on("world") == 0);
+  CHECK(started_on("data") == 0);
+  CHECK(started_on("tensor") == 0);
+  CHECK(started_on("pipeline") == 0);
+  CHECK(groups->transport().progress().size() == 4);
+  {
+    auto duplicate = groups->data().duplicate("gradients");
+    REQUIRE(duplicate.ok());
+    int32_t one = 1;
+    CHECK_OK(duplicate.value()->all_reduce(buffer_of(&one, 1), ReduceOp::kSum)->wait());
+    CHECK_OK(duplicate.value()->barrier()->wait());
+    CHECK(started_on("data/gradients") == 2);
+    CHECK(started_on("data") == 0);  // the duplicate counts apart
+    CHECK(groups->transport().progress().size() == 5);
+  }
+  CHECK(started_on("data/gradients") == -1);  // gone with its communicator
+  CHECK(groups->transport().progress().size() == 4);
 }

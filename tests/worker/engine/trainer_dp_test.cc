@@ -1,7 +1,6 @@
 // Data parallelism changes nothing but speed: with the same global batch,
 // DP = N with one micro-batch per rank gives the loss of DP = 1 accumulating
 // N micro-batches, at every step.
-#include <mpi.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -13,8 +12,11 @@
 #include <utility>
 #include <vector>
 
+#include "core/status.h"
 #include "kernels/backend.h"
 #include "tests/worker/engine/trainer_test_support.h"
+#include "tests/worker/parallel/test_groups.h"
+#include "worker/comm/communicator.h"
 #include "worker/data/training_data.h"
 #include "worker/engine/trainer.h"
 #include "worker/model/gpt2_config.h"
@@ -22,16 +24,35 @@
 namespace dslaunch::worker::engine {
 namespace {
 
+// The whole world in one data group.
+comm::Communicator& world_data() { return comm::testing::world_groups().data(); }
+
+// A collective's status must be ok; on failure the message says why.
+#define REQUIRE_OK(expression)                           \
+  do {                                                   \
+    const core::Status require_ok_status = (expression); \
+    INFO("status: " << require_ok_status.message());     \
+    REQUIRE(require_ok_status.ok());                     \
+  } while (false)
+
+// Every rank of `comm` ends with rank 0's `values`.
+core::Status broadcast_from_rank0(comm::Communicator& comm, std::vector<float>& values) {
+  return comm.broadcast(comm::buffer_of(values.data(), static_cast<int64_t>(values.size())), 0)
+      ->wait();
+}
+
+// Waits for every rank of the world.
+core::Status world_barrier() { return comm::testing::world_groups().world().barrier()->wait(); }
+
 struct Run {
   std::vector<double> losses;
   std::vector<double> eval_losses;
   std::vector<float> params;
 };
 
-Run train_on(MPI_Comm comm, spec::JobSpec spec, int64_t micro, int64_t accumulation,
+Run train_on(comm::Communicator& comm, spec::JobSpec spec, int64_t micro, int64_t accumulation,
              MemoryReport* memory = nullptr) {
-  int size = 0;
-  MPI_Comm_size(comm, &size);
+  const int size = comm.size();
   spec.training.batch.micro_batch_per_gpu = micro;
   spec.training.batch.gradient_accumulation_steps = accumulation;
   spec.training.batch.train_batch_size = micro * accumulation * size;
@@ -40,7 +61,7 @@ Run train_on(MPI_Comm comm, spec::JobSpec spec, int64_t micro, int64_t accumulat
   auto backend = kernels::make_cpu_backend(1);
   Run run;
   TrainerOptions options;
-  options.data_comm = comm;
+  options.data_comm = &comm;
   options.on_memory = [memory](const MemoryReport& report) {
     if (memory != nullptr) *memory = report;
   };
@@ -56,17 +77,17 @@ Run train_on(MPI_Comm comm, spec::JobSpec spec, int64_t micro, int64_t accumulat
 }
 
 TEST_CASE("DP=N with accumulation 1 matches DP=1 accumulating N micro-batches, step by step") {
-  int rank = 0;
-  int size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const std::string dir = testing::shared_token_files(MPI_COMM_WORLD);
+  const int rank = world_data().rank();
+  const int size = world_data().size();
+  const std::string dir = testing::shared_token_files(world_data());
   const spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
   const int64_t micro = 2;
 
-  const Run parallel = train_on(MPI_COMM_WORLD, spec, micro, 1);
+  // Created on every rank (collective), used by rank 0 alone.
+  comm::Communicator& solo = comm::testing::solo_data_comm();
+  const Run parallel = train_on(world_data(), spec, micro, 1);
   if (rank == 0) {
-    const Run accumulated = train_on(MPI_COMM_SELF, spec, micro, size);
+    const Run accumulated = train_on(solo, spec, micro, size);
     CHECK(parallel.losses.size() == 50);
     CHECK(accumulated.losses.size() == 50);
     double worst = 0;
@@ -90,7 +111,7 @@ TEST_CASE("DP=N with accumulation 1 matches DP=1 accumulating N micro-batches, s
   }
   // Every rank of the data group ends with the same parameters.
   std::vector<float> rank0 = parallel.params;
-  MPI_Bcast(rank0.data(), static_cast<int>(rank0.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  REQUIRE_OK(broadcast_from_rank0(world_data(), rank0));
   CHECK(rank0 == parallel.params);
 }
 
@@ -154,17 +175,15 @@ void check_matches_stage0(const Run& sharded, const Run& stage0, const spec::Mod
 }
 
 TEST_CASE("ZeRO stage 1 gives stage 0's loss at every step with 1/N of the optimizer states") {
-  int rank = 0;
-  int size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const std::string dir = testing::shared_token_files(MPI_COMM_WORLD);
+  const int rank = world_data().rank();
+  const int size = world_data().size();
+  const std::string dir = testing::shared_token_files(world_data());
   spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
   MemoryReport stage0_memory;
   MemoryReport stage1_memory;
-  const Run stage0 = train_on(MPI_COMM_WORLD, spec, 2, 1, &stage0_memory);
+  const Run stage0 = train_on(world_data(), spec, 2, 1, &stage0_memory);
   spec.training.zero.stage = 1;
-  const Run stage1 = train_on(MPI_COMM_WORLD, spec, 2, 1, &stage1_memory);
+  const Run stage1 = train_on(world_data(), spec, 2, 1, &stage1_memory);
   // The same arithmetic on the same gradients: the key biases match too.
   check_matches_stage0(stage1, stage0, spec.model, 0);
   // 8 bytes of Adam state per parameter, split N ways (within the padding).
@@ -173,16 +192,14 @@ TEST_CASE("ZeRO stage 1 gives stage 0's loss at every step with 1/N of the optim
   CHECK(static_cast<double>(stage1_memory.optimizer_states) ==
         Approx(8 * parameters / size).epsilon(0.05));
   CHECK(stage1_memory.gradients == stage0_memory.gradients);
-  MPI_Barrier(MPI_COMM_WORLD);
+  REQUIRE_OK(world_barrier());
   if (rank == 0) std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("ZeRO stage 2 gives stage 0's loss at every step with 1/N of the gradients") {
-  int rank = 0;
-  int size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const std::string dir = testing::shared_token_files(MPI_COMM_WORLD);
+  const int rank = world_data().rank();
+  const int size = world_data().size();
+  const std::string dir = testing::shared_token_files(world_data());
   // Reduce-scatter after every micro-batch must sum to what one all-reduce
   // after the last gives.
   const int64_t accumulation = GENERATE(1, 2);
@@ -190,9 +207,9 @@ TEST_CASE("ZeRO stage 2 gives stage 0's loss at every step with 1/N of the gradi
   spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
   MemoryReport stage0_memory;
   MemoryReport stage2_memory;
-  const Run stage0 = train_on(MPI_COMM_WORLD, spec, 2, accumulation, &stage0_memory);
+  const Run stage0 = train_on(world_data(), spec, 2, accumulation, &stage0_memory);
   spec.training.zero.stage = 2;
-  const Run stage2 = train_on(MPI_COMM_WORLD, spec, 2, accumulation, &stage2_memory);
+  const Run stage2 = train_on(world_data(), spec, 2, accumulation, &stage2_memory);
   // Without accumulation the reducer sums every gradient in the same order
   // at both stages, to the same bits. With it, stage 2 adds each
   // micro-batch's mean over ranks where stage 0 sums each rank's
@@ -211,7 +228,7 @@ TEST_CASE("ZeRO stage 2 gives stage 0's loss at every step with 1/N of the gradi
   // of it (whole pages).
   CHECK(stage2_memory.gradient_workspace_peak > 0);
   CHECK(stage2_memory.gradient_workspace_peak <= 4 * parameters + 4096);
-  MPI_Barrier(MPI_COMM_WORLD);
+  REQUIRE_OK(world_barrier());
   if (rank == 0) std::filesystem::remove_all(dir);
 }
 
@@ -227,11 +244,9 @@ int64_t persistent_floats(const spec::ModelSpec& model, int64_t threshold) {
 }
 
 TEST_CASE("ZeRO stage 3 gives stage 0's loss at every step with 1/N of the parameters") {
-  int rank = 0;
-  int size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const std::string dir = testing::shared_token_files(MPI_COMM_WORLD);
+  const int rank = world_data().rank();
+  const int size = world_data().size();
+  const std::string dir = testing::shared_token_files(world_data());
   const int64_t accumulation = GENERATE(1, 2);
   spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
   // 0: every tensor partitioned; 4C + 1: biases and LayerNorms (at most 4C
@@ -240,10 +255,10 @@ TEST_CASE("ZeRO stage 3 gives stage 0's loss at every step with 1/N of the param
   INFO("gradient accumulation " << accumulation << ", persistence threshold " << threshold);
   MemoryReport stage0_memory;
   MemoryReport stage3_memory;
-  const Run stage0 = train_on(MPI_COMM_WORLD, spec, 2, accumulation, &stage0_memory);
+  const Run stage0 = train_on(world_data(), spec, 2, accumulation, &stage0_memory);
   spec.training.zero.stage = 3;
   spec.training.zero.param_persistence_threshold = threshold;
-  const Run stage3 = train_on(MPI_COMM_WORLD, spec, 2, accumulation, &stage3_memory);
+  const Run stage3 = train_on(world_data(), spec, 2, accumulation, &stage3_memory);
   // As under stage 2: the same bits without accumulation, the key biases'
   // rounding noise (their exact gradient is zero) differing with it.
   check_matches_stage0(stage3, stage0, spec.model, accumulation == 1 ? 0 : 1e-4);
@@ -262,22 +277,20 @@ TEST_CASE("ZeRO stage 3 gives stage 0's loss at every step with 1/N of the param
   CHECK(stage3_memory.parameter_workspace_peak > 0);
   // Every rank ends with the same whole parameters.
   std::vector<float> rank0 = stage3.params;
-  MPI_Bcast(rank0.data(), static_cast<int>(rank0.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  REQUIRE_OK(broadcast_from_rank0(world_data(), rank0));
   CHECK(rank0 == stage3.params);
-  MPI_Barrier(MPI_COMM_WORLD);
+  REQUIRE_OK(world_barrier());
   if (rank == 0) std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("ZeRO stage 3 holds only the blocks in use of a deep model") {
-  int rank = 0;
-  int size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const std::string dir = testing::shared_token_files(MPI_COMM_WORLD);
+  const int rank = world_data().rank();
+  const int size = world_data().size();
+  const std::string dir = testing::shared_token_files(world_data());
   spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
   spec.model.num_layers = 8;
   spec.training.steps = 3;
-  const Run stage0 = train_on(MPI_COMM_WORLD, spec, 2, 1);
+  const Run stage0 = train_on(world_data(), spec, 2, 1);
   spec.training.zero.stage = 3;
   spec.training.zero.param_persistence_threshold = 0;
   // At most the embeddings and two of the eight blocks live at once: the
@@ -287,7 +300,7 @@ TEST_CASE("ZeRO stage 3 holds only the blocks in use of a deep model") {
   const int64_t embeddings = 64 * C + spec.model.seq_length * C + 2 * C;
   spec.training.zero.max_live_parameters = embeddings + 2 * block;
   MemoryReport memory;
-  const Run stage3 = train_on(MPI_COMM_WORLD, spec, 2, 1, &memory);
+  const Run stage3 = train_on(world_data(), spec, 2, 1, &memory);
   CHECK(worst_loss_difference(stage3, stage0) < 1e-5);
   const double parameters = static_cast<double>(stage0.params.size());
   INFO("workspace peak " << memory.parameter_workspace_peak << " of " << 4 * parameters);
@@ -297,39 +310,37 @@ TEST_CASE("ZeRO stage 3 holds only the blocks in use of a deep model") {
     std::printf("stage 3, %d ranks, 8 layers: parameter workspace peak %lld of %.0f bytes\n", size,
                 static_cast<long long>(memory.parameter_workspace_peak), 4 * parameters);
   }
-  MPI_Barrier(MPI_COMM_WORLD);
+  REQUIRE_OK(world_barrier());
   if (rank == 0) std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("ZeRO stage 1's parameter all-gather gives the same results in buckets of any size") {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  const std::string dir = testing::shared_token_files(MPI_COMM_WORLD);
+  const int rank = world_data().rank();
+  const std::string dir = testing::shared_token_files(world_data());
   spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
   spec.training.steps = 3;
   spec.training.zero.stage = 1;
-  const Run whole = train_on(MPI_COMM_WORLD, spec, 2, 1);
+  const Run whole = train_on(world_data(), spec, 2, 1);
   // 1 and 7: one float and 7/N floats of each partition per collective.
   for (const int64_t bucket : {1L, 7L, 1000L}) {
     INFO("allgather_bucket_size " << bucket);
     spec.training.zero.allgather_bucket_size = bucket;
-    const Run bucketed = train_on(MPI_COMM_WORLD, spec, 2, 1);
+    const Run bucketed = train_on(world_data(), spec, 2, 1);
     CHECK(bucketed.losses == whole.losses);
     CHECK(bucketed.params == whole.params);
   }
-  MPI_Barrier(MPI_COMM_WORLD);
+  REQUIRE_OK(world_barrier());
   if (rank == 0) std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("ZeRO stage 3 prefetches within its bucket and keeps at most max_live_parameters") {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  const std::string dir = testing::shared_token_files(MPI_COMM_WORLD);
+  const int rank = world_data().rank();
+  const std::string dir = testing::shared_token_files(world_data());
   spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
   spec.model.num_layers = 6;
   spec.model.hidden_size = 64;  // blocks of many pages, so page rounding matters little
   spec.training.steps = 4;
-  const Run stage0 = train_on(MPI_COMM_WORLD, spec, 2, 1);
+  const Run stage0 = train_on(world_data(), spec, 2, 1);
   const model::ParameterTable table(model_config(spec.model, 1));
   int64_t embeddings = 0;  // wte, wpe and ln_f: held for the whole pass
   int64_t block = 0;
@@ -354,7 +365,7 @@ TEST_CASE("ZeRO stage 3 prefetches within its bucket and keeps at most max_live_
     spec.training.zero.prefetch_bucket_size = limits.prefetch;
     spec.training.zero.max_live_parameters = limits.max_live;
     MemoryReport memory;
-    const Run stage3 = train_on(MPI_COMM_WORLD, spec, 2, 1, &memory);
+    const Run stage3 = train_on(world_data(), spec, 2, 1, &memory);
     CHECK(worst_loss_difference(stage3, stage0) < 1e-5);
     // The block needed now is gathered even past the limit: the embeddings
     // and one block are the least a pass step holds.
@@ -363,14 +374,13 @@ TEST_CASE("ZeRO stage 3 prefetches within its bucket and keeps at most max_live_
     CHECK(memory.parameter_workspace_peak > 0);
     CHECK(memory.parameter_workspace_peak <= 4 * live + boundary_pages);
   }
-  MPI_Barrier(MPI_COMM_WORLD);
+  REQUIRE_OK(world_barrier());
   if (rank == 0) std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a stop seen by one rank only stops every rank after the same step") {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  const std::string dir = testing::shared_token_files(MPI_COMM_WORLD);
+  const int rank = world_data().rank();
+  const std::string dir = testing::shared_token_files(world_data());
   spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
   spec.training.batch.micro_batch_per_gpu = 2;
   spec.training.batch.gradient_accumulation_steps = 1;
@@ -379,18 +389,17 @@ TEST_CASE("a stop seen by one rank only stops every rank after the same step") {
   auto backend = kernels::make_cpu_backend(1);
   int64_t reported = 0;
   TrainerOptions options;
-  options.data_comm = MPI_COMM_WORLD;
+  options.data_comm = &world_data();
   options.on_step = [&reported](const StepReport& report) { reported = report.step; };
   // Only the last rank is asked, as when the controller's stop reaches the
   // ranks at different moments.
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const int size = world_data().size();
   options.stop_requested = [&] { return rank == size - 1 && reported >= 5; };
   const TrainResult result = train(spec, data, *backend, options);
   CHECK(result.error == "");
   CHECK(result.stopped);
   CHECK(result.steps == 6);
-  MPI_Barrier(MPI_COMM_WORLD);
+  REQUIRE_OK(world_barrier());
   if (rank == 0) std::filesystem::remove_all(dir);
 }
 

@@ -2,8 +2,6 @@
 // for bit, whatever the ZeRO stage, and a checkpoint written by N ranks at
 // one stage resumes on fewer ranks at another stage (resharding) with the
 // uninterrupted run's losses.
-#include <mpi.h>
-
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
@@ -17,9 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "kernels/backend.h"
 #include "tests/worker/engine/trainer_test_support.h"
+#include "tests/worker/parallel/test_groups.h"
 #include "worker/checkpoint/shard_file.h"
+#include "worker/comm/communicator.h"
+#include "worker/comm/process_groups.h"
 #include "worker/data/training_data.h"
 #include "worker/engine/trainer.h"
 
@@ -27,6 +29,20 @@ namespace dslaunch::worker::engine {
 namespace {
 
 namespace fs = std::filesystem;
+
+// A collective's status must be ok; on failure the message says why.
+#define REQUIRE_OK(expression)                           \
+  do {                                                   \
+    const core::Status require_ok_status = (expression); \
+    INFO("status: " << require_ok_status.message());     \
+    REQUIRE(require_ok_status.ok());                     \
+  } while (false)
+
+// The whole world in one data group.
+comm::Communicator& world_data() { return comm::testing::world_groups().data(); }
+
+// Waits for every rank of the world.
+core::Status world_barrier() { return comm::testing::world_groups().world().barrier()->wait(); }
 
 struct Run {
   std::map<int64_t, double> losses;  // by step
@@ -36,10 +52,9 @@ struct Run {
 // Trains `spec` on `comm` with the global batch `global` split into micro
 // batches of 2, writing every checkpoint (every spec.checkpoint.interval
 // steps) as shards under `root`/step_<S>/rank_<r>.bin, from `resume` if set.
-Run train_checkpointed(MPI_Comm comm, spec::JobSpec spec, int64_t global, const std::string& root,
-                       std::optional<ResumePoint> resume = std::nullopt) {
-  int size = 0;
-  MPI_Comm_size(comm, &size);
+Run train_checkpointed(comm::Communicator& comm, spec::JobSpec spec, int64_t global,
+                       const std::string& root, std::optional<ResumePoint> resume = std::nullopt) {
+  const int size = comm.size();
   spec.training.batch.micro_batch_per_gpu = 2;
   spec.training.batch.gradient_accumulation_steps = global / (2 * size);
   spec.training.batch.train_batch_size = global;
@@ -48,7 +63,7 @@ Run train_checkpointed(MPI_Comm comm, spec::JobSpec spec, int64_t global, const 
   auto backend = kernels::make_cpu_backend(1);
   Run run;
   TrainerOptions options;
-  options.data_comm = comm;
+  options.data_comm = &comm;
   options.resume = std::move(resume);
   options.on_step = [&run](const StepReport& report) { run.losses[report.step] = report.loss; };
   options.save_checkpoint = [&root](const CheckpointSlice& slice) {
@@ -71,7 +86,7 @@ Run train_checkpointed(MPI_Comm comm, spec::JobSpec spec, int64_t global, const 
   REQUIRE(result.error == "");
   REQUIRE(result.steps == spec.training.steps);
   run.params = std::move(result.params);
-  MPI_Barrier(comm);
+  REQUIRE_OK(comm.barrier()->wait());
   return run;
 }
 
@@ -100,28 +115,27 @@ double worst_relative_difference(const Run& resumed, const Run& whole, int64_t f
   double worst = 0;
   for (const auto& [step, loss] : resumed.losses) {
     REQUIRE(step > from);
-    worst = std::max(worst, std::abs(loss - whole.losses.at(step)) / std::abs(whole.losses.at(step)));
+    worst =
+        std::max(worst, std::abs(loss - whole.losses.at(step)) / std::abs(whole.losses.at(step)));
   }
   return worst;
 }
 
 TEST_CASE("a run resumed from a checkpoint continues bit for bit at every ZeRO stage") {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  const std::string dir = testing::shared_token_files(MPI_COMM_WORLD);
+  const int rank = world_data().rank();
+  const std::string dir = testing::shared_token_files(world_data());
   const int stage = GENERATE(0, 1, 2, 3);
   INFO("ZeRO stage " << stage);
   spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
   spec.training.zero.stage = stage;
   spec.training.zero.param_persistence_threshold = 0;
   spec.checkpoint.interval = 10;
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const int size = world_data().size();
   const int64_t global = 4 * size;  // accumulation 2
   const std::string root = fmt::format("{}/stage{}", dir, stage);
-  const Run whole = train_checkpointed(MPI_COMM_WORLD, spec, global, root);
-  const Run resumed = train_checkpointed(MPI_COMM_WORLD, spec, global, root + "-resumed",
-                                         resume_point(root, 20));
+  const Run whole = train_checkpointed(world_data(), spec, global, root);
+  const Run resumed =
+      train_checkpointed(world_data(), spec, global, root + "-resumed", resume_point(root, 20));
   REQUIRE(resumed.losses.size() == 30);
   for (const auto& [step, loss] : resumed.losses) {
     INFO("step " << step);
@@ -135,16 +149,14 @@ TEST_CASE("a run resumed from a checkpoint continues bit for bit at every ZeRO s
       CHECK(file_bytes(fs::path(root) / file) == file_bytes(fs::path(root + "-resumed") / file));
     }
   }
-  MPI_Barrier(MPI_COMM_WORLD);
+  REQUIRE_OK(world_barrier());
   if (rank == 0) fs::remove_all(dir);
 }
 
 TEST_CASE("a checkpoint of N ranks resumes on fewer ranks at another ZeRO stage") {
-  int rank = 0;
-  int size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const std::string dir = testing::shared_token_files(MPI_COMM_WORLD);
+  const int rank = world_data().rank();
+  const int size = world_data().size();
+  const std::string dir = testing::shared_token_files(world_data());
   // 4 ranks at stage 2 go on as 2 at stage 3 (a lost node); 2 ranks at
   // stage 1 go on as 1 at stage 0.
   spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
@@ -152,11 +164,15 @@ TEST_CASE("a checkpoint of N ranks resumes on fewer ranks at another ZeRO stage"
   spec.checkpoint.interval = 10;
   const int64_t global = 2 * size;
   const std::string root = dir + "/wide";
-  const Run whole = train_checkpointed(MPI_COMM_WORLD, spec, global, root);
+  const Run whole = train_checkpointed(world_data(), spec, global, root);
 
-  MPI_Comm survivors = MPI_COMM_NULL;
-  MPI_Comm_split(MPI_COMM_WORLD, rank < size / 2 ? 0 : MPI_UNDEFINED, rank, &survivors);
-  if (survivors != MPI_COMM_NULL) {
+  // The survivors, ranks [0, size / 2), are the data group of the first of
+  // two pipeline stages (created on every rank: collective).
+  comm::ProcessGroups& halves = comm::testing::groups_of({2, size / 2, 1});
+  if (halves.coord().pipe == 0) {
+    comm::Communicator& survivors = halves.data();
+    REQUIRE(survivors.world_ranks().front() == 0);
+    REQUIRE(survivors.size() == size / 2);
     spec.training.zero.stage = size >= 4 ? 3 : 0;
     const Run resumed =
         train_checkpointed(survivors, spec, global, dir + "/narrow", resume_point(root, 20));
@@ -164,9 +180,8 @@ TEST_CASE("a checkpoint of N ranks resumes on fewer ranks at another ZeRO stage"
     const double worst = worst_relative_difference(resumed, whole, 20);
     INFO("largest relative loss difference after resharding: " << worst);
     CHECK(worst < 1e-5);
-    MPI_Comm_free(&survivors);
   }
-  MPI_Barrier(MPI_COMM_WORLD);
+  REQUIRE_OK(world_barrier());
   if (rank == 0) fs::remove_all(dir);
 }
 

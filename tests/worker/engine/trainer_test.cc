@@ -1,16 +1,19 @@
 #include "worker/engine/trainer.h"
 
-#include <mpi.h>
-
 #include <catch2/catch.hpp>
 
 #include "kernels/backend.h"
 #include "tests/worker/engine/trainer_test_support.h"
+#include "tests/worker/parallel/test_groups.h"
+#include "worker/comm/communicator.h"
 #include "worker/data/training_data.h"
 #include "worker/engine/training_support.h"
 
 namespace dslaunch::worker::engine {
 namespace {
+
+// A data group of this rank alone (the test runs on one rank).
+comm::Communicator& solo() { return comm::testing::solo_data_comm(); }
 
 spec::JobSpec job_in(const std::string& dir) {
   spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
@@ -20,14 +23,14 @@ spec::JobSpec job_in(const std::string& dir) {
 }
 
 TEST_CASE("a stop request ends training, evaluated, after the step it arrived in") {
-  const std::string dir = testing::shared_token_files(MPI_COMM_SELF);
+  const std::string dir = testing::shared_token_files(solo());
   spec::JobSpec spec = job_in(dir);
   const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
   REQUIRE(data.error == "");
   auto backend = kernels::make_cpu_backend(1);
   int64_t reported = 0;
   TrainerOptions options;
-  options.data_comm = MPI_COMM_SELF;
+  options.data_comm = &solo();
   options.on_step = [&](const StepReport& report) {
     reported = report.step;
     if (report.step == 4) CHECK(report.eval_loss.has_value());
@@ -46,10 +49,10 @@ TEST_CASE("a stop request ends training, evaluated, after the step it arrived in
 }
 
 TEST_CASE("data the model cannot read is refused before the first step, naming the fix") {
-  const std::string dir = testing::shared_token_files(MPI_COMM_SELF);
+  const std::string dir = testing::shared_token_files(solo());
   auto backend = kernels::make_cpu_backend(1);
   TrainerOptions options;
-  options.data_comm = MPI_COMM_SELF;
+  options.data_comm = &solo();
   int steps = 0;
   options.on_step = [&steps](const StepReport&) { ++steps; };
 
@@ -88,6 +91,56 @@ TEST_CASE("what the engine cannot do yet is refused before training starts") {
   spec = testing::tiny_job("a", "b");
   spec.cluster.device = spec::Device::kCuda;
   CHECK_THAT(training_support_problem(spec), Catch::Contains("cpu"));
+}
+
+}  // namespace
+}  // namespace dslaunch::worker::engine
+
+namespace dslaunch::worker::engine {
+namespace {
+
+TEST_CASE("the plan's batch sizes are used as sent, and refused when they do not fit the group") {
+  const std::string dir = testing::shared_token_files(solo());
+  spec::JobSpec spec = job_in(dir);  // the spec alone: micro 2, accumulation 1
+  spec.training.steps = 2;
+  spec.training.eval_interval = 0;
+  const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
+  REQUIRE(data.error == "");
+  auto backend = kernels::make_cpu_backend(1);
+
+  SECTION("sent sizes win over the spec's") {
+    // The plan's: 4 micro-batches of 1 per step; the step's loss is their mean.
+    TrainerOptions options;
+    options.data_comm = &solo();
+    options.batch = spec::BatchSizes{4, 1, 4};
+    std::vector<double> planned;
+    options.on_step = [&](const StepReport& report) { planned.push_back(report.loss); };
+    REQUIRE(train(spec, data, *backend, options).error == "");
+    // The same global batch from the spec gives the same losses (up to summation order).
+    spec.training.batch.train_batch_size = 4;
+    spec.training.batch.micro_batch_per_gpu = 1;
+    spec.training.batch.gradient_accumulation_steps = 4;
+    TrainerOptions from_spec;
+    from_spec.data_comm = &solo();
+    std::vector<double> resolved;
+    from_spec.on_step = [&](const StepReport& report) { resolved.push_back(report.loss); };
+    REQUIRE(train(spec, data, *backend, from_spec).error == "");
+    REQUIRE(planned.size() == 2);
+    CHECK(planned == resolved);
+  }
+  SECTION("sizes that do not multiply out for this group are refused before the first step") {
+    TrainerOptions options;
+    options.data_comm = &solo();
+    options.batch = spec::BatchSizes{8, 2, 2};  // 2 x 2 x 1 rank is 4, not 8
+    int steps = 0;
+    options.on_step = [&steps](const StepReport&) { ++steps; };
+    const TrainResult result = train(spec, data, *backend, options);
+    CHECK(result.error ==
+          "the plan's batch sizes (train_batch_size 8, micro-batch 2, accumulation 2) do not fit "
+          "a data group of 1 ranks");
+    CHECK(steps == 0);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -3,15 +3,18 @@
 // A tiny training job for the engine's tests: a GPT small enough to train 50
 // steps in seconds, on token files with structure it can learn.
 
-#include <mpi.h>
+#include <stdlib.h>  // mkdtemp
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "launcher/spec/job_spec.h"
+#include "worker/comm/communicator.h"
 #include "worker/data/llmc_token_file.h"
 
 namespace dslaunch::worker::engine::testing {
@@ -59,13 +62,11 @@ inline std::vector<uint16_t> structured_tokens(int64_t count, uint64_t seed) {
   return tokens;
 }
 
-// Rank 0 writes train.bin and valid.bin into a fresh directory and every
-// rank of `comm` learns its path.
-inline std::string shared_token_files(MPI_Comm comm) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  std::vector<char> dir(4096, '\0');
-  if (rank == 0) {
+// Rank 0 of `comm` writes train.bin and valid.bin into a fresh directory and
+// every rank of `comm` learns its path ("" if the broadcast failed).
+inline std::string shared_token_files(comm::Communicator& comm) {
+  std::vector<uint8_t> dir(4096, 0);
+  if (comm.rank() == 0) {
     std::string templ =
         (std::filesystem::temp_directory_path() / "dslaunch-trainer-XXXXXX").string();
     const char* made = mkdtemp(templ.data());
@@ -75,8 +76,10 @@ inline std::string shared_token_files(MPI_Comm comm) {
     data::write_llmc_token_file(path + "/valid.bin", structured_tokens(4000, 2), error);
     std::copy(path.begin(), path.end(), dir.begin());
   }
-  MPI_Bcast(dir.data(), static_cast<int>(dir.size()), MPI_CHAR, 0, comm);
-  return dir.data();
+  const core::Status sent =
+      comm.broadcast(comm::buffer_of(dir.data(), static_cast<int64_t>(dir.size())), 0)->wait();
+  if (!sent.ok()) return "";
+  return reinterpret_cast<const char*>(dir.data());
 }
 
 }  // namespace dslaunch::worker::engine::testing

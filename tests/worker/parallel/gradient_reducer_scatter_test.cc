@@ -1,7 +1,5 @@
 // The gradient reducer's reduce-scatter mode (ZeRO stage 2). Runs under
 // mpirun (see mpi_test): every rank executes every test case.
-#include <mpi.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <random>
@@ -10,12 +8,16 @@
 
 #include <catch2/catch.hpp>
 
+#include "core/status.h"
 #include "tests/worker/parallel/reducer_testing.h"
+#include "tests/worker/parallel/test_groups.h"
 
 #include "worker/parallel/gradient_reducer.h"
 #include "worker/parallel/releasable_buffer.h"
 #include "worker/parallel/zero_partition.h"
 
+using dslaunch::core::Status;
+using dslaunch::core::StatusCode;
 using dslaunch::worker::GradientReducer;
 using dslaunch::worker::make_zero_partition;
 using dslaunch::worker::ReleasableBuffer;
@@ -27,6 +29,11 @@ using dslaunch::worker::testing::gradient;
 using dslaunch::worker::testing::Ranges;
 using dslaunch::worker::testing::world_rank;
 using dslaunch::worker::testing::world_size;
+
+// The data group of the whole world.
+dslaunch::worker::comm::Communicator& data_comm() {
+  return dslaunch::worker::comm::testing::world_groups().data();
+}
 
 void fill(ReleasableBuffer& workspace, int rank, int pass) {
   for (int64_t i = 0; i < workspace.size(); ++i) workspace.data()[i] = gradient(rank, pass, i);
@@ -61,6 +68,14 @@ bool all_zero(ReleasableBuffer& workspace) {
 
 }  // namespace
 
+// finish() must succeed; on failure the message says why.
+#define REQUIRE_OK(expression)                       \
+  do {                                               \
+    const Status require_ok_status = (expression);   \
+    INFO("status: " << require_ok_status.message()); \
+    REQUIRE(require_ok_status.ok());                 \
+  } while (false)
+
 TEST_CASE("each rank holds the exact mean of its partition, summed over backward passes") {
   const int rank = world_rank();
   const int size = world_size();
@@ -75,7 +90,7 @@ TEST_CASE("each rank holds the exact mean of its partition, summed over backward
       ReleasableBuffer workspace(n);
       REQUIRE(workspace.error() == "");
       std::vector<float> partition_grads(std::max<int64_t>(own, 0), 0.0f);
-      GradientReducer reducer(MPI_COMM_WORLD, workspace, bucket, partition, partition_grads.data());
+      GradientReducer reducer(data_comm(), workspace, bucket, partition, partition_grads.data());
       for (int pass = 0; pass < 2; ++pass) {
         fill(workspace, rank, pass);
         Ranges ranges = from_end(n, 5 + pass);
@@ -83,7 +98,7 @@ TEST_CASE("each rank holds the exact mean of its partition, summed over backward
         // collectives must still match.
         if (pass == 1) std::shuffle(ranges.begin(), ranges.end(), std::mt19937(99 + rank));
         for (const auto& [begin, end] : ranges) reducer.ready(begin, end);
-        REQUIRE(reducer.finish() == "");
+        REQUIRE_OK(reducer.finish());
         CHECK(all_zero(workspace));
         CHECK(partition_grads ==
               expected_partition(size, pass + 1, partition.begin(rank), partition.end(rank)));
@@ -102,12 +117,12 @@ TEST_CASE("a reduced bucket's pages go back to the OS, partial pages included") 
   REQUIRE(workspace.error() == "");
   CHECK(workspace.resident_bytes() == 0);
   // Buckets that start and end inside pages.
-  GradientReducer reducer(MPI_COMM_WORLD, workspace, 10'007, partition, partition_grads.data());
+  GradientReducer reducer(data_comm(), workspace, 10'007, partition, partition_grads.data());
   fill(workspace, rank, 0);
   const int64_t mapped = workspace.capacity() * static_cast<int64_t>(sizeof(float));
   CHECK(workspace.resident_bytes() == mapped);
   reducer.ready(0, n);
-  REQUIRE(reducer.finish() == "");
+  REQUIRE_OK(reducer.finish());
   CHECK(workspace.resident_bytes() == 0);
   CHECK(workspace.peak_resident_bytes() == mapped);
   CHECK(partition_grads == expected_partition(size, 1, partition.begin(rank), partition.end(rank)));
@@ -123,13 +138,14 @@ TEST_CASE("on one rank the partition is the whole mean and the workspace is clea
   const ZeroPartition partition = make_zero_partition(n, 1, 16);
   std::vector<float> partition_grads(n, 0.0f);
   ReleasableBuffer workspace(n);
-  GradientReducer reducer(MPI_COMM_SELF, workspace, 100, partition, partition_grads.data());
+  GradientReducer reducer(dslaunch::worker::comm::testing::solo_data_comm(), workspace, 100,
+                          partition, partition_grads.data());
   fill(workspace, world_rank(), 0);
   reducer.ready(677, 777);  // bucket 0: moved into the partition at once
   CHECK(reducer.reduced_buckets() == 1);
   CHECK(workspace.data()[700] == 0.0f);
   reducer.ready(0, 677);
-  REQUIRE(reducer.finish() == "");
+  REQUIRE_OK(reducer.finish());
   CHECK(all_zero(workspace));
   std::vector<float> expected;
   for (int64_t i = 0; i < n; ++i) expected.push_back(gradient(world_rank(), 0, i));
@@ -140,14 +156,18 @@ TEST_CASE("a partition that does not fit the workspace or the communicator is re
   ReleasableBuffer workspace(100);
   std::vector<float> partition_grads(100);
   SECTION("wrong size") {
-    GradientReducer reducer(MPI_COMM_WORLD, workspace, 10, make_zero_partition(99, world_size(), 1),
+    GradientReducer reducer(data_comm(), workspace, 10, make_zero_partition(99, world_size(), 1),
                             partition_grads.data());
-    CHECK_THAT(reducer.finish(), Catch::Contains("does not cover the workspace (100 floats)"));
+    const Status error = reducer.finish();
+    CHECK(error.code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(error.message(), Catch::Contains("does not cover the workspace (100 floats)"));
   }
   SECTION("wrong number of ranks") {
-    GradientReducer reducer(MPI_COMM_WORLD, workspace, 10,
+    GradientReducer reducer(data_comm(), workspace, 10,
                             make_zero_partition(100, world_size() + 1, 1), partition_grads.data());
-    CHECK_THAT(reducer.finish(), Catch::Contains("over the communicator's"));
+    const Status error = reducer.finish();
+    CHECK(error.code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(error.message(), Catch::Contains("over the communicator's"));
   }
 }
 

@@ -3,13 +3,13 @@
 // stays zero (not resident).
 #include "worker/parallel/parameter_gatherer.h"
 
-#include <mpi.h>
-
 #include <catch2/catch.hpp>
 
 #include <cstdint>
 #include <vector>
 
+#include "tests/worker/parallel/test_groups.h"
+#include "worker/comm/communicator.h"
 #include "worker/parallel/releasable_buffer.h"
 #include "worker/parallel/zero_partition.h"
 
@@ -27,17 +27,16 @@ void fill_own_partition(const ZeroPartition& partition, int rank, ReleasableBuff
 }
 
 TEST_CASE("an acquired region holds every rank's floats; a released one reads zero") {
-  int rank = 0;
-  int size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  comm::Communicator& data = comm::testing::world_groups().data();
+  const int rank = data.rank();
+  const int size = data.size();
   const int64_t total = 1000;
   const ZeroPartition partition = make_zero_partition(total, size, 16);
   ReleasableBuffer master(partition.padded_total());
   fill_own_partition(partition, rank, master);
   ReleasableBuffer workspace(total);
   // Region 1 spans every partition; region 2 has a hole, [700, 800).
-  ParameterGatherer gatherer(MPI_COMM_WORLD, partition, master.data(), workspace,
+  ParameterGatherer gatherer(data, partition, master.data(), workspace,
                              {{{0, 100}}, {{100, 600}}, {{600, 700}, {800, 1000}}});
   REQUIRE(gatherer.region_count() == 3);
   const float* w = workspace.data();
@@ -81,16 +80,15 @@ TEST_CASE("an acquired region holds every rank's floats; a released one reads ze
 }
 
 TEST_CASE("a released region gives its pages back") {
-  int rank = 0;
-  int size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  comm::Communicator& data = comm::testing::world_groups().data();
+  const int rank = data.rank();
+  const int size = data.size();
   const int64_t total = 1 << 20;  // 4 MiB
   const ZeroPartition partition = make_zero_partition(total, size, 16);
   ReleasableBuffer master(partition.padded_total());
   fill_own_partition(partition, rank, master);
   ReleasableBuffer workspace(total);
-  ParameterGatherer gatherer(MPI_COMM_WORLD, partition, master.data(), workspace,
+  ParameterGatherer gatherer(data, partition, master.data(), workspace,
                              {{{0, total / 2}}, {{total / 2, total}}});
   CHECK(workspace.resident_bytes() == 0);
   gatherer.acquire(0);

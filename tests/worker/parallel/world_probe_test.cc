@@ -1,5 +1,5 @@
 // Runs under mpirun (see mpi_test): every rank executes every test case.
-#include "worker/parallel/world_probe.h"
+#include "worker/comm/mpi_world_probe.h"
 
 #include <mpi.h>
 #include <unistd.h>
@@ -8,14 +8,15 @@
 
 #include <catch2/catch.hpp>
 
-using dslaunch::worker::probe_world;
+using dslaunch::worker::comm::probe_mpi_world;
 
-TEST_CASE("probe_world on the world communicator") {
+TEST_CASE("probe_mpi_world sees the world as MPI does") {
+  // The truth the probe is checked against.
   int rank = -1, size = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
 
-  const auto probe = probe_world(MPI_COMM_WORLD);
+  const auto probe = probe_mpi_world();
   REQUIRE(probe.error.empty());
   CHECK(probe.allreduce_ok);
   CHECK(probe.self.rank == rank);
@@ -39,25 +40,4 @@ TEST_CASE("probe_world on the world communicator") {
   } else {
     CHECK(probe.ranks.empty());
   }
-}
-
-TEST_CASE("probe_world on a sub-communicator sees only its members") {
-  int rank = -1, size = -1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  // Even and odd world ranks form two groups.
-  MPI_Comm half = MPI_COMM_NULL;
-  REQUIRE(MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half) == MPI_SUCCESS);
-
-  const auto probe = probe_world(half);
-  REQUIRE(probe.error.empty());
-  CHECK(probe.allreduce_ok);
-  const int expected_size = (size + 1 - rank % 2) / 2;
-  CHECK(probe.self.world_size == expected_size);
-  CHECK(probe.self.rank == rank / 2);
-  if (probe.self.rank == 0) {
-    REQUIRE(static_cast<int>(probe.ranks.size()) == expected_size);
-    for (int r = 0; r < expected_size; ++r) CHECK(probe.ranks[r].rank == r);
-  }
-  MPI_Comm_free(&half);
 }

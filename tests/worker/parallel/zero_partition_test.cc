@@ -1,13 +1,23 @@
 #include "worker/parallel/zero_partition.h"
 
-#include <mpi.h>
-
 #include <catch2/catch.hpp>
 
 #include <vector>
 
+#include "core/status.h"
+#include "tests/worker/parallel/test_groups.h"
+#include "worker/comm/communicator.h"
+
 namespace dslaunch::worker {
 namespace {
+
+// all_gather_partitions must succeed; on failure the message says why.
+#define REQUIRE_OK(expression)                           \
+  do {                                                   \
+    const core::Status require_ok_status = (expression); \
+    INFO("status: " << require_ok_status.message());     \
+    REQUIRE(require_ok_status.ok());                     \
+  } while (false)
 
 TEST_CASE("partitions are contiguous, aligned, balanced and cover the buffer exactly") {
   for (const int64_t total : {0L, 1L, 15L, 16L, 17L, 1000L, 3'290'624L}) {
@@ -29,25 +39,23 @@ TEST_CASE("partitions are contiguous, aligned, balanced and cover the buffer exa
 }
 
 TEST_CASE("all_gather_partitions gives every rank every partition") {
-  int rank = 0;
-  int size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  comm::Communicator& data = comm::testing::world_groups().data();
+  const int rank = data.rank();
+  const int size = data.size();
   for (const int64_t total : {1L, 37L, 4096L, 100'003L}) {
     const ZeroPartition p = make_zero_partition(total, size, 16);
     std::vector<float> buffer(p.padded_total(), -1.0f);
     // Each rank writes only its own partition; the rest is stale.
     for (int64_t i = p.begin(rank); i < p.end(rank); ++i) buffer[i] = static_cast<float>(i);
-    REQUIRE(all_gather_partitions(MPI_COMM_WORLD, p, p.padded_total(), buffer.data()) == "");
+    REQUIRE_OK(all_gather_partitions(data, p, p.padded_total(), buffer.data()));
     for (int64_t i = 0; i < total; ++i) REQUIRE(buffer[i] == static_cast<float>(i));
   }
 }
 
 TEST_CASE("all_gather_partitions gives the same buffer in buckets of any size") {
-  int rank = 0;
-  int size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  comm::Communicator& data = comm::testing::world_groups().data();
+  const int rank = data.rank();
+  const int size = data.size();
   for (const int64_t total : {1L, 37L, 1000L}) {
     const ZeroPartition p = make_zero_partition(total, size, 16);
     // 0 and 1: one float of each partition per round; 7: 7/size floats, not
@@ -56,7 +64,7 @@ TEST_CASE("all_gather_partitions gives the same buffer in buckets of any size") 
       INFO("total " << total << ", bucket " << bucket);
       std::vector<float> buffer(p.padded_total(), -1.0f);
       for (int64_t i = p.begin(rank); i < p.end(rank); ++i) buffer[i] = static_cast<float>(i);
-      REQUIRE(all_gather_partitions(MPI_COMM_WORLD, p, bucket, buffer.data()) == "");
+      REQUIRE_OK(all_gather_partitions(data, p, bucket, buffer.data()));
       for (int64_t i = 0; i < total; ++i) REQUIRE(buffer[i] == static_cast<float>(i));
     }
   }
