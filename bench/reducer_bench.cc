@@ -5,7 +5,8 @@
 // The reducer runs on the communicator layer (worker/comm: its progress
 // thread makes every MPI call, as nonblocking collectives, and sleeps
 // between tests) and averages by reduce-scatter + all-gather; the
-// reference is one blocking MPI_Allreduce from the calling thread. Bus
+// reference is one blocking MPI_Allreduce from the calling thread; between
+// them, the reducer's own reduce-scatter + all-gather called directly. Bus
 // bandwidth is nccl-tests' for an all-reduce: 2(N-1)/N x bytes / time.
 //
 //   bazel build -c opt //bench:reducer_bench
@@ -89,8 +90,10 @@ int main(int argc, char** argv) {
       std::cout << fmt::format(
           "{} ranks on {}; OpenBLAS {} kernels, 1 thread per rank; median of {} runs\n\n", ranks,
           cpu_model(), kernels::query_blas_info().core_name, kRuns);
-      std::cout << fmt::format("{:>12} {:>14} {:>14} {:>14} {:>14} {:>8}\n", "floats",
-                               "MPI_Allreduce", "bus GB/s", "reducer", "bus GB/s", "ratio");
+      std::cout << fmt::format("{:>10} {:>14} {:>9} {:>14} {:>9} {:>14} {:>9} {:>14} {:>9} {:>8}\n",
+                               "floats", "MPI_Allreduce", "bus GB/s", "comm.all_reduce",
+                               "bus GB/s", "MPI RS+AG", "bus GB/s", "reducer", "bus GB/s",
+                               "ratio");
     }
     for (const int64_t n : {int64_t{1} << 18, int64_t{1} << 20, int64_t{1} << 22,
                             int64_t{1} << 24}) {
@@ -100,8 +103,30 @@ int main(int argc, char** argv) {
         MPI_Allreduce(MPI_IN_PLACE, grads.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
                       MPI_COMM_WORLD);
       });
-      worker::GradientReducer reducer(data, grads.data(), n, n);
+      // The reducer's own two collectives, called directly: what its
+      // algorithm costs, apart from the layer around it.
+      std::vector<int> counts(ranks, static_cast<int>(n / ranks));
+      counts.back() += static_cast<int>(n % ranks);
+      std::vector<int> displacements(ranks, 0);
+      for (int r = 1; r < ranks; ++r) displacements[r] = displacements[r - 1] + counts[r - 1];
+      std::vector<float> share(counts.back());
+      const double pair_ms = bench::median_ms(kRuns, [&] {
+        barrier();
+        MPI_Reduce_scatter(grads.data(), share.data(), counts.data(), MPI_FLOAT, MPI_SUM,
+                           MPI_COMM_WORLD);
+        MPI_Allgatherv(share.data(), counts[rank], MPI_FLOAT, grads.data(), counts.data(),
+                       displacements.data(), MPI_FLOAT, MPI_COMM_WORLD);
+      });
+      // The same MPI_Allreduce through the communicator: what its stream costs.
       bool failed = false;
+      const double comm_ms = bench::median_ms(kRuns, [&] {
+        barrier();
+        failed |= !data.all_reduce(worker::comm::buffer_of(grads.data(), n),
+                                   worker::comm::ReduceOp::kSum)
+                       ->wait()
+                       .ok();
+      });
+      worker::GradientReducer reducer(data, grads.data(), n, n);
       const double reducer_ms = bench::median_ms(kRuns, [&] {
         barrier();
         reducer.ready(0, n);
@@ -111,8 +136,11 @@ int main(int argc, char** argv) {
       if (rank == 0) {
         const double raw_bw = bus_gbs(n, ranks, raw_ms);
         const double reducer_bw = bus_gbs(n, ranks, reducer_ms);
-        std::cout << fmt::format("{:>12} {:>11.2f} ms {:>14.2f} {:>11.2f} ms {:>14.2f} {:>7.2f}x\n",
-                                 n, raw_ms, raw_bw, reducer_ms, reducer_bw, reducer_bw / raw_bw);
+        std::cout << fmt::format(
+            "{:>10} {:>11.2f} ms {:>9.2f} {:>11.2f} ms {:>9.2f} {:>11.2f} ms {:>9.2f} {:>11.2f} ms "
+            "{:>9.2f} {:>7.2f}x\n",
+            n, raw_ms, raw_bw, comm_ms, bus_gbs(n, ranks, comm_ms), pair_ms,
+            bus_gbs(n, ranks, pair_ms), reducer_ms, reducer_bw, reducer_bw / raw_bw);
       }
     }
 

@@ -153,6 +153,11 @@ class Communicator {
   virtual std::unique_ptr<Work> send(BufferRef buffer, int peer) = 0;  // peer: a group rank
   virtual std::unique_ptr<Work> recv(BufferRef buffer, int peer) = 0;
   virtual std::unique_ptr<Work> barrier() = 0;
+  // Runs `host` in this communicator's order: after every operation started
+  // before it, before any started after (CUDA's cudaLaunchHostFunc), so
+  // work between two collectives costs no round trip to the caller's
+  // thread. Local: no peer takes part, nothing is counted.
+  virtual std::unique_ptr<Work> then(std::function<void()> host) = 0;
 
   // A new communicator over the same ranks whose traffic never meets this
   // one's: for a component that starts operations from a thread of its own

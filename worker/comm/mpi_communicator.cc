@@ -358,6 +358,19 @@ core::StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::duplicate(std::st
       transport_, copy, axis_ + "/" + std::string(label), world_ranks_, policy_, poll_interval_));
 }
 
+std::unique_ptr<Work> MpiCommunicator::then(std::function<void()> host) {
+  auto state = std::make_shared<MpiOpState>();
+  std::lock_guard lock(mutex_);
+  auto work = std::make_unique<MpiWork>(*this, state, axis_ + " host function", 0);
+  stream_->submit_blocking(
+      [host = std::move(host)] {
+        host();
+        return MPI_SUCCESS;
+      },
+      std::move(state));
+  return work;
+}
+
 CommStats MpiCommunicator::stats() const {
   std::lock_guard lock(mutex_);
   return stats_;

@@ -49,6 +49,7 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Work> send(BufferRef buffer, int peer) override;
   std::unique_ptr<Work> recv(BufferRef buffer, int peer) override;
   std::unique_ptr<Work> barrier() override;
+  std::unique_ptr<Work> then(std::function<void()> host) override;
 
   core::StatusOr<std::unique_ptr<Communicator>> duplicate(std::string_view label) override;
   CommStats stats() const override;

@@ -248,39 +248,41 @@ void GradientReducer::cut(const Bucket& bucket) {
   }
 }
 
-core::Status GradientReducer::sum_shares(const Bucket& bucket) {
+std::unique_ptr<comm::Work> GradientReducer::start_sum(const Bucket& bucket) {
   cut(bucket);
-  auto work = comm_->reduce_scatter(
+  return comm_->reduce_scatter(
       comm::buffer_of(grads_ + bucket.begin, bucket.end - bucket.begin),
       comm::buffer_of(shares_.received.data(), static_cast<int64_t>(shares_.received.size())),
       shares_.blocks.counts, comm::ReduceOp::kSum);
-  return work->wait().with_context(std::string(kWhat) + ": bucket " +
-                                   range_text(bucket.begin, bucket.end));
 }
 
 core::Status GradientReducer::all_reduce(const Bucket& bucket) {
-  if (core::Status error = sum_shares(bucket); !error.ok()) return error;
-  // Division, not multiplication by 1/size: the correctly rounded mean of the sum.
-  const float size = static_cast<float>(size_);
+  // Queued back to back on the communicator's stream: the sum's share, its
+  // mean (on the stream's thread), the means gathered into the bucket.
+  auto sum = start_sum(bucket);
   const int64_t own_count = shares_.blocks.counts[shares_.rank];
-  for (int64_t i = 0; i < own_count; ++i) shares_.received[i] /= size;
-  auto work = comm_->all_gather(comm::buffer_of(shares_.received.data(), own_count),
-                                comm::buffer_of(grads_ + bucket.begin, bucket.end - bucket.begin),
-                                shares_.blocks);
-  return work->wait().with_context(std::string(kWhat) + ": bucket " +
-                                   range_text(bucket.begin, bucket.end));
+  auto mean = comm_->then([this, own_count] {
+    // Division, not multiplication by 1/size: the correctly rounded mean of the sum.
+    const float size = static_cast<float>(size_);
+    for (int64_t i = 0; i < own_count; ++i) shares_.received[i] /= size;
+  });
+  auto gather = comm_->all_gather(comm::buffer_of(shares_.received.data(), own_count),
+                                  comm::buffer_of(grads_ + bucket.begin, bucket.end - bucket.begin),
+                                  shares_.blocks);
+  // Waited in order, so a hang names the collective that never completed;
+  // the stream goes on to the next without waiting for this thread.
+  const std::string context = std::string(kWhat) + ": bucket " + range_text(bucket.begin, bucket.end);
+  core::Status status = sum->wait().with_context(context);
+  if (status.ok()) status = mean->wait().with_context(context);
+  if (status.ok()) status = gather->wait().with_context(context);
+  return status;
 }
 
-core::Status GradientReducer::reduce_scatter(const Bucket& bucket) {
+void GradientReducer::add_share(const Bucket& bucket, const float* summed) {
   const ZeroPartition& partition = shares_.partition;
   const int rank = shares_.rank;
   const int64_t own_begin = std::max(bucket.begin, partition.begin(rank));
   const int64_t own_count = std::min(bucket.end, partition.end(rank)) - own_begin;  // may be <= 0
-  const float* summed = grads_ + own_begin;  // one rank: the bucket is its own sum
-  if (size_ > 1) {
-    if (core::Status error = sum_shares(bucket); !error.ok()) return error;
-    summed = shares_.received.data();
-  }
   if (own_count > 0) {
     float* own = scatter_->partition_grads + (own_begin - partition.begin(rank));
     // Division, not multiplication by 1/size: the correctly rounded mean of the sum.
@@ -293,7 +295,21 @@ core::Status GradientReducer::reduce_scatter(const Bucket& bucket) {
   // page go back to the OS too.
   ReleasableBuffer& workspace = *scatter_->workspace;
   workspace.zero(bucket.begin, workspace.page_end(bucket.end));
-  return {};
+}
+
+core::Status GradientReducer::reduce_scatter(const Bucket& bucket) {
+  if (size_ == 1) {  // the bucket is its own sum
+    const int64_t own_begin = std::max(bucket.begin, shares_.partition.begin(0));
+    add_share(bucket, grads_ + own_begin);
+    return {};
+  }
+  // The share's mean is added on the stream's thread, right after the sum.
+  auto sum = start_sum(bucket);
+  auto add = comm_->then([this, &bucket] { add_share(bucket, shares_.received.data()); });
+  const std::string context = std::string(kWhat) + ": bucket " + range_text(bucket.begin, bucket.end);
+  core::Status status = sum->wait().with_context(context);
+  if (status.ok()) status = add->wait().with_context(context);
+  return status;
 }
 
 }  // namespace dslaunch::worker

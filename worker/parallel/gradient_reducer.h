@@ -152,7 +152,11 @@ class GradientReducer {
   void start(comm::Communicator& comm, int64_t bucket_elements);
   core::Status setup_shares();
   void cut(const Bucket& bucket);               // fills shares_.blocks
-  core::Status sum_shares(const Bucket& bucket);  // reduce-scatter into received
+  // Starts the bucket's reduce-scatter into shares_.received.
+  std::unique_ptr<comm::Work> start_sum(const Bucket& bucket);
+  // Reduce-scatter mode: adds the mean of `summed` (this rank's share of the
+  // bucket's sum) to the partition, and releases the bucket's workspace.
+  void add_share(const Bucket& bucket, const float* summed);
   core::Status check_range(int64_t begin, int64_t end) const;
   void launch_complete_buckets();
   void communication_loop();

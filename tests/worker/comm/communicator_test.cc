@@ -831,3 +831,27 @@ TEST_CASE("The transport lists every live communicator's collectives, duplicates
   CHECK(started_on("data/gradients") == -1);  // gone with its communicator
   CHECK(groups->transport().progress().size() == 4);
 }
+
+TEST_CASE("then() runs host work in the communicator's order, between the collectives around it") {
+  auto groups = make_world_groups();
+  Communicator& world = groups->world();
+  const int size = world.size();
+  int64_t value = world.rank() + 1;
+  int64_t seen_between = -1;
+  auto sum = world.all_reduce(buffer_of(&value, 1), ReduceOp::kSum);
+  // Runs after the sum, and before the next collective reads `value`.
+  auto host = world.then([&] {
+    seen_between = value;
+    value *= 10;
+  });
+  auto second = world.all_reduce(buffer_of(&value, 1), ReduceOp::kSum);
+  CHECK_OK(second->wait());
+  CHECK(host->done());
+  CHECK(sum->done());
+  const int64_t first_sum = int64_t{size} * (size + 1) / 2;
+  CHECK(seen_between == first_sum);
+  CHECK(value == first_sum * 10 * size);
+  // Host work is local: not a collective, not counted.
+  CHECK(world.collectives_started() == 2);
+  CHECK(world.stats().calls() == 2);
+}

@@ -355,16 +355,18 @@ TEST_CASE("a peer that never joins in time makes finish return kDeadlineExceeded
     CHECK(finished.code() == StatusCode::kDeadlineExceeded);
     CHECK_THAT(finished.message(),
                Catch::Contains("reduce_scatter") && Catch::Contains("data/gradients"));
-    // Nothing was added to the partition: the bucket failed.
-    CHECK(partition_grads == std::vector<float>(own_end - own_begin, 0.0f));
   } else {
     REQUIRE(finished.ok());
-    std::vector<float> expected;
-    for (int64_t i = own_begin; i < own_end; ++i) {
-      double sum = 0;
-      for (int r = 0; r < size; ++r) sum += gradient(r, 0, i);
-      expected.push_back(static_cast<float>(sum / size));
-    }
-    CHECK(partition_grads == expected);
   }
+  // The operations queued behind the late reduce-scatter on its stream (the
+  // mean added to the partition) ran once it completed, before the
+  // reducer's communicator was freed: on rank 0 too, the partition holds the
+  // mean (the worker never gets here: a deadline ends it as hung).
+  std::vector<float> expected;
+  for (int64_t i = own_begin; i < own_end; ++i) {
+    double sum = 0;
+    for (int r = 0; r < size; ++r) sum += gradient(r, 0, i);
+    expected.push_back(static_cast<float>(sum / size));
+  }
+  CHECK(partition_grads == expected);
 }
