@@ -113,10 +113,10 @@ int main(int argc, char** argv) {
   });
 
   std::cout << fmt::format(
-      "dslaunch plan at scale: {} hosts x {} slots = {} ranks (pipe {} x data {} x model {})\n"
+      "dslaunch plan at scale: {} hosts x {} slots = {} ranks (pipeline {} x data {} x tensor {})\n"
       "median of {} runs on this machine\n\n",
-      kHosts, kSlots, plan->world_size(), plan->grid.shape().pipe, plan->grid.shape().data,
-      plan->grid.shape().model, runs);
+      kHosts, kSlots, plan->world_size(), plan->grid.shape().pipeline,
+      plan->grid.shape().data, plan->grid.shape().tensor, runs);
   std::cout << fmt::format("{:<54}{:>10}\n", "phase", "ms");
   const auto row = [](const std::string& name, double ms) {
     std::cout << fmt::format("{:<54}{:>10.1f}\n", name, ms);

@@ -69,23 +69,23 @@ std::vector<std::string> topology_errors(const HostTopology& topology,
   return errors;
 }
 
-// Assigns ranks to hosts. Tensor groups (model_size consecutive ranks) go
-// whole, in rank order, to hosts in host order, floor(slots / model_size) per
+// Assigns ranks to hosts. Tensor groups (tensor_size consecutive ranks) go
+// whole, in rank order, to hosts in host order, floor(slots / tensor_size) per
 // host; so pipeline stages, which are runs of consecutive groups, fill
 // consecutive hosts. The groups left over take the hosts' remaining slots in
 // host order, and each of them crosses hosts.
-std::vector<HostRanks> assign_hosts(const std::vector<HostSlots>& hosts, int model_size) {
+std::vector<HostRanks> assign_hosts(const std::vector<HostSlots>& hosts, int tensor_size) {
   std::vector<HostRanks> assigned(hosts.size());
   int next_rank = 0;
   for (size_t h = 0; h < hosts.size(); ++h) {
-    const int whole = static_cast<int>(hosts[h].slots.size()) / model_size * model_size;
+    const int whole = static_cast<int>(hosts[h].slots.size()) / tensor_size * tensor_size;
     assigned[h].whole_begin = next_rank;
     assigned[h].whole_end = next_rank + whole;
     next_rank += whole;
   }
   for (size_t h = 0; h < hosts.size(); ++h) {
     assigned[h].straddle_begin = next_rank;
-    next_rank += static_cast<int>(hosts[h].slots.size()) % model_size;
+    next_rank += static_cast<int>(hosts[h].slots.size()) % tensor_size;
     assigned[h].straddle_end = next_rank;
   }
   return assigned;
@@ -101,13 +101,13 @@ std::string join_ranks(int first, int count) {
 }
 
 std::vector<std::string> straddle_warnings(const std::vector<HostSlots>& hosts,
-                                           const std::vector<HostRanks>& assigned, int model_size) {
+                                           const std::vector<HostRanks>& assigned, int tensor_size) {
   // Hosts of each straddling group, in host order: the straddling ranks were
   // dealt out host by host, so a group's hosts are consecutive in that walk.
   std::vector<std::pair<int, std::vector<size_t>>> groups;  // first rank, hosts
   for (size_t h = 0; h < hosts.size(); ++h) {
     for (int rank = assigned[h].straddle_begin; rank < assigned[h].straddle_end; ++rank) {
-      const int first = rank - rank % model_size;
+      const int first = rank - rank % tensor_size;
       if (groups.empty() || groups.back().first != first) groups.push_back({first, {}});
       auto& group_hosts = groups.back().second;
       if (group_hosts.empty() || group_hosts.back() != h) group_hosts.push_back(h);
@@ -121,7 +121,7 @@ std::vector<std::string> straddle_warnings(const std::vector<HostSlots>& hosts,
       if (i > 0) names += i + 1 == group_hosts.size() ? " and " : ", ";
       names += hosts[group_hosts[i]].host;
     }
-    warnings.push_back("tensor-parallel group " + join_ranks(first, model_size) + " spans hosts " +
+    warnings.push_back("tensor-parallel group " + join_ranks(first, tensor_size) + " spans hosts " +
                        names + ": its all-reduces will cross the network");
   }
   return warnings;
@@ -144,7 +144,7 @@ struct SlotScratch {
 // of one size first-fit this way keeps the largest possible number of them
 // inside an island.
 void order_slots(const std::vector<int>& slots, const std::vector<std::pair<int, int>>& by_gpu,
-                 int model_size, int whole_groups, SlotScratch& scratch, std::vector<int>& order) {
+                 int tensor_size, int whole_groups, SlotScratch& scratch, std::vector<int>& order) {
   if (by_gpu.empty()) {
     order = slots;
     return;
@@ -178,10 +178,10 @@ void order_slots(const std::vector<int>& slots, const std::vector<std::pair<int,
   for (size_t begin = 0; begin < keyed.size();) {
     size_t end = begin;
     while (end < keyed.size() && keyed[end].first == keyed[begin].first) ++end;
-    const int fit = std::min(static_cast<int>(end - begin) / model_size, groups_left);
+    const int fit = std::min(static_cast<int>(end - begin) / tensor_size, groups_left);
     groups_left -= fit;
     for (size_t i = begin; i < end; ++i) {
-      const bool in_group = i < begin + static_cast<size_t>(fit) * model_size;
+      const bool in_group = i < begin + static_cast<size_t>(fit) * tensor_size;
       (in_group ? order : scratch.rest).push_back(keyed[i].second);
     }
     begin = end;
@@ -242,9 +242,9 @@ Placement place_ranks(const ProcessGrid& grid, const std::vector<HostSlots>& hos
   if (slots != grid.world_size()) {
     const GridShape& shape = grid.shape();
     placement.errors.push_back(
-        "the grid has " + std::to_string(grid.world_size()) + " ranks (pipe " +
-        std::to_string(shape.pipe) + " x data " + std::to_string(shape.data) + " x model " +
-        std::to_string(shape.model) + ") but " + std::to_string(slots) +
+        "the grid has " + std::to_string(grid.world_size()) + " ranks (pipeline " +
+        std::to_string(shape.pipeline) + " x data " + std::to_string(shape.data) + " x tensor " +
+        std::to_string(shape.tensor) + ") but " + std::to_string(slots) +
         " slots are selected; each slot takes exactly one rank, so change the parallel sizes or "
         "the hosts");
   }
@@ -265,9 +265,9 @@ Placement place_ranks(const ProcessGrid& grid, const std::vector<HostSlots>& hos
   }
   if (!placement.errors.empty()) return placement;
 
-  const int model_size = grid.shape().model;
-  const std::vector<HostRanks> assigned = assign_hosts(hosts, model_size);
-  placement.warnings = straddle_warnings(hosts, assigned, model_size);
+  const int tensor_size = grid.shape().tensor;
+  const std::vector<HostRanks> assigned = assign_hosts(hosts, tensor_size);
+  placement.warnings = straddle_warnings(hosts, assigned, tensor_size);
 
   // CPU rank slots are not GPUs: islands do not apply to them.
   const std::vector<std::pair<int, int>> no_islands;
@@ -293,8 +293,8 @@ Placement place_ranks(const ProcessGrid& grid, const std::vector<HostSlots>& hos
     const HostRanks& ranks = assigned[h];
     const int local_world_size = ranks.size();
     if (local_world_size == 0) continue;
-    order_slots(host.slots, device == DeviceKind::kCuda ? by_gpu : no_islands, model_size,
-                (ranks.whole_end - ranks.whole_begin) / model_size, scratch, order);
+    order_slots(host.slots, device == DeviceKind::kCuda ? by_gpu : no_islands, tensor_size,
+                (ranks.whole_end - ranks.whole_begin) / tensor_size, scratch, order);
 
     // For kCuda, the ranks on one NUMA node split its cores in GPU order.
     if (device == DeviceKind::kCuda) {

@@ -5,21 +5,21 @@
 
 namespace dslaunch::topology {
 
-// Coordinates on the 3D grid. Axis order is `pipe, data, model`, row-major
-// with model (tensor parallel) fastest: the numbering of DeepSpeed's
+// Coordinates on the 3D grid. Axis order is `pipeline, data, tensor`,
+// row-major with tensor fastest: the numbering of DeepSpeed's
 // PipeModelDataParallelTopology and Megatron's default order, so
-//   rank = (pipe * data_size + data) * model_size + model.
+//   rank = (pipeline * data_size + data) * tensor_size + tensor.
 struct GridCoord {
-  int pipe = 0;
+  int pipeline = 0;
   int data = 0;
-  int model = 0;
+  int tensor = 0;
   bool operator==(const GridCoord&) const = default;
 };
 
 struct GridShape {
-  int pipe = 1;
+  int pipeline = 1;
   int data = 1;
-  int model = 1;
+  int tensor = 1;
   bool operator==(const GridShape&) const = default;
 };
 
@@ -38,15 +38,15 @@ class ProcessGrid {
 
   // The groups along one axis: each inner list holds the ranks that differ
   // only in that axis, in increasing order; the lists are ordered by their
-  // first rank. `model_groups` are the tensor-parallel groups, `data_groups`
-  // the data-parallel (gradient all-reduce) groups, `pipe_groups` the
+  // first rank. `tensor_groups` are the tensor-parallel groups, `data_groups`
+  // the data-parallel (gradient all-reduce) groups, `pipeline_groups` the
   // pipelines. Each has world_size() / axis_size lists.
-  std::vector<std::vector<int>> pipe_groups() const;
+  std::vector<std::vector<int>> pipeline_groups() const;
   std::vector<std::vector<int>> data_groups() const;
-  std::vector<std::vector<int>> model_groups() const;
+  std::vector<std::vector<int>> tensor_groups() const;
 
   // The rank holding the previous / next pipeline stage with the same data
-  // and model coordinates; std::nullopt at the first / last stage.
+  // and tensor coordinates; std::nullopt at the first / last stage.
   std::optional<int> previous_stage(int rank) const;
   std::optional<int> next_stage(int rank) const;
 

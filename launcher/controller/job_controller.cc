@@ -106,9 +106,9 @@ std::vector<v1::RankPlacement> placements(const plan::JobPlan& plan) {
     placement.set_local_world_size(rank.local_world_size);
     placement.set_host(rank.host);
     placement.set_slot(rank.slot);
-    placement.set_pipe(rank.coord.pipe);
+    placement.set_pipeline(rank.coord.pipeline);
     placement.set_data(rank.coord.data);
-    placement.set_model(rank.coord.model);
+    placement.set_tensor(rank.coord.tensor);
     placement.set_device(rank.device);
     for (const int core : rank.cpu_cores) placement.add_cpu_cores(core);
     out.push_back(placement);
@@ -247,9 +247,9 @@ class Attempt {
     attempt.resolved_spec_yaml = spec_.resolved_yaml;
     attempt.placements = placements(plan_);
     const topology::GridShape& shape = plan_.grid.shape();
-    attempt.grid.set_pipeline(shape.pipe);
+    attempt.grid.set_pipeline(shape.pipeline);
     attempt.grid.set_data(shape.data);
-    attempt.grid.set_tensor(shape.model);
+    attempt.grid.set_tensor(shape.tensor);
     attempt.batch.set_train_batch_size(plan_.batch.train_batch_size);
     attempt.batch.set_micro_batch_per_gpu(plan_.batch.micro_batch_per_gpu);
     attempt.batch.set_gradient_accumulation_steps(plan_.batch.gradient_accumulation_steps);
@@ -569,8 +569,8 @@ CheckpointCommitter::Settings checkpoint_settings(const spec::JobSpec& spec,
   base.spec_hash = spec_hash(spec.resolved_yaml);
   base.attempt = attempt;
   base.data_parallel = plan.grid.shape().data;
-  base.tensor_parallel = plan.grid.shape().model;
-  base.pipeline_parallel = plan.grid.shape().pipe;
+  base.tensor_parallel = plan.grid.shape().tensor;
+  base.pipeline_parallel = plan.grid.shape().pipeline;
   base.zero_stage = spec.training.zero.stage;
   // Sample g of the run is window permutation(seed, epoch)(g): the number of
   // samples consumed is the whole position in the data.

@@ -44,7 +44,7 @@ struct JobPlan {
   int world_size() const { return grid.world_size(); }
   // Precondition: memory_by_stage is not empty (a training job).
   const ModelStateBytes& memory_of_rank(int rank) const {
-    return memory_by_stage[grid.coord_of(rank).pipe];
+    return memory_by_stage[grid.coord_of(rank).pipeline];
   }
 };
 

@@ -69,23 +69,23 @@ void write_plan_json(std::ostream& stream, const spec::JobSpec& spec, const JobP
          plan.batch.train_batch_size, plan.batch.micro_batch_per_gpu,
          plan.batch.gradient_accumulation_steps);
   const topology::GridShape& shape = plan.grid.shape();
-  append(out, "  \"grid\": {{\"pipe\": {}, \"data\": {}, \"model\": {}}},\n", shape.pipe,
-         shape.data, shape.model);
+  append(out, "  \"grid\": {{\"pipeline\": {}, \"data\": {}, \"tensor\": {}}},\n", shape.pipeline,
+         shape.data, shape.tensor);
 
   write_lines(out, "ranks", plan.placement.ranks, [&](const topology::RankPlacement& rank) {
     append(out,
-           "{{\"rank\": {}, \"host\": {}, \"slot\": {}, \"pipe\": {}, \"data\": {}, \"model\": {}, "
+           "{{\"rank\": {}, \"host\": {}, \"slot\": {}, \"pipeline\": {}, \"data\": {}, \"tensor\": {}, "
            "\"local_rank\": {}, \"local_world_size\": {}, \"device\": \"{}\", \"numa_node\": {}, "
            "\"cpu_cores\": [{}]}}",
-           rank.rank, host_json[rank.host], rank.slot, rank.coord.pipe, rank.coord.data,
-           rank.coord.model, rank.local_rank, rank.local_world_size, rank.device, rank.numa_node,
+           rank.rank, host_json[rank.host], rank.slot, rank.coord.pipeline, rank.coord.data,
+           rank.coord.tensor, rank.local_rank, rank.local_world_size, rank.device, rank.numa_node,
            fmt::join(rank.cpu_cores, ", "));
   });
 
   append(out, "  \"groups\": {{\n");
-  write_groups(out, "pipe", plan.grid.pipe_groups(), false);
+  write_groups(out, "pipeline", plan.grid.pipeline_groups(), false);
   write_groups(out, "data", plan.grid.data_groups(), false);
-  write_groups(out, "model", plan.grid.model_groups(), true);
+  write_groups(out, "tensor", plan.grid.tensor_groups(), true);
   append(out, "  }},\n");
   append(out, "  \"model\": {{\"parameters\": {}, \"padded_vocab_size\": {}}},\n",
          plan.total_parameters, plan.padded_vocab_size);

@@ -31,7 +31,7 @@ std::string cores_text(const std::vector<int>& cores) {
 
 void append_groups(std::string& out, const char* axis, const std::vector<std::vector<int>>& groups,
                    int max_rows) {
-  out += fmt::format("  {:<6}", axis);
+  out += fmt::format("  {:<8}", axis);
   const size_t shown = std::min<size_t>(groups.size(), static_cast<size_t>(max_rows));
   for (size_t i = 0; i < shown; ++i) out += fmt::format(" [{}]", fmt::join(groups[i], ","));
   if (shown < groups.size()) out += fmt::format(" ... {} more", groups.size() - shown);
@@ -61,15 +61,16 @@ std::string plan_to_text(const spec::JobSpec& spec, const JobPlan& plan, int max
                        plan.batch.train_batch_size, plan.batch.micro_batch_per_gpu,
                        plan.batch.gradient_accumulation_steps, shape.data);
   }
-  out += fmt::format("grid: pipe {} x data {} x model {}\n\n", shape.pipe, shape.data, shape.model);
+  out += fmt::format("grid: pipeline {} x data {} x tensor {}\n\n", shape.pipeline, shape.data,
+                     shape.tensor);
 
-  out += fmt::format("{:>6}  {:<20} {:>4}  {:>4} {:>4} {:>5}  {:>5}  {:<8} {}\n", "rank", "host",
-                     "slot", "pipe", "data", "model", "local", "device", "cores");
+  out += fmt::format("{:>6}  {:<20} {:>4}  {:>8} {:>4} {:>6}  {:>5}  {:<8} {}\n", "rank", "host",
+                     "slot", "pipeline", "data", "tensor", "local", "device", "cores");
   const int shown = std::min(plan.world_size(), max_rows);
   for (int r = 0; r < shown; ++r) {
     const topology::RankPlacement& rank = plan.placement.ranks[r];
-    out += fmt::format("{:>6}  {:<20} {:>4}  {:>4} {:>4} {:>5}  {:>5}  {:<8} {}\n", rank.rank,
-                       rank.host, rank.slot, rank.coord.pipe, rank.coord.data, rank.coord.model,
+    out += fmt::format("{:>6}  {:<20} {:>4}  {:>8} {:>4} {:>6}  {:>5}  {:<8} {}\n", rank.rank,
+                       rank.host, rank.slot, rank.coord.pipeline, rank.coord.data, rank.coord.tensor,
                        rank.local_rank, rank.device, cores_text(rank.cpu_cores));
   }
   if (shown < plan.world_size()) {
@@ -77,9 +78,9 @@ std::string plan_to_text(const spec::JobSpec& spec, const JobPlan& plan, int max
   }
 
   out += "\ngroups\n";
-  append_groups(out, "model", plan.grid.model_groups(), max_rows);
+  append_groups(out, "tensor", plan.grid.tensor_groups(), max_rows);
   append_groups(out, "data", plan.grid.data_groups(), max_rows);
-  append_groups(out, "pipe", plan.grid.pipe_groups(), max_rows);
+  append_groups(out, "pipeline", plan.grid.pipeline_groups(), max_rows);
 
   if (!plan.memory_by_stage.empty()) {
     out += fmt::format("\nmodel states per rank ({}, ZeRO stage {}, data-parallel {})\n",

@@ -33,8 +33,8 @@ void check_plan(const spec::JobSpec& job, const plan::JobPlan& planned) {
   for (const auto& host : planned.hosts) world += static_cast<int64_t>(host.slots.size());
   const auto& shape = planned.grid.shape();
   require(world == planned.world_size());
-  require(shape.model == job.parallelism.tensor && shape.pipe == job.parallelism.pipeline);
-  require(int64_t{shape.model} * shape.pipe * shape.data == world);
+  require(shape.tensor == job.parallelism.tensor && shape.pipeline == job.parallelism.pipeline);
+  require(int64_t{shape.tensor} * shape.pipeline * shape.data == world);
   require(static_cast<int64_t>(planned.placement.ranks.size()) == world);
   require(planned.placement.errors.empty());
 
@@ -56,7 +56,7 @@ void check_plan(const spec::JobSpec& job, const plan::JobPlan& planned) {
   require(batch.micro_batch_per_gpu > 0 && batch.gradient_accumulation_steps > 0);
   require(batch.train_batch_size ==
           batch.micro_batch_per_gpu * batch.gradient_accumulation_steps * shape.data);
-  require(static_cast<int>(planned.memory_by_stage.size()) == shape.pipe);
+  require(static_cast<int>(planned.memory_by_stage.size()) == shape.pipeline);
   require(planned.padded_vocab_size >= job.model.vocab_size);
 }
 

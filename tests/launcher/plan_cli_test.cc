@@ -69,10 +69,10 @@ TEST_CASE("dslaunch plan --json plans the demo: two CPU ranks on localhost") {
   CHECK(plan["batch"] == json{{"train_batch_size", 16},
                               {"train_micro_batch_size_per_gpu", 8},
                               {"gradient_accumulation_steps", 1}});
-  CHECK(plan["grid"] == json{{"pipe", 1}, {"data", 2}, {"model", 1}});
-  CHECK(plan["groups"]["pipe"].get<Groups>() == Groups{{0}, {1}});
+  CHECK(plan["grid"] == json{{"pipeline", 1}, {"data", 2}, {"tensor", 1}});
+  CHECK(plan["groups"]["pipeline"].get<Groups>() == Groups{{0}, {1}});
   CHECK(plan["groups"]["data"].get<Groups>() == Groups{{0, 1}});
-  CHECK(plan["groups"]["model"].get<Groups>() == Groups{{0}, {1}});
+  CHECK(plan["groups"]["tensor"].get<Groups>() == Groups{{0}, {1}});
   // 4 layers, hidden 256, vocab 256 (a multiple of 64 already), seq 256.
   CHECK(plan["model"] == json{{"parameters", 3'290'624}, {"padded_vocab_size", 256}});
   CHECK(plan["device_memory_bytes"].get<int64_t>() > 0);
@@ -80,8 +80,8 @@ TEST_CASE("dslaunch plan --json plans the demo: two CPU ranks on localhost") {
 
   const json& ranks = plan["ranks"];
   REQUIRE(ranks.size() == 2);
-  const std::set<std::string> fields = {"rank",   "host",      "slot",       "pipe",
-                                        "data",   "model",     "local_rank", "local_world_size",
+  const std::set<std::string> fields = {"rank",   "host",      "slot",       "pipeline",
+                                        "data",   "tensor",    "local_rank", "local_world_size",
                                         "device", "numa_node", "cpu_cores"};
   std::vector<int> all_cores;
   for (int r = 0; r < 2; ++r) {
@@ -93,9 +93,9 @@ TEST_CASE("dslaunch plan --json plans the demo: two CPU ranks on localhost") {
     CHECK(rank["rank"] == r);
     CHECK(rank["host"] == "localhost");
     CHECK(rank["slot"] == r);
-    CHECK(rank["pipe"] == 0);
+    CHECK(rank["pipeline"] == 0);
     CHECK(rank["data"] == r);
-    CHECK(rank["model"] == 0);
+    CHECK(rank["tensor"] == 0);
     CHECK(rank["local_rank"] == r);
     CHECK(rank["local_world_size"] == 2);
     CHECK(rank["device"] == "cpu");
@@ -142,10 +142,10 @@ TEST_CASE("dslaunch plan --json plans the 2-host example: 16 ranks, a stage per 
   CHECK(plan["batch"] == json{{"train_batch_size", 256},
                               {"train_micro_batch_size_per_gpu", 8},
                               {"gradient_accumulation_steps", 16}});
-  CHECK(plan["grid"] == json{{"pipe", 2}, {"data", 2}, {"model", 4}});
-  CHECK(plan["groups"]["model"].get<Groups>() ==
+  CHECK(plan["grid"] == json{{"pipeline", 2}, {"data", 2}, {"tensor", 4}});
+  CHECK(plan["groups"]["tensor"].get<Groups>() ==
         Groups{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}});
-  CHECK(plan["groups"]["pipe"].get<Groups>() ==
+  CHECK(plan["groups"]["pipeline"].get<Groups>() ==
         Groups{{0, 8}, {1, 9}, {2, 10}, {3, 11}, {4, 12}, {5, 13}, {6, 14}, {7, 15}});
   CHECK(plan["groups"]["data"].get<Groups>() ==
         Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}});
@@ -159,8 +159,8 @@ TEST_CASE("dslaunch plan --json plans the 2-host example: 16 ranks, a stage per 
     CHECK(ranks[r]["host"] == (r < 8 ? "gpu-node-01" : "gpu-node-02"));
     CHECK(ranks[r]["slot"] == r % 8);
     CHECK(ranks[r]["device"] == "cuda:" + std::to_string(r % 8));
-    CHECK(ranks[r]["pipe"] == r / 8);
-    CHECK(ranks[r]["model"] == r % 4);
+    CHECK(ranks[r]["pipeline"] == r / 8);
+    CHECK(ranks[r]["tensor"] == r % 4);
     // 64 cores on 2 NUMA nodes, GPUs 0-3 on node 0: 8 cores a GPU.
     CHECK(ranks[r]["numa_node"] == r % 8 / 4);
     CHECK(ranks[r]["cpu_cores"].front() == r % 8 * 8);
@@ -204,10 +204,10 @@ TEST_CASE("dslaunch plan --include keeps one host of the 2-host example: 8 ranks
   const json plan = plan_json(two_hosts() + " --include gpu-node-01");
   CHECK(plan["world_size"] == 8);
   CHECK(plan["hosts"] == json{{"gpu-node-01", {0, 1, 2, 3, 4, 5, 6, 7}}});
-  CHECK(plan["grid"] == json{{"pipe", 2}, {"data", 1}, {"model", 4}});
+  CHECK(plan["grid"] == json{{"pipeline", 2}, {"data", 1}, {"tensor", 4}});
   CHECK(plan["batch"]["gradient_accumulation_steps"] == 32);
-  CHECK(plan["groups"]["pipe"].get<Groups>() == Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}});
-  CHECK(plan["ranks"][4]["pipe"] == 1);
+  CHECK(plan["groups"]["pipeline"].get<Groups>() == Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}});
+  CHECK(plan["ranks"][4]["pipeline"] == 1);
   CHECK(plan["ranks"][4]["slot"] == 4);
   // Without ZeRO partitioning (data 1), bf16 Adam holds 16 bytes per parameter.
   CHECK(plan["memory"][0]["device_total"] == 16 * 51'868'672LL);
@@ -230,13 +230,13 @@ TEST_CASE("dslaunch plan prints the plan as text") {
   CHECK(result.output.rfind("job demo: 2 rank(s) on 1 host(s), device cpu\n", 0) == 0);
   CHECK(result.output.find("\nbatch: train_batch_size 16 = micro 8 x accumulation 1 x data 2\n") !=
         std::string::npos);
-  CHECK(result.output.find("\ngrid: pipe 1 x data 2 x model 1\n") != std::string::npos);
-  // rank, host, slot, pipe, data, model, local rank, device, cores.
+  CHECK(result.output.find("\ngrid: pipeline 1 x data 2 x tensor 1\n") != std::string::npos);
+  // rank, host, slot, pipeline, data, tensor, local rank, device, cores.
   CHECK(std::regex_search(result.output,
                           std::regex(R"(\n +0  localhost +0 +0 +0 +0 +0  cpu +\d+(-\d+)?\n)")));
   CHECK(std::regex_search(result.output,
                           std::regex(R"(\n +1  localhost +1 +0 +1 +0 +1  cpu +\d+(-\d+)?\n)")));
-  CHECK(result.output.find("\n  data   [0,1]\n") != std::string::npos);
+  CHECK(result.output.find("\n  data     [0,1]\n") != std::string::npos);
   CHECK(result.output.find("model states per rank (fp32, ZeRO stage 1, data-parallel 2)") !=
         std::string::npos);
 }

@@ -74,7 +74,7 @@ std::vector<int> local_world_sizes(const Placement& placement) {
 }  // namespace
 
 TEST_CASE("two 4-GPU hosts hold one pipeline stage each, GPUs bound to their NUMA node's cores") {
-  const ProcessGrid grid(GridShape{.pipe = 2, .data = 4, .model = 1});
+  const ProcessGrid grid(GridShape{.pipeline = 2, .data = 4, .tensor = 1});
   const auto placement = place_ranks(grid, {host_with_slots("a", 4), host_with_slots("b", 4)},
                                      cores_and_nodes(8, 2), DeviceKind::kCuda);
   check_ranks(placement, {
@@ -90,7 +90,7 @@ TEST_CASE("two 4-GPU hosts hold one pipeline stage each, GPUs bound to their NUM
   CHECK(placement.warnings.empty());
   CHECK(local_world_sizes(placement) == std::vector<int>(8, 4));
   CHECK(placement.ranks[5].device == "cuda:1");
-  CHECK(placement.ranks[5].coord == GridCoord{.pipe = 1, .data = 1, .model = 0});
+  CHECK(placement.ranks[5].coord == GridCoord{.pipeline = 1, .data = 1, .tensor = 0});
   CHECK(to_rankfile(placement) ==
         "rank 0=a slot=0-1\n"
         "rank 1=a slot=2-3\n"
@@ -103,12 +103,12 @@ TEST_CASE("two 4-GPU hosts hold one pipeline stage each, GPUs bound to their NUM
 }
 
 TEST_CASE("a world size that differs from the slot count is an error naming both") {
-  const ProcessGrid grid(GridShape{.pipe = 2, .data = 2, .model = 1});
+  const ProcessGrid grid(GridShape{.pipeline = 2, .data = 2, .tensor = 1});
   const auto placement = place_ranks(grid, {host_with_slots("a", 4), host_with_slots("b", 4)},
                                      cores_and_nodes(8, 2), DeviceKind::kCuda);
   REQUIRE(placement.errors.size() == 1);
   CHECK(placement.errors[0] ==
-        "the grid has 4 ranks (pipe 2 x data 2 x model 1) but 8 slots are selected; each slot "
+        "the grid has 4 ranks (pipeline 2 x data 2 x tensor 1) but 8 slots are selected; each slot "
         "takes exactly one rank, so change the parallel sizes or the hosts");
   CHECK(placement.ranks.empty());
   CHECK(placement.warnings.empty());
@@ -116,7 +116,7 @@ TEST_CASE("a world size that differs from the slot count is an error naming both
 }
 
 TEST_CASE("tensor groups of 2 stay on one host and stages fill consecutive hosts") {
-  const ProcessGrid grid(GridShape{.pipe = 3, .data = 2, .model = 2});
+  const ProcessGrid grid(GridShape{.pipeline = 3, .data = 2, .tensor = 2});
   const auto placement =
       place_ranks(grid, {host_with_slots("a", 4), host_with_slots("b", 4), host_with_slots("c", 4)},
                   cores_and_nodes(4, 1), DeviceKind::kCuda);
@@ -135,7 +135,7 @@ TEST_CASE("tensor groups of 2 stay on one host and stages fill consecutive hosts
                              {"c", 3, 3, {3}, 0},
                          });
   CHECK(placement.warnings.empty());
-  CHECK(placement.ranks[7].coord == GridCoord{.pipe = 1, .data = 1, .model = 1});
+  CHECK(placement.ranks[7].coord == GridCoord{.pipeline = 1, .data = 1, .tensor = 1});
   CHECK(to_rankfile(placement) ==
         "rank 0=a slot=0\nrank 1=a slot=1\nrank 2=a slot=2\nrank 3=a slot=3\n"
         "rank 4=b slot=0\nrank 5=b slot=1\nrank 6=b slot=2\nrank 7=b slot=3\n"
@@ -143,7 +143,7 @@ TEST_CASE("tensor groups of 2 stay on one host and stages fill consecutive hosts
 }
 
 TEST_CASE("a 6-GPU host leaves a tensor group of 4 to straddle it and the next host") {
-  const ProcessGrid grid(GridShape{.pipe = 1, .data = 3, .model = 4});
+  const ProcessGrid grid(GridShape{.pipeline = 1, .data = 3, .tensor = 4});
   const auto placement =
       place_ranks(grid, {host_with_slots("a", 4), host_with_slots("b", 6), host_with_slots("c", 2)},
                   cores_and_nodes(12, 2), DeviceKind::kCuda);
@@ -171,7 +171,7 @@ TEST_CASE("a 6-GPU host leaves a tensor group of 4 to straddle it and the next h
 }
 
 TEST_CASE("odd slot counts make the last tensor groups straddle, out of rank order on the host") {
-  const ProcessGrid grid(GridShape{.pipe = 2, .data = 2, .model = 2});
+  const ProcessGrid grid(GridShape{.pipeline = 2, .data = 2, .tensor = 2});
   const auto placement =
       place_ranks(grid, {host_with_slots("a", 3), host_with_slots("b", 3), host_with_slots("c", 2)},
                   cores_and_nodes(6, 1), DeviceKind::kCpu);
@@ -193,7 +193,7 @@ TEST_CASE("odd slot counts make the last tensor groups straddle, out of rank ord
 }
 
 TEST_CASE("a tensor group bigger than every host names all the hosts it spans") {
-  const ProcessGrid grid(GridShape{.pipe = 1, .data = 1, .model = 4});
+  const ProcessGrid grid(GridShape{.pipeline = 1, .data = 1, .tensor = 4});
   const auto placement = place_ranks(grid,
                                      {host_with_slots("a", 2), host_with_slots("idle", 0),
                                       host_with_slots("b", 1), host_with_slots("c", 1)},
@@ -212,7 +212,7 @@ TEST_CASE("a tensor group bigger than every host names all the hosts it spans") 
 TEST_CASE("include-filtered GPUs 0,1,4,5 give each tensor group of 2 its own NVLink island") {
   HostTopology topology = cores_and_nodes(8, 2);
   topology.gpu_islands = {{0, 1, 2, 3}, {4, 5, 6, 7}};
-  const ProcessGrid grid(GridShape{.pipe = 2, .data = 2, .model = 2});
+  const ProcessGrid grid(GridShape{.pipeline = 2, .data = 2, .tensor = 2});
   const auto placement =
       place_ranks(grid, {HostSlots{"a", {0, 1, 4, 5}}, HostSlots{"b", {0, 1, 4, 5}}}, topology,
                   DeviceKind::kCuda);
@@ -233,7 +233,7 @@ TEST_CASE("include-filtered GPUs 0,1,4,5 give each tensor group of 2 its own NVL
 
 TEST_CASE("a GPU's NUMA node does not change when only some of the host's GPUs are selected") {
   // An 8-GPU host with 2 NUMA nodes: GPUs 0-3 sit on node 0 whatever is selected.
-  const ProcessGrid grid(GridShape{.pipe = 1, .data = 2, .model = 1});
+  const ProcessGrid grid(GridShape{.pipeline = 1, .data = 2, .tensor = 1});
   const auto placement =
       place_ranks(grid, {HostSlots{"a", {0, 1}, 8}}, cores_and_nodes(16, 2), DeviceKind::kCuda);
   check_ranks(placement, {
@@ -246,7 +246,7 @@ TEST_CASE("a GPU's NUMA node does not change when only some of the host's GPUs a
 TEST_CASE("include a:0,1 and num_gpus 2 on an 8-GPU host bind GPU 1 to NUMA node 0") {
   const auto parsed = parse_hostfile("a slots=8\n");
   REQUIRE(parsed.errors.empty());
-  const ProcessGrid grid(GridShape{.pipe = 1, .data = 2, .model = 1});
+  const ProcessGrid grid(GridShape{.pipeline = 1, .data = 2, .tensor = 1});
   for (const auto& [include, num_gpus] :
        std::vector<std::pair<std::string, int>>{{"a:0,1", -1}, {"", 2}}) {
     INFO("include \"" << include << "\", num_gpus " << num_gpus);
@@ -265,7 +265,7 @@ TEST_CASE("GPUs left out of gpu_islands still count toward the host's GPU count"
   // GPUs, so with 4 NUMA nodes GPU 1 is on node 0 and GPU 6 on node 3.
   HostTopology topology = cores_and_nodes(8, 4);
   topology.gpu_islands = {{0, 1}, {6, 7}};
-  const ProcessGrid grid(GridShape{.pipe = 1, .data = 4, .model = 1});
+  const ProcessGrid grid(GridShape{.pipeline = 1, .data = 4, .tensor = 1});
   const auto placement =
       place_ranks(grid, {HostSlots{"a", {0, 1, 6, 7}}}, topology, DeviceKind::kCuda);
   check_ranks(placement, {
@@ -279,7 +279,7 @@ TEST_CASE("GPUs left out of gpu_islands still count toward the host's GPU count"
 TEST_CASE("tensor groups take the GPUs of one island even when islands interleave indices") {
   HostTopology topology = cores_and_nodes(16, 2);
   topology.gpu_islands = {{0, 2, 4, 6}, {1, 3, 5, 7}};
-  const ProcessGrid grid(GridShape{.pipe = 1, .data = 2, .model = 4});
+  const ProcessGrid grid(GridShape{.pipeline = 1, .data = 2, .tensor = 4});
   const auto placement = place_ranks(grid, {host_with_slots("a", 8)}, topology, DeviceKind::kCuda);
   // Cores follow the GPU, not the rank: node 0's GPUs 0-3 split cores 0-7 in GPU order.
   check_ranks(placement, {
@@ -298,7 +298,7 @@ TEST_CASE("tensor groups take the GPUs of one island even when islands interleav
 TEST_CASE("a tensor group that fits in no island's room takes the leftovers") {
   HostTopology topology = cores_and_nodes(10, 1);
   topology.gpu_islands = {{0, 1, 2, 3}, {4, 5}, {6, 7, 8, 9}};
-  const ProcessGrid grid(GridShape{.pipe = 1, .data = 2, .model = 2});
+  const ProcessGrid grid(GridShape{.pipeline = 1, .data = 2, .tensor = 2});
   // On this host the islands are {3}, {4, 5} and {8}: in GPU order both
   // groups would cross islands; packing keeps [0, 1] inside {4, 5}.
   const auto placement =
@@ -315,7 +315,7 @@ TEST_CASE("a tensor group that fits in no island's room takes the leftovers") {
 TEST_CASE("GPUs outside the listed islands are islands alone") {
   HostTopology topology = cores_and_nodes(4, 1);
   topology.gpu_islands = {{2, 3}};
-  const ProcessGrid grid(GridShape{.pipe = 1, .data = 2, .model = 2});
+  const ProcessGrid grid(GridShape{.pipeline = 1, .data = 2, .tensor = 2});
   // Islands {0}, {1}, {2, 3}: the first group goes to {2, 3}.
   const auto placement = place_ranks(grid, {host_with_slots("a", 4)}, topology, DeviceKind::kCuda);
   check_ranks(placement, {
@@ -330,7 +330,7 @@ TEST_CASE("on a DGX A100 each GPU's rank is bound to half of its NUMA node's cor
   HostTopology topology = cores_and_nodes(128, 8);
   topology.gpu_islands = {{0, 1, 2, 3, 4, 5, 6, 7}};
   topology.gpu_numa_node = {3, 3, 1, 1, 7, 7, 5, 5};
-  const ProcessGrid grid(GridShape{.pipe = 1, .data = 1, .model = 8});
+  const ProcessGrid grid(GridShape{.pipeline = 1, .data = 1, .tensor = 8});
   const auto placement =
       place_ranks(grid, {host_with_slots("dgx", 8)}, topology, DeviceKind::kCuda);
   REQUIRE(placement.errors.empty());
@@ -351,7 +351,7 @@ TEST_CASE("on a DGX A100 each GPU's rank is bound to half of its NUMA node's cor
 TEST_CASE("a GPU whose NUMA node is unknown (-1) is spread by its index") {
   HostTopology topology = cores_and_nodes(4, 2);
   topology.gpu_numa_node = {1, -1};
-  const ProcessGrid grid(GridShape{.pipe = 1, .data = 2, .model = 1});
+  const ProcessGrid grid(GridShape{.pipeline = 1, .data = 2, .tensor = 1});
   const auto placement = place_ranks(grid, {host_with_slots("a", 2)}, topology, DeviceKind::kCuda);
   check_ranks(placement, {
                              {"a", 0, 0, {2}, 1},
@@ -360,7 +360,7 @@ TEST_CASE("a GPU whose NUMA node is unknown (-1) is spread by its index") {
 }
 
 TEST_CASE("more CPU ranks than cores share the cores round-robin") {
-  const ProcessGrid grid(GridShape{.pipe = 1, .data = 4, .model = 1});
+  const ProcessGrid grid(GridShape{.pipeline = 1, .data = 4, .tensor = 1});
   const auto placement =
       place_ranks(grid, {host_with_slots("laptop", 4)}, cores_and_nodes(2, 1), DeviceKind::kCpu);
   check_ranks(placement, {
@@ -375,7 +375,7 @@ TEST_CASE("more CPU ranks than cores share the cores round-robin") {
 }
 
 TEST_CASE("CPU ranks split a host's cores contiguously even when they do not divide evenly") {
-  const ProcessGrid grid(GridShape{.pipe = 1, .data = 3, .model = 1});
+  const ProcessGrid grid(GridShape{.pipeline = 1, .data = 3, .tensor = 1});
   const auto placement =
       place_ranks(grid, {host_with_slots("a", 3)}, cores_and_nodes(8, 2), DeviceKind::kCpu);
   check_ranks(placement, {
@@ -389,7 +389,7 @@ TEST_CASE("CPU ranks split a host's cores contiguously even when they do not div
 TEST_CASE("CPU ranks ignore GPU islands") {
   HostTopology topology = cores_and_nodes(4, 1);
   topology.gpu_islands = {{1, 2}};
-  const ProcessGrid grid(GridShape{.pipe = 1, .data = 2, .model = 2});
+  const ProcessGrid grid(GridShape{.pipeline = 1, .data = 2, .tensor = 2});
   const auto placement = place_ranks(grid, {host_with_slots("a", 4)}, topology, DeviceKind::kCpu);
   check_ranks(placement, {
                              {"a", 0, 0, {0}, 0},
@@ -415,7 +415,7 @@ TEST_CASE("the rankfile writes core lists as comma-separated runs") {
 }
 
 TEST_CASE("an inconsistent host topology or slot list is an error") {
-  const ProcessGrid grid(GridShape{.pipe = 1, .data = 2, .model = 1});
+  const ProcessGrid grid(GridShape{.pipeline = 1, .data = 2, .tensor = 1});
   const std::vector<HostSlots> hosts = {host_with_slots("a", 2)};
 
   CHECK(place_ranks(grid, hosts, cores_and_nodes(0, 1), DeviceKind::kCpu).errors ==
@@ -458,7 +458,7 @@ TEST_CASE("for many shapes and host sizes every slot takes one rank and groups s
         }
         HostTopology topology = cores_and_nodes(16, 2);
         topology.gpu_islands = {{0, 1, 2}, {3, 4, 5, 6, 7}};
-        const ProcessGrid grid(GridShape{.pipe = 1, .data = world / model, .model = model});
+        const ProcessGrid grid(GridShape{.pipeline = 1, .data = world / model, .tensor = model});
         const auto placement = place_ranks(grid, hosts, topology, DeviceKind::kCuda);
         INFO("model " << model << ", " << hosts_count << " hosts x " << slots_per_host);
         REQUIRE(placement.errors.empty());
@@ -480,7 +480,7 @@ TEST_CASE("for many shapes and host sizes every slot takes one rank and groups s
         }
 
         int straddling = 0;
-        for (const auto& group : grid.model_groups()) {
+        for (const auto& group : grid.tensor_groups()) {
           std::set<std::string> group_hosts;
           for (int rank : group) group_hosts.insert(placement.ranks[rank].host);
           if (group_hosts.size() > 1) ++straddling;
@@ -498,7 +498,7 @@ TEST_CASE("131072 ranks on 16384 hosts of 8 GPUs are placed stage by stage") {
   for (int h = 0; h < 16384; ++h) hosts.push_back(host_with_slots("node" + std::to_string(h), 8));
   HostTopology topology = cores_and_nodes(128, 8);
   topology.gpu_islands = {{0, 1, 2, 3, 4, 5, 6, 7}};
-  const ProcessGrid grid(GridShape{.pipe = 16, .data = 1024, .model = 8});
+  const ProcessGrid grid(GridShape{.pipeline = 16, .data = 1024, .tensor = 8});
   const auto placement = place_ranks(grid, hosts, topology, DeviceKind::kCuda);
   REQUIRE(placement.errors.empty());
   CHECK(placement.warnings.empty());

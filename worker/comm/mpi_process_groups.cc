@@ -15,7 +15,7 @@ namespace dslaunch::worker::comm {
 namespace {
 
 std::string shape_text(const topology::GridShape& shape) {
-  return fmt::format("pipeline {} x data {} x tensor {}", shape.pipe, shape.data, shape.model);
+  return fmt::format("pipeline {} x data {} x tensor {}", shape.pipeline, shape.data, shape.tensor);
 }
 
 // The group of `groups` that holds `rank`.
@@ -32,7 +32,7 @@ std::vector<int> group_of(const std::vector<std::vector<int>>& groups, int rank)
 
 core::StatusOr<std::unique_ptr<ProcessGroups>> create_mpi_process_groups(
     topology::GridShape shape, const CommOptions& options) {
-  if (shape.pipe < 1 || shape.data < 1 || shape.model < 1) {
+  if (shape.pipeline < 1 || shape.data < 1 || shape.tensor < 1) {
     return core::invalid_argument("every axis of the process grid must be at least 1, got " +
                                   shape_text(shape));
   }
@@ -59,7 +59,7 @@ core::StatusOr<std::unique_ptr<ProcessGroups>> create_mpi_process_groups(
   // pipeline groups by the rank's place within its stage, data groups by
   // (pipeline, tensor), tensor groups by (pipeline, data).
   const topology::GridCoord c = grid.coord_of(rank);
-  const int stage = shape.data * shape.model;
+  const int stage = shape.data * shape.tensor;
   struct Split {
     Axis axis;
     int color;
@@ -67,9 +67,9 @@ core::StatusOr<std::unique_ptr<ProcessGroups>> create_mpi_process_groups(
     std::vector<int> members;
   };
   const Split splits[] = {
-      {Axis::pipeline, rank % stage, c.pipe, group_of(grid.pipe_groups(), rank)},
-      {Axis::data, c.pipe * shape.model + c.model, c.data, group_of(grid.data_groups(), rank)},
-      {Axis::tensor, c.pipe * shape.data + c.data, c.model, group_of(grid.model_groups(), rank)},
+      {Axis::pipeline, rank % stage, c.pipeline, group_of(grid.pipeline_groups(), rank)},
+      {Axis::data, c.pipeline * shape.tensor + c.tensor, c.data, group_of(grid.data_groups(), rank)},
+      {Axis::tensor, c.pipeline * shape.data + c.data, c.tensor, group_of(grid.tensor_groups(), rank)},
   };
   std::array<MPI_Comm, 4> comms = {MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};
   std::string failed_call;

@@ -171,7 +171,7 @@ struct ExpectedRank {
   int rank;
   std::string host;
   int slot;
-  int pipe, data, model;
+  int pipeline, data, tensor;
   std::vector<int> cores;
   int numa_node;
 };
@@ -183,7 +183,7 @@ void check_rank(const JobPlan& plan, const ExpectedRank& expected) {
   CHECK(got.rank == expected.rank);
   CHECK(got.host == expected.host);
   CHECK(got.slot == expected.slot);
-  CHECK(got.coord == topology::GridCoord{expected.pipe, expected.data, expected.model});
+  CHECK(got.coord == topology::GridCoord{expected.pipeline, expected.data, expected.tensor});
   CHECK(got.cpu_cores == expected.cores);
   CHECK(got.numa_node == expected.numa_node);
 }
@@ -401,9 +401,9 @@ TEST_CASE("two 8-GPU hosts with tensor 4 and pipeline 2 put each stage on its ow
   CHECK(plan.placement.ranks[13].local_world_size == 8);
 
   using Groups = std::vector<std::vector<int>>;
-  CHECK(plan.grid.model_groups() ==
+  CHECK(plan.grid.tensor_groups() ==
         Groups{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}});
-  CHECK(plan.grid.pipe_groups() ==
+  CHECK(plan.grid.pipeline_groups() ==
         Groups{{0, 8}, {1, 9}, {2, 10}, {3, 11}, {4, 12}, {5, 13}, {6, 14}, {7, 15}});
   CHECK(plan.grid.data_groups() ==
         Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}});

@@ -712,7 +712,7 @@ TEST_CASE("Process groups match the process grid's groups for every shape of the
   std::vector<int> everyone(size);
   std::iota(everyone.begin(), everyone.end(), 0);
   for (const GridShape& shape : shapes) {
-    INFO("shape pipe " << shape.pipe << " data " << shape.data << " model " << shape.model);
+    INFO("shape pipe " << shape.pipeline << " data " << shape.data << " model " << shape.tensor);
     auto groups = make_groups(shape);
     const ProcessGrid grid(shape);
     CHECK(groups->rank() == rank);
@@ -727,12 +727,12 @@ TEST_CASE("Process groups match the process grid's groups for every shape of the
     };
     const Expected expected[] = {
         {Axis::world, size, rank, everyone},
-        {Axis::pipeline, shape.pipe, grid.coord_of(rank).pipe,
-         group_containing(grid.pipe_groups(), rank)},
+        {Axis::pipeline, shape.pipeline, grid.coord_of(rank).pipeline,
+         group_containing(grid.pipeline_groups(), rank)},
         {Axis::data, shape.data, grid.coord_of(rank).data,
          group_containing(grid.data_groups(), rank)},
-        {Axis::tensor, shape.model, grid.coord_of(rank).model,
-         group_containing(grid.model_groups(), rank)},
+        {Axis::tensor, shape.tensor, grid.coord_of(rank).tensor,
+         group_containing(grid.tensor_groups(), rank)},
     };
     CHECK(&groups->communicator(Axis::world) == &groups->world());
     CHECK(&groups->communicator(Axis::pipeline) == &groups->pipeline());
@@ -766,7 +766,7 @@ TEST_CASE("A grid that does not fit the world is refused on every rank") {
   const int size = world_size();
   for (const GridShape& shape :
        {GridShape{1, size + 1, 1}, GridShape{2, size, 1}, GridShape{1, 1, 2 * size}}) {
-    INFO("shape pipe " << shape.pipe << " data " << shape.data << " model " << shape.model);
+    INFO("shape pipe " << shape.pipeline << " data " << shape.data << " model " << shape.tensor);
     auto created = create_mpi_process_groups(shape, CommOptions{});
     REQUIRE_FALSE(created.ok());
     CHECK(created.status().code() == StatusCode::kInvalidArgument);

@@ -169,7 +169,7 @@ TEST_CASE("a checkpoint of N ranks resumes on fewer ranks at another ZeRO stage"
   // The survivors, ranks [0, size / 2), are the data group of the first of
   // two pipeline stages (created on every rank: collective).
   comm::ProcessGroups& halves = comm::testing::groups_of({2, size / 2, 1});
-  if (halves.coord().pipe == 0) {
+  if (halves.coord().pipeline == 0) {
     comm::Communicator& survivors = halves.data();
     REQUIRE(survivors.world_ranks().front() == 0);
     REQUIRE(survivors.size() == size / 2);

@@ -50,12 +50,12 @@ inline int world_size() {
 // the ranks could not go on in step.
 inline ProcessGroups& groups_of(topology::GridShape shape) {
   static std::map<std::tuple<int, int, int>, std::unique_ptr<ProcessGroups>> cache;
-  std::unique_ptr<ProcessGroups>& slot = cache[{shape.pipe, shape.data, shape.model}];
+  std::unique_ptr<ProcessGroups>& slot = cache[{shape.pipeline, shape.data, shape.tensor}];
   if (!slot) {
     auto created = create_mpi_process_groups(shape, CommOptions{});
     if (!created.ok()) {
       std::fprintf(stderr, "test_groups: creating the process groups (%d, %d, %d) failed: %s\n",
-                   shape.pipe, shape.data, shape.model, created.status().message().c_str());
+                   shape.pipeline, shape.data, shape.tensor, created.status().message().c_str());
       std::abort();
     }
     slot = std::move(created.value());
