@@ -216,7 +216,11 @@ void GradientReducer::communication_loop() {
   std::unique_lock lock(mutex_);
   for (;;) {
     launched_or_stopping_.wait(lock, [this] { return stopping_ || reduced_ < launched_; });
-    if (stopping_) return;
+    // Launched buckets are reduced even when stopping: which buckets are
+    // launched follows from the ready() calls alone, the same on every rank,
+    // while when each rank's thread sees the stop does not. Dropping them
+    // would leave peers in a collective this rank never starts.
+    if (reduced_ == launched_) return;
     const Bucket& bucket = buckets_[reduced_];
     // After a failure the communicator is not trusted again; the bucket is
     // only counted, so finish() returns the error instead of waiting forever.

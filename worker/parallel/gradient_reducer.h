@@ -90,10 +90,11 @@ class GradientReducer {
   GradientReducer(comm::Communicator& comm, ReleasableBuffer& workspace, int64_t bucket_elements,
                   const ZeroPartition& partition, float* partition_grads);
 
-  // Does not wait for other ranks' progress: launched buckets not yet started
-  // are dropped, a reduction already running completes (its peers run the
-  // same collective) or times out, the thread is joined and the duplicate
-  // communicator freed.
+  // Reduces every bucket already launched (every rank launched the same
+  // ones, so each rank's collectives stay matched with its peers'), then
+  // joins the thread and frees the duplicate communicator. A peer that never
+  // reduces them keeps this waiting until the communicator's timeout (in the
+  // worker, a hang report).
   ~GradientReducer();
 
   GradientReducer(const GradientReducer&) = delete;

@@ -106,7 +106,10 @@ void ParameterGatherer::communication_loop() {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       requested_or_stopping_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (stopping_) return;
+      // Requested regions are gathered even when stopping: the requests
+      // follow the calls, the same on every rank; when each rank's thread
+      // sees the stop does not (see GradientReducer).
+      if (queue_.empty()) return;
       region = queue_.front();
       failed = !error_.empty();
     }

@@ -53,8 +53,8 @@ class ParameterGatherer {
   // acquire() stops waiting and no more collectives are started.
   ParameterGatherer(comm::Communicator& comm, const ZeroPartition& partition, const float* master,
                     ReleasableBuffer& workspace, std::vector<std::vector<Range>> regions);
-  // Requests not yet started are dropped, a gather already running completes
-  // (or times out), the thread is joined, the duplicate freed.
+  // Gathers every region already requested (every rank requested the same
+  // ones), then joins the thread and frees the duplicate.
   ~ParameterGatherer();
 
   ParameterGatherer(const ParameterGatherer&) = delete;

@@ -286,19 +286,15 @@ TEST_CASE("destroying a reducer in the middle of a step does not hang") {
   CHECK(total == world_size());
 }
 
-// Hidden ([.]): reproduces a race in GradientReducer's destructor. It stops
-// the communication thread between buckets, and each rank's thread sees the
-// stop after however many of the launched buckets it has started by then, so
-// one rank can start a bucket's collective that a peer never starts, and wait
-// in it forever (the duplicate communicator's destructor then waits for that
-// blocked call too). Hangs within a few hundred rounds at 4 ranks; run by
-// name: gradient_reducer_test_bin "[destructor-race]".
-TEST_CASE("destroying reducers while launched buckets are reduced does not hang",
-          "[.][destructor-race]") {
+// Each rank's reducer thread sees the destructor's stop at its own moment;
+// launched buckets are still reduced, or one rank could start a bucket's
+// collective that a peer never starts and wait in it forever (this hung
+// within a few hundred rounds at 4 ranks before they were).
+TEST_CASE("destroying reducers while launched buckets are reduced does not hang") {
   const int rank = world_rank();
   const int64_t n = 1000;
   std::vector<float> grads = rank_gradients(rank, 0, n);
-  for (int round = 0; round < 300; ++round) {
+  for (int round = 0; round < 200; ++round) {
     GradientReducer reducer(data_comm(), grads.data(), n, 10);
     reducer.ready(500, 1000);  // 50 buckets launched, none waited for
   }
@@ -316,9 +312,7 @@ TEST_CASE("a peer that never joins in time makes finish return kDeadlineExceeded
   // Rank 0 waits 300 ms for a collective; the others long enough never to
   // time out (each joins a collective rank 0 has already started, so theirs
   // complete at once). Reduce-scatter mode with one bucket: one collective
-  // per step, so the ranks start the same collectives even though rank 0's
-  // reducer stops after its failure (all-reduce mode would leave the others
-  // in an all-gather that rank 0 never starts).
+  // per step.
   std::unique_ptr<comm::ProcessGroups> groups = own_groups(rank == 0 ? 300ms : 60s);
   const int64_t n = 64;
   const ZeroPartition partition = make_zero_partition(n, size, 16);
