@@ -162,30 +162,29 @@ void JobState::on_heartbeat(int rank, const v1::Heartbeat& heartbeat) {
   record.heartbeat = heartbeat;
 }
 
-void JobState::on_error_event(int rank, const std::string& message) {
-  std::lock_guard lock(mutex_);
-  if (!valid_rank(rank, world_size_)) return;
+RootCause JobState::cause_of_locked(int rank, std::string message) const {
   const RankRecord& record = ranks_[rank];
   RootCause cause;
   cause.rank = rank;
   cause.host = record.host;
   cause.pid = record.pid;
-  cause.message = message;
-  fail_locked(std::move(cause));
+  cause.message = std::move(message);
+  return cause;
+}
+
+void JobState::on_error_event(int rank, const std::string& message) {
+  std::lock_guard lock(mutex_);
+  if (!valid_rank(rank, world_size_)) return;
+  fail_locked(cause_of_locked(rank, message));
 }
 
 void JobState::on_hang_event(int rank, const std::string& message,
                              const v1::HungCollective& hung) {
   std::lock_guard lock(mutex_);
   if (!valid_rank(rank, world_size_)) return;
-  const RankRecord& record = ranks_[rank];
-  RootCause cause;
-  cause.rank = rank;
-  cause.host = record.host;
-  cause.pid = record.pid;
+  RootCause cause = cause_of_locked(rank, message);
   cause.hung = true;
   cause.in_collective = true;
-  cause.message = message;
   std::vector<std::string> lagging;
   for (const int member : hung.world_ranks()) {
     if (!valid_rank(member, world_size_) || member == rank) continue;
@@ -215,13 +214,9 @@ void JobState::on_rank_exit(int rank, std::optional<int> exit_code, std::optiona
   const bool clean = exit_signal ? stop_requested_ && is_stop_signal(*exit_signal)
                                  : exit_code.has_value() && *exit_code == 0;
   if (!clean) {
-    RootCause cause;
-    cause.rank = rank;
-    cause.host = record.host;
-    cause.pid = record.pid;
+    RootCause cause = cause_of_locked(rank, stderr_tail);
     cause.exit_code = exit_code;
     cause.exit_signal = exit_signal;
-    cause.message = stderr_tail;
     fail_locked(std::move(cause));
     return;
   }

@@ -136,6 +136,8 @@ class JobState {
 
  private:
   void fail_locked(RootCause cause);
+  // A failure of `rank` (valid) with its host and pid as registered.
+  RootCause cause_of_locked(int rank, std::string message) const;
 
   const int world_size_;
   const FailureTimeouts timeouts_;

@@ -334,35 +334,52 @@ bool has_event(const fs::path& job, const std::string& kind) {
   return false;
 }
 
+// A hang rehearsed with testing.fault: rank 1 stalls (`fault_kind`) as step
+// `stall_step` begins, with `timeout_key` set to `timeout_s`. Waits for the
+// controller's `event`, then for the job to end; what the attempt saw.
+struct StallDrill {
+  std::chrono::steady_clock::duration detected_after{};  // from the step before the stall
+  nlohmann::json state;                                   // the job's state.json at the end
+};
+
+StallDrill run_stall_drill(const Workspace& w, const fs::path& job, const std::string& fault_kind,
+                           int stall_step, const std::string& timeout_key, int timeout_s,
+                           const std::string& event) {
+  const fs::path log = job.string() + ".log";
+  const pid_t dslaunch = w.start(
+      {"run", write_spec(w.dir, job.filename().string(), default_checkpoint()).string(),
+       "--job-dir", job.string(), "--progress", "off", "--set",
+       fmt::format("fault_tolerance.{}={}", timeout_key, timeout_s), "--set",
+       fmt::format("testing={{fault: {{kind: {}, rank: 1, step: {}}}}}", fault_kind, stall_step)},
+      log);
+  // Rank 0 reports the last step both ranks finished; rank 1 stalls as the
+  // next begins, with its heartbeats going on (30 s of them allowed).
+  REQUIRE(wait_until([&] { return last_step(job) >= stall_step - 1; }, 120s));
+  const auto stalled_since = std::chrono::steady_clock::now();
+  REQUIRE(wait_until([&] { return has_event(job, event); }, 30s));
+  StallDrill drill;
+  drill.detected_after = std::chrono::steady_clock::now() - stalled_since;
+  const int code = Workspace::wait_exit(dslaunch);
+  INFO(Workspace::log_text(log));
+  REQUIRE(code == 0);
+  drill.state = read_state(job);
+  CHECK(drill.state["restarts"] == 1);
+  REQUIRE(drill.state["attempts"].size() == 2);
+  return drill;
+}
+
 TEST_CASE("a rank that heartbeats but stalls at a step (injected) is a hang, and the job restarts") {
   const Workspace w;
   w.reference();
   const fs::path job = w.dir / "jobs" / "stall-step";
-  const fs::path log = w.dir / "stall-step.log";
   constexpr int kStallStep = 70;
-  constexpr int kStepTimeout = 3;
-  const pid_t dslaunch = w.start(
-      {"run", write_spec(w.dir, "stall", default_checkpoint()).string(), "--job-dir", job.string(),
-       "--progress", "off", "--set", fmt::format("fault_tolerance.step_timeout={}", kStepTimeout),
-       "--set", fmt::format("testing={{fault: {{kind: stall_step, rank: 1, step: {}}}}}", kStallStep)},
-      log);
-  // Rank 0 reports the last step both ranks finished; rank 1 stalls as the
-  // next begins, with its heartbeats going on (30 s of them allowed).
-  REQUIRE(wait_until([&] { return last_step(job) >= kStallStep - 1; }, 120s));
-  const auto stalled_since = std::chrono::steady_clock::now();
-  REQUIRE(wait_until([&] { return has_event(job, "stalled"); }, 30s));
-  const auto detected_after = std::chrono::steady_clock::now() - stalled_since;
-  CHECK(detected_after < std::chrono::seconds(kStepTimeout) + 3s);
-  const int code = Workspace::wait_exit(dslaunch);
-  INFO(Workspace::log_text(log));
-  REQUIRE(code == 0);
-  const nlohmann::json state = read_state(job);
-  CHECK(state["restarts"] == 1);
-  REQUIRE(state["attempts"].size() == 2);
+  const StallDrill drill =
+      run_stall_drill(w, job, "stall_step", kStallStep, "step_timeout", 3, "stalled");
+  CHECK(drill.detected_after < 3s + 3s);
   // Every rank stops at that step (the others wait in rank 1's all-reduce),
   // so heartbeats cannot tell which one stalled: the root cause names the
   // first past its deadline. Naming the culprit is collective_timeout's job.
-  CHECK_THAT(state["attempts"][0]["reason"].get<std::string>(),
+  CHECK_THAT(drill.state["attempts"][0]["reason"].get<std::string>(),
              Catch::Contains("made no step progress for 3s") &&
                  Catch::Contains(fmt::format("stuck at step {}", kStallStep)));
   check_recovered(w, job);
@@ -373,34 +390,16 @@ TEST_CASE("a rank that never enters a collective (injected) is reported by its p
   const Workspace w;
   w.reference();
   const fs::path job = w.dir / "jobs" / "stall-collective";
-  const fs::path log = w.dir / "stall-collective.log";
-  constexpr int kStallStep = 70;
-  constexpr int kCollectiveTimeout = 3;
-  const pid_t dslaunch = w.start(
-      {"run", write_spec(w.dir, "stall-collective", default_checkpoint()).string(), "--job-dir",
-       job.string(), "--progress", "off", "--set",
-       fmt::format("fault_tolerance.collective_timeout={}", kCollectiveTimeout), "--set",
-       fmt::format("testing={{fault: {{kind: stall_collective, rank: 1, step: {}}}}}",
-                   kStallStep)},
-      log);
   // Rank 1 runs step 70's forward and backward, then never starts its first
   // gradient bucket's reduce-scatter; rank 0 waits in it, heartbeating.
-  REQUIRE(wait_until([&] { return last_step(job) >= kStallStep - 1; }, 120s));
-  const auto stalled_since = std::chrono::steady_clock::now();
-  REQUIRE(wait_until([&] { return has_event(job, "hung"); }, 30s));
-  const auto detected_after = std::chrono::steady_clock::now() - stalled_since;
+  const StallDrill drill =
+      run_stall_drill(w, job, "stall_collective", 70, "collective_timeout", 3, "hung");
   // The step's compute comes first (well under a second on the test model).
-  CHECK(detected_after < std::chrono::seconds(kCollectiveTimeout) + 4s);
-  const int code = Workspace::wait_exit(dslaunch);
-  INFO(Workspace::log_text(log));
-  REQUIRE(code == 0);
-  const nlohmann::json state = read_state(job);
-  CHECK(state["restarts"] == 1);
-  REQUIRE(state["attempts"].size() == 2);
+  CHECK(drill.detected_after < 3s + 4s);
   // The waiting rank names the collective (the gradient reducer's
   // reduce-scatter on its data group, both ranks, the timeout), and the
   // controller, from rank 1's heartbeats, the rank that never started it.
-  CHECK_THAT(state["attempts"][0]["reason"].get<std::string>(),
+  CHECK_THAT(drill.state["attempts"][0]["reason"].get<std::string>(),
              Catch::Contains("rank 0") &&
                  Catch::Contains("waited in a collective past fault_tolerance.collective_timeout") &&
                  Catch::Contains("data/gradients reduce_scatter") &&
