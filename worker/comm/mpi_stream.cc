@@ -22,6 +22,10 @@ void flush_denormals_on_this_thread() {
 #endif
 }
 
+// How long a stream looks for its next operation, and a waiter for its
+// operation's end, yielding the core, before sleeping on a condition.
+constexpr std::chrono::microseconds kLinger{200};
+
 }  // namespace
 
 void MpiTransport::stall_point() const {
@@ -92,6 +96,13 @@ int MpiStream::call(Blocking blocking) {
 
 bool MpiStream::wait(const MpiOpState& state, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
+  // The same for the waiter: a short collective completes within the linger.
+  const auto until = std::chrono::steady_clock::now() + kLinger;
+  while (!state.done && std::chrono::steady_clock::now() < until) {
+    lock.unlock();
+    std::this_thread::yield();
+    lock.lock();
+  }
   if (timeout.count() <= 0) {
     completed_.wait(lock, [&state] { return state.done; });
     return true;
@@ -120,6 +131,16 @@ void MpiStream::loop() {
     {
       std::unique_lock lock(mutex_);
       if (in_flight_.empty()) {
+        // Collectives often come back to back (a step's buckets, a gather
+        // then a sum): look for the next one, yielding the core, a little
+        // while before sleeping, so it does not wait for a wake-up that on
+        // a busy or oversubscribed machine takes a scheduler tick.
+        const auto until = std::chrono::steady_clock::now() + kLinger;
+        while (queue_.empty() && !stopping_ && std::chrono::steady_clock::now() < until) {
+          lock.unlock();
+          std::this_thread::yield();
+          lock.lock();
+        }
         queued_or_stopping_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       } else if (queue_.empty() && !stopping_) {
         // Sends or receives in flight, none completed at the last test:
