@@ -173,8 +173,8 @@ class Communicator {
   virtual int64_t collectives_started() const = 0;
 };
 
-// What carries the communicators' traffic (the MPI progress engine; NCCL's
-// streams later): owned beside them, outliving them.
+// What the communicators of a process share (for MPI: the injected stall
+// and the list of live communicators): owned beside them, outliving them.
 // A communicator's count of collectives started, as heartbeats carry it.
 struct GroupProgress {
   std::string group;  // its axis(): "data", "data/gradients", ...

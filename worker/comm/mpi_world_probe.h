@@ -26,7 +26,7 @@ struct WorldProbe {
 };
 
 // `dsworker probe`: MPI's own view of the world, with no process groups or
-// progress thread (it checks the transport they rely on). Collective over
+// streams (it checks the transport they rely on). Collective over
 // MPI_COMM_WORLD, on the thread that initialised MPI: every rank must call it.
 // Reports each rank's identity to rank 0 and checks an all-reduce end to
 // end; failures come back as `error` (MPI_ERRORS_RETURN).

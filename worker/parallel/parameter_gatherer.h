@@ -23,10 +23,10 @@ namespace dslaunch::worker {
 //
 // A region is a list of float ranges [begin, end) of the flat layout (for
 // example one transformer block's tensors, minus the small ones every rank
-// keeps whole). Gathering a region is one all-gather per range (the
-// communicator's progress thread sleeps between tests, so it leaves the core
-// to the compute it overlaps): rank r contributes the range's intersection with its partition, straight from
-// master into the workspace, nothing copied. Releasing a region hands its
+// keeps whole). Gathering a region is one all-gather per range, made by the
+// stream thread of this object's communicator: rank r contributes the
+// range's intersection with its partition, straight from master into the
+// workspace, nothing copied. Releasing a region hands its
 // ranges' whole pages back to the OS (ReleasableBuffer::zero), so a
 // released range reads as zeros until gathered again.
 //
