@@ -20,11 +20,12 @@
 #include <CLI/CLI.hpp>
 
 #include "worker/checkpoint/async_shard_writer.h"
-#include "worker/checkpoint/shard_file.h"
+#include "core/checkpoint/shard_file.h"
 
 namespace {
 
 namespace checkpoint = dslaunch::worker::checkpoint;
+namespace core = dslaunch::core;
 
 double seconds(const std::function<void()>& work) {
   const auto start = std::chrono::steady_clock::now();
@@ -78,7 +79,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   const int64_t count = bytes / 12;
-  const checkpoint::ShardHeader header{.step = 1000,
+  const core::ShardHeader header{.step = 1000,
                                        .rank = 0,
                                        .ranks = 1,
                                        .total_parameters = count,
@@ -93,7 +94,7 @@ int main(int argc, char** argv) {
     adam_m[i] = static_cast<float>(i) * 1e-9f;
     adam_v[i] = static_cast<float>(i) * 1e-12f;
   }
-  const checkpoint::ShardArrays arrays{params.data(), adam_m.data(), adam_v.data()};
+  const core::ShardArrays arrays{params.data(), adam_m.data(), adam_v.data()};
   const std::string shard_path = dir + "/checkpoint-bench-shard.bin";
   const std::string dd_path = dir + "/dd.bin";
 
@@ -105,10 +106,10 @@ int main(int argc, char** argv) {
 
   std::vector<double> write_times;
   std::vector<double> dd_write_times;
-  checkpoint::WrittenShard written;
+  core::WrittenShard written;
   for (int run = 0; run < runs; ++run) {
     write_times.push_back(
-        seconds([&] { written = checkpoint::write_shard(shard_path, header, arrays); }));
+        seconds([&] { written = core::write_shard(shard_path, header, arrays); }));
     if (!written.ok()) {
       std::cerr << "checkpoint_bench: " << written.error << "\n";
       return 1;
@@ -138,9 +139,9 @@ int main(int argc, char** argv) {
     evict(shard_path);
     evict(dd_path);
     read_times.push_back(seconds([&] {
-      for (const auto array : {checkpoint::ShardArray::kParams, checkpoint::ShardArray::kAdamM,
-                               checkpoint::ShardArray::kAdamV}) {
-        if (!checkpoint::read_flat_range({{shard_path, 0, count}}, array, 0, count, out.data(),
+      for (const auto array : {core::ShardArray::kParams, core::ShardArray::kAdamM,
+                               core::ShardArray::kAdamV}) {
+        if (!core::read_flat_range({{shard_path, 0, count}}, array, 0, count, out.data(),
                                          error)) {
           std::cerr << "checkpoint_bench: " << error << "\n";
           std::exit(1);
@@ -163,7 +164,7 @@ int main(int argc, char** argv) {
 
   // The first save allocates the writer's buffers; later ones reuse them.
   checkpoint::AsyncShardWriter writer;
-  const auto check = [](const checkpoint::WrittenShard& result) {
+  const auto check = [](const core::WrittenShard& result) {
     if (!result.ok()) std::cerr << "checkpoint_bench: " << result.error << "\n";
   };
   const double first_save = seconds([&] { writer.save(shard_path, header, arrays, check); });

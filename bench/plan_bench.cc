@@ -22,7 +22,7 @@
 #include "launcher/capture_output.h"
 #include "launcher/plan/job_plan.h"
 #include "launcher/plan/plan_json.h"
-#include "launcher/spec/spec_parser.h"
+#include "core/spec/spec_parser.h"
 #include "topology/hostfile.h"
 
 namespace {

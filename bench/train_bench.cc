@@ -22,7 +22,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/blas_info.h"
 #include "kernels/cpu/blas_setup.h"
-#include "launcher/spec/job_spec.h"
+#include "core/spec/job_spec.h"
 #include "worker/engine/optimizer.h"
 #include "worker/model/gpt2_model.h"
 
@@ -65,14 +65,14 @@ double sgemm_gflops(int n, int runs) {
 
 // Full training steps (forward, backward, AdamW) on random tokens.
 Throughput ours(const BenchConfig& c, int threads, int warmup, int steps) {
-  worker::model::Gpt2Config config;
+  core::Gpt2Config config;
   config.num_layers = c.layers;
   config.channels = c.channels;
   config.num_heads = c.heads;
   config.vocab_size = c.vocab;
-  config.padded_vocab_size = worker::model::padded_vocab(c.vocab, 128);
+  config.padded_vocab_size = core::padded_vocab(c.vocab, 128);
   config.max_seq_len = c.seq;
-  const worker::model::ParameterTable table(config);
+  const core::ParameterTable table(config);
   auto backend = kernels::make_cpu_backend(threads);
   std::vector<float> params(table.total()), grads(table.total());
   worker::model::init_gpt2_parameters(table, 1, params.data());

@@ -23,7 +23,7 @@
 #include "core/status.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/blas_setup.h"
-#include "launcher/spec/job_spec.h"
+#include "core/spec/job_spec.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/mpi_process_groups.h"
 #include "worker/comm/mpi_runtime.h"
@@ -32,7 +32,7 @@
 #include "worker/data/demo_corpus.h"
 #include "worker/data/training_data.h"
 #include "worker/engine/trainer.h"
-#include "worker/engine/training_support.h"
+#include "core/spec/training_support.h"
 
 namespace {
 
@@ -117,7 +117,7 @@ int main(int /*argc*/, char** argv) {
   double stage0_seconds = 0;
   for (int stage = 0; stage <= 3; ++stage) {
     const spec::JobSpec spec = bench_job(stage);
-    if (const std::string problem = engine::training_support_problem(spec); !problem.empty()) {
+    if (const std::string problem = spec::training_support_problem(spec); !problem.empty()) {
       if (rank == 0) std::cout << fmt::format("{:<6} skipped: {}\n", stage, problem);
       continue;
     }

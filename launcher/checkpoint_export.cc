@@ -9,7 +9,7 @@
 
 #include "core/json_input.h"
 #include "launcher/controller/checkpoint_catalog.h"
-#include "worker/checkpoint/shard_file.h"
+#include "core/checkpoint/shard_file.h"
 
 namespace dslaunch::launcher {
 
@@ -20,7 +20,7 @@ namespace {
 // The manifest's "model" object into `config`; "" or what is wrong (a field
 // missing, not an integer, or out of int64's range).
 std::string model_config_from_manifest(const nlohmann::json& model,
-                                       worker::model::Gpt2Config& config) {
+                                       core::Gpt2Config& config) {
   if (!model.is_object()) return fmt::format("it is {}, not an object", model.type_name());
   const std::pair<const char*, int64_t*> fields[] = {
       {"num_layers", &config.num_layers},
@@ -53,12 +53,12 @@ ConsolidatedCheckpoint consolidate_checkpoint(const std::string& dir) {
   const controller::CheckpointManifest& manifest = *check.manifest;
   // Every number below sizes a copy: each is checked before any is used.
   std::string problem = model_config_from_manifest(manifest.model, out.config);
-  if (problem.empty()) problem = worker::model::config_problem(out.config);
+  if (problem.empty()) problem = core::config_problem(out.config);
   if (!problem.empty()) {
     out.error = fmt::format("{}: the manifest's model is not usable: {}", dir, problem);
     return out;
   }
-  const worker::model::ParameterTable table(out.config);
+  const core::ParameterTable table(out.config);
   if (table.total() != manifest.total_parameters) {
     out.error = fmt::format(
         "{}: the manifest's model has {} parameters but its shards hold {}", dir, table.total(),
@@ -76,12 +76,12 @@ ConsolidatedCheckpoint consolidate_checkpoint(const std::string& dir) {
         dir, shard_bytes, table.total());
     return out;
   }
-  std::vector<worker::checkpoint::ShardLocation> shards;
+  std::vector<core::ShardLocation> shards;
   for (const controller::ShardRecord& shard : manifest.shards) {
     shards.push_back({(fs::path(dir) / shard.path).string(), shard.begin, shard.end});
   }
   out.params.resize(table.total());
-  if (!worker::checkpoint::read_flat_range(shards, worker::checkpoint::ShardArray::kParams, 0,
+  if (!core::read_flat_range(shards, core::ShardArray::kParams, 0,
                                            table.total(), out.params.data(), out.error)) {
     out.params.clear();
     return out;

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/model/gpt2_config.h"
+#include "core/layout/gpt2_config.h"
 
 namespace dslaunch::launcher {
 
@@ -12,7 +12,7 @@ namespace dslaunch::launcher {
 // ZeRO stage: what `dslaunch export` writes as safetensors.
 struct ConsolidatedCheckpoint {
   int64_t step = 0;
-  worker::model::Gpt2Config config;
+  core::Gpt2Config config;
   std::vector<float> params;  // the flat layout of ParameterTable(config)
   std::string error;          // set when nothing could be read
 };

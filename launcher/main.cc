@@ -7,7 +7,6 @@
 #include <CLI/CLI.hpp>
 
 #include "core/escaped_exception.h"
-#include "kernels/cpu/blas_setup.h"
 #include "launcher/controller/job_controller.h"
 #include "launcher/environment_report.h"
 #include "launcher/job_commands.h"
@@ -42,9 +41,6 @@ dslaunch::controller::ProgressDisplay::Mode progress_mode(const std::string& nam
 }  // namespace
 
 int main(int argc, char** argv) try {
-  // OpenBLAS picks its kernels when it loads: `eval` restarts itself once
-  // if they are slower than this CPU allows.
-  if (argc > 1 && std::string_view(argv[1]) == "eval") dslaunch::kernels::ensure_fast_blas(argv);
   CLI::App app{
       "dslaunch starts and watches distributed GPT training jobs described by a YAML job spec.",
       "dslaunch"};
@@ -142,20 +138,14 @@ int main(int argc, char** argv) try {
                    "goes beside it)")
       ->required();
 
-  dslaunch::launcher::EvalOptions eval_options;
+  // The model runs in the worker: `eval` hands its arguments, --help
+  // included, to `dsworker eval`, which defines and checks them.
   CLI::App* eval = app.add_subcommand(
-      "eval", "Mean cross-entropy of GPT-2 weights over consecutive windows of a token file");
-  eval->add_option("--weights", eval_options.weights, "GPT-2 weights (.safetensors)")->required();
-  eval->add_option("--tokens", eval_options.tokens, "llm.c token file, or Megatron dataset prefix")
-      ->required();
-  eval->add_option("--n-head", eval_options.num_heads,
-                   "Attention heads (default: n_head from a config.json beside the weights)");
-  eval->add_option("--batch", eval_options.batch, "Rows per batch (B)")->required();
-  eval->add_option("--seq", eval_options.seq, "Tokens per row (T)")->required();
-  eval->add_option("--batches", eval_options.batches,
-                   "Batches to evaluate (default: every whole batch in the file)");
-  eval->add_option("--threads", eval_options.threads, "Compute threads (default: every core)");
-  eval->add_flag("--json", eval_options.json, "Print {\"loss\": ...} as JSON");
+      "eval",
+      "Mean cross-entropy of GPT-2 weights over consecutive windows of a token file "
+      "(dslaunch eval --help lists its options)");
+  eval->set_help_flag();
+  eval->prefix_command();
 
   try {
     app.parse(argc, argv);
@@ -199,7 +189,7 @@ int main(int argc, char** argv) try {
   if (export_command->parsed()) {
     return dslaunch::launcher::run_export_command(export_source, export_out);
   }
-  if (eval->parsed()) return dslaunch::launcher::run_eval_command(eval_options);
+  if (eval->parsed()) return dslaunch::launcher::run_eval_command(argc, argv);
   std::cerr << app.help() << "\ndslaunch: a subcommand is required\n";
   return kUsageError;
 }

@@ -1,22 +1,18 @@
 #include "launcher/model_commands.h"
 
-#include <exception>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
-#include <thread>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
-#include "kernels/backend.h"
 #include "launcher/checkpoint_export.h"
 #include "launcher/job_commands.h"
-#include "worker/data/consecutive_batch.h"
-#include "worker/data/open_token_source.h"
-#include "worker/data/token_source.h"
-#include "worker/engine/evaluation.h"
-#include "worker/model/gpt2_model.h"
-#include "worker/model/hf_gpt2.h"
+#include "launcher/worker_binary.h"
+#include "core/weights/hf_gpt2.h"
 
 namespace dslaunch::launcher {
 namespace {
@@ -59,69 +55,6 @@ std::optional<ExportSource> export_source_of(const std::string& source, std::str
   return ExportSource{"", folder};
 }
 
-int evaluate(const EvalOptions& options) {
-  if (options.batch < 1 || options.seq < 1) {
-    std::cerr << "dslaunch eval: --batch and --seq must be at least 1\n";
-    return kBadInput;
-  }
-  const worker::model::HfGpt2Weights loaded =
-      worker::model::load_hf_gpt2(options.weights, options.num_heads, 1);
-  if (!loaded.error.empty()) {
-    std::cerr << "dslaunch eval: " << loaded.error << "\n";
-    return kBadInput;
-  }
-  if (options.seq > loaded.config.max_seq_len) {
-    std::cerr << fmt::format("dslaunch eval: --seq {} is longer than the model's {} positions\n",
-                             options.seq, loaded.config.max_seq_len);
-    return kBadInput;
-  }
-  worker::data::TokenSourceResult tokens =
-      worker::data::open_token_source(options.tokens, spec::DataFormat::kAuto);
-  if (!tokens.source) {
-    std::cerr << "dslaunch eval: " << tokens.error << "\n";
-    return kBadInput;
-  }
-  if (tokens.source->max_token() >= loaded.config.vocab_size) {
-    std::cerr << fmt::format(
-        "dslaunch eval: {} holds token {}, outside the model's vocabulary "
-        "of {}\n",
-        options.tokens, tokens.source->max_token(), loaded.config.vocab_size);
-    return kBadInput;
-  }
-  const worker::data::TokenRange range = worker::data::whole(*tokens.source);
-  const int64_t fit =
-      worker::data::consecutive_batch_count(range.size(), options.batch, options.seq);
-  const int64_t batches = options.batches.value_or(fit);
-  if (batches < 1 || batches > fit) {
-    std::cerr << fmt::format(
-        "dslaunch eval: {} holds {} tokens: {} whole batches of {} x {} "
-        "(plus one target), not {}\n",
-        options.tokens, range.size(), fit, options.batch, options.seq, batches);
-    return kBadInput;
-  }
-  const int threads = options.threads > 0
-                          ? options.threads
-                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  std::unique_ptr<kernels::Backend> backend = kernels::make_cpu_backend(threads);
-  worker::model::Gpt2Config config = loaded.config;
-  const worker::model::ParameterTable table(config);
-  worker::model::Gpt2Model model(table, *backend, options.batch, options.seq);
-  const double loss = worker::engine::sum_of_batch_losses(model, loaded.params.data(), range,
-                                                          options.batch, batches, 0, 1) /
-                      static_cast<double>(batches);
-  if (options.json) {
-    std::cout << nlohmann::json{{"loss", loss},
-                                {"batches", batches},
-                                {"tokens", batches * options.batch * options.seq}}
-                     .dump()
-              << "\n";
-  } else {
-    std::cout << fmt::format("loss {:.6f} over {} batches of {} x {} tokens\n", loss, batches,
-                             options.batch, options.seq);
-  }
-  return 0;
-}
-
 }  // namespace
 
 int run_export_command(const std::string& source, const std::string& out) {
@@ -131,7 +64,7 @@ int run_export_command(const std::string& source, const std::string& out) {
     std::cerr << "dslaunch export: " << error << "\n";
     return kBadInput;
   }
-  worker::model::Gpt2Config config;
+  core::Gpt2Config config;
   std::vector<float> params;
   if (!from->checkpoint.empty()) {
     ConsolidatedCheckpoint consolidated = consolidate_checkpoint(from->checkpoint);
@@ -143,7 +76,7 @@ int run_export_command(const std::string& source, const std::string& out) {
     config = consolidated.config;
     params = std::move(consolidated.params);
   } else {
-    worker::model::HfGpt2Weights loaded = worker::model::load_hf_gpt2(from->weights, 0, 1);
+    core::HfGpt2Weights loaded = core::load_hf_gpt2(from->weights, 0, 1);
     if (!loaded.error.empty()) {
       std::cerr << "dslaunch export: " << loaded.error << "\n";
       return kFailed;
@@ -151,10 +84,10 @@ int run_export_command(const std::string& source, const std::string& out) {
     config = loaded.config;
     params = std::move(loaded.params);
   }
-  const worker::model::ParameterTable table(config);
+  const core::ParameterTable table(config);
   std::error_code ignored;  // a folder that cannot be made fails the write below, with its name
   fs::create_directories(fs::absolute(out).parent_path(), ignored);
-  if (!worker::model::write_hf_gpt2(out, table, params.data(), error)) {
+  if (!core::write_hf_gpt2(out, table, params.data(), error)) {
     std::cerr << "dslaunch export: " << error << "\n";
     return kFailed;
   }
@@ -165,13 +98,18 @@ int run_export_command(const std::string& source, const std::string& out) {
   return 0;
 }
 
-int run_eval_command(const EvalOptions& options) {
-  try {
-    return evaluate(options);
-  } catch (const std::exception& error) {
-    std::cerr << "dslaunch eval: " << error.what() << "\n";
+int run_eval_command(int argc, char** argv) {
+  const std::string worker = find_worker_binary("");
+  if (worker.empty()) {
+    std::cerr << "dslaunch eval: cannot find dsworker beside dslaunch; set DSLAUNCH_WORKER\n";
     return kFailed;
   }
+  std::vector<char*> args = {const_cast<char*>(worker.c_str())};
+  args.insert(args.end(), argv + 1, argv + argc);  // argv[1] is "eval"
+  args.push_back(nullptr);
+  execv(worker.c_str(), args.data());
+  std::cerr << fmt::format("dslaunch eval: cannot run {}: {}\n", worker, std::strerror(errno));
+  return kFailed;
 }
 
 }  // namespace dslaunch::launcher

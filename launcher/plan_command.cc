@@ -9,7 +9,7 @@
 #include "launcher/plan/plan_json.h"
 #include "launcher/plan/plan_report.h"
 #include "launcher/plan/planned_job.h"
-#include "launcher/spec/diagnostics.h"
+#include "core/spec/diagnostics.h"
 
 namespace dslaunch::launcher {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "launcher/spec/spec_parser.h"
+#include "core/spec/spec_parser.h"
 
 namespace dslaunch::launcher {
 

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "launcher/spec/job_spec.h"
+#include "core/spec/job_spec.h"
 #include "worker/comm/communicator.h"
 
 namespace dslaunch::worker {

@@ -11,6 +11,7 @@
 #include "tools/build_info/build_info.h"
 #include "worker/comm/mpi_runtime.h"
 #include "worker/comm/mpi_world_probe.h"
+#include "worker/eval_command.h"
 #include "worker/worker_run.h"
 
 namespace {
@@ -90,6 +91,21 @@ int main(int argc, char** argv) try {
       "Run this rank of a job: started by `dslaunch run` through mpirun or srun, configured by "
       "the environment it sets (DSL_CONTROLLER, DSL_JOB_TOKEN, ...)");
 
+  dslaunch::worker::EvalOptions eval_options;
+  CLI::App* eval = app.add_subcommand(
+      "eval", "Mean cross-entropy of GPT-2 weights over consecutive windows of a token file");
+  eval->add_option("--weights", eval_options.weights, "GPT-2 weights (.safetensors)")->required();
+  eval->add_option("--tokens", eval_options.tokens, "llm.c token file, or Megatron dataset prefix")
+      ->required();
+  eval->add_option("--n-head", eval_options.num_heads,
+                   "Attention heads (default: n_head from a config.json beside the weights)");
+  eval->add_option("--batch", eval_options.batch, "Rows per batch (B)")->required();
+  eval->add_option("--seq", eval_options.seq, "Tokens per row (T)")->required();
+  eval->add_option("--batches", eval_options.batches,
+                   "Batches to evaluate (default: every whole batch in the file)");
+  eval->add_option("--threads", eval_options.threads, "Compute threads (default: every core)");
+  eval->add_flag("--json", eval_options.json, "Print {\"loss\": ...} as JSON");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -98,6 +114,7 @@ int main(int argc, char** argv) try {
   }
   if (probe->parsed()) return run_probe(probe_json);
   if (run->parsed()) return dslaunch::worker::run_worker();
+  if (eval->parsed()) return dslaunch::worker::run_eval_command(eval_options);
   std::cerr << app.help() << "\ndsworker: a subcommand is required\n";
   return kUsageError;
 }

@@ -13,8 +13,8 @@
 #include "worker/data/demo_corpus.h"
 #include "worker/data/training_data.h"
 #include "worker/engine/trainer.h"
-#include "worker/engine/training_support.h"
-#include "worker/model/hf_gpt2.h"
+#include "core/spec/training_support.h"
+#include "core/weights/hf_gpt2.h"
 
 namespace dslaunch::worker {
 namespace {
@@ -69,7 +69,7 @@ void send_memory_metrics(proto::Session& session, const engine::MemoryReport& me
 // False when the session did not take it (full, or closing): the controller
 // would never commit the step.
 bool send_checkpoint_written(proto::Session& session, const engine::CheckpointSlice& slice,
-                             const std::string& file, const checkpoint::WrittenShard& written) {
+                             const std::string& file, const core::WrittenShard& written) {
   v1::WorkerMessage message;
   v1::WorkerEvent* event = message.mutable_event();
   event->set_kind(v1::WorkerEvent::KIND_CHECKPOINT_WRITTEN);
@@ -107,7 +107,7 @@ void save_in_background(checkpoint::AsyncShardWriter& writer, proto::Session& se
     report_checkpoint_failure(session, failed, slice.step, error);
     return;
   }
-  checkpoint::ShardHeader header;
+  core::ShardHeader header;
   header.step = slice.step;
   header.rank = slice.rank;
   header.ranks = slice.ranks;
@@ -118,7 +118,7 @@ void save_in_background(checkpoint::AsyncShardWriter& writer, proto::Session& se
   // The callback runs on the writer's thread, after `slice`'s pointers are
   // gone: it uses only the slice's numbers.
   writer.save((folder / file).string(), header, {slice.params, slice.adam_m, slice.adam_v},
-              [&session, &failed, slice, file](const checkpoint::WrittenShard& written) {
+              [&session, &failed, slice, file](const core::WrittenShard& written) {
                 if (!written.ok()) {
                   report_checkpoint_failure(session, failed, slice.step, written.error);
                 } else if (!send_checkpoint_written(session, slice, file, written)) {
@@ -144,7 +144,7 @@ std::string format_step(const engine::StepReport& r, int64_t total_steps) {
 int run_train_workload(const TrainWorkloadContext& context) {
   const spec::JobSpec& spec = *context.spec;
   proto::Session& session = *context.session;
-  if (std::string problem = engine::training_support_problem(spec); !problem.empty()) {
+  if (std::string problem = spec::training_support_problem(spec); !problem.empty()) {
     report_error(session, problem);
     return 1;
   }
@@ -208,13 +208,13 @@ int run_train_workload(const TrainWorkloadContext& context) {
   writer.wait();
   if (checkpoint_failed.load()) return 1;
   if (reporter && result.steps > 0) {
-    const model::ParameterTable table(engine::model_config(spec.model, 1));
+    const core::ParameterTable table(core::model_config(spec.model, 1));
     const std::string path =
         (std::filesystem::path(context.job_directory) / "weights" / "model.safetensors").string();
     if (std::string error;
         !core::create_folders(core::default_file_system(), core::parent_folder(path), 0700,
                               error) ||
-        !model::write_hf_gpt2(path, table, result.params.data(), error)) {
+        !core::write_hf_gpt2(path, table, result.params.data(), error)) {
       report_error(session, "writing the final weights: " + error);
       return 1;
     }

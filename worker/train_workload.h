@@ -4,7 +4,7 @@
 #include <optional>
 #include <string>
 
-#include "launcher/spec/job_spec.h"
+#include "core/spec/job_spec.h"
 #include "proto/controller_client.h"
 #include "worker/engine/trainer.h"
 #include "worker/comm/process_groups.h"

@@ -19,7 +19,7 @@
 
 #include <fmt/format.h>
 
-#include "launcher/spec/spec_parser.h"
+#include "core/spec/spec_parser.h"
 #include "proto/controller_client.h"
 #include "tools/build_info/build_info.h"
 #include "worker/commbench/commbench.h"

@@ -17,9 +17,9 @@
 #include <xxhash.h>
 
 #include "core/json_input.h"
-#include "worker/checkpoint/file_checksum.h"
+#include "core/checkpoint/file_checksum.h"
 #include "launcher/controller/posix_file.h"
-#include "worker/data/atomic_file.h"
+#include "core/atomic_file.h"
 
 namespace dslaunch::controller {
 namespace {
@@ -374,7 +374,7 @@ bool write_manifest(const std::string& checkpoint_dir, const CheckpointManifest&
     error = fmt::format("refusing to write '{}': {}", join_path(dir, kManifestFile), invalid);
     return false;
   }
-  return worker::data::replace_file_durably(dir, kManifestFile, value.dump(2) + "\n", 0600, error);
+  return core::replace_file_durably(dir, kManifestFile, value.dump(2) + "\n", 0600, error);
 }
 
 CheckpointCheck check_checkpoint(const std::string& checkpoint_dir, bool verify_checksums) {
@@ -446,7 +446,7 @@ CheckpointCheck check_checkpoint(const std::string& checkpoint_dir, bool verify_
   }
   if (!verify_checksums) return check;
   for (const ShardRecord& shard : check.manifest->shards) {
-    const auto checksum = worker::checkpoint::file_xxh64(join_path(check.dir, shard.path), error);
+    const auto checksum = core::file_xxh64(join_path(check.dir, shard.path), error);
     if (!checksum) return broken(error);
     if (*checksum != shard.xxh64) {
       return broken(fmt::format("shard {} checksum {} does not match the manifest's {} (corrupted)",
@@ -483,7 +483,7 @@ NewestValid find_newest_valid(const std::string& root) {
 }
 
 bool write_latest(const std::string& root, int64_t step, std::string& error) {
-  return worker::data::replace_file_durably(strip_trailing_slashes(root), kLatestFile,
+  return core::replace_file_durably(strip_trailing_slashes(root), kLatestFile,
                                            checkpoint_dir_name(step) + "\n", 0600, error);
 }
 
@@ -550,7 +550,7 @@ std::string set_aside_checkpoint(const std::string& dir, std::string& error) {
 }
 
 std::string spec_hash(std::string_view resolved_spec_yaml) {
-  return worker::checkpoint::xxh64_hex(
+  return core::xxh64_hex(
       XXH64(resolved_spec_yaml.data(), resolved_spec_yaml.size(), 0));
 }
 

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "worker/data/atomic_file.h"
+#include "core/atomic_file.h"
 
 namespace dslaunch::controller {
 
@@ -77,7 +77,7 @@ CheckpointCommitter::Outcome CheckpointCommitter::commit(int64_t step, int64_t n
       return outcome;
     }
   }
-  if (!worker::data::write_file_atomically((std::filesystem::path(dir) / "spec.yaml").string(),
+  if (!core::write_file_atomically((std::filesystem::path(dir) / "spec.yaml").string(),
                                            settings_.resolved_spec_yaml, outcome.error, 0600) ||
       !write_manifest(dir, manifest, outcome.error) ||
       !write_latest(settings_.root, step, outcome.error)) {

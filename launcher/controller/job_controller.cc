@@ -33,11 +33,12 @@
 #include "launcher/runner/launch_command.h"
 #include "launcher/runner/rank_output.h"
 #include "launcher/runner/supervised_process.h"
-#include "launcher/spec/terminal_text.h"
+#include "core/spec/terminal_text.h"
 #include "proto/auth.h"
-#include "worker/engine/model_config.h"
-#include "worker/data/atomic_file.h"
-#include "worker/engine/training_support.h"
+#include "core/layout/model_config.h"
+#include "launcher/worker_binary.h"
+#include "core/atomic_file.h"
+#include "core/spec/training_support.h"
 
 namespace dslaunch::controller {
 namespace {
@@ -63,20 +64,6 @@ int64_t unix_time_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-// $DSLAUNCH_WORKER, else dsworker beside this binary (an installation),
-// else ../worker/dsworker (Bazel's output tree).
-std::string find_worker_binary(const std::string& requested) {
-  if (!requested.empty()) return fs::absolute(requested).string();
-  if (const char* from_env = std::getenv("DSLAUNCH_WORKER")) return from_env;
-  std::error_code error;
-  const fs::path self = fs::read_symlink("/proc/self/exe", error);
-  for (const fs::path& candidate : {self.parent_path() / "dsworker",
-                                    self.parent_path().parent_path() / "worker" / "dsworker"}) {
-    if (access(candidate.c_str(), X_OK) == 0) return candidate.string();
-  }
-  return "";
 }
 
 // A port free on this host now (the OS picks it), for MASTER_PORT.
@@ -166,7 +153,7 @@ class Attempt {
 
     state_.start();
     write_state();
-    const std::string worker = find_worker_binary(options_.worker_binary);
+    const std::string worker = launcher::find_worker_binary(options_.worker_binary);
     if (worker.empty()) {
       return fail_before_launch(server,
                                 "cannot find dsworker beside dslaunch; set DSLAUNCH_WORKER");
@@ -188,7 +175,7 @@ class Attempt {
     inputs.local_cores = static_cast<int>(std::thread::hardware_concurrency());
     const runner::LaunchCommand command = runner::build_launch_command(spec_, plan_, inputs);
     for (const auto& [path, contents] : command.files) {
-      if (!worker::data::write_file_atomically(path, contents, error, 0600)) {
+      if (!core::write_file_atomically(path, contents, error, 0600)) {
         return fail_before_launch(server, error);
       }
     }
@@ -517,7 +504,7 @@ std::optional<v1::ResumePoint> choose_resume_point(const std::string& root,
 
 // The model's shape as manifests record it.
 nlohmann::json model_description(const spec::JobSpec& spec) {
-  const worker::model::Gpt2Config model = worker::engine::model_config(spec.model, 1);
+  const core::Gpt2Config model = core::model_config(spec.model, 1);
   return {{"architecture", "gpt2"},
           {"num_layers", model.num_layers},
           {"hidden_size", model.channels},
@@ -652,7 +639,7 @@ int run_job(const RunOptions& options) {
   const spec::JobSpec& spec = planned->spec;
   const plan::JobPlan& job_plan = planned->plan;
   if (spec.kind == spec::JobKind::kTrain) {
-    if (const std::string problem = worker::engine::training_support_problem(spec);
+    if (const std::string problem = spec::training_support_problem(spec);
         !problem.empty()) {
       std::cerr << spec::terminal_safe(fmt::format("{}: error: {}", options.spec_path, problem))
                 << "\n";

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "launcher/controller/progress.h"
-#include "launcher/spec/spec_parser.h"
+#include "core/spec/spec_parser.h"
 
 namespace dslaunch::controller {
 

@@ -20,7 +20,7 @@
 
 #include "core/json_input.h"
 #include "launcher/controller/posix_file.h"
-#include "worker/data/atomic_file.h"
+#include "core/atomic_file.h"
 
 namespace dslaunch::controller {
 namespace {
@@ -149,11 +149,11 @@ std::string JobDirectory::job_id() const {
 }
 
 bool JobDirectory::write_spec(std::string_view yaml, std::string& error) {
-  return worker::data::replace_file_durably(path_, "spec.yaml", yaml, kPrivateFile, error, *fs_);
+  return core::replace_file_durably(path_, "spec.yaml", yaml, kPrivateFile, error, *fs_);
 }
 
 bool JobDirectory::write_state(const nlohmann::json& state, std::string& error) {
-  return worker::data::replace_file_durably(path_, kStateFile, dump(state, 2) + "\n", kPrivateFile,
+  return core::replace_file_durably(path_, kStateFile, dump(state, 2) + "\n", kPrivateFile,
                                             error, *fs_);
 }
 
@@ -184,7 +184,7 @@ bool JobDirectory::append_metrics(const nlohmann::json& step_metrics, std::strin
 }
 
 bool JobDirectory::write_token(std::string_view token, std::string& error) {
-  return worker::data::replace_file_durably(path_, kTokenFile, token, kPrivateFile, error, *fs_);
+  return core::replace_file_durably(path_, kTokenFile, token, kPrivateFile, error, *fs_);
 }
 
 std::optional<std::string> JobDirectory::read_token(std::string& error) const {

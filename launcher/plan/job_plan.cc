@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "launcher/spec/text_file.h"
+#include "core/spec/text_file.h"
 #include "topology/hostfile.h"
 #include "topology/slurm_nodelist.h"
 

@@ -8,8 +8,8 @@
 
 #include "launcher/plan/local_machine.h"
 #include "launcher/plan/memory_estimate.h"
-#include "launcher/spec/diagnostics.h"
-#include "launcher/spec/job_spec.h"
+#include "core/spec/diagnostics.h"
+#include "core/spec/job_spec.h"
 #include "topology/host_filter.h"
 #include "topology/placement.h"
 #include "topology/process_grid.h"

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "launcher/spec/job_spec.h"
+#include "core/spec/job_spec.h"
 
 namespace dslaunch::plan {
 

@@ -3,7 +3,7 @@
 #include <ostream>
 
 #include "launcher/plan/job_plan.h"
-#include "launcher/spec/job_spec.h"
+#include "core/spec/job_spec.h"
 
 namespace dslaunch::plan {
 

@@ -4,9 +4,9 @@
 #include <string>
 
 #include "launcher/plan/job_plan.h"
-#include "launcher/spec/diagnostics.h"
-#include "launcher/spec/job_spec.h"
-#include "launcher/spec/spec_parser.h"
+#include "core/spec/diagnostics.h"
+#include "core/spec/job_spec.h"
+#include "core/spec/spec_parser.h"
 
 namespace dslaunch::plan {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "launcher/plan/job_plan.h"
-#include "launcher/spec/job_spec.h"
+#include "core/spec/job_spec.h"
 
 namespace dslaunch::runner {
 

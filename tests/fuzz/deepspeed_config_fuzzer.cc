@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <string>
 
-#include "launcher/spec/deepspeed_config.h"
-#include "launcher/spec/spec_parser.h"
+#include "core/spec/deepspeed_config.h"
+#include "core/spec/spec_parser.h"
 #include "tests/fuzz/fuzz_support.h"
 #include "tests/fuzz/spec_promises.h"
 

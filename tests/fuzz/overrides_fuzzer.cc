@@ -13,8 +13,8 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "launcher/spec/overrides.h"
-#include "launcher/spec/spec_parser.h"
+#include "core/spec/overrides.h"
+#include "core/spec/spec_parser.h"
 #include "tests/fuzz/fuzz_support.h"
 #include "tests/fuzz/spec_promises.h"
 

@@ -19,7 +19,7 @@
 #include <utility>
 
 #include "launcher/plan/job_plan.h"
-#include "launcher/spec/spec_parser.h"
+#include "core/spec/spec_parser.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace {

@@ -16,26 +16,26 @@
 #include <vector>
 
 #include "tests/fuzz/fuzz_support.h"
-#include "worker/model/gpt2_config.h"
-#include "worker/model/hf_gpt2.h"
-#include "worker/model/safetensors.h"
+#include "core/layout/gpt2_config.h"
+#include "core/weights/hf_gpt2.h"
+#include "core/weights/safetensors.h"
 
 namespace {
 
 using dslaunch::fuzz::require;
-namespace model = dslaunch::worker::model;
+namespace core = dslaunch::core;
 
-bool is_float(model::SafetensorsDtype dtype) {
-  return dtype == model::SafetensorsDtype::kF32 || dtype == model::SafetensorsDtype::kF64 ||
-         dtype == model::SafetensorsDtype::kF16 || dtype == model::SafetensorsDtype::kBF16;
+bool is_float(core::SafetensorsDtype dtype) {
+  return dtype == core::SafetensorsDtype::kF32 || dtype == core::SafetensorsDtype::kF64 ||
+         dtype == core::SafetensorsDtype::kF16 || dtype == core::SafetensorsDtype::kBF16;
 }
 
-void check_tensors(const model::SafetensorsFile& file, const std::string& bytes) {
+void check_tensors(const core::SafetensorsFile& file, const std::string& bytes) {
   uint64_t header_bytes = 0;
   std::memcpy(&header_bytes, bytes.data(), sizeof header_bytes);
   const char* data = bytes.data() + 8 + header_bytes;
   int64_t covered = 0;
-  for (const model::SafetensorsTensor& tensor : file.tensors()) {
+  for (const core::SafetensorsTensor& tensor : file.tensors()) {
     int64_t numel = 1;
     for (const int64_t dimension : tensor.shape) {
       require(dimension >= 0);
@@ -43,7 +43,7 @@ void check_tensors(const model::SafetensorsFile& file, const std::string& bytes)
     }
     require(numel == tensor.numel);
     require(tensor.begin == covered);
-    require(tensor.end - tensor.begin == numel * model::dtype_size(tensor.dtype));
+    require(tensor.end - tensor.begin == numel * core::dtype_size(tensor.dtype));
     covered = tensor.end;
     require(file.find(tensor.name) == &tensor);
 
@@ -52,7 +52,7 @@ void check_tensors(const model::SafetensorsFile& file, const std::string& bytes)
     std::string error;
     const bool read = file.read_floats(tensor, values.data(), error);
     require(read == is_float(tensor.dtype) && read == error.empty());
-    if (tensor.dtype == model::SafetensorsDtype::kF32) {
+    if (tensor.dtype == core::SafetensorsDtype::kF32) {
       require(std::memcmp(values.data(), data + tensor.begin, static_cast<size_t>(numel) * 4) == 0);
     }
   }
@@ -60,41 +60,41 @@ void check_tensors(const model::SafetensorsFile& file, const std::string& bytes)
 }
 
 // Writes the opened file's tensors anew and checks they read back the same.
-void check_rewrite(const model::SafetensorsFile& file, const std::string& bytes) {
+void check_rewrite(const core::SafetensorsFile& file, const std::string& bytes) {
   uint64_t header_bytes = 0;
   std::memcpy(&header_bytes, bytes.data(), sizeof header_bytes);
-  std::vector<model::SafetensorsTensorData> tensors;
-  for (const model::SafetensorsTensor& tensor : file.tensors()) {
+  std::vector<core::SafetensorsTensorData> tensors;
+  for (const core::SafetensorsTensor& tensor : file.tensors()) {
     tensors.push_back(
         {tensor.name, tensor.dtype, tensor.shape, bytes.data() + 8 + header_bytes + tensor.begin});
   }
   const std::string path = dslaunch::fuzz::scratch_dir() + "/rewritten.safetensors";
   std::string error;
-  if (!model::write_safetensors(path, tensors, file.metadata(), error)) {
+  if (!core::write_safetensors(path, tensors, file.metadata(), error)) {
     require(!error.empty());
     return;
   }
-  model::SafetensorsFile reread;
+  core::SafetensorsFile reread;
   require(reread.open(path, error));
   require(reread.tensors().size() == file.tensors().size());
   require(reread.metadata() == file.metadata());
-  for (const model::SafetensorsTensor& tensor : reread.tensors()) {
-    const model::SafetensorsTensor* original = file.find(tensor.name);
+  for (const core::SafetensorsTensor& tensor : reread.tensors()) {
+    const core::SafetensorsTensor* original = file.find(tensor.name);
     require(original != nullptr && original->dtype == tensor.dtype &&
             original->shape == tensor.shape);
   }
 }
 
-void check_weights(const model::HfGpt2Weights& weights, int64_t num_heads, int64_t multiple) {
+void check_weights(const core::HfGpt2Weights& weights, int64_t num_heads, int64_t multiple) {
   if (!weights.error.empty()) {
     require(weights.params.empty());
     return;
   }
-  const model::Gpt2Config& config = weights.config;
-  require(model::config_problem(config).empty());
+  const core::Gpt2Config& config = weights.config;
+  require(core::config_problem(config).empty());
   require(num_heads == 0 || config.num_heads == num_heads);
   require(config.padded_vocab_size % multiple == 0);
-  require(static_cast<int64_t>(weights.params.size()) == model::ParameterTable(config).total());
+  require(static_cast<int64_t>(weights.params.size()) == core::ParameterTable(config).total());
 }
 
 }  // namespace
@@ -111,7 +111,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = dslaunch::fuzz::write_scratch_file("model.safetensors", bytes);
   if (with_config) dslaunch::fuzz::write_scratch_file("config.json", config_json);
 
-  model::SafetensorsFile file;
+  core::SafetensorsFile file;
   std::string error;
   if (file.open(path, error)) {
     check_tensors(file, bytes);
@@ -119,6 +119,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else {
     require(!error.empty() && file.tensors().empty());
   }
-  check_weights(model::load_hf_gpt2(path, num_heads, multiple), num_heads, multiple);
+  check_weights(core::load_hf_gpt2(path, num_heads, multiple), num_heads, multiple);
   return 0;
 }

@@ -21,13 +21,13 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/fuzz/fuzz_support.h"
-#include "worker/checkpoint/file_checksum.h"
-#include "worker/checkpoint/shard_file.h"
+#include "core/checkpoint/file_checksum.h"
+#include "core/checkpoint/shard_file.h"
 
 namespace {
 
 using dslaunch::fuzz::require;
-namespace checkpoint = dslaunch::worker::checkpoint;
+namespace core = dslaunch::core;
 
 // The header text with the checksum the writer would give it, when it is a
 // JSON object; else the text as it is.
@@ -36,15 +36,15 @@ std::string with_checksum(const std::string& header) {
   if (!fields.is_object()) return header;
   fields.erase("header_xxh64");
   const std::string text = fields.dump();
-  fields["header_xxh64"] = checkpoint::xxh64_hex(XXH64(text.data(), text.size(), 0));
+  fields["header_xxh64"] = core::xxh64_hex(XXH64(text.data(), text.size(), 0));
   return fields.dump();
 }
 
 std::string wrapped(const std::string& header, const std::string& data) {
   const std::string text = with_checksum(header);
-  const uint32_t version = checkpoint::kShardFormatVersion;
+  const uint32_t version = core::kShardFormatVersion;
   const auto length = static_cast<uint32_t>(text.size());
-  std::string file(checkpoint::kShardMagic, sizeof checkpoint::kShardMagic);
+  std::string file(core::kShardMagic, sizeof core::kShardMagic);
   file.append(reinterpret_cast<const char*>(&version), sizeof version);
   file.append(reinterpret_cast<const char*>(&length), sizeof length);
   file += text;
@@ -59,25 +59,25 @@ int64_t data_offset(const std::string& file) {
 }
 
 void check_reads(const std::string& path, const std::string& file,
-                 const checkpoint::ShardHeader& header, FuzzedDataProvider& input) {
+                 const core::ShardHeader& header, FuzzedDataProvider& input) {
   const int64_t count = header.end - header.begin;
-  const auto array = static_cast<checkpoint::ShardArray>(input.ConsumeIntegralInRange(0, 2));
+  const auto array = static_cast<core::ShardArray>(input.ConsumeIntegralInRange(0, 2));
   const int64_t from = header.begin + input.ConsumeIntegralInRange<int64_t>(0, count);
   const int64_t to = from + input.ConsumeIntegralInRange<int64_t>(0, header.end - from);
   const int64_t first =
       data_offset(file) + 4 * (static_cast<int64_t>(array) * count + from - header.begin);
   std::vector<float> out(static_cast<size_t>(to - from));
   std::string error;
-  require(checkpoint::read_shard_range(path, header, array, from, to, out.data(), error));
+  require(core::read_shard_range(path, header, array, from, to, out.data(), error));
   require(out.empty() || std::memcmp(out.data(), file.data() + first, out.size() * 4) == 0);
   std::fill(out.begin(), out.end(), 0.0f);
-  require(checkpoint::read_flat_range({{path, header.begin, header.end}}, array, from, to,
+  require(core::read_flat_range({{path, header.begin, header.end}}, array, from, to,
                                       out.data(), error));
   require(out.empty() || std::memcmp(out.data(), file.data() + first, out.size() * 4) == 0);
 
   float ignored[1];
   error.clear();
-  require(!checkpoint::read_shard_range(path, header, array, header.end, header.end + 1, ignored,
+  require(!core::read_shard_range(path, header, array, header.end, header.end + 1, ignored,
                                         error) &&
           !error.empty());
 }
@@ -97,7 +97,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = dslaunch::fuzz::write_scratch_file("rank_0.bin", file);
 
   std::string error;
-  const auto header = checkpoint::read_shard_header(path, error);
+  const auto header = core::read_shard_header(path, error);
   if (!header) {
     require(!error.empty());
     return 0;

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/spec/batch_size.h"
-#include "launcher/spec/spec_parser.h"
+#include "core/spec/batch_size.h"
+#include "core/spec/spec_parser.h"
 #include "tests/fuzz/fuzz_support.h"
 #include "tests/fuzz/spec_promises.h"
 

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "launcher/spec/job_spec.h"
+#include "core/spec/job_spec.h"
 
 namespace dslaunch::fuzz {
 

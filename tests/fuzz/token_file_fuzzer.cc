@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/spec/job_spec.h"
+#include "core/spec/job_spec.h"
 #include "tests/fuzz/fuzz_support.h"
 #include "worker/data/open_token_source.h"
 

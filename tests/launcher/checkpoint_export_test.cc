@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/controller/checkpoint_catalog.h"
-#include "worker/checkpoint/shard_file.h"
-#include "worker/model/gpt2_config.h"
+#include "core/checkpoint/shard_file.h"
+#include "core/layout/gpt2_config.h"
 
 namespace dslaunch::launcher {
 namespace {
@@ -18,8 +18,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-worker::model::Gpt2Config tiny_model() {
-  worker::model::Gpt2Config config;
+core::Gpt2Config tiny_model() {
+  core::Gpt2Config config;
   config.num_layers = 1;
   config.channels = 8;
   config.num_heads = 2;
@@ -29,7 +29,7 @@ worker::model::Gpt2Config tiny_model() {
   return config;
 }
 
-json model_json(const worker::model::Gpt2Config& config) {
+json model_json(const core::Gpt2Config& config) {
   return {{"architecture", "gpt2"},
           {"num_layers", config.num_layers},
           {"hidden_size", config.channels},
@@ -47,15 +47,15 @@ std::pair<std::string, controller::CheckpointManifest> tiny_checkpoint(const std
   fs::remove_all(root);
   const fs::path dir = root / controller::checkpoint_dir_name(10);
   fs::create_directories(dir);
-  const int64_t total = worker::model::ParameterTable(tiny_model()).total();
+  const int64_t total = core::ParameterTable(tiny_model()).total();
   std::vector<float> params(total);
   for (int64_t i = 0; i < total; ++i) params[i] = static_cast<float>(i);
   const std::vector<float> zeros(total, 0.0f);
-  worker::checkpoint::ShardHeader header;
+  core::ShardHeader header;
   header.step = 10;
   header.total_parameters = total;
   header.end = total;
-  const worker::checkpoint::WrittenShard written = worker::checkpoint::write_shard(
+  const core::WrittenShard written = core::write_shard(
       (dir / "rank_0.bin").string(), header, {params.data(), zeros.data(), zeros.data()});
   REQUIRE(written.ok());
   controller::CheckpointManifest manifest;

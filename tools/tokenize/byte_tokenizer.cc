@@ -5,14 +5,14 @@
 
 #include <fmt/format.h>
 
-#include "worker/data/mapped_file.h"
+#include "core/mapped_file.h"
 
 namespace dslaunch::tools {
 
 ByteTokens tokenize_text_files(const std::vector<std::string>& paths) {
   ByteTokens result;
   for (const std::string& path : paths) {
-    worker::data::MappedFile file;
+    core::MappedFile file;
     std::string error;
     if (!file.open(path, error)) return {{}, error};
     if (file.size() == 0) {

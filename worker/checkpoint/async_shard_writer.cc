@@ -26,8 +26,8 @@ AsyncShardWriter::~AsyncShardWriter() {
   thread_.join();
 }
 
-void AsyncShardWriter::save(const std::string& path, const ShardHeader& header,
-                            const ShardArrays& arrays, Done done) {
+void AsyncShardWriter::save(const std::string& path, const core::ShardHeader& header,
+                            const core::ShardArrays& arrays, Done done) {
   wait();
   // Nothing is in flight, so the background thread leaves the buffers alone.
   const size_t count = static_cast<size_t>(std::max<int64_t>(header.end - header.begin, 0));
@@ -55,8 +55,8 @@ void AsyncShardWriter::run() {
     changed_.wait(lock, [this] { return in_flight_ || stopping_; });
     if (!in_flight_) return;
     lock.unlock();
-    const WrittenShard written =
-        write_shard(path_, header_, {params_.data.get(), adam_m_.data.get(), adam_v_.data.get()});
+    const core::WrittenShard written =
+        core::write_shard(path_, header_, {params_.data.get(), adam_m_.data.get(), adam_v_.data.get()});
     if (done_) done_(written);
     done_ = nullptr;
     lock.lock();

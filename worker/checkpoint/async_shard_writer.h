@@ -8,7 +8,7 @@
 #include <string>
 #include <thread>
 
-#include "worker/checkpoint/shard_file.h"
+#include "core/checkpoint/shard_file.h"
 
 namespace dslaunch::worker::checkpoint {
 
@@ -29,7 +29,7 @@ class AsyncShardWriter {
   // Called once per save, on the background thread, with write_shard's
   // result. It must not call save() or wait() on the same writer, which
   // would wait for itself. The next save does not start until it returns.
-  using Done = std::function<void(const WrittenShard&)>;
+  using Done = std::function<void(const core::WrittenShard&)>;
 
   // Starts the background thread.
   AsyncShardWriter();
@@ -43,7 +43,7 @@ class AsyncShardWriter {
   // returns; the caller may change or free its arrays at once. The shard is
   // then written to `path` as write_shard(path, header, arrays) would, and
   // `done` is called with the result (write errors arrive there, never here).
-  void save(const std::string& path, const ShardHeader& header, const ShardArrays& arrays,
+  void save(const std::string& path, const core::ShardHeader& header, const core::ShardArrays& arrays,
             Done done);
 
   // Blocks until no save is in flight and its `done` has returned.
@@ -66,7 +66,7 @@ class AsyncShardWriter {
   // The save in flight; the caller's thread touches these only while
   // !in_flight_, the background thread only while in_flight_.
   std::string path_;
-  ShardHeader header_;
+  core::ShardHeader header_;
   Done done_;
   Buffer params_;
   Buffer adam_m_;

@@ -9,10 +9,10 @@
 
 #include <fmt/format.h>
 
-#include "worker/data/atomic_file.h"
+#include "core/atomic_file.h"
 #include "worker/data/demo_text.h"
 #include "worker/data/llmc_token_file.h"
-#include "worker/data/mapped_file.h"
+#include "core/mapped_file.h"
 
 namespace dslaunch::worker::data {
 namespace {
@@ -23,7 +23,7 @@ std::vector<uint16_t> byte_tokens(const std::string& text) {
 }
 
 bool same_content(const std::string& path, const std::string& expected) {
-  MappedFile file;
+  core::MappedFile file;
   std::string ignored;  // unreadable or absent: rewrite it
   return file.open(path, ignored) && file.size() == static_cast<int64_t>(expected.size()) &&
          std::memcmp(file.bytes(), expected.data(), expected.size()) == 0;
@@ -31,7 +31,7 @@ bool same_content(const std::string& path, const std::string& expected) {
 
 bool ensure_file(const std::string& path, const std::string& content, std::string& error) {
   if (same_content(path, content)) return true;
-  return write_file_atomically(path, content, error);
+  return core::write_file_atomically(path, content, error);
 }
 
 std::string environment(const char* name) {

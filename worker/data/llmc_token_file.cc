@@ -9,8 +9,8 @@
 
 #include <fmt/format.h>
 
-#include "worker/data/atomic_file.h"
-#include "worker/data/mapped_file.h"
+#include "core/atomic_file.h"
+#include "core/mapped_file.h"
 
 namespace dslaunch::worker::data {
 namespace {
@@ -20,7 +20,7 @@ static_assert(std::endian::native == std::endian::little,
 
 class LlmcTokenFile final : public TokenSource {
  public:
-  LlmcTokenFile(MappedFile file, int64_t count)
+  LlmcTokenFile(core::MappedFile file, int64_t count)
       : file_(std::move(file)),
         tokens_(reinterpret_cast<const uint16_t*>(file_.bytes() + kLlmcHeaderBytes)),
         size_(count) {
@@ -39,7 +39,7 @@ class LlmcTokenFile final : public TokenSource {
   }
 
  private:
-  MappedFile file_;
+  core::MappedFile file_;
   const uint16_t* tokens_;
   int64_t size_;
   int32_t max_token_ = -1;
@@ -54,7 +54,7 @@ int32_t header_int(const uint8_t* bytes, int index) {
 }  // namespace
 
 TokenSourceResult open_llmc_token_file(const std::string& path) {
-  MappedFile file;
+  core::MappedFile file;
   std::string error;
   if (!file.open(path, error)) return {nullptr, error};
   const int64_t file_size = file.size();
@@ -127,7 +127,7 @@ bool write_llmc_token_file(const std::string& path, std::span<const uint16_t> to
         path, tokens.size(), std::numeric_limits<int32_t>::max());
     return false;
   }
-  return write_file_atomically(path, llmc_token_file_bytes(tokens), error);
+  return core::write_file_atomically(path, llmc_token_file_bytes(tokens), error);
 }
 
 }  // namespace dslaunch::worker::data

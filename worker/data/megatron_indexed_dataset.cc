@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "worker/data/mapped_file.h"
+#include "core/mapped_file.h"
 
 namespace dslaunch::worker::data {
 namespace {
@@ -105,7 +105,7 @@ std::pair<int64_t, int64_t> token_bounds(TokenType type, const uint8_t* from, in
 
 class MegatronIndexedDataset final : public TokenSource {
  public:
-  MegatronIndexedDataset(std::string prefix, MappedFile bin, TokenType type,
+  MegatronIndexedDataset(std::string prefix, core::MappedFile bin, TokenType type,
                          std::vector<int64_t> pointers, std::vector<int64_t> starts,
                          int64_t documents, int32_t max_token)
       : prefix_(std::move(prefix)),
@@ -145,7 +145,7 @@ class MegatronIndexedDataset final : public TokenSource {
 
  private:
   std::string prefix_;
-  MappedFile bin_;
+  core::MappedFile bin_;
   TokenType type_;
   std::vector<int64_t> pointers_;  // byte offset of each sequence in .bin
   std::vector<int64_t> starts_;    // stream offset of each sequence, then the total
@@ -159,8 +159,8 @@ TokenSourceResult open_megatron_indexed_dataset(const std::string& prefix) {
   const std::string idx_path = prefix + ".idx";
   const std::string bin_path = prefix + ".bin";
   std::string error;
-  MappedFile idx;
-  MappedFile bin;
+  core::MappedFile idx;
+  core::MappedFile bin;
   if (!idx.open(idx_path, error) || !bin.open(bin_path, error)) return {nullptr, error};
   const uint8_t* index = idx.bytes();
   const int64_t idx_size = idx.size();

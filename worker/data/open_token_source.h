@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "launcher/spec/job_spec.h"
+#include "core/spec/job_spec.h"
 #include "worker/data/token_source.h"
 
 namespace dslaunch::worker::data {

@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-#include "launcher/spec/job_spec.h"
+#include "core/spec/job_spec.h"
 
 namespace dslaunch::worker::engine {
 

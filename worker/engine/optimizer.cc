@@ -4,10 +4,10 @@
 
 namespace dslaunch::worker::engine {
 
-AdamW::AdamW(const spec::OptimizerSpec& spec, const model::ParameterTable& table, int64_t begin,
+AdamW::AdamW(const spec::OptimizerSpec& spec, const core::ParameterTable& table, int64_t begin,
              int64_t end)
     : spec_(spec), begin_(begin), m_(end - begin, 0.0f), v_(end - begin, 0.0f) {
-  for (const model::TensorInfo& tensor : table.tensors()) {
+  for (const core::TensorInfo& tensor : table.tensors()) {
     const int64_t from = std::max(begin, tensor.offset);
     const int64_t to = std::min(end, tensor.offset + tensor.numel);
     if (from < to) spans_.push_back({from, to, tensor.weight_decay});

@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "kernels/backend.h"
-#include "launcher/spec/job_spec.h"
-#include "worker/model/gpt2_config.h"
+#include "core/spec/job_spec.h"
+#include "core/layout/gpt2_config.h"
 
 namespace dslaunch::worker::engine {
 
@@ -19,7 +19,7 @@ class AdamW {
  public:
   // Updates the floats [begin, end) of the table's layout: a whole buffer,
   // or the slice one rank owns.
-  AdamW(const spec::OptimizerSpec& spec, const model::ParameterTable& table, int64_t begin,
+  AdamW(const spec::OptimizerSpec& spec, const core::ParameterTable& table, int64_t begin,
         int64_t end);
 
   // One step at learning rate `lr` on params[begin, end) with the matching

@@ -121,7 +121,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     return result;
   }
 
-  const model::ParameterTable table(model_config(spec.model, 1));
+  const core::ParameterTable table(core::model_config(spec.model, 1));
   result.params.assign(table.total(), 0.0f);
   model::init_gpt2_parameters(table, spec.model.init_seed, result.params.data());
   const int64_t first_step = options.resume ? options.resume->step : 0;
@@ -135,7 +135,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     // Every rank reads the whole parameters (stage 3 keeps its partition of
     // them below) and, once the optimizer is set up, its moments.
     if (std::string error;
-        !checkpoint::read_flat_range(options.resume->shards, checkpoint::ShardArray::kParams, 0,
+        !core::read_flat_range(options.resume->shards, core::ShardArray::kParams, 0,
                                      table.total(), result.params.data(), error)) {
       result.error = "resuming from the checkpoint of step " +
                      std::to_string(options.resume->step) + ": " + error;
@@ -161,9 +161,9 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   AdamW optimizer(training.optimizer, table, own_begin, partition.end(owner));
   if (options.resume) {
     for (const auto& [which, moment] :
-         {std::pair{checkpoint::ShardArray::kAdamM, optimizer.first_moment()},
-          std::pair{checkpoint::ShardArray::kAdamV, optimizer.second_moment()}}) {
-      if (std::string error; !checkpoint::read_flat_range(options.resume->shards, which, own_begin,
+         {std::pair{core::ShardArray::kAdamM, optimizer.first_moment()},
+          std::pair{core::ShardArray::kAdamV, optimizer.second_moment()}}) {
+      if (std::string error; !core::read_flat_range(options.resume->shards, which, own_begin,
                                                           own_begin + own_count, moment, error)) {
         result.error = "resuming from the checkpoint of step " +
                        std::to_string(options.resume->step) + ": " + error;

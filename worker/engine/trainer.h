@@ -8,11 +8,11 @@
 
 #include "kernels/backend.h"
 #include "worker/comm/communicator.h"
-#include "launcher/spec/job_spec.h"
-#include "worker/checkpoint/shard_file.h"
+#include "core/spec/job_spec.h"
+#include "core/checkpoint/shard_file.h"
 #include "worker/data/training_data.h"
-#include "worker/engine/model_config.h"
-#include "worker/model/gpt2_config.h"
+#include "core/layout/model_config.h"
+#include "core/layout/gpt2_config.h"
 
 namespace dslaunch::worker::engine {
 
@@ -70,7 +70,7 @@ struct CheckpointSlice {
 struct ResumePoint {
   int64_t step = 0;
   int64_t total_parameters = 0;  // of the model saved; must be this spec's
-  std::vector<checkpoint::ShardLocation> shards;
+  std::vector<core::ShardLocation> shards;
 };
 
 struct TrainerOptions {

@@ -21,7 +21,7 @@ void append(std::vector<Range>& ranges, int64_t begin, int64_t end) {
 
 }  // namespace
 
-Zero3Parameters::Zero3Parameters(comm::Communicator& comm, const model::ParameterTable& table,
+Zero3Parameters::Zero3Parameters(comm::Communicator& comm, const core::ParameterTable& table,
                                  const ZeroPartition& partition, const Zero3Settings& settings,
                                  const float* initial)
     : comm_(comm),
@@ -38,7 +38,7 @@ Zero3Parameters::Zero3Parameters(comm::Communicator& comm, const model::Paramete
   }
   // What is gathered, per region: the tensors at or above the threshold.
   std::vector<std::vector<Range>> regions(1 + layers_);
-  for (const model::TensorInfo& t : table.tensors()) {
+  for (const core::TensorInfo& t : table.tensors()) {
     const int64_t end = t.offset + t.numel;
     if (t.numel < settings.persistence_threshold) {
       append(persistent_, t.offset, end);

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "worker/comm/communicator.h"
-#include "worker/model/gpt2_config.h"
+#include "core/layout/gpt2_config.h"
 #include "worker/model/gpt2_model.h"
 #include "worker/parallel/parameter_gatherer.h"
 #include "worker/parallel/releasable_buffer.h"
@@ -56,7 +56,7 @@ class Zero3Parameters : public model::ParameterSource {
   // `initial`: the whole initial parameters (table.total() floats), copied;
   // the caller may free them afterwards. Collective over comm. On failure
   // error() says what.
-  Zero3Parameters(comm::Communicator& comm, const model::ParameterTable& table, const ZeroPartition& partition,
+  Zero3Parameters(comm::Communicator& comm, const core::ParameterTable& table, const ZeroPartition& partition,
                   const Zero3Settings& settings, const float* initial);
 
   // "" or the first failure (setup or a gather).
@@ -96,7 +96,7 @@ class Zero3Parameters : public model::ParameterSource {
   void prefetch_following(int first, int step);
 
   comm::Communicator& comm_;
-  const model::ParameterTable& table_;
+  const core::ParameterTable& table_;
   ZeroPartition partition_;
   Zero3Settings settings_;
   int rank_ = 0;

@@ -33,7 +33,7 @@ struct ActivationLayout {
   int64_t scratch = 0;                          // (B,T,C)
   int64_t total = 0;
 
-  ActivationLayout(const Gpt2Config& c, int64_t B, int64_t T) {
+  ActivationLayout(const core::Gpt2Config& c, int64_t B, int64_t T) {
     const int64_t N = B * T;
     const int64_t C = c.channels;
     auto take = [this](int64_t n) {
@@ -73,7 +73,7 @@ struct ActivationLayout {
 struct GradientLayout {
   int64_t dresidual, dln, datty, dqkv, dfch, dfch_gelu, datt_scratch, total = 0;
 
-  GradientLayout(const Gpt2Config& c, int64_t B, int64_t T) {
+  GradientLayout(const core::Gpt2Config& c, int64_t B, int64_t T) {
     const int64_t N = B * T;
     const int64_t C = c.channels;
     auto take = [this](int64_t n) {
@@ -96,7 +96,7 @@ template <typename Float>
 struct BlockTensors {
   Float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 
-  BlockTensors(const ParameterTable& table, int layer, Float* base) {
+  BlockTensors(const core::ParameterTable& table, int layer, Float* base) {
     const std::string p = fmt::format("transformer.h.{}.", layer);
     auto at = [&](const char* name) { return base + table.at(p + name).offset; };
     ln1w = at("ln_1.weight");
@@ -145,7 +145,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-Gpt2Model::Gpt2Model(const ParameterTable& table, kernels::Backend& backend, int64_t max_batch,
+Gpt2Model::Gpt2Model(const core::ParameterTable& table, kernels::Backend& backend, int64_t max_batch,
                      int64_t seq_len)
     : table_(table), backend_(backend), max_batch_(max_batch), seq_len_(seq_len) {
   if (seq_len < 1 || seq_len > table.config().max_seq_len) {
@@ -164,7 +164,7 @@ int64_t Gpt2Model::activation_bytes() const {
 }
 
 double Gpt2Model::flops_per_token() const {
-  const Gpt2Config& c = table_.config();
+  const core::Gpt2Config& c = table_.config();
   const double matrix_params = static_cast<double>(c.num_layers) * 12 * c.channels * c.channels +
                                static_cast<double>(c.padded_vocab_size) * c.channels;
   return 6 * matrix_params + 12.0 * c.num_layers * c.channels * seq_len_;
@@ -175,7 +175,7 @@ float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32
   if (B < 1 || B > max_batch_) {
     throw std::invalid_argument(fmt::format("batch {} is outside [1, {}]", B, max_batch_));
   }
-  const Gpt2Config& c = table_.config();
+  const core::Gpt2Config& c = table_.config();
   const int64_t T = seq_len_, C = c.channels, NH = c.num_heads, N = B * T;
   const int64_t Vp = c.padded_vocab_size, V = c.vocab_size;
   for (int64_t i = 0; i < N; ++i) {
@@ -230,7 +230,7 @@ float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32
 void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
                          const GradientsReady& on_ready) {
   if (batch_ == 0) throw std::logic_error("Gpt2Model::backward() without a forward()");
-  const Gpt2Config& c = table_.config();
+  const core::Gpt2Config& c = table_.config();
   const int64_t B = batch_, T = seq_len_, C = c.channels, NH = c.num_heads, N = B * T;
   const int64_t Vp = c.padded_vocab_size, V = c.vocab_size;
   const ActivationLayout a(c, B, T);
@@ -249,9 +249,9 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
   zero(dlogits, N * Vp);
   backend_.crossentropy_softmax_backward(dlogits, dlosses, act + a.probs, targets_.data(), N, V,
                                          Vp);
-  const TensorInfo& wte_info = table_.at("transformer.wte.weight");
-  const TensorInfo& lnfw_info = table_.at("transformer.ln_f.weight");
-  const TensorInfo& lnfb_info = table_.at("transformer.ln_f.bias");
+  const core::TensorInfo& wte_info = table_.at("transformer.wte.weight");
+  const core::TensorInfo& lnfw_info = table_.at("transformer.ln_f.weight");
+  const core::TensorInfo& lnfb_info = table_.at("transformer.ln_f.bias");
   zero(d + g.dln, N * C);
   backend_.logits_backward(d + g.dln, grads + wte_info.offset, dlogits, act + a.lnf,
                            params + wte_info.offset, N, C, Vp);
@@ -298,18 +298,18 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
     const auto [begin, end] = table_.layer_range(l);
     report(begin, end);
   }
-  const TensorInfo& wpe_info = table_.at("transformer.wpe.weight");
+  const core::TensorInfo& wpe_info = table_.at("transformer.wpe.weight");
   backend_.encoder_backward(grads + wte_info.offset, grads + wpe_info.offset, dresidual,
                             inputs_.data(), B, T, C);
   if (source_ != nullptr) source_->release_embeddings();
   report(wte_info.offset, wpe_info.offset + wpe_info.numel);
 }
 
-void init_gpt2_parameters(const ParameterTable& table, uint64_t seed, float* params) {
-  const Gpt2Config& c = table.config();
+void init_gpt2_parameters(const core::ParameterTable& table, uint64_t seed, float* params) {
+  const core::Gpt2Config& c = table.config();
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.num_layers));
   for (size_t i = 0; i < table.tensors().size(); ++i) {
-    const TensorInfo& t = table.tensors()[i];
+    const core::TensorInfo& t = table.tensors()[i];
     float* out = params + t.offset;
     if (t.shape.size() == 1) {
       const float value = ends_with(t.name, "ln_1.weight") || ends_with(t.name, "ln_2.weight") ||

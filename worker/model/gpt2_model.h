@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
-#include "worker/model/gpt2_config.h"
+#include "core/layout/gpt2_config.h"
 
 namespace dslaunch::worker::model {
 
@@ -43,7 +43,7 @@ class Gpt2Model {
   // Every float of the buffer is reported exactly once per backward().
   using GradientsReady = std::function<void(int64_t begin, int64_t end)>;
 
-  Gpt2Model(const ParameterTable& table, kernels::Backend& backend, int64_t max_batch,
+  Gpt2Model(const core::ParameterTable& table, kernels::Backend& backend, int64_t max_batch,
             int64_t seq_len);
 
   // Runs the model on inputs (B,T) and returns the mean cross-entropy over
@@ -74,7 +74,7 @@ class Gpt2Model {
   int64_t activation_bytes() const;
 
  private:
-  const ParameterTable& table_;
+  const core::ParameterTable& table_;
   kernels::Backend& backend_;
   int64_t max_batch_;
   int64_t seq_len_;
@@ -91,6 +91,6 @@ class Gpt2Model {
 // normal(0, 0.02/sqrt(2*num_layers)), biases 0, LayerNorm weights 1. Each
 // tensor draws from its own stream (seed, tensor index), so any slice of the
 // buffer can be initialised without the rest.
-void init_gpt2_parameters(const ParameterTable& table, uint64_t seed, float* params);
+void init_gpt2_parameters(const core::ParameterTable& table, uint64_t seed, float* params);
 
 }  // namespace dslaunch::worker::model

@@ -11,7 +11,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "worker/checkpoint/file_checksum.h"
+#include "core/checkpoint/file_checksum.h"
 
 namespace dslaunch::controller {
 namespace {
@@ -81,7 +81,7 @@ std::string make_checkpoint(const std::string& root, int64_t step,
     const std::string name = "rank_" + std::to_string(rank) + ".bin";
     write_file(dir + "/" + name, contents[rank]);
     std::string error;
-    const auto checksum = worker::checkpoint::file_xxh64(dir + "/" + name, error);
+    const auto checksum = core::file_xxh64(dir + "/" + name, error);
     REQUIRE(checksum);
     const int64_t end = begin + static_cast<int64_t>(contents[rank].size() / 4);
     manifest.shards.push_back({static_cast<int>(rank), name,
@@ -324,7 +324,7 @@ TEST_CASE("check_checkpoint names what is wrong with a checkpoint") {
     write_file(shard, bytes);
     CHECK(check_checkpoint(dir, false).valid());
     std::string error;
-    const std::string actual = *worker::checkpoint::file_xxh64(shard, error);
+    const std::string actual = *core::file_xxh64(shard, error);
     const std::string recorded = check_checkpoint(dir, false).manifest->shards[1].xxh64;
     CHECK(actual != recorded);
     CHECK(check_checkpoint(dir, true).problem ==

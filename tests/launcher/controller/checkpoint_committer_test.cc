@@ -11,7 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include "launcher/controller/checkpoint_catalog.h"
-#include "worker/checkpoint/file_checksum.h"
+#include "core/checkpoint/file_checksum.h"
 
 namespace dslaunch::controller {
 namespace {
@@ -57,7 +57,7 @@ v1::WorkerEvent shard_of(const std::string& root, int64_t step, int rank, int64_
   v1::CheckpointShard* shard = event.add_shards();
   shard->set_path(name);
   shard->set_size_bytes((end - begin) * 4);
-  shard->set_xxh64(*worker::checkpoint::file_xxh64((folder / name).string(), error));
+  shard->set_xxh64(*core::file_xxh64((folder / name).string(), error));
   shard->set_begin(begin);
   shard->set_end(end);
   shard->set_total_parameters(100);

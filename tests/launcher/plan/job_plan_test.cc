@@ -19,9 +19,9 @@
 
 #include "launcher/plan/local_machine.h"
 #include "launcher/plan/memory_estimate.h"
-#include "launcher/spec/diagnostics.h"
-#include "launcher/spec/job_spec.h"
-#include "launcher/spec/spec_parser.h"
+#include "core/spec/diagnostics.h"
+#include "core/spec/job_spec.h"
+#include "core/spec/spec_parser.h"
 
 namespace dslaunch::plan {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "launcher/spec/job_spec.h"
+#include "core/spec/job_spec.h"
 
 namespace dslaunch::plan {
 namespace {

@@ -4,18 +4,18 @@
 #include <mutex>
 #include <vector>
 
-#include "tests/worker/checkpoint/test_shards.h"
-#include "worker/checkpoint/file_checksum.h"
+#include "tests/core/checkpoint/test_shards.h"
+#include "core/checkpoint/file_checksum.h"
 
 namespace dslaunch::worker::checkpoint {
 namespace {
 
 using Catch::Matchers::Contains;
-using testing::expected_values;
-using testing::ShardData;
-using testing::TempDir;
+using core::testing::expected_values;
+using core::testing::ShardData;
+using core::testing::TempDir;
 
-ShardHeader header_for(int64_t begin, int64_t end, int64_t step) {
+core::ShardHeader header_for(int64_t begin, int64_t end, int64_t step) {
   return {.step = step,
           .rank = 0,
           .ranks = 1,
@@ -28,31 +28,31 @@ ShardHeader header_for(int64_t begin, int64_t end, int64_t step) {
 // Each `done` call's result, from the writer's thread.
 struct DoneCalls {
   std::mutex mutex;
-  std::vector<WrittenShard> results;
+  std::vector<core::WrittenShard> results;
   AsyncShardWriter::Done record() {
-    return [this](const WrittenShard& written) {
+    return [this](const core::WrittenShard& written) {
       std::lock_guard<std::mutex> lock(mutex);
       results.push_back(written);
     };
   }
 };
 
-std::vector<float> read_array(const std::string& path, ShardArray array) {
+std::vector<float> read_array(const std::string& path, core::ShardArray array) {
   std::string error;
-  const std::optional<ShardHeader> header = read_shard_header(path, error);
+  const std::optional<core::ShardHeader> header = core::read_shard_header(path, error);
   INFO(error);
   REQUIRE(header);
   std::vector<float> out(static_cast<size_t>(header->end - header->begin));
-  REQUIRE(read_shard_range(path, *header, array, header->begin, header->end, out.data(), error));
+  REQUIRE(core::read_shard_range(path, *header, array, header->begin, header->end, out.data(), error));
   return out;
 }
 
-void check_written(const WrittenShard& written, const std::string& path) {
+void check_written(const core::WrittenShard& written, const std::string& path) {
   INFO(written.error);
   CHECK(written.ok());
   std::string error;
-  CHECK(file_xxh64(path, error) == written.xxh64);
-  CHECK(written.size_bytes == static_cast<int64_t>(testing::read_bytes(path).size()));
+  CHECK(core::file_xxh64(path, error) == written.xxh64);
+  CHECK(written.size_bytes == static_cast<int64_t>(core::testing::read_bytes(path).size()));
 }
 
 TEST_CASE("save copies the arrays: changing them after it returns changes nothing written") {
@@ -69,9 +69,9 @@ TEST_CASE("save copies the arrays: changing them after it returns changes nothin
 
   REQUIRE(done.results.size() == 1);
   check_written(done.results[0], path);
-  CHECK(read_array(path, ShardArray::kParams) == expected_values(ShardArray::kParams, 0, 100'000));
-  CHECK(read_array(path, ShardArray::kAdamM) == expected_values(ShardArray::kAdamM, 0, 100'000));
-  CHECK(read_array(path, ShardArray::kAdamV) == expected_values(ShardArray::kAdamV, 0, 100'000));
+  CHECK(read_array(path, core::ShardArray::kParams) == expected_values(core::ShardArray::kParams, 0, 100'000));
+  CHECK(read_array(path, core::ShardArray::kAdamM) == expected_values(core::ShardArray::kAdamM, 0, 100'000));
+  CHECK(read_array(path, core::ShardArray::kAdamV) == expected_values(core::ShardArray::kAdamV, 0, 100'000));
   CHECK(dir.names() == std::vector<std::string>{"shard.bin"});
 }
 
@@ -97,17 +97,17 @@ TEST_CASE("Back-to-back saves both complete, each with its own data") {
   REQUIRE(done.results.size() == 2);
   check_written(done.results[0], dir.file("step-1.bin"));
   check_written(done.results[1], dir.file("step-2.bin"));
-  CHECK(read_array(dir.file("step-1.bin"), ShardArray::kAdamV) ==
-        expected_values(ShardArray::kAdamV, 0, 1000));
-  CHECK(read_array(dir.file("step-2.bin"), ShardArray::kAdamV) ==
-        expected_values(ShardArray::kAdamV, 1000, 51'000));
+  CHECK(read_array(dir.file("step-1.bin"), core::ShardArray::kAdamV) ==
+        expected_values(core::ShardArray::kAdamV, 0, 1000));
+  CHECK(read_array(dir.file("step-2.bin"), core::ShardArray::kAdamV) ==
+        expected_values(core::ShardArray::kAdamV, 1000, 51'000));
   // Then a smaller one again, into the grown buffers.
   writer.save(dir.file("step-3.bin"), header_for(0, 1000, 3), first.arrays(), done.record());
   writer.wait();
   REQUIRE(done.results.size() == 3);
   check_written(done.results[2], dir.file("step-3.bin"));
-  CHECK(read_array(dir.file("step-3.bin"), ShardArray::kParams) ==
-        expected_values(ShardArray::kParams, 0, 1000));
+  CHECK(read_array(dir.file("step-3.bin"), core::ShardArray::kParams) ==
+        expected_values(core::ShardArray::kParams, 0, 1000));
 }
 
 TEST_CASE("The writer's destructor finishes the save in flight") {

@@ -26,14 +26,14 @@ class CountingSource : public data::TokenSource {
 };
 
 TEST_CASE("evaluation sums its own batches; with after_forward every rank runs equal passes") {
-  model::Gpt2Config config;
+  core::Gpt2Config config;
   config.num_layers = 1;
   config.channels = 16;
   config.num_heads = 2;
   config.vocab_size = 20;
   config.padded_vocab_size = 24;
   config.max_seq_len = 8;
-  const model::ParameterTable table(config);
+  const core::ParameterTable table(config);
   std::vector<float> params(table.total());
   model::init_gpt2_parameters(table, 3, params.data());
   auto backend = kernels::make_cpu_backend(1);

@@ -22,19 +22,20 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/backend.h"
-#include "launcher/spec/job_spec.h"
+#include "core/spec/job_spec.h"
 #include "tests/support/run_command.h"
 #include "worker/data/consecutive_batch.h"
 #include "worker/data/llmc_token_file.h"
 #include "worker/engine/optimizer.h"
-#include "worker/model/gpt2_config.h"
+#include "core/layout/gpt2_config.h"
 #include "worker/model/gpt2_model.h"
-#include "worker/model/hf_gpt2.h"
+#include "core/weights/hf_gpt2.h"
 
 namespace fs = std::filesystem;
 namespace data = dslaunch::worker::data;
 namespace engine = dslaunch::worker::engine;
 namespace model = dslaunch::worker::model;
+namespace core = dslaunch::core;
 namespace spec = dslaunch::spec;
 namespace testing = dslaunch::testing;
 namespace kernels = dslaunch::kernels;
@@ -62,13 +63,13 @@ fs::path temp_folder() {
 
 // 2 blocks of 64 channels and 2 heads; 96 real tokens in 128 embedding rows,
 // so the padded rows (which PyTorch's model does not have) are exercised.
-model::Gpt2Config tiny_config() {
-  model::Gpt2Config config;
+core::Gpt2Config tiny_config() {
+  core::Gpt2Config config;
   config.num_layers = 2;
   config.channels = 64;
   config.num_heads = 2;
   config.vocab_size = kVocab;
-  config.padded_vocab_size = model::padded_vocab(kVocab, 128);
+  config.padded_vocab_size = core::padded_vocab(kVocab, 128);
   config.max_seq_len = kSeq;
   return config;
 }
@@ -93,7 +94,7 @@ struct StepValues {
 // The engine's steps, as worker/engine/trainer.cc takes them with one rank
 // and one micro-batch: zeroed gradients, forward and backward of batch s,
 // the global norm, clipping by max/(norm + 1e-6) when below 1, AdamW.
-StepValues train_with_engine(const model::ParameterTable& table, std::vector<float> params,
+StepValues train_with_engine(const core::ParameterTable& table, std::vector<float> params,
                              const data::TokenSource& tokens, const spec::OptimizerSpec& optimizer,
                              double clip) {
   auto backend = kernels::make_cpu_backend(1);
@@ -140,7 +141,7 @@ double worst_relative_difference(const std::vector<double>& ours,
 }  // namespace
 
 TEST_CASE("eight training steps match PyTorch's autograd, clip_grad_norm_ and AdamW") {
-  const model::ParameterTable table(tiny_config());
+  const core::ParameterTable table(tiny_config());
   std::vector<float> params(static_cast<size_t>(table.total()));
   model::init_gpt2_parameters(table, 17, params.data());
 
@@ -148,7 +149,7 @@ TEST_CASE("eight training steps match PyTorch's autograd, clip_grad_norm_ and Ad
   const std::string weights = (dir / "init.safetensors").string();
   const std::string token_path = (dir / "tokens.bin").string();
   std::string error;
-  REQUIRE(model::write_hf_gpt2(weights, table, params.data(), error));
+  REQUIRE(core::write_hf_gpt2(weights, table, params.data(), error));
   REQUIRE(data::write_llmc_token_file(token_path, structured_tokens(kSteps * kBatch * kSeq + 1),
                                       error));
   const data::TokenSourceResult tokens = data::open_llmc_token_file(token_path);

@@ -19,7 +19,7 @@
 #include "worker/comm/communicator.h"
 #include "worker/data/training_data.h"
 #include "worker/engine/trainer.h"
-#include "worker/model/gpt2_config.h"
+#include "core/layout/gpt2_config.h"
 
 namespace dslaunch::worker::engine {
 namespace {
@@ -138,7 +138,7 @@ struct ParamDifference {
 
 ParamDifference param_difference(const Run& a, const Run& b, const spec::ModelSpec& model) {
   REQUIRE(a.params.size() == b.params.size());
-  const model::ParameterTable table(model_config(model, 1));
+  const core::ParameterTable table(core::model_config(model, 1));
   std::vector<bool> key_bias(a.params.size(), false);
   const int64_t C = model.hidden_size;
   for (int l = 0; l < model.num_layers; ++l) {
@@ -235,9 +235,9 @@ TEST_CASE("ZeRO stage 2 gives stage 0's loss at every step with 1/N of the gradi
 // Floats in tensors with fewer than `threshold` elements: the ones ZeRO
 // stage 3 keeps whole on every rank.
 int64_t persistent_floats(const spec::ModelSpec& model, int64_t threshold) {
-  const model::ParameterTable table(model_config(model, 1));
+  const core::ParameterTable table(core::model_config(model, 1));
   int64_t floats = 0;
-  for (const model::TensorInfo& t : table.tensors()) {
+  for (const core::TensorInfo& t : table.tensors()) {
     if (t.numel < threshold) floats += t.numel;
   }
   return floats;
@@ -341,10 +341,10 @@ TEST_CASE("ZeRO stage 3 prefetches within its bucket and keeps at most max_live_
   spec.model.hidden_size = 64;  // blocks of many pages, so page rounding matters little
   spec.training.steps = 4;
   const Run stage0 = train_on(world_data(), spec, 2, 1);
-  const model::ParameterTable table(model_config(spec.model, 1));
+  const core::ParameterTable table(core::model_config(spec.model, 1));
   int64_t embeddings = 0;  // wte, wpe and ln_f: held for the whole pass
   int64_t block = 0;
-  for (const model::TensorInfo& t : table.tensors()) (t.layer < 0 ? embeddings : block) += t.numel;
+  for (const core::TensorInfo& t : table.tensors()) (t.layer < 0 ? embeddings : block) += t.numel;
   block /= spec.model.num_layers;
   const int64_t whole = table.total();
   // Pages partly shared by two regions may stay resident after one is

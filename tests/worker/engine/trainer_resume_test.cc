@@ -19,7 +19,7 @@
 #include "kernels/backend.h"
 #include "tests/worker/engine/trainer_test_support.h"
 #include "tests/worker/parallel/test_groups.h"
-#include "worker/checkpoint/shard_file.h"
+#include "core/checkpoint/shard_file.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/process_groups.h"
 #include "worker/data/training_data.h"
@@ -69,7 +69,7 @@ Run train_checkpointed(comm::Communicator& comm, spec::JobSpec spec, int64_t glo
   options.save_checkpoint = [&root](const CheckpointSlice& slice) {
     const fs::path folder = fs::path(root) / fmt::format("step_{}", slice.step);
     fs::create_directories(folder);
-    checkpoint::ShardHeader header;
+    core::ShardHeader header;
     header.step = slice.step;
     header.rank = slice.rank;
     header.ranks = slice.ranks;
@@ -77,8 +77,8 @@ Run train_checkpointed(comm::Communicator& comm, spec::JobSpec spec, int64_t glo
     header.begin = slice.begin;
     header.end = slice.end;
     header.optimizer_step = slice.optimizer_steps;
-    const checkpoint::WrittenShard written =
-        checkpoint::write_shard((folder / fmt::format("rank_{}.bin", slice.rank)).string(), header,
+    const core::WrittenShard written =
+        core::write_shard((folder / fmt::format("rank_{}.bin", slice.rank)).string(), header,
                                 {slice.params, slice.adam_m, slice.adam_v});
     REQUIRE(written.error == "");
   };
@@ -97,7 +97,7 @@ ResumePoint resume_point(const std::string& root, int64_t step) {
   resume.step = step;
   for (const auto& entry : fs::directory_iterator(fs::path(root) / fmt::format("step_{}", step))) {
     std::string error;
-    const auto header = checkpoint::read_shard_header(entry.path().string(), error);
+    const auto header = core::read_shard_header(entry.path().string(), error);
     REQUIRE(header);
     resume.shards.push_back({entry.path().string(), header->begin, header->end});
     resume.total_parameters = header->total_parameters;

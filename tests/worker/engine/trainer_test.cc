@@ -7,7 +7,7 @@
 #include "tests/worker/parallel/test_groups.h"
 #include "worker/comm/communicator.h"
 #include "worker/data/training_data.h"
-#include "worker/engine/training_support.h"
+#include "core/spec/training_support.h"
 
 namespace dslaunch::worker::engine {
 namespace {

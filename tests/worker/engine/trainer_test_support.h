@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "launcher/spec/job_spec.h"
+#include "core/spec/job_spec.h"
 #include "worker/comm/communicator.h"
 #include "worker/data/llmc_token_file.h"
 

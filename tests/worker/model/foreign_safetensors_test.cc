@@ -27,12 +27,13 @@
 #include "tests/support/run_command.h"
 #include "worker/data/consecutive_batch.h"
 #include "worker/data/llmc_token_file.h"
-#include "worker/model/gpt2_config.h"
+#include "core/layout/gpt2_config.h"
 #include "worker/model/gpt2_model.h"
-#include "worker/model/hf_gpt2.h"
-#include "worker/model/safetensors.h"
+#include "core/weights/hf_gpt2.h"
+#include "core/weights/safetensors.h"
 
 namespace fs = std::filesystem;
+namespace core = dslaunch::core;
 namespace data = dslaunch::worker::data;
 namespace kernels = dslaunch::kernels;
 namespace testing = dslaunch::testing;
@@ -53,13 +54,13 @@ fs::path temp_folder() {
   return dir;
 }
 
-Gpt2Config tiny_config() {
-  Gpt2Config config;
+core::Gpt2Config tiny_config() {
+  core::Gpt2Config config;
   config.num_layers = 2;
   config.channels = 32;
   config.num_heads = 2;
   config.vocab_size = kVocab;
-  config.padded_vocab_size = padded_vocab(kVocab, kPaddingMultiple);
+  config.padded_vocab_size = core::padded_vocab(kVocab, kPaddingMultiple);
   config.max_seq_len = kPositions;
   return config;
 }
@@ -72,9 +73,9 @@ testing::CommandResult reference(const std::string& arguments) {
 // Half the spacing of `dtype`'s values around x: the most round-to-nearest
 // may move it. F16 has 10 fraction bits and subnormals below 2^-14; BF16 has
 // 7 and float's exponent range.
-double half_ulp(float x, SafetensorsDtype dtype) {
-  if (dtype == SafetensorsDtype::kF32 || x == 0.0f) return 0;
-  if (dtype == SafetensorsDtype::kBF16) return std::ldexp(1.0, std::ilogb(x) - 8);
+double half_ulp(float x, core::SafetensorsDtype dtype) {
+  if (dtype == core::SafetensorsDtype::kF32 || x == 0.0f) return 0;
+  if (dtype == core::SafetensorsDtype::kBF16) return std::ldexp(1.0, std::ilogb(x) - 8);
   return std::ldexp(1.0, std::max(std::ilogb(x), -14) - 11);
 }
 
@@ -92,25 +93,25 @@ uint64_t header_length(const std::string& path) {
 // The file is laid out as the test means it to be: foreign names and
 // buffers, weights in `dtype`, tensors not ordered by alignment, and data
 // that starts at an offset that is not a multiple of 8.
-void check_foreign_layout(const std::string& path, SafetensorsDtype dtype, bool lm_head) {
+void check_foreign_layout(const std::string& path, core::SafetensorsDtype dtype, bool lm_head) {
   CHECK(header_length(path) % 8 != 0);
-  SafetensorsFile file;
+  core::SafetensorsFile file;
   std::string error;
   REQUIRE(file.open(path, error));
   CHECK(file.metadata() == std::map<std::string, std::string>{{"format", "pt"}});
-  for (const SafetensorsTensor& tensor : file.tensors()) {
+  for (const core::SafetensorsTensor& tensor : file.tensors()) {
     INFO(tensor.name);
     CHECK_FALSE(tensor.name.starts_with("transformer."));
     const bool buffer =
         tensor.name.ends_with(".attn.bias") || tensor.name.ends_with(".attn.masked_bias");
-    CHECK(tensor.dtype == (buffer ? SafetensorsDtype::kF32 : dtype));
+    CHECK(tensor.dtype == (buffer ? core::SafetensorsDtype::kF32 : dtype));
   }
   REQUIRE(file.find("h.1.attn.bias") != nullptr);
   CHECK(file.find("h.1.attn.bias")->shape == std::vector<int64_t>{1, 1, kPositions, kPositions});
   REQUIRE(file.find("h.0.attn.masked_bias") != nullptr);
   CHECK(file.find("h.0.attn.masked_bias")->shape.empty());
   CHECK((file.find("lm_head.weight") != nullptr) == lm_head);
-  if (dtype != SafetensorsDtype::kF32) {
+  if (dtype != core::SafetensorsDtype::kF32) {
     // An F32 mask stored after 2-byte tensors: the safetensors library
     // would have put every F32 tensor first.
     CHECK(file.find("h.1.attn.bias")->begin > file.find("h.0.mlp.c_fc.weight")->begin);
@@ -118,7 +119,7 @@ void check_foreign_layout(const std::string& path, SafetensorsDtype dtype, bool 
 }
 
 // The mean loss of the first `batches` consecutive (B, T) batches.
-double mean_loss(const ParameterTable& table, const std::vector<float>& params,
+double mean_loss(const core::ParameterTable& table, const std::vector<float>& params,
                  const data::TokenSource& tokens, int64_t B, int64_t T, int64_t batches) {
   auto backend = kernels::make_cpu_backend(1);
   Gpt2Model model(table, *backend, B, T);
@@ -134,23 +135,23 @@ double mean_loss(const ParameterTable& table, const std::vector<float>& params,
 }  // namespace
 
 TEST_CASE("load_hf_gpt2 loads GPT-2 safetensors laid out by other tools, in F32, F16 and BF16") {
-  const ParameterTable table(tiny_config());
+  const core::ParameterTable table(tiny_config());
   std::vector<float> params(static_cast<size_t>(table.total()));
   init_gpt2_parameters(table, 3, params.data());
   const fs::path dir = temp_folder();
   const std::string ours = (dir / "ours" / "model.safetensors").string();
   fs::create_directories(dir / "ours");
   std::string error;
-  REQUIRE(write_hf_gpt2(ours, table, params.data(), error));
+  REQUIRE(core::write_hf_gpt2(ours, table, params.data(), error));
 
   struct Case {
     const char* flag;
-    SafetensorsDtype dtype;
+    core::SafetensorsDtype dtype;
     bool lm_head;
   };
-  const Case c = GENERATE(Case{"f32", SafetensorsDtype::kF32, false},
-                          Case{"f16", SafetensorsDtype::kF16, true},
-                          Case{"bf16", SafetensorsDtype::kBF16, true});
+  const Case c = GENERATE(Case{"f32", core::SafetensorsDtype::kF32, false},
+                          Case{"f16", core::SafetensorsDtype::kF16, true},
+                          Case{"bf16", core::SafetensorsDtype::kBF16, true});
   INFO("--dtype " << c.flag);
   const std::string path = (dir / fmt::format("{}.safetensors", c.flag)).string();
   const auto written = reference(fmt::format("write-foreign --weights {} --out {} --dtype {}{}",
@@ -160,20 +161,20 @@ TEST_CASE("load_hf_gpt2 loads GPT-2 safetensors laid out by other tools, in F32,
   check_foreign_layout(path, c.dtype, c.lm_head);
 
   // No config.json beside the file: the head count comes from the caller.
-  const HfGpt2Weights loaded = load_hf_gpt2(path, 2, kPaddingMultiple);
+  const core::HfGpt2Weights loaded = core::load_hf_gpt2(path, 2, kPaddingMultiple);
   INFO(loaded.error);
   REQUIRE(loaded.error.empty());
   CHECK(loaded.config.num_layers == 2);
   CHECK(loaded.config.channels == 32);
   CHECK(loaded.config.num_heads == 2);
   CHECK(loaded.config.vocab_size == kVocab);
-  CHECK(loaded.config.padded_vocab_size == padded_vocab(kVocab, kPaddingMultiple));
+  CHECK(loaded.config.padded_vocab_size == core::padded_vocab(kVocab, kPaddingMultiple));
   CHECK(loaded.config.max_seq_len == kPositions);
   REQUIRE(loaded.params.size() == params.size());
 
   // Every real value within its dtype's rounding, the padding rows zero;
   // and, for F16 and BF16, rounded for real.
-  const TensorInfo& wte = table.at("transformer.wte.weight");
+  const core::TensorInfo& wte = table.at("transformer.wte.weight");
   const int64_t padding_begin = wte.offset + kVocab * table.config().channels;
   const int64_t padding_end = wte.offset + wte.numel;
   int64_t outside = 0, rounded = 0;
@@ -187,7 +188,7 @@ TEST_CASE("load_hf_gpt2 loads GPT-2 safetensors laid out by other tools, in F32,
     rounded += difference > 0;
   }
   CHECK(outside == 0);
-  if (c.dtype == SafetensorsDtype::kF32) {
+  if (c.dtype == core::SafetensorsDtype::kF32) {
     CHECK(rounded == 0);
   } else {
     CHECK(rounded > table.total() / 2);
@@ -195,14 +196,14 @@ TEST_CASE("load_hf_gpt2 loads GPT-2 safetensors laid out by other tools, in F32,
 }
 
 TEST_CASE("the engine's loss on foreign F16 weights equals PyTorch's on the same file") {
-  const ParameterTable table(tiny_config());
+  const core::ParameterTable table(tiny_config());
   std::vector<float> params(static_cast<size_t>(table.total()));
   init_gpt2_parameters(table, 4, params.data());
   const fs::path dir = temp_folder();
   const std::string ours = (dir / "ours" / "model.safetensors").string();
   fs::create_directories(dir / "ours");
   std::string error;
-  REQUIRE(write_hf_gpt2(ours, table, params.data(), error));
+  REQUIRE(core::write_hf_gpt2(ours, table, params.data(), error));
   const std::string f16 = (dir / "f16.safetensors").string();
   const auto written = reference(
       fmt::format("write-foreign --weights {} --out {} --dtype f16 --lm-head", ours, f16));
@@ -218,10 +219,10 @@ TEST_CASE("the engine's loss on foreign F16 weights equals PyTorch's on the same
   const data::TokenSourceResult source = data::open_llmc_token_file(token_path);
   REQUIRE(source.error.empty());
 
-  const HfGpt2Weights loaded = load_hf_gpt2(f16, 2, kPaddingMultiple);
+  const core::HfGpt2Weights loaded = core::load_hf_gpt2(f16, 2, kPaddingMultiple);
   INFO(loaded.error);
   REQUIRE(loaded.error.empty());
-  const ParameterTable loaded_table(loaded.config);
+  const core::ParameterTable loaded_table(loaded.config);
   const double engine_loss = mean_loss(loaded_table, loaded.params, *source.source, B, T, batches);
 
   const auto evaluated =

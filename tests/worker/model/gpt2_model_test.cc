@@ -15,8 +15,8 @@
 namespace dslaunch::worker::model {
 namespace {
 
-Gpt2Config tiny_config() {
-  Gpt2Config config;
+core::Gpt2Config tiny_config() {
+  core::Gpt2Config config;
   config.num_layers = 2;
   config.channels = 16;
   config.num_heads = 2;
@@ -42,7 +42,7 @@ Batch random_batch(int64_t B, int64_t T, int64_t vocab, uint64_t seed) {
 }
 
 TEST_CASE("the initial loss is close to ln(vocabulary): small weights give near-uniform logits") {
-  const ParameterTable table(tiny_config());
+  const core::ParameterTable table(tiny_config());
   auto backend = kernels::make_cpu_backend(1);
   std::vector<float> params(table.total());
   init_gpt2_parameters(table, 7, params.data());
@@ -53,10 +53,10 @@ TEST_CASE("the initial loss is close to ln(vocabulary): small weights give near-
 }
 
 TEST_CASE("initialisation is deterministic in the seed and follows GPT-2's scheme") {
-  Gpt2Config config = tiny_config();
+  core::Gpt2Config config = tiny_config();
   config.channels = 64;
   config.num_heads = 4;
-  const ParameterTable table(config);
+  const core::ParameterTable table(config);
   std::vector<float> a(table.total()), b(table.total()), c(table.total());
   init_gpt2_parameters(table, 42, a.data());
   init_gpt2_parameters(table, 42, b.data());
@@ -64,7 +64,7 @@ TEST_CASE("initialisation is deterministic in the seed and follows GPT-2's schem
   CHECK(a == b);
   CHECK(a != c);
   auto stddev = [&](const std::string& name) {
-    const TensorInfo& t = table.at(name);
+    const core::TensorInfo& t = table.at(name);
     double sum = 0, squares = 0;
     for (int64_t i = 0; i < t.numel; ++i) {
       sum += a[t.offset + i];
@@ -77,8 +77,8 @@ TEST_CASE("initialisation is deterministic in the seed and follows GPT-2's schem
   CHECK(stddev("transformer.wte.weight") == Approx(0.02).epsilon(0.1));
   CHECK(stddev("transformer.h.1.mlp.c_proj.weight") == Approx(0.02 / 2.0).epsilon(0.05));
   CHECK(stddev("transformer.h.0.attn.c_proj.weight") == Approx(0.02 / 2.0).epsilon(0.05));
-  const TensorInfo& ln = table.at("transformer.h.1.ln_2.weight");
-  const TensorInfo& bias = table.at("transformer.h.1.mlp.c_fc.bias");
+  const core::TensorInfo& ln = table.at("transformer.h.1.ln_2.weight");
+  const core::TensorInfo& bias = table.at("transformer.h.1.mlp.c_fc.bias");
   for (int64_t i = 0; i < ln.numel; ++i) CHECK(a[ln.offset + i] == 1.0f);
   for (int64_t i = 0; i < bias.numel; ++i) CHECK(a[bias.offset + i] == 0.0f);
 }
@@ -86,7 +86,7 @@ TEST_CASE("initialisation is deterministic in the seed and follows GPT-2's schem
 // The model's gradient of every tensor against central differences of the
 // loss along a random direction inside that tensor.
 TEST_CASE("backward matches finite differences of the loss for every parameter tensor") {
-  const ParameterTable table(tiny_config());
+  const core::ParameterTable table(tiny_config());
   auto backend = kernels::make_cpu_backend(1);
   std::vector<float> params(table.total());
   init_gpt2_parameters(table, 3, params.data());
@@ -101,7 +101,7 @@ TEST_CASE("backward matches finite differences of the loss for every parameter t
 
   std::mt19937_64 engine(11);
   std::normal_distribution<double> normal;
-  for (const TensorInfo& tensor : table.tensors()) {
+  for (const core::TensorInfo& tensor : table.tensors()) {
     // A unit direction, so the step's size does not grow with the tensor.
     std::vector<double> direction(tensor.numel);
     double norm = 0;
@@ -128,7 +128,7 @@ TEST_CASE("backward matches finite differences of the loss for every parameter t
 }
 
 TEST_CASE("backward accumulates, scales by loss_scale, and reports every float once in order") {
-  const ParameterTable table(tiny_config());
+  const core::ParameterTable table(tiny_config());
   auto backend = kernels::make_cpu_backend(1);
   std::vector<float> params(table.total());
   init_gpt2_parameters(table, 5, params.data());
@@ -161,7 +161,7 @@ TEST_CASE("backward accumulates, scales by loss_scale, and reports every float o
 }
 
 TEST_CASE("the padded vocabulary rows get no gradient") {
-  const ParameterTable table(tiny_config());
+  const core::ParameterTable table(tiny_config());
   auto backend = kernels::make_cpu_backend(1);
   std::vector<float> params(table.total());
   init_gpt2_parameters(table, 5, params.data());
@@ -177,7 +177,7 @@ TEST_CASE("the padded vocabulary rows get no gradient") {
 }
 
 TEST_CASE("tokens outside the vocabulary are refused before any computation") {
-  const ParameterTable table(tiny_config());
+  const core::ParameterTable table(tiny_config());
   auto backend = kernels::make_cpu_backend(1);
   std::vector<float> params(table.total());
   Gpt2Model model(table, *backend, 1, 8);
@@ -188,7 +188,7 @@ TEST_CASE("tokens outside the vocabulary are refused before any computation") {
 }
 
 TEST_CASE("the parameter table lays blocks out contiguously with Conv1D shapes") {
-  const ParameterTable table(tiny_config());
+  const core::ParameterTable table(tiny_config());
   const int64_t C = 16;
   CHECK(table.at("transformer.wte.weight").shape == std::vector<int64_t>{24, C});
   CHECK(table.at("transformer.h.0.attn.c_attn.weight").shape == std::vector<int64_t>{C, 3 * C});
@@ -208,7 +208,7 @@ TEST_CASE("the parameter table lays blocks out contiguously with Conv1D shapes")
 // parameters, and records the calls.
 class CopyingSource : public ParameterSource {
  public:
-  CopyingSource(const ParameterTable& table, const std::vector<float>& whole,
+  CopyingSource(const core::ParameterTable& table, const std::vector<float>& whole,
                 std::vector<float>& buffer)
       : table_(table), whole_(whole), buffer_(buffer) {}
 
@@ -245,13 +245,13 @@ class CopyingSource : public ParameterSource {
   }
   void clear(int64_t b, int64_t e) { std::fill(buffer_.begin() + b, buffer_.begin() + e, 0.0f); }
 
-  const ParameterTable& table_;
+  const core::ParameterTable& table_;
   const std::vector<float>& whole_;
   std::vector<float>& buffer_;
 };
 
 TEST_CASE("a parameter source is called around every use, and acquiring is all the model needs") {
-  const ParameterTable table(tiny_config());
+  const core::ParameterTable table(tiny_config());
   auto backend = kernels::make_cpu_backend(1);
   std::vector<float> params(table.total());
   init_gpt2_parameters(table, 3, params.data());

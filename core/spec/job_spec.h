@@ -1,0 +1,235 @@
+#pragma once
+
+// The job spec, parsed once into these structs (see spec_parser.h). Every
+// tunable is declared here once, with its default; the README's job-spec
+// reference mirrors this file.
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/spec/batch_size.h"
+
+namespace dslaunch::spec {
+
+enum class Runner { kLocal, kOpenMpi, kSlurm };
+enum class Device { kCpu, kCuda };
+
+struct InlineHost {
+  std::string host;
+  int slots = 0;
+  int line = 0;  // line in the spec file, for error messages
+};
+
+// What the planner may assume about the inside of every host, when it cannot
+// look (remote hosts) or should not (reproducible plans).
+struct TopologyHint {
+  int cores_per_host = 0;                     // 0: this machine's core count
+  int numa_nodes_per_host = 0;                // 0: this machine's NUMA node count
+  std::vector<std::vector<int>> gpu_islands;  // empty: from `nvidia-smi topo -m`, else one island
+  double device_memory_gb = 0;                // 0: unknown (CUDA) or host memory per rank (CPU)
+};
+
+// TLS on the control plane, for multi-host jobs: the controller serves with
+// `cert` and `key`; ranks and the CLI verify it with `ca`. All three or none.
+struct TlsSpec {
+  std::string cert;
+  std::string key;
+  std::string ca;  // must be readable at the same path on every rank's host
+  bool enabled() const { return !cert.empty(); }
+};
+
+struct ClusterSpec {
+  Runner runner = Runner::kLocal;
+  Device device = Device::kCuda;
+  std::string hostfile;  // resolved against the spec's folder; "" = none
+  std::vector<InlineHost> hosts;
+  std::string include;  // DeepSpeed --include syntax: host1:0,1@host2
+  std::string exclude;
+  int num_nodes = -1;  // -1: every host
+  int num_gpus = -1;   // ranks per host; -1: every slot (local: every GPU, or 1 CPU rank)
+  int ssh_port = 22;
+  std::string network_interface;  // "" = let Open MPI choose
+  std::string
+      controller_address;  // host[:port]; "" = loopback (1 host) or the first routable address
+  TopologyHint topology;
+  TlsSpec tls;
+};
+
+struct ParallelismSpec {
+  int tensor = 1;
+  int pipeline = 1;
+};
+
+// GPT-2 architecture; the defaults are GPT-2 small (124M).
+struct ModelSpec {
+  int num_layers = 12;
+  int hidden_size = 768;
+  int num_attention_heads = 12;
+  int vocab_size = 50257;
+  int seq_length = 1024;
+  double dropout = 0.0;
+  uint64_t init_seed = 1234;
+  // The embedding is padded to a multiple of this times the tensor size, as
+  // Megatron does, so it splits evenly and its matrix products stay aligned.
+  int make_vocab_size_divisible_by = 128;
+};
+
+enum class DataFormat { kAuto, kLlmc, kMegatron };
+
+struct DataSpec {
+  std::string train;  // token file, Megatron prefix (path without .bin/.idx), or "demo"
+  std::string valid;  // "" = a held-out split of train
+  DataFormat format = DataFormat::kAuto;
+};
+
+struct Fp16Spec {
+  bool enabled = false;
+  double loss_scale = 0;  // 0: dynamic loss scaling
+  int initial_scale_power = 16;
+  int loss_scale_window = 1000;
+  int hysteresis = 2;
+  double min_loss_scale = 1;
+};
+
+enum class OffloadDevice { kNone, kCpu, kNvme };
+
+struct OffloadSpec {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::string nvme_path;
+  bool pin_memory = false;
+};
+
+// DeepSpeed's zero_optimization section and defaults.
+struct ZeroSpec {
+  int stage = 0;
+  int64_t reduce_bucket_size = 500'000'000;
+  int64_t allgather_bucket_size = 500'000'000;
+  bool overlap_comm = false;  // DeepSpeed turns it on by default for stage 3
+  bool contiguous_gradients = true;
+  int64_t prefetch_bucket_size = 50'000'000;      // stage3_prefetch_bucket_size
+  int64_t param_persistence_threshold = 100'000;  // stage3_param_persistence_threshold
+  int64_t max_live_parameters = 1'000'000'000;    // stage3_max_live_parameters
+  OffloadSpec offload_optimizer;
+  OffloadSpec offload_param;  // stage 3 only
+};
+
+enum class OptimizerType { kAdam, kAdamW };
+
+// DeepSpeed's optimizer section: its "Adam" decouples weight decay (AdamW)
+// unless params.adam_w_mode is false, and its defaults are FusedAdam's.
+struct OptimizerSpec {
+  OptimizerType type = OptimizerType::kAdamW;
+  double lr = 1e-3;
+  std::array<double, 2> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0;
+  bool decoupled_weight_decay = true;
+};
+
+enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
+enum class WarmupType { kLog, kLinear };
+
+// DeepSpeed's schedulers and their parameter names and defaults.
+struct SchedulerSpec {
+  SchedulerType type = SchedulerType::kNone;
+  double warmup_min_lr = 0;      // WarmupLR, WarmupDecayLR
+  double warmup_max_lr = 0.001;  // WarmupLR, WarmupDecayLR
+  int64_t warmup_num_steps = 1000;
+  WarmupType warmup_type = WarmupType::kLog;
+  int64_t total_num_steps = 0;    // WarmupDecayLR, WarmupCosineLR (required there)
+  double warmup_min_ratio = 0;    // WarmupCosineLR
+  double cos_min_ratio = 0.0001;  // WarmupCosineLR
+};
+
+struct TrainingSpec {
+  BatchInput batch;  // as given; resolved against the data-parallel size by the plan
+  int64_t steps = 0;
+  Fp16Spec fp16;
+  bool bf16 = false;  // bf16.enabled
+  ZeroSpec zero;
+  OptimizerSpec optimizer;
+  SchedulerSpec scheduler;
+  double gradient_clipping = 0;  // max global gradient norm; 0 = no clipping
+  uint64_t seed = 1234;          // the order training samples are drawn in
+  int64_t eval_interval = 0;     // steps between evaluations; 0 = only after the last step
+  int64_t eval_batches = 8;      // consecutive (micro batch, seq_length) windows of the valid split
+};
+
+struct CheckpointSpec {
+  std::string dir;       // "" = <job dir>/checkpoints
+  int64_t interval = 0;  // steps between checkpoints; 0 = only at the end
+  int keep = 3;          // newest checkpoints kept; the newest valid one is never deleted
+};
+
+struct FaultToleranceSpec {
+  int max_restarts = 0;
+  double heartbeat_interval_s = 5;
+  double heartbeat_timeout_s = 60;
+  // A rank that heartbeats but stays at one step this long is hung; 0 = never.
+  // 30 minutes, PyTorch's default collective timeout: far beyond a healthy step.
+  double step_timeout_s = 1800;
+  // A collective that has not completed after this long makes its rank
+  // report a hang naming the collective, its group and size; 0 = never.
+  // 10 minutes, PyTorch's default for NCCL process groups: below
+  // step_timeout, so a hung collective is reported with what it waits on.
+  double collective_timeout_s = 600;
+};
+
+enum class FaultKind { kExit, kAbort, kHang, kStallStep, kSlow, kStallCollective };
+
+// testing.fault: a failure injected on purpose, to rehearse recovery. It
+// strikes rank `rank` as step `step` begins, in attempt `attempt` only, so
+// the restarted job runs clean.
+struct FaultSpec {
+  FaultKind kind = FaultKind::kExit;
+  int rank = 0;  // checked against the world size by the plan
+  int64_t step = 1;
+  int attempt = 0;
+  double seconds = 0;  // kSlow: the delay before each step from `step` on
+};
+
+struct TestingSpec {
+  std::optional<FaultSpec> fault;
+};
+
+enum class JobKind { kTrain, kCommbench };
+
+// `kind: commbench`: timed collectives on the job's process groups, checked
+// and reported with nccl-tests' bandwidth definitions, to test a cluster
+// before training on it.
+struct CommbenchSpec {
+  std::vector<std::string> collectives = {"all_reduce", "all_gather", "reduce_scatter",
+                                          "all_to_all"};
+  std::vector<std::string> groups = {"world"};  // world, data, model, pipe
+  int64_t min_bytes = 1024;
+  int64_t max_bytes = 16 << 20;
+  int iterations = 20;
+  int warmup = 5;
+};
+
+struct JobSpec {
+  JobKind kind = JobKind::kTrain;
+  std::string name;
+  // The spec document after command-line overrides and the DeepSpeed config
+  // merge: what the controller stores and hands to every rank, which parses
+  // it into this same struct.
+  std::string resolved_yaml;
+  std::string spec_path;         // as given on the command line
+  std::string deepspeed_config;  // resolved path, "" = none
+  ClusterSpec cluster;
+  ParallelismSpec parallelism;
+  ModelSpec model;
+  DataSpec data;
+  TrainingSpec training;
+  CheckpointSpec checkpoint;
+  FaultToleranceSpec fault_tolerance;
+  CommbenchSpec commbench;
+  TestingSpec testing;
+  std::map<std::string, std::string> env;
+};
+
+}  // namespace dslaunch::spec

@@ -1,0 +1,863 @@
+#include "core/spec/spec_parser.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "core/spec/deepspeed_config.h"
+#include "core/spec/merge_keys.h"
+#include "core/spec/overrides.h"
+#include "core/spec/text_file.h"
+#include "core/spec/yaml_document.h"
+#include "core/spec/yaml_reader.h"
+#include "topology/hostfile.h"
+
+namespace dslaunch::spec {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
+constexpr double kUnbounded = std::numeric_limits<double>::max();
+
+// The longest job name (it names the job's folder) and controller address
+// (a DNS name has at most 253 characters, plus the port).
+constexpr size_t kMaxNameLength = 128;
+constexpr size_t kMaxAddressLength = 255;
+
+// Bounds far above any real cluster, low enough that counts of ranks, cores,
+// bytes and deadlines derived from them stay inside their types.
+constexpr int64_t kMaxNodes = 1 << 16;
+constexpr int64_t kMaxRanksPerHost = 1024;
+constexpr int64_t kMaxCoresPerHost = 1 << 14;
+constexpr int64_t kMaxNumaNodesPerHost = 1024;
+constexpr double kMaxDeviceMemoryGb = 1 << 16;  // 64 TiB per device
+constexpr int64_t kMaxBucketElements = int64_t{1} << 40;
+constexpr double kMaxHeartbeatIntervalS = 3600;
+constexpr double kMaxHeartbeatTimeoutS = 7 * 24 * 3600;
+constexpr int64_t kMaxEvalBatches = 1 << 20;
+constexpr double kMaxFaultDelayS = 3600;
+
+// Relative paths are relative to the folder of the file that holds them (the
+// spec, or the DeepSpeed config for the keys it supplies), as in
+// docker-compose files; values from the command line are relative to the
+// working directory, and stay as given.
+std::string resolve_path(const std::string& value, const Location& where) {
+  if (value.empty() || value == "demo" || fs::path(value).is_absolute() || !where.origin.empty()) {
+    return value;
+  }
+  return fs::absolute(fs::path(where.file).parent_path() / value).lexically_normal().string();
+}
+
+// What a relative path in a message is relative to.
+std::string relative_to(const Location& where, const std::string& spec_path) {
+  if (!where.origin.empty()) return "the working directory (it was given on the command line)";
+  if (where.file == spec_path) return "the spec's folder";
+  return fmt::format("the folder of {}", where.file);
+}
+
+// A value as shown in a message: long ones cut, so that a 50 KB value does
+// not become a 50 KB message.
+std::string shown(std::string_view value) {
+  constexpr size_t kShown = 40;
+  if (value.size() <= kShown) return "'" + std::string(value) + "'";
+  return fmt::format("'{}...' ({} characters)", value.substr(0, kShown), value.size());
+}
+
+bool ascii_alnum(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+bool ascii_digit(char c) { return c >= '0' && c <= '9'; }
+
+template <typename Enum>
+void read_enum(MapReader& reader, std::string_view key, const std::vector<std::string>& names,
+               Enum& out) {
+  int index = static_cast<int>(out);
+  reader.choice(key, names, index);
+  out = static_cast<Enum>(index);
+}
+
+// The job's name names its folder: a letter or digit, then letters, digits,
+// '.', '_' and '-', at most kMaxNameLength in all. "" when it is fine.
+// (Character checks, not std::regex: its recursive matcher overflows the
+// stack on long input.)
+std::string name_problem(const std::string& name) {
+  if (name.size() > kMaxNameLength) {
+    return fmt::format(
+        "name {} is too long; a job name has at most {} characters (it names the "
+        "job's folder)",
+        shown(name), kMaxNameLength);
+  }
+  const bool valid_characters = std::all_of(name.begin(), name.end(), [](char c) {
+    return ascii_alnum(c) || c == '.' || c == '_' || c == '-';
+  });
+  if (!valid_characters || name.empty() || !ascii_alnum(name.front())) {
+    return fmt::format(
+        "name {} may hold only letters, digits, '.', '_' and '-', starting with a "
+        "letter or digit (it names the job's folder)",
+        shown(name));
+  }
+  return "";
+}
+
+// host, host:port, [v6]:port or [v6]; the port, when given, in 1..65535.
+bool valid_controller_address(std::string_view address) {
+  std::string_view port;
+  bool has_port = false;
+  if (address.starts_with('[')) {
+    const size_t close = address.find(']');
+    if (close == std::string_view::npos || close == 1) return false;
+    for (const char c : address.substr(1, close - 1)) {
+      const bool hex = ascii_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+      if (!hex && c != ':' && c != '.') return false;
+    }
+    const std::string_view rest = address.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return false;
+      port = rest.substr(1);
+      has_port = true;
+    }
+  } else {
+    const size_t colon = address.find(':');
+    const std::string_view host = address.substr(0, colon);
+    if (host.empty()) return false;
+    for (const char c : host) {
+      // Blanks and control characters, and the characters of [v6] and :port.
+      if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f || c == '[' || c == ']') return false;
+    }
+    if (colon != std::string_view::npos) {
+      port = address.substr(colon + 1);
+      has_port = true;
+    }
+  }
+  if (!has_port) return true;
+  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), ascii_digit)) {
+    return false;
+  }
+  const int number = std::stoi(std::string(port));
+  return number >= 1 && number <= 65535;
+}
+
+void check_controller_address(MapReader& cluster, const std::string& address) {
+  if (address.empty()) return;
+  if (address.size() > kMaxAddressLength) {
+    cluster.error("controller_address",
+                  fmt::format("cluster.controller_address {} is too long; give a host or "
+                              "host:port of at most {} characters",
+                              shown(address), kMaxAddressLength));
+  } else if (!valid_controller_address(address)) {
+    cluster.error("controller_address",
+                  fmt::format("cluster.controller_address '{}' must be host or host:port (port "
+                              "1-65535), such as 10.0.0.5:29500 or [fd00::5]:29500",
+                              address));
+  }
+}
+
+// Inline hosts as the hostfile parser takes them: a valid, distinct name
+// (the planner would place a repeated host's slots twice) and 1 to
+// kMaxSlotsPerHost slots.
+void read_hosts(MapReader& cluster, ClusterSpec& out) {
+  std::map<std::string, Location> first_listed;
+  for (MapReader host : cluster.map_list("hosts")) {
+    InlineHost entry;
+    host.string("host", entry.host);
+    host.integer("slots", entry.slots, 1, topology::kMaxSlotsPerHost);
+    entry.line = host.location().line;
+    if (entry.host.empty()) {
+      host.error("host", host.path() + " needs a host name: host: NAME");
+    } else if (std::string problem = topology::host_name_problem(entry.host); !problem.empty()) {
+      host.error("host", fmt::format("{}.host: {}", host.path(), problem));
+    } else if (auto first = first_listed.find(entry.host); first != first_listed.end()) {
+      host.error("host", fmt::format("{}: host '{}' is already listed (first at {}); list each "
+                                     "host once",
+                                     host.path(), entry.host, first->second.to_string()));
+    } else {
+      first_listed.emplace(entry.host, host.location_of("host"));
+    }
+    if (!host.has("slots")) host.error("slots", host.path() + " needs slots: N (N >= 1)");
+    host.finish();
+    out.hosts.push_back(entry);
+  }
+}
+
+void read_tls(MapReader tls, TlsSpec& out) {
+  const auto read_file_key = [&](const char* key, std::string& path) {
+    tls.string(key, path);
+    path = resolve_path(path, tls.location_of(key));
+    std::error_code ignored;
+    if (!path.empty() && !fs::is_regular_file(path, ignored)) {
+      tls.error(key, fmt::format("{}.{}: no file at '{}'", tls.path(), key, path));
+    }
+  };
+  read_file_key("cert", out.cert);
+  read_file_key("key", out.key);
+  read_file_key("ca", out.ca);
+  const int given = !out.cert.empty() + !out.key.empty() + !out.ca.empty();
+  if (given != 0 && given != 3) {
+    tls.error("cert", fmt::format("{} needs cert (the controller's certificate), key (its "
+                                  "private key) and ca (what ranks verify it with), all three",
+                                  tls.path()));
+  }
+  tls.finish();
+}
+
+void read_cluster(MapReader cluster, ClusterSpec& out) {
+  read_enum(cluster, "runner", {"local", "openmpi", "slurm"}, out.runner);
+  read_enum(cluster, "device", {"cpu", "cuda"}, out.device);
+  cluster.string("hostfile", out.hostfile);
+  out.hostfile = resolve_path(out.hostfile, cluster.location_of("hostfile"));
+  read_hosts(cluster, out);
+  if (!out.hostfile.empty() && !out.hosts.empty()) {
+    cluster.error("hosts", "give cluster.hostfile or cluster.hosts, not both");
+  }
+  cluster.string("include", out.include);
+  cluster.string("exclude", out.exclude);
+  const auto read_count = [&](const char* key, int& out_count, int64_t max) {
+    cluster.integer(key, out_count, -1, max);
+    if (out_count == 0) {
+      cluster.error(key, fmt::format("cluster.{} must be -1 (all) or at least 1", key));
+    }
+  };
+  read_count("num_nodes", out.num_nodes, kMaxNodes);
+  read_count("num_gpus", out.num_gpus, kMaxRanksPerHost);
+  cluster.integer("ssh_port", out.ssh_port, 1, 65535);
+  cluster.string("network_interface", out.network_interface);
+  cluster.string("controller_address", out.controller_address);
+  check_controller_address(cluster, out.controller_address);
+
+  read_tls(cluster.map("tls"), out.tls);
+
+  MapReader topology = cluster.map("topology");
+  topology.integer("cores_per_host", out.topology.cores_per_host, 1, kMaxCoresPerHost);
+  topology.integer("numa_nodes_per_host", out.topology.numa_nodes_per_host, 1,
+                   kMaxNumaNodesPerHost);
+  topology.integer_lists("gpu_islands", out.topology.gpu_islands, 0);
+  topology.number("device_memory_gb", out.topology.device_memory_gb, 0, kMaxDeviceMemoryGb);
+  topology.finish();
+  cluster.finish();
+}
+
+// Far above any trained model, and low enough that parameter and byte
+// counts (12 h^2 per layer, 16 bytes per parameter) stay inside 64 bits.
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxHidden = 1 << 20;
+constexpr int64_t kMaxSequence = 1 << 24;
+constexpr int64_t kMaxParallel = 1 << 16;
+constexpr int64_t kMaxVocab = 1 << 24;
+
+void read_model(MapReader model, ModelSpec& out) {
+  model.integer("num_layers", out.num_layers, 1, kMaxLayers);
+  model.integer("hidden_size", out.hidden_size, 1, kMaxHidden);
+  model.integer("num_attention_heads", out.num_attention_heads, 1, kMaxHidden);
+  model.integer("vocab_size", out.vocab_size, 1, kMaxVocab);
+  model.integer("seq_length", out.seq_length, 1, kMaxSequence);
+  model.number("dropout", out.dropout, 0, 1);
+  if (out.dropout == 1) model.error("dropout", "model.dropout must be below 1");
+  model.integer("init_seed", out.init_seed);
+  model.integer("make_vocab_size_divisible_by", out.make_vocab_size_divisible_by, 1, kMaxParallel);
+  if (model.read_ok("hidden_size") && model.read_ok("num_attention_heads") &&
+      out.hidden_size % out.num_attention_heads != 0) {
+    model.error("hidden_size",
+                fmt::format("model.hidden_size {} must be divisible by model.num_attention_heads "
+                            "{} (each head gets hidden_size / heads dimensions)",
+                            out.hidden_size, out.num_attention_heads));
+  }
+  model.finish();
+}
+
+void read_data(MapReader data, DataSpec& out, const std::string& spec_path, JobKind kind) {
+  data.string("train", out.train);
+  data.string("valid", out.valid);
+  read_enum(data, "format", {"auto", "llmc", "megatron"}, out.format);
+  if (out.train.empty() && kind == JobKind::kTrain) {
+    data.error("train",
+               "data.train is required: an llm.c token file, a Megatron dataset prefix "
+               "(path without .bin/.idx), or 'demo' for the built-in corpus");
+  }
+  const auto check_exists = [&](const char* key, std::string& path) {
+    const Location where = data.location_of(key);
+    const bool relative = !path.empty() && !fs::path(path).is_absolute();
+    path = resolve_path(path, where);
+    if (path.empty() || path == "demo") return;
+    // The error_code overloads: a path the OS refuses (too long, no
+    // permission) is "no data there", not an exception out of the parser.
+    const auto is_file = [](const std::string& candidate) {
+      std::error_code ignored;
+      return fs::is_regular_file(candidate, ignored);
+    };
+    const bool file = is_file(path);
+    // A Megatron prefix, also when given as its .bin or .idx file.
+    const auto has_pair = [&](const std::string& prefix) {
+      return is_file(prefix + ".bin") && is_file(prefix + ".idx");
+    };
+    const std::string extension = fs::path(path).extension().string();
+    const bool megatron =
+        has_pair(path) || ((extension == ".bin" || extension == ".idx") &&
+                           has_pair(path.substr(0, path.size() - extension.size())));
+    const bool found = out.format == DataFormat::kLlmc       ? file
+                       : out.format == DataFormat::kMegatron ? megatron
+                                                             : file || megatron;
+    if (!found) {
+      data.error(key,
+                 fmt::format(
+                     "data.{}: no data at '{}' (looked for that file, and for "
+                     "{}.bin with {}.idx){}",
+                     key, path, path, path,
+                     relative ? "; the path is relative to " + relative_to(where, spec_path) : ""));
+    }
+  };
+  check_exists("train", out.train);
+  if (out.valid == "demo") {
+    data.error("valid",
+               "data.valid: 'demo' names the built-in corpus only under data.train, which then "
+               "brings its own evaluation split; leave valid out or give a path");
+  }
+  check_exists("valid", out.valid);
+  data.finish();
+}
+
+void read_offload(MapReader offload, OffloadSpec& out) {
+  read_enum(offload, "device", {"none", "cpu", "nvme"}, out.device);
+  offload.string("nvme_path", out.nvme_path);
+  out.nvme_path = resolve_path(out.nvme_path, offload.location_of("nvme_path"));
+  offload.boolean("pin_memory", out.pin_memory);
+  if (out.device == OffloadDevice::kNvme && out.nvme_path.empty()) {
+    offload.error("device", offload.path() +
+                                ".device is nvme: give nvme_path, a folder on "
+                                "the NVMe drive");
+  }
+  offload.finish();
+}
+
+// Reads the key under either of DeepSpeed's spellings (stage3_x or x).
+void read_zero_alias(MapReader& zero, const std::string& key, int64_t& out) {
+  const std::string prefixed = "stage3_" + key;
+  if (zero.has(prefixed) && zero.has(key)) {
+    zero.error(key, fmt::format("give {}.{} or {}.{}, not both (they are the same setting)",
+                                zero.path(), prefixed, zero.path(), key));
+  }
+  zero.integer(prefixed, out, 0, kMaxBucketElements);
+  zero.integer(key, out, 0, kMaxBucketElements);
+}
+
+void read_zero(MapReader zero, ZeroSpec& out) {
+  zero.integer("stage", out.stage, 0, 3);
+  zero.integer("reduce_bucket_size", out.reduce_bucket_size, 1, kMaxBucketElements);
+  zero.integer("allgather_bucket_size", out.allgather_bucket_size, 1, kMaxBucketElements);
+  // DeepSpeed overlaps communication by default only at stage 3.
+  out.overlap_comm = out.stage == 3;
+  zero.boolean("overlap_comm", out.overlap_comm);
+  zero.boolean("contiguous_gradients", out.contiguous_gradients);
+  read_zero_alias(zero, "prefetch_bucket_size", out.prefetch_bucket_size);
+  read_zero_alias(zero, "param_persistence_threshold", out.param_persistence_threshold);
+  read_zero_alias(zero, "max_live_parameters", out.max_live_parameters);
+  read_offload(zero.map("offload_optimizer"), out.offload_optimizer);
+  read_offload(zero.map("offload_param"), out.offload_param);
+  // A stage that could not be read is not 0: the rules below would blame
+  // the default.
+  const bool stage_read = zero.read_ok("stage");
+  if (stage_read && out.offload_param.device != OffloadDevice::kNone && out.stage != 3) {
+    zero.error("offload_param",
+               fmt::format("offload_param needs ZeRO stage 3 (parameters are partitioned only "
+                           "there); set {}.stage: 3 or remove offload_param",
+                           zero.path()));
+  }
+  if (stage_read && out.offload_optimizer.device != OffloadDevice::kNone && out.stage == 0) {
+    zero.error(
+        "offload_optimizer",
+        fmt::format("offload_optimizer needs ZeRO stage 1, 2 or 3; set {}.stage", zero.path()));
+  }
+  zero.finish();
+}
+
+void read_optimizer(MapReader optimizer, OptimizerSpec& out) {
+  read_enum(optimizer, "type", {"Adam", "AdamW"}, out.type);
+  MapReader params = optimizer.map("params");
+  params.number("lr", out.lr, 0, kUnbounded);
+  std::vector<double> betas(out.betas.begin(), out.betas.end());
+  params.number_list("betas", betas);
+  if (betas.size() != 2 || betas[0] < 0 || betas[0] >= 1 || betas[1] < 0 || betas[1] >= 1) {
+    params.error("betas", params.path() +
+                              ".betas must be two numbers in [0, 1), such as "
+                              "[0.9, 0.999]");
+  } else {
+    out.betas = {betas[0], betas[1]};
+  }
+  params.number("eps", out.eps, 0, kUnbounded);
+  params.number("weight_decay", out.weight_decay, 0, kUnbounded);
+  // DeepSpeed's "Adam" decouples weight decay (AdamW) unless adam_w_mode is false.
+  params.boolean("adam_w_mode", out.decoupled_weight_decay);
+  if (out.type == OptimizerType::kAdamW) {
+    if (!out.decoupled_weight_decay && optimizer.read_ok("type")) {
+      params.error("adam_w_mode",
+                   "AdamW always decouples weight decay; use type: Adam with "
+                   "adam_w_mode: false for L2-coupled Adam");
+    }
+    out.decoupled_weight_decay = true;
+  }
+  params.finish();
+  optimizer.finish();
+}
+
+void read_scheduler(MapReader scheduler, SchedulerSpec& out) {
+  read_enum(scheduler, "type", {"none", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"}, out.type);
+  MapReader params = scheduler.map("params");
+  if (!scheduler.read_ok("type")) {
+    // Which params are valid depends on the type: without it, checking them
+    // would only add false "unknown key" errors to the one about the type.
+    for (const std::string& key : params.keys()) params.accept(key);
+    params.finish();
+    scheduler.finish();
+    return;
+  }
+  params.integer("warmup_num_steps", out.warmup_num_steps, 0, kNoLimit);
+  read_enum(params, "warmup_type", {"log", "linear"}, out.warmup_type);
+  if (out.type == SchedulerType::kWarmupLR || out.type == SchedulerType::kWarmupDecayLR) {
+    params.number("warmup_min_lr", out.warmup_min_lr, 0, kUnbounded);
+    params.number("warmup_max_lr", out.warmup_max_lr, 0, kUnbounded);
+  }
+  if (out.type == SchedulerType::kWarmupDecayLR || out.type == SchedulerType::kWarmupCosineLR) {
+    params.integer("total_num_steps", out.total_num_steps, 1, kNoLimit);
+    if (!params.has("total_num_steps")) {
+      params.error("total_num_steps", scheduler.path() +
+                                          " needs params.total_num_steps, the step where the "
+                                          "decay ends");
+    } else if (params.read_ok("warmup_num_steps") && params.read_ok("total_num_steps") &&
+               out.warmup_num_steps > out.total_num_steps) {
+      params.error("warmup_num_steps",
+                   fmt::format("{}.warmup_num_steps {} is past total_num_steps {}", params.path(),
+                               out.warmup_num_steps, out.total_num_steps));
+    }
+  }
+  if (out.type == SchedulerType::kWarmupCosineLR) {
+    params.number("warmup_min_ratio", out.warmup_min_ratio, 0, 1);
+    params.number("cos_min_ratio", out.cos_min_ratio, 0, 1);
+  }
+  // DeepSpeed's resume position; dslaunch restores schedulers from checkpoints.
+  int64_t last_batch_iteration = -1;
+  params.integer("last_batch_iteration", last_batch_iteration, -1, kNoLimit);
+  if (last_batch_iteration != -1) {
+    params.error("last_batch_iteration",
+                 "last_batch_iteration is not needed: dslaunch resumes the scheduler from the "
+                 "checkpoint; remove it");
+  }
+  params.finish();
+  scheduler.finish();
+}
+
+void read_training(MapReader training, TrainingSpec& out, const ParallelismSpec& parallelism,
+                   JobKind kind) {
+  training.optional_integer("train_batch_size", out.batch.train_batch_size, 1);
+  training.optional_integer("train_micro_batch_size_per_gpu", out.batch.micro_batch_per_gpu, 1);
+  training.optional_integer("gradient_accumulation_steps", out.batch.gradient_accumulation_steps,
+                            1);
+  training.integer("steps", out.steps, 1, kNoLimit);
+  if (!training.has("steps") && kind == JobKind::kTrain) {
+    training.error("steps", "training.steps is required: the number of optimizer steps to run");
+  }
+  MapReader fp16 = training.map("fp16");
+  fp16.boolean("enabled", out.fp16.enabled);
+  fp16.number("loss_scale", out.fp16.loss_scale, 0, kUnbounded);
+  fp16.integer("initial_scale_power", out.fp16.initial_scale_power, 0, 64);
+  fp16.integer("loss_scale_window", out.fp16.loss_scale_window, 1, kNoLimit);
+  fp16.integer("hysteresis", out.fp16.hysteresis, 1, kNoLimit);
+  fp16.number("min_loss_scale", out.fp16.min_loss_scale, 0, kUnbounded);
+  fp16.finish();
+  MapReader bf16 = training.map("bf16");
+  bf16.boolean("enabled", out.bf16);
+  bf16.finish();
+  if (out.fp16.enabled && out.bf16) {
+    training.error("bf16", "fp16.enabled and bf16.enabled are both true; choose one precision");
+  }
+  read_zero(training.map("zero_optimization"), out.zero);
+  if (parallelism.pipeline > 1 && out.zero.stage >= 2) {
+    training.error("zero_optimization",
+                   fmt::format("ZeRO stage {} cannot be combined with pipeline parallelism "
+                               "(pipeline {}), as in DeepSpeed; use stage 0 or 1",
+                               out.zero.stage, parallelism.pipeline));
+  }
+  read_optimizer(training.map("optimizer"), out.optimizer);
+  read_scheduler(training.map("scheduler"), out.scheduler);
+  training.number("gradient_clipping", out.gradient_clipping, 0, kUnbounded);
+  training.integer("seed", out.seed);
+  training.integer("eval_interval", out.eval_interval, 0, kNoLimit);
+  training.integer("eval_batches", out.eval_batches, 1, kMaxEvalBatches);
+  training.finish();
+}
+
+// `read_ok` tells whether a model key ("hidden_size") was read without a
+// problem: a rule is checked only when all its inputs were.
+void read_parallelism(MapReader parallelism, ParallelismSpec& out, const ModelSpec& model,
+                      const std::function<bool(const char*)>& model_read_ok) {
+  parallelism.integer("tensor", out.tensor, 1, kMaxParallel);
+  parallelism.integer("pipeline", out.pipeline, 1, kMaxParallel);
+  parallelism.finish();
+  const bool tensor_read = parallelism.read_ok("tensor");
+  const bool pipeline_read = parallelism.read_ok("pipeline");
+  if (tensor_read && model_read_ok("num_attention_heads") &&
+      model.num_attention_heads % out.tensor != 0) {
+    parallelism.error("tensor", fmt::format("model.num_attention_heads {} is not divisible by "
+                                            "parallelism.tensor {}: each tensor rank needs "
+                                            "whole heads",
+                                            model.num_attention_heads, out.tensor));
+  }
+  if (tensor_read && model_read_ok("hidden_size") && model.hidden_size % out.tensor != 0) {
+    parallelism.error("tensor",
+                      fmt::format("model.hidden_size {} is not divisible by parallelism.tensor {}",
+                                  model.hidden_size, out.tensor));
+  }
+  if (pipeline_read && model_read_ok("num_layers") && model.num_layers % out.pipeline != 0) {
+    parallelism.error("pipeline",
+                      fmt::format("model.num_layers {} is not divisible by parallelism.pipeline "
+                                  "{}: every stage must hold the same number of layers",
+                                  model.num_layers, out.pipeline));
+  }
+}
+
+void read_commbench(MapReader commbench, CommbenchSpec& out) {
+  commbench.choice_list("collectives", {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"},
+                        out.collectives);
+  // "model" and "pipe" are the tensor and pipeline axes' older names.
+  commbench.choice_list("groups", {"world", "data", "tensor", "pipeline", "model", "pipe"},
+                        out.groups);
+  commbench.integer("min_bytes", out.min_bytes, 4, int64_t{1} << 34);
+  commbench.integer("max_bytes", out.max_bytes, 4, int64_t{1} << 34);
+  commbench.integer("iterations", out.iterations, 1, 1'000'000);
+  commbench.integer("warmup", out.warmup, 0, 1'000'000);
+  if (commbench.read_ok("min_bytes") && commbench.read_ok("max_bytes") &&
+      out.max_bytes < out.min_bytes) {
+    commbench.error("max_bytes", fmt::format("commbench.max_bytes {} is below min_bytes {}",
+                                             out.max_bytes, out.min_bytes));
+  }
+  commbench.finish();
+}
+
+void read_checkpoint(MapReader checkpoint, CheckpointSpec& out) {
+  checkpoint.string("dir", out.dir);
+  out.dir = resolve_path(out.dir, checkpoint.location_of("dir"));
+  checkpoint.integer("interval", out.interval, 0, kNoLimit);
+  checkpoint.integer("keep", out.keep, 1, kNoLimit);
+  checkpoint.finish();
+}
+
+void read_fault_tolerance(MapReader fault, FaultToleranceSpec& out) {
+  fault.integer("max_restarts", out.max_restarts, 0, kNoLimit);
+  fault.number("heartbeat_interval", out.heartbeat_interval_s, 0.01, kMaxHeartbeatIntervalS);
+  fault.number("heartbeat_timeout", out.heartbeat_timeout_s, 0.01, kMaxHeartbeatTimeoutS);
+  if (fault.read_ok("heartbeat_interval") && fault.read_ok("heartbeat_timeout") &&
+      out.heartbeat_timeout_s <= out.heartbeat_interval_s) {
+    fault.error("heartbeat_timeout",
+                fmt::format("fault_tolerance.heartbeat_timeout ({}s) must be longer than "
+                            "heartbeat_interval ({}s)",
+                            out.heartbeat_timeout_s, out.heartbeat_interval_s));
+  }
+  fault.number("step_timeout", out.step_timeout_s, 0, kMaxHeartbeatTimeoutS);
+  if (fault.read_ok("step_timeout") && out.step_timeout_s != 0) {
+    if (out.step_timeout_s < 1) {
+      fault.error("step_timeout",
+                  fmt::format("fault_tolerance.step_timeout ({}s) must be 0 (off) or at least 1s",
+                              out.step_timeout_s));
+    } else if (fault.read_ok("heartbeat_interval") &&
+               out.step_timeout_s <= out.heartbeat_interval_s) {
+      // Progress is seen through heartbeats: a shorter timeout would fire
+      // between two of them on a healthy rank.
+      fault.error("step_timeout",
+                  fmt::format("fault_tolerance.step_timeout ({}s) must be longer than "
+                              "heartbeat_interval ({}s), or 0 (off)",
+                              out.step_timeout_s, out.heartbeat_interval_s));
+    }
+  }
+  fault.number("collective_timeout", out.collective_timeout_s, 0, kMaxHeartbeatTimeoutS);
+  if (fault.read_ok("collective_timeout") && out.collective_timeout_s != 0 &&
+      out.collective_timeout_s < 1) {
+    fault.error("collective_timeout",
+                fmt::format("fault_tolerance.collective_timeout ({}s) must be 0 (off) or at "
+                            "least 1s",
+                            out.collective_timeout_s));
+  } else if (fault.read_ok("collective_timeout") && fault.read_ok("heartbeat_interval") &&
+             out.collective_timeout_s != 0 &&
+             out.collective_timeout_s <= out.heartbeat_interval_s) {
+    // The controller reads who never started the collective from heartbeats
+    // sent since it began.
+    fault.error("collective_timeout",
+                fmt::format("fault_tolerance.collective_timeout ({}s) must be longer than "
+                            "heartbeat_interval ({}s), or 0 (off)",
+                            out.collective_timeout_s, out.heartbeat_interval_s));
+  }
+  fault.finish();
+}
+
+void read_fault(MapReader fault, FaultSpec& out) {
+  if (!fault.has("kind")) {
+    fault.error("kind",
+                "testing.fault.kind is required: exit, abort, hang, stall_step, slow or "
+                "stall_collective");
+  }
+  // In FaultKind's order.
+  const std::vector<std::string> kinds = {"exit", "abort", "hang", "stall_step", "slow",
+                                          "stall_collective"};
+  int kind = static_cast<int>(out.kind);
+  fault.choice("kind", kinds, kind);
+  out.kind = static_cast<FaultKind>(kind);
+  fault.integer("rank", out.rank, 0, kMaxNodes * kMaxRanksPerHost);
+  fault.integer("step", out.step, 1, kNoLimit);
+  fault.integer("attempt", out.attempt, 0, std::numeric_limits<int>::max());
+  fault.number("seconds", out.seconds, 0, kMaxFaultDelayS);
+  if (out.kind == FaultKind::kSlow && out.seconds <= 0 && fault.read_ok("seconds")) {
+    fault.error("seconds",
+                "testing.fault.seconds (the delay before each step) must be given and above 0 "
+                "for kind slow");
+  }
+  fault.finish();
+}
+
+void read_testing(MapReader testing, TestingSpec& out, JobKind kind) {
+  if (testing.has("fault")) {
+    if (kind != JobKind::kTrain) {
+      testing.error("fault", "testing.fault strikes in the training loop: it needs kind: train");
+    }
+    read_fault(testing.map("fault"), out.fault.emplace());
+  }
+  testing.finish();
+}
+
+// Sets `path` in `node` to `value` when the spec gave that key.
+void write_back(YAML::Node node, const std::string& path, const std::string& value) {
+  std::stringstream parts(path);
+  std::string key;
+  std::vector<std::string> keys;
+  while (std::getline(parts, key, '.')) keys.push_back(key);
+  for (size_t i = 0; i + 1 < keys.size(); ++i) {
+    if (!node.IsMap() || !node[keys[i]].IsMap()) return;
+    node.reset(node[keys[i]]);
+  }
+  if (node.IsMap() && node[keys.back()].IsScalar()) node[keys.back()] = value;
+}
+
+// The spec as ranks receive it: the document after --set overrides and the
+// DeepSpeed merge, without `deepspeed_config` (already merged in), with the
+// job's name and every path made absolute, so it reads the same wherever it
+// is parsed.
+std::string resolved_document(const YAML::Node& root, const JobSpec& spec) {
+  YAML::Node resolved = YAML::Clone(root);
+  resolved.remove("deepspeed_config");
+  resolved["name"] = spec.name;
+  write_back(resolved, "cluster.hostfile", spec.cluster.hostfile);
+  write_back(resolved, "data.train", spec.data.train);
+  write_back(resolved, "data.valid", spec.data.valid);
+  write_back(resolved, "checkpoint.dir", spec.checkpoint.dir);
+  write_back(resolved, "cluster.tls.cert", spec.cluster.tls.cert);
+  write_back(resolved, "cluster.tls.key", spec.cluster.tls.key);
+  write_back(resolved, "cluster.tls.ca", spec.cluster.tls.ca);
+  write_back(resolved, "training.zero_optimization.offload_optimizer.nvme_path",
+             spec.training.zero.offload_optimizer.nvme_path);
+  write_back(resolved, "training.zero_optimization.offload_param.nvme_path",
+             spec.training.zero.offload_param.nvme_path);
+  YAML::Emitter out;
+  out << resolved;
+  return std::string(out.c_str()) + "\n";
+}
+
+// The --set, --hostfile, --include and --exclude inputs, applied to the
+// parsed YAML before it is read, so they are checked like the file's values.
+void apply_command_line(YAML::Node& root, const LoadOptions& options, ReadContext& context) {
+  std::vector<Override> overrides;
+  for (const std::string& text : options.overrides) {
+    ParsedOverride parsed = parse_override(text);
+    if (!parsed.error.empty()) {
+      context.diagnostics().error(Location{"", 0, 0, parsed.value.origin}, parsed.error);
+      continue;
+    }
+    overrides.push_back(parsed.value);
+  }
+  const auto flag = [&](const std::string& name, const std::string& path, std::string value) {
+    if (!value.empty()) overrides.push_back({path, YAML::Node(value), name + " " + value});
+  };
+  flag("--hostfile", "cluster.hostfile",
+       options.hostfile.empty() ? "" : fs::absolute(options.hostfile).lexically_normal().string());
+  // A filter on the command line replaces the spec's filter, include and
+  // exclude alike: left beside a command-line --include, the spec's exclude
+  // would make the pair the error "include and exclude cannot be used
+  // together", which the user never wrote.
+  if ((!options.include.empty() || !options.exclude.empty()) && root.IsMap()) {
+    const YAML::Node& document = root;
+    YAML::Node cluster = document["cluster"];
+    if (cluster.IsDefined() && cluster.IsMap()) {
+      while (cluster.remove("include")) {
+      }
+      while (cluster.remove("exclude")) {
+      }
+    }
+  }
+  flag("--include", "cluster.include", options.include);
+  flag("--exclude", "cluster.exclude", options.exclude);
+  for (const Override& override_value : overrides) {
+    const std::string error = apply_override(root, override_value);
+    if (!error.empty()) {
+      context.diagnostics().error(Location{"", 0, 0, override_value.origin}, error);
+      continue;
+    }
+    context.set_origin(override_value.path, Location{"", 0, 0, override_value.origin});
+  }
+}
+
+// The node at a dotted path under `node` (undefined when absent).
+YAML::Node node_at(const YAML::Node& node, const std::string& path) {
+  YAML::Node current = node;
+  std::stringstream parts(path);
+  std::string key;
+  while (std::getline(parts, key, '.')) {
+    if (!current.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+    const YAML::Node& parent = current;
+    current.reset(parent[key]);
+  }
+  return current;
+}
+
+// Merges the DeepSpeed JSON config named by `deepspeed_config` under the
+// spec's training section. Values taken from the JSON are located in it.
+void merge_deepspeed_config(YAML::Node& root, const std::string& json_path,
+                            const Location& key_location, ReadContext& context) {
+  DeepSpeedConfig config = load_deepspeed_config(json_path);
+  if (!config.error.empty()) {
+    context.diagnostics().error(
+        config.error_location.line > 0 ? config.error_location : key_location, config.error);
+    return;
+  }
+  for (const Diagnostic& problem : config.problems) {
+    context.diagnostics().error(problem.location, problem.message);
+  }
+  std::vector<std::string> overridden;
+  const YAML::Node spec_training = root["training"];
+  // Merging would replace a training section that is not a mapping, and with
+  // it the error that says so.
+  if (spec_training.IsDefined() && !spec_training.IsNull() && !spec_training.IsMap()) return;
+  root["training"] = merge_training(
+      config.training, spec_training,
+      [&](const std::string& path) { context.set_file("training." + path, json_path); },
+      overridden);
+  for (const std::string& path : overridden) {
+    context.diagnostics().warning(
+        context.location_of("training." + path, node_at(spec_training, path)),
+        fmt::format("training.{} in the job spec overrides the value in {}", path, json_path));
+  }
+}
+
+// DeepSpeed keys that dslaunch does not use are warnings wherever they
+// appear under training, in the JSON config or in the YAML itself: users
+// converting a DeepSpeed config to YAML bring the same keys, and refusing in
+// one place what is accepted in the other would only make them delete keys
+// by hand.
+std::optional<std::string> ignored_training_key(const std::string& path) {
+  constexpr std::string_view kTraining = "training.";
+  if (!path.starts_with(kTraining)) return std::nullopt;
+  const std::string_view key = std::string_view(path).substr(kTraining.size());
+  if (!is_ignored_deepspeed_key(key)) return std::nullopt;
+  return ignored_deepspeed_key_warning(key);
+}
+
+bool valid_env_name(const std::string& name) {
+  return !name.empty() && !ascii_digit(name.front()) &&
+         std::all_of(name.begin(), name.end(), [](char c) { return ascii_alnum(c) || c == '_'; });
+}
+
+// Why `name` cannot be an environment variable's name, with the name it
+// probably should have been; "" when it is fine. POSIX shells and mpirun's
+// -x take only these names.
+std::string env_name_problem(const std::string& name) {
+  if (valid_env_name(name)) return "";
+  std::string fixed = name.substr(0, std::min(name.size(), kMaxNameLength));
+  for (char& c : fixed) {
+    if (!ascii_alnum(c)) c = '_';
+  }
+  if (fixed.empty() || ascii_digit(fixed.front())) fixed = "_" + fixed;
+  return fmt::format(
+      "env name {} is not a variable name: use letters, digits and '_', not "
+      "starting with a digit, such as '{}'",
+      shown(name), fixed);
+}
+
+}  // namespace
+
+JobSpec load_job_spec(const std::string& path, const LoadOptions& options, Diagnostics& diagnostics,
+                      SourceMap& locations) {
+  std::string error;
+  const std::optional<std::string> text = read_text_file(path, "job spec", error);
+  if (!text) {
+    JobSpec spec;
+    spec.spec_path = path;
+    diagnostics.error(Location{path, 0, 0, ""}, error);
+    return spec;
+  }
+  return parse_job_spec(*text, path, options, diagnostics, locations);
+}
+
+JobSpec parse_job_spec(std::string_view text, const std::string& path, const LoadOptions& options,
+                       Diagnostics& diagnostics, SourceMap& locations) {
+  JobSpec spec;
+  spec.spec_path = path;
+  locations.set_fallback(Location{path, 0, 0, ""});
+  std::optional<YAML::Node> document = read_yaml_document(text, path, diagnostics);
+  if (!document) return spec;
+  YAML::Node root = *document;
+  if (!root.IsDefined() || root.IsNull()) {
+    diagnostics.error(Location{path, 0, 0, ""},
+                      "the job spec is empty; see jobs/demo.yaml for a complete example");
+    return spec;
+  }
+  expand_merge_keys(root, path, diagnostics);
+  ReadContext context(path, diagnostics, locations);
+  context.set_ignored_keys(ignored_training_key);
+  apply_command_line(root, options, context);
+
+  MapReader top(context, root, "");
+  if (!root.IsMap()) return spec;
+  int kind = static_cast<int>(spec.kind);
+  top.choice("kind", {"train", "commbench"}, kind);
+  spec.kind = static_cast<JobKind>(kind);
+  top.string("name", spec.name);
+  if (spec.name.empty()) spec.name = fs::path(path).stem().string();
+  if (std::string problem = name_problem(spec.name); !problem.empty()) {
+    top.error("name", problem);
+  }
+  top.string("deepspeed_config", spec.deepspeed_config);
+  if (!spec.deepspeed_config.empty()) {
+    const Location where = top.location_of("deepspeed_config");
+    spec.deepspeed_config = resolve_path(spec.deepspeed_config, where);
+    merge_deepspeed_config(root, spec.deepspeed_config, where, context);
+  }
+  read_cluster(top.map("cluster"), spec.cluster);
+  read_model(top.map("model"), spec.model);
+  read_parallelism(top.map("parallelism"), spec.parallelism, spec.model,
+                   [&](const char* key) { return context.read_ok(std::string("model.") + key); });
+  read_data(top.map("data"), spec.data, path, spec.kind);
+  read_training(top.map("training"), spec.training, spec.parallelism, spec.kind);
+  MapReader commbench = top.map("commbench");
+  read_commbench(commbench, spec.commbench);
+  if (spec.kind != JobKind::kCommbench && top.has("commbench")) {
+    top.error("commbench", "the commbench section needs kind: commbench");
+  }
+  read_checkpoint(top.map("checkpoint"), spec.checkpoint);
+  read_fault_tolerance(top.map("fault_tolerance"), spec.fault_tolerance);
+  read_testing(top.map("testing"), spec.testing, spec.kind);
+  top.string_map("env", spec.env, env_name_problem);
+  // Top-level keys starting with "x-" hold YAML anchors for the rest of the
+  // spec to merge or alias, as in docker-compose files; they are not read.
+  top.accept_prefix("x-");
+  top.finish();
+  spec.resolved_yaml = resolved_document(root, spec);
+  return spec;
+}
+
+}  // namespace dslaunch::spec

@@ -1,0 +1,32 @@
+#include "core/spec/training_support.h"
+
+#include <fmt/format.h>
+
+namespace dslaunch::spec {
+
+std::string training_support_problem(const spec::JobSpec& spec) {
+  const spec::TrainingSpec& training = spec.training;
+  if (spec.cluster.device != spec::Device::kCpu) {
+    return "the training engine runs on CPU so far (cluster.device: cpu); the CUDA backend is "
+           "not built yet";
+  }
+  if (spec.parallelism.tensor > 1 || spec.parallelism.pipeline > 1) {
+    return fmt::format(
+        "tensor ({}) and pipeline ({}) parallelism are not implemented yet; set both to 1 "
+        "(data parallelism uses every rank)",
+        spec.parallelism.tensor, spec.parallelism.pipeline);
+  }
+  if (training.zero.offload_optimizer.device != spec::OffloadDevice::kNone ||
+      training.zero.offload_param.device != spec::OffloadDevice::kNone) {
+    return "ZeRO offload is not implemented yet; remove offload_optimizer and offload_param";
+  }
+  if (training.fp16.enabled || training.bf16) {
+    return "fp16 and bf16 training are not implemented yet; the CPU engine trains in fp32";
+  }
+  if (spec.model.dropout != 0) {
+    return "dropout is not implemented yet; set model.dropout: 0";
+  }
+  return "";
+}
+
+}  // namespace dslaunch::spec

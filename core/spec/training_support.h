@@ -1,0 +1,14 @@
+#pragma once
+
+#include <string>
+
+#include "core/spec/job_spec.h"
+
+namespace dslaunch::spec {
+
+// "" when this engine can train `spec` as written, otherwise what it cannot
+// do yet and what to change. `dslaunch run` checks it before starting any
+// rank; the worker checks it again.
+std::string training_support_problem(const spec::JobSpec& spec);
+
+}  // namespace dslaunch::spec

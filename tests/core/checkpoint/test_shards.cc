@@ -1,0 +1,64 @@
+#include "tests/core/checkpoint/test_shards.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+namespace dslaunch::core::testing {
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string pattern = std::string(base != nullptr ? base : "/tmp") + "/checkpoint_test.XXXXXX";
+  std::vector<char> name(pattern.begin(), pattern.end());
+  name.push_back('\0');
+  REQUIRE(::mkdtemp(name.data()) != nullptr);
+  path_ = name.data();
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+}
+
+std::vector<std::string> TempDir::names() const {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(path_)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in.good());
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_bytes(const std::string& path, std::string_view bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  REQUIRE(out.good());
+}
+
+float value_at(ShardArray array, int64_t index) {
+  return static_cast<float>(static_cast<int>(array) + 1) * 1e6f + static_cast<float>(index) + 0.25f;
+}
+
+std::vector<float> expected_values(ShardArray array, int64_t from, int64_t to) {
+  std::vector<float> values;
+  for (int64_t i = from; i < to; ++i) values.push_back(value_at(array, i));
+  return values;
+}
+
+ShardData::ShardData(int64_t begin, int64_t end)
+    : params(expected_values(ShardArray::kParams, begin, end)),
+      adam_m(expected_values(ShardArray::kAdamM, begin, end)),
+      adam_v(expected_values(ShardArray::kAdamV, begin, end)) {}
+
+}  // namespace dslaunch::core::testing
