@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/layout/gpt2_config.h"
+#include "core/layout/parameter_table.h"
 
 namespace dslaunch::launcher {
 

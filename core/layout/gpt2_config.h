@@ -2,7 +2,6 @@
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 namespace dslaunch::core {
 
@@ -35,41 +34,5 @@ inline constexpr int64_t kMaxSeqLen = 1 << 24;
 // "" when the shape is usable, otherwise what is wrong with it (for example
 // channels not divisible by num_heads, or a size past the bounds above).
 std::string config_problem(const Gpt2Config& config);
-
-// One parameter tensor inside the flat parameter buffer.
-struct TensorInfo {
-  std::string name;            // Hugging Face GPT-2 name, e.g. "transformer.h.0.attn.c_attn.weight"
-  std::vector<int64_t> shape;  // linear weights in Conv1D layout, (in, out)
-  int64_t offset = 0;          // in floats, from the start of the buffer
-  int64_t numel = 0;
-  bool weight_decay = false;  // matrices and embeddings decay; biases and norms do not
-  int layer = -1;             // transformer block, or -1 for embeddings and ln_f
-};
-
-// The one table that describes the flat parameter buffer (and the gradient
-// and optimizer-state buffers, which share its layout). Order: wte, wpe, then
-// every block's tensors contiguously (ln_1, attn.c_attn, attn.c_proj, ln_2,
-// mlp.c_fc, mlp.c_proj), then ln_f: a block is one contiguous range, which is
-// what bucketed gradient reduction and per-layer gathering work on.
-class ParameterTable {
- public:
-  explicit ParameterTable(const Gpt2Config& config);
-
-  const Gpt2Config& config() const { return config_; }
-  const std::vector<TensorInfo>& tensors() const { return tensors_; }
-  int64_t total() const { return total_; }  // floats in the whole buffer
-
-  // nullptr if no tensor has that name.
-  const TensorInfo* find(const std::string& name) const;
-  // The index in tensors() of a tensor by name; throws std::out_of_range.
-  const TensorInfo& at(const std::string& name) const;
-  // [begin, end) in floats of block `layer`'s tensors.
-  std::pair<int64_t, int64_t> layer_range(int layer) const;
-
- private:
-  Gpt2Config config_;
-  std::vector<TensorInfo> tensors_;
-  int64_t total_ = 0;
-};
 
 }  // namespace dslaunch::core

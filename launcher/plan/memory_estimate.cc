@@ -1,5 +1,8 @@
 #include "launcher/plan/memory_estimate.h"
 
+#include "core/layout/model_config.h"
+#include "core/layout/parameter_table.h"
+
 namespace dslaunch::plan {
 namespace {
 
@@ -8,32 +11,26 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
 int64_t padded_vocab_size(const spec::ModelSpec& model, int tensor) {
-  const int64_t multiple = static_cast<int64_t>(model.make_vocab_size_divisible_by) * tensor;
-  return ceil_div(model.vocab_size, multiple) * multiple;
+  return core::model_config(model, tensor).padded_vocab_size;
 }
 
 int64_t parameters_per_rank(const spec::ModelSpec& model, const spec::ParallelismSpec& parallel,
                             int stage) {
-  const int64_t h = model.hidden_size;
-  const int64_t t = parallel.tensor;
-  // Per layer: QKV (h x 3h + 3h) and MLP up (h x 4h + 4h) split with their
-  // biases; attention and MLP output weights (h x h, 4h x h) split, their
-  // biases (2h) and both layernorms (4h) replicated.
-  const int64_t per_layer = (12 * h * h + 7 * h) / t + 6 * h;
-  int64_t psi = per_layer * (model.num_layers / parallel.pipeline);
-  const int64_t word_embedding = padded_vocab_size(model, parallel.tensor) * h / t;
-  if (stage == 0) psi += word_embedding + static_cast<int64_t>(model.seq_length) * h;
-  if (stage == parallel.pipeline - 1) {
-    psi += 2 * h;                                      // final layernorm
-    if (parallel.pipeline > 1) psi += word_embedding;  // tied output layer's copy
-  }
-  return psi;
+  const auto [layer_begin, layer_end] =
+      core::uniform_stage_layers(model.num_layers, parallel.pipeline, stage);
+  const core::ModelShard shard{.tensor_rank = 0,
+                               .tensor_size = parallel.tensor,
+                               .stage = stage,
+                               .stages = parallel.pipeline,
+                               .layer_begin = layer_begin,
+                               .layer_end = layer_end};
+  return core::ParameterTable(core::model_config(model, parallel.tensor), shard).total();
 }
 
 int64_t total_parameters(const spec::ModelSpec& model) {
-  const int64_t h = model.hidden_size;
-  return static_cast<int64_t>(model.vocab_size) * h + static_cast<int64_t>(model.seq_length) * h +
-         model.num_layers * (12 * h * h + 13 * h) + 2 * h;
+  core::Gpt2Config unpadded = core::model_config(model, 1);
+  unpadded.padded_vocab_size = unpadded.vocab_size;
+  return core::ParameterTable(unpadded).total();
 }
 
 ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& training,

@@ -12,16 +12,13 @@ namespace dslaunch::plan {
 int64_t padded_vocab_size(const spec::ModelSpec& model, int tensor);
 
 // Parameters one rank of pipeline stage `stage` holds before ZeRO (Ψ for that
-// model-parallel shard), laid out as Megatron does: column/row-parallel
-// weights and the column-parallel biases split across tensor ranks,
-// layernorms and row-parallel biases replicated; the word embedding
-// (vocab-parallel) and position embedding on the first stage, the final
-// layernorm on the last, and the tied output embedding's copy on the last
-// stage when there is more than one stage.
+// model-parallel shard): what core::ParameterTable lays out for it (Megatron's
+// split; the blocks split evenly across stages).
 int64_t parameters_per_rank(const spec::ModelSpec& model, const spec::ParallelismSpec& parallel,
                             int stage);
 
-// The whole model's parameter count (no padding of the vocabulary).
+// The whole model's parameter count (no padding of the vocabulary), from the
+// same table.
 int64_t total_parameters(const spec::ModelSpec& model);
 
 // Model-state bytes of one rank, by where they live.

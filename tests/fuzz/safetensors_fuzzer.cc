@@ -17,6 +17,7 @@
 
 #include "tests/fuzz/fuzz_support.h"
 #include "core/layout/gpt2_config.h"
+#include "core/layout/parameter_table.h"
 #include "core/weights/hf_gpt2.h"
 #include "core/weights/safetensors.h"
 

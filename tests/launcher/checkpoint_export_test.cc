@@ -11,6 +11,7 @@
 #include "launcher/controller/checkpoint_catalog.h"
 #include "core/checkpoint/shard_file.h"
 #include "core/layout/gpt2_config.h"
+#include "core/layout/parameter_table.h"
 
 namespace dslaunch::launcher {
 namespace {

@@ -9,15 +9,16 @@
 #include <string_view>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/status.h"
 
 namespace dslaunch::worker::comm {
 
-// Element types a collective moves. The engine trains in fp32 today; bf16
-// and fp16 travel for 16-bit training (reduced in fp32 by the caller).
-enum class DType { kF32, kF64, kBF16, kF16, kI32, kI64, kU8 };
-int64_t dtype_bytes(DType dtype);
-std::string_view dtype_name(DType dtype);
+// Collectives move the engine's element types (core/dtype.h); bf16 and fp16
+// travel for 16-bit training, reduced in fp32 by the caller.
+using core::DType;
+using core::dtype_bytes;
+using core::dtype_name;
 
 enum class ReduceOp { kSum, kMax, kMin };
 

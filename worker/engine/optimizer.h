@@ -6,6 +6,7 @@
 #include "kernels/backend.h"
 #include "core/spec/job_spec.h"
 #include "core/layout/gpt2_config.h"
+#include "core/layout/parameter_table.h"
 
 namespace dslaunch::worker::engine {
 

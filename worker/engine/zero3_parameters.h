@@ -7,6 +7,7 @@
 
 #include "worker/comm/communicator.h"
 #include "core/layout/gpt2_config.h"
+#include "core/layout/parameter_table.h"
 #include "worker/model/gpt2_model.h"
 #include "worker/parallel/parameter_gatherer.h"
 #include "worker/parallel/releasable_buffer.h"

@@ -97,20 +97,20 @@ struct BlockTensors {
   Float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 
   BlockTensors(const core::ParameterTable& table, int layer, Float* base) {
-    const std::string p = fmt::format("transformer.h.{}.", layer);
-    auto at = [&](const char* name) { return base + table.at(p + name).offset; };
-    ln1w = at("ln_1.weight");
-    ln1b = at("ln_1.bias");
-    qkvw = at("attn.c_attn.weight");
-    qkvb = at("attn.c_attn.bias");
-    projw = at("attn.c_proj.weight");
-    projb = at("attn.c_proj.bias");
-    ln2w = at("ln_2.weight");
-    ln2b = at("ln_2.bias");
-    fcw = at("mlp.c_fc.weight");
-    fcb = at("mlp.c_fc.bias");
-    fcprojw = at("mlp.c_proj.weight");
-    fcprojb = at("mlp.c_proj.bias");
+    using core::TensorRole;
+    auto at = [&](TensorRole role) { return base + table.offset(role, layer); };
+    ln1w = at(TensorRole::kLn1Weight);
+    ln1b = at(TensorRole::kLn1Bias);
+    qkvw = at(TensorRole::kQkvWeight);
+    qkvb = at(TensorRole::kQkvBias);
+    projw = at(TensorRole::kAttnProjWeight);
+    projb = at(TensorRole::kAttnProjBias);
+    ln2w = at(TensorRole::kLn2Weight);
+    ln2b = at(TensorRole::kLn2Bias);
+    fcw = at(TensorRole::kFcWeight);
+    fcb = at(TensorRole::kFcBias);
+    fcprojw = at(TensorRole::kFcProjWeight);
+    fcprojb = at(TensorRole::kFcProjBias);
   }
 };
 
@@ -138,16 +138,18 @@ void fill_normal(float* out, int64_t n, double stddev, uint64_t seed) {
   }
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
 Gpt2Model::Gpt2Model(const core::ParameterTable& table, kernels::Backend& backend, int64_t max_batch,
                      int64_t seq_len)
     : table_(table), backend_(backend), max_batch_(max_batch), seq_len_(seq_len) {
+  const core::ModelShard& shard = table.shard();
+  if (shard.tensor_size != 1 || shard.stages != 1) {
+    throw std::invalid_argument(fmt::format(
+        "the model runs whole on one rank; a slice for tensor rank {} of {}, stage {} of {} is "
+        "not runnable yet",
+        shard.tensor_rank, shard.tensor_size, shard.stage, shard.stages));
+  }
   if (seq_len < 1 || seq_len > table.config().max_seq_len) {
     throw std::invalid_argument(
         fmt::format("sequence length {} is outside [1, {}]", seq_len, table.config().max_seq_len));
@@ -192,8 +194,8 @@ float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32
   const ActivationLayout a(c, B, T);
   float* act = activations_.data();
   if (source_ != nullptr) source_->acquire_embeddings();
-  const float* wte = params + table_.at("transformer.wte.weight").offset;
-  const float* wpe = params + table_.at("transformer.wpe.weight").offset;
+  const float* wte = params + table_.tensor(core::TensorRole::kWte).offset;
+  const float* wpe = params + table_.tensor(core::TensorRole::kWpe).offset;
   backend_.encoder_forward(act + a.encoded, inputs, wte, wpe, B, T, C);
   const float* residual = act + a.encoded;
   for (int l = 0; l < c.num_layers; ++l) {
@@ -215,8 +217,8 @@ float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32
     residual = act + b.residual3;
     if (source_ != nullptr) source_->release_block(l, ParameterSource::Pass::kForward);
   }
-  const float* lnfw = params + table_.at("transformer.ln_f.weight").offset;
-  const float* lnfb = params + table_.at("transformer.ln_f.bias").offset;
+  const float* lnfw = params + table_.tensor(core::TensorRole::kLnfWeight).offset;
+  const float* lnfb = params + table_.tensor(core::TensorRole::kLnfBias).offset;
   backend_.layernorm_forward(act + a.lnf, act + a.lnf_mean, act + a.lnf_rstd, residual, lnfw, lnfb,
                              N, C);
   backend_.logits_forward(act + a.logits, act + a.lnf, wte, N, C, Vp);
@@ -249,9 +251,9 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
   zero(dlogits, N * Vp);
   backend_.crossentropy_softmax_backward(dlogits, dlosses, act + a.probs, targets_.data(), N, V,
                                          Vp);
-  const core::TensorInfo& wte_info = table_.at("transformer.wte.weight");
-  const core::TensorInfo& lnfw_info = table_.at("transformer.ln_f.weight");
-  const core::TensorInfo& lnfb_info = table_.at("transformer.ln_f.bias");
+  const core::TensorInfo& wte_info = table_.tensor(core::TensorRole::kWte);
+  const core::TensorInfo& lnfw_info = table_.tensor(core::TensorRole::kLnfWeight);
+  const core::TensorInfo& lnfb_info = table_.tensor(core::TensorRole::kLnfBias);
   zero(d + g.dln, N * C);
   backend_.logits_backward(d + g.dln, grads + wte_info.offset, dlogits, act + a.lnf,
                            params + wte_info.offset, N, C, Vp);
@@ -298,7 +300,7 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
     const auto [begin, end] = table_.layer_range(l);
     report(begin, end);
   }
-  const core::TensorInfo& wpe_info = table_.at("transformer.wpe.weight");
+  const core::TensorInfo& wpe_info = table_.tensor(core::TensorRole::kWpe);
   backend_.encoder_backward(grads + wte_info.offset, grads + wpe_info.offset, dresidual,
                             inputs_.data(), B, T, C);
   if (source_ != nullptr) source_->release_embeddings();
@@ -306,23 +308,29 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
 }
 
 void init_gpt2_parameters(const core::ParameterTable& table, uint64_t seed, float* params) {
+  using core::TensorRole;
   const core::Gpt2Config& c = table.config();
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.num_layers));
-  for (size_t i = 0; i < table.tensors().size(); ++i) {
-    const core::TensorInfo& t = table.tensors()[i];
+  std::vector<float> whole;  // a split tensor's global values, of which this rank keeps a slice
+  for (const core::TensorInfo& t : table.tensors()) {
     float* out = params + t.offset;
     if (t.shape.size() == 1) {
-      const float value = ends_with(t.name, "ln_1.weight") || ends_with(t.name, "ln_2.weight") ||
-                                  ends_with(t.name, "ln_f.weight")
-                              ? 1.0f
-                              : 0.0f;
-      std::fill(out, out + t.numel, value);
+      const bool gain = t.role == TensorRole::kLn1Weight || t.role == TensorRole::kLn2Weight ||
+                        t.role == TensorRole::kLnfWeight;
+      std::fill(out, out + t.numel, gain ? 1.0f : 0.0f);
       continue;
     }
     const bool residual_projection =
-        ends_with(t.name, "attn.c_proj.weight") || ends_with(t.name, "mlp.c_proj.weight");
-    fill_normal(out, t.numel, residual_projection ? residual_std : 0.02,
-                mix_seed(seed ^ mix_seed(i)));
+        t.role == TensorRole::kAttnProjWeight || t.role == TensorRole::kFcProjWeight;
+    const double std = residual_projection ? residual_std : 0.02;
+    const uint64_t stream = mix_seed(seed ^ mix_seed(t.global_index));
+    if (t.split.whole()) {
+      fill_normal(out, t.numel, std, stream);
+      continue;
+    }
+    whole.resize(t.numel * t.split.parts);
+    fill_normal(whole.data(), static_cast<int64_t>(whole.size()), std, stream);
+    core::copy_out_of_global(t, whole.data(), out, sizeof(float));
   }
 }
 

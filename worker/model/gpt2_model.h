@@ -6,6 +6,7 @@
 
 #include "kernels/backend.h"
 #include "core/layout/gpt2_config.h"
+#include "core/layout/parameter_table.h"
 
 namespace dslaunch::worker::model {
 
@@ -89,8 +90,9 @@ class Gpt2Model {
 // The GPT-2 initialisation, deterministic in `seed`: weights and embeddings
 // normal(0, 0.02), the two residual projections (attn.c_proj, mlp.c_proj)
 // normal(0, 0.02/sqrt(2*num_layers)), biases 0, LayerNorm weights 1. Each
-// tensor draws from its own stream (seed, tensor index), so any slice of the
-// buffer can be initialised without the rest.
+// tensor draws from its own stream (seed, its global index) and a rank keeps
+// its slice of the tensor's global values, so every layout of the model
+// starts from the same weights.
 void init_gpt2_parameters(const core::ParameterTable& table, uint64_t seed, float* params);
 
 }  // namespace dslaunch::worker::model

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/layout/gpt2_config.h"
+#include "core/layout/parameter_table.h"
 #include "core/weights/safetensors.h"
 
 namespace fs = std::filesystem;

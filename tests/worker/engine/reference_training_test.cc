@@ -28,6 +28,7 @@
 #include "worker/data/llmc_token_file.h"
 #include "worker/engine/optimizer.h"
 #include "core/layout/gpt2_config.h"
+#include "core/layout/parameter_table.h"
 #include "worker/model/gpt2_model.h"
 #include "core/weights/hf_gpt2.h"
 

@@ -20,6 +20,7 @@
 #include "worker/data/training_data.h"
 #include "worker/engine/trainer.h"
 #include "core/layout/gpt2_config.h"
+#include "core/layout/parameter_table.h"
 
 namespace dslaunch::worker::engine {
 namespace {

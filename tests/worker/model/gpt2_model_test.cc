@@ -52,6 +52,42 @@ TEST_CASE("the initial loss is close to ln(vocabulary): small weights give near-
   CHECK(loss == Approx(std::log(20.0)).margin(0.05));
 }
 
+TEST_CASE("every layout starts from the same weights: a slice's initialisation is the slice") {
+  const core::ParameterTable whole(tiny_config());
+  std::vector<float> all(whole.total());
+  init_gpt2_parameters(whole, 11, all.data());
+  const int size = 2;  // the tiny model's two heads
+  for (int rank = 0; rank < size; ++rank) {
+    for (int stage = 0; stage < 2; ++stage) {
+      const core::ParameterTable slice(tiny_config(),
+                                       core::ModelShard{.tensor_rank = rank,
+                                                        .tensor_size = size,
+                                                        .stage = stage,
+                                                        .stages = 2,
+                                                        .layer_begin = stage,
+                                                        .layer_end = stage + 1});
+      std::vector<float> mine(slice.total());
+      init_gpt2_parameters(slice, 11, mine.data());
+      for (const core::TensorInfo& t : slice.tensors()) {
+        const core::TensorInfo& global = whole.at(t.name);
+        std::vector<float> expected(t.numel);
+        core::copy_out_of_global(t, all.data() + global.offset, expected.data(), sizeof(float));
+        INFO(t.name << " on tensor rank " << rank << ", stage " << stage);
+        CHECK(std::vector<float>(mine.begin() + t.offset, mine.begin() + t.offset + t.numel) ==
+              expected);
+      }
+    }
+  }
+}
+
+TEST_CASE("the model refuses a tensor or pipeline slice it cannot run yet") {
+  const core::ParameterTable slice(tiny_config(),
+                                   core::ModelShard{.tensor_rank = 0, .tensor_size = 2});
+  auto backend = kernels::make_cpu_backend(1);
+  CHECK_THROWS_WITH(Gpt2Model(slice, *backend, 1, 8),
+                    Catch::Contains("tensor rank 0 of 2, stage 0 of 1 is not runnable yet"));
+}
+
 TEST_CASE("initialisation is deterministic in the seed and follows GPT-2's scheme") {
   core::Gpt2Config config = tiny_config();
   config.channels = 64;
