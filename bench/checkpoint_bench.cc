@@ -79,13 +79,19 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   const int64_t count = bytes / 12;
-  const core::ShardHeader header{.step = 1000,
-                                       .rank = 0,
-                                       .ranks = 1,
-                                       .total_parameters = count,
-                                       .begin = 0,
-                                       .end = count,
-                                       .optimizer_step = 1000};
+  // One flat tensor of `count` elements: the layout costs nothing to read.
+  const std::vector<core::LayoutTensor> layout = {
+      core::LayoutTensor{.name = "flat",
+                         .global_shape = {count},
+                         .split = {.view = {count}, .dim = 0, .index = 0, .parts = 1},
+                         .offset = 0,
+                         .numel = count}};
+  core::ShardHeader header;
+  header.step = 1000;
+  header.total_parameters = count;
+  header.end = count;
+  header.optimizer_step = 1000;
+  header.layout = layout;
   std::vector<float> params(count);
   std::vector<float> adam_m(count);
   std::vector<float> adam_v(count);
@@ -94,7 +100,10 @@ int main(int argc, char** argv) {
     adam_m[i] = static_cast<float>(i) * 1e-9f;
     adam_v[i] = static_cast<float>(i) * 1e-12f;
   }
-  const core::ShardArrays arrays{params.data(), adam_m.data(), adam_v.data()};
+  const std::vector<core::ShardArrayData> arrays = {
+      {{core::StateKind::kParameter, core::DType::kF32}, params.data()},
+      {{core::StateKind::kAdamM, core::DType::kF32}, adam_m.data()},
+      {{core::StateKind::kAdamV, core::DType::kF32}, adam_v.data()}};
   const std::string shard_path = dir + "/checkpoint-bench-shard.bin";
   const std::string dd_path = dir + "/dd.bin";
 
@@ -139,10 +148,10 @@ int main(int argc, char** argv) {
     evict(shard_path);
     evict(dd_path);
     read_times.push_back(seconds([&] {
-      for (const auto array : {core::ShardArray::kParams, core::ShardArray::kAdamM,
-                               core::ShardArray::kAdamV}) {
-        if (!core::read_flat_range({{shard_path, 0, count}}, array, 0, count, out.data(),
-                                         error)) {
+      for (const auto kind :
+           {core::StateKind::kParameter, core::StateKind::kAdamM, core::StateKind::kAdamV}) {
+        if (!core::read_flat_range({{shard_path, 0, count}}, layout, kind, 0, count, out.data(),
+                                   error)) {
           std::cerr << "checkpoint_bench: " << error << "\n";
           std::exit(1);
         }

@@ -81,8 +81,8 @@ ConsolidatedCheckpoint consolidate_checkpoint(const std::string& dir) {
     shards.push_back({(fs::path(dir) / shard.path).string(), shard.begin, shard.end});
   }
   out.params.resize(table.total());
-  if (!core::read_flat_range(shards, core::ShardArray::kParams, 0,
-                                           table.total(), out.params.data(), out.error)) {
+  if (!core::read_flat_range(shards, core::layout_of(table), core::StateKind::kParameter, 0,
+                             table.total(), out.params.data(), out.error)) {
     out.params.clear();
     return out;
   }

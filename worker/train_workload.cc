@@ -115,9 +115,10 @@ void save_in_background(checkpoint::AsyncShardWriter& writer, proto::Session& se
   header.begin = slice.begin;
   header.end = slice.end;
   header.optimizer_step = slice.optimizer_steps;
+  header.layout = *slice.layout;
   // The callback runs on the writer's thread, after `slice`'s pointers are
   // gone: it uses only the slice's numbers.
-  writer.save((folder / file).string(), header, {slice.params, slice.adam_m, slice.adam_v},
+  writer.save((folder / file).string(), header, slice.arrays,
               [&session, &failed, slice, file](const core::WrittenShard& written) {
                 if (!written.ok()) {
                   report_checkpoint_failure(session, failed, slice.step, written.error);

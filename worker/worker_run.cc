@@ -1,3 +1,4 @@
+#include "worker/timing.h"
 #include "worker/worker_run.h"
 
 #include <pthread.h>
@@ -41,10 +42,6 @@ constexpr int kDone = 0;
 constexpr int kWorkloadFailed = 1;
 constexpr int kUnusable = 2;
 constexpr int kControllerLost = 3;
-
-// After reporting a collective past its timeout, a rank waits this long for
-// the controller to collect its stack and end the job before ending itself.
-constexpr auto kHungRankGrace = 60s;
 
 // What the session's threads and the workload share.
 struct RankStatus {
@@ -136,8 +133,8 @@ int64_t unix_time_ms() {
 grpc::Status register_with_retries(proto::ControllerClient& client,
                                    const v1::RegisterRequest& request, v1::RegisterReply* reply) {
   grpc::Status status;
-  auto backoff = 250ms;
-  for (int attempt = 0; attempt < 6; ++attempt) {
+  auto backoff = std::chrono::duration_cast<std::chrono::milliseconds>(timing::kRegisterFirstBackoff);
+  for (int attempt = 0; attempt < timing::kRegisterAttempts; ++attempt) {
     status = client.register_rank(request, reply);
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return status;
     std::this_thread::sleep_for(backoff);
@@ -206,7 +203,7 @@ void heartbeat_loop(proto::Session& session, RankStatus& status, std::chrono::mi
     if (status.stacks_requested.exchange(false)) {
       v1::WorkerMessage stacks;
       stacks.mutable_event()->set_kind(v1::WorkerEvent::KIND_STACKS);
-      stacks.mutable_event()->set_message(capture_stack(workload_thread, 2s));
+      stacks.mutable_event()->set_message(capture_stack(workload_thread, timing::kStackCaptureTimeout));
       session.send(stacks);
     }
     v1::WorkerMessage message;
@@ -380,7 +377,8 @@ int run_worker() {
         std::_Exit(kControllerLost);
       });
 
-  const auto interval = std::chrono::milliseconds(std::max(100, reply.heartbeat_interval_ms()));
+  const auto interval = std::max<std::chrono::milliseconds>(
+      timing::kMinHeartbeatInterval, std::chrono::milliseconds(reply.heartbeat_interval_ms()));
   std::thread heartbeats(heartbeat_loop, std::ref(*session), std::ref(status), interval,
                          workload_thread, std::ref(heartbeat_mutex), std::ref(heartbeat_wake));
 
@@ -411,7 +409,7 @@ int run_worker() {
     event->mutable_hung()->set_sequence(report.sequence);
     for (const int member : report.world_ranks) event->mutable_hung()->add_world_ranks(member);
     session->send(out);
-    std::this_thread::sleep_for(kHungRankGrace);
+    std::this_thread::sleep_for(timing::kHungRankGrace);
     std::_Exit(kWorkloadFailed);
   };
   auto created = comm::create_mpi_process_groups(shape, comm_options);

@@ -10,46 +10,107 @@
 #include <climits>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string_view>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <xxhash.h>
 #include <nlohmann/json.hpp>
 
+#include "core/checkpoint/file_checksum.h"
+#include "core/checkpoint/open_shard.h"
 #include "core/file_system.h"
 #include "core/json_input.h"
-#include "core/checkpoint/file_checksum.h"
 
 namespace dslaunch::core {
+
+using shard_internal::FileDescriptor;
+using shard_internal::OpenShard;
+using shard_internal::read_exactly;
+
 namespace {
 
 static_assert(std::endian::native == std::endian::little,
-              "shard arrays are written and read as little-endian floats in place");
+              "shard arrays are written and read as little-endian values in place");
 
 constexpr int64_t kPreambleBytes = 16;  // magic, version, header length
 constexpr int64_t kDataAlignment = 64;
-constexpr int64_t kMaxHeaderBytes = 64 << 10;
+// A format-2 header lists every tensor: about 150 bytes each, 600 tensors for
+// a 48-block GPT-2; the cap keeps a damaged length from sizing a huge read.
+constexpr int64_t kMaxHeaderBytes = 16 << 20;
+constexpr int64_t kMaxArrays = 16;
+constexpr size_t kMaxLayoutTensors = 1 << 20;
+constexpr int kMaxDims = 8;
 // Blocks small enough that each is still in cache when write() copies it
 // after hashing, large enough that system calls cost nothing.
 constexpr size_t kWriteBlockBytes = 4 << 20;
 
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
+int64_t align_up(int64_t offset) {
+  return (offset + kDataAlignment - 1) / kDataAlignment * kDataAlignment;
+}
+
+std::optional<DType> dtype_from_name(std::string_view name) {
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16, DType::kF64}) {
+    if (dtype_name(dtype) == name) return dtype;
   }
-  int get() const { return fd_; }
+  return std::nullopt;
+}
 
- private:
-  int fd_;
-};
+// Where each array starts, from the header's length, and the file's size.
+// Format 1 packs its three arrays with no gap; format 2 starts each at a
+// multiple of 64 bytes.
+std::vector<int64_t> array_offsets(const ShardHeader& header, int64_t header_bytes,
+                                   int64_t& file_bytes) {
+  std::vector<int64_t> offsets;
+  int64_t offset = align_up(kPreambleBytes + header_bytes);
+  const int64_t count = header.end - header.begin;
+  for (const ShardArrayInfo& array : header.arrays) {
+    if (header.format_version >= 2) offset = align_up(offset);
+    offsets.push_back(offset);
+    offset += count * dtype_bytes(array.dtype);
+  }
+  file_bytes = offset;
+  return offsets;
+}
 
-int64_t data_offset(int64_t header_bytes) {
-  const int64_t unpadded = kPreambleBytes + header_bytes;
-  return (unpadded + kDataAlignment - 1) / kDataAlignment * kDataAlignment;
+int64_t product(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (const int64_t d : dims) n *= d;
+  return n;
+}
+
+// What is wrong with one layout tensor, or "".
+std::string layout_tensor_problem(const LayoutTensor& t) {
+  const auto dims_ok = [](const std::vector<int64_t>& dims) {
+    if (dims.empty() || dims.size() > kMaxDims) return false;
+    int64_t n = 1;
+    for (const int64_t d : dims) {
+      if (d < 1 || d > INT64_MAX / 16 / n) return false;
+      n *= d;
+    }
+    return true;
+  };
+  if (!dims_ok(t.global_shape)) {
+    return fmt::format("tensor {} has the shape [{}]", t.name, fmt::join(t.global_shape, ", "));
+  }
+  const TensorSplit& split = t.split;
+  if (split.parts < 1 || split.index < 0 || split.index >= split.parts) {
+    return fmt::format("tensor {} is slice {} of {}", t.name, split.index, split.parts);
+  }
+  if (split.parts > 1) {
+    if (!dims_ok(split.view) || product(split.view) != product(t.global_shape) ||
+        split.dim < 0 || split.dim >= static_cast<int>(split.view.size()) ||
+        split.view[split.dim] % split.parts != 0) {
+      return fmt::format("tensor {} is cut along dimension {} of [{}] into {} parts", t.name,
+                         split.dim, fmt::join(split.view, ", "), split.parts);
+    }
+  }
+  if (t.numel != product(t.global_shape) / split.parts) {
+    return fmt::format("tensor {} holds {} elements, not 1/{} of its {}", t.name, t.numel,
+                       split.parts, product(t.global_shape));
+  }
+  return "";
 }
 
 // What is wrong with the header's fields, or "" when they are consistent.
@@ -61,21 +122,76 @@ std::string header_problem(const ShardHeader& header) {
     return fmt::format("range [{}, {}) is not within [0, {}) parameters", header.begin, header.end,
                        header.total_parameters);
   }
-  // Three float arrays must fit in a file size.
-  if (header.end - header.begin > (INT64_MAX - data_offset(kMaxHeaderBytes)) / 12) {
+  if (header.arrays.empty() || static_cast<int64_t>(header.arrays.size()) > kMaxArrays) {
+    return fmt::format("it lists {} arrays (1 to {})", header.arrays.size(), kMaxArrays);
+  }
+  std::set<StateKind> kinds;
+  for (const ShardArrayInfo& array : header.arrays) {
+    if (!kinds.insert(array.kind).second) {
+      return fmt::format("it lists {} twice", state_kind_name(array.kind));
+    }
+  }
+  // Every array must fit in a file size.
+  if (header.end - header.begin >
+      (INT64_MAX - align_up(kMaxHeaderBytes) - kMaxArrays * kDataAlignment) / 8 / kMaxArrays) {
     return fmt::format("range [{}, {}) is too large for a file", header.begin, header.end);
+  }
+  if (header.format_version < 2) return "";
+  if (header.layout.empty() || header.layout.size() > kMaxLayoutTensors) {
+    return fmt::format("its layout lists {} tensors", header.layout.size());
+  }
+  int64_t next = 0;
+  std::set<std::string_view> names;
+  for (const LayoutTensor& tensor : header.layout) {
+    if (std::string problem = layout_tensor_problem(tensor); !problem.empty()) return problem;
+    if (!names.insert(tensor.name).second) {
+      return fmt::format("its layout names tensor {} twice", tensor.name);
+    }
+    if (tensor.offset != next) {
+      return fmt::format("tensor {} starts at {}, not at {} where the one before it ends",
+                         tensor.name, tensor.offset, next);
+    }
+    next += tensor.numel;
+  }
+  if (next != header.total_parameters) {
+    return fmt::format("its layout's tensors hold {} elements, not the {} of total_parameters",
+                       next, header.total_parameters);
   }
   return "";
 }
 
+nlohmann::json layout_json(const std::vector<LayoutTensor>& layout) {
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const LayoutTensor& t : layout) {
+    tensors.push_back({{"name", t.name},
+                       {"global_shape", t.global_shape},
+                       {"view", t.split.view},
+                       {"dim", t.split.dim},
+                       {"index", t.split.index},
+                       {"parts", t.split.parts},
+                       {"offset", t.offset},
+                       {"numel", t.numel}});
+  }
+  return tensors;
+}
+
 nlohmann::json header_fields(const ShardHeader& header) {
-  return {{"step", header.step},
-          {"rank", header.rank},
-          {"ranks", header.ranks},
-          {"total_parameters", header.total_parameters},
-          {"begin", header.begin},
-          {"end", header.end},
-          {"optimizer_step", header.optimizer_step}};
+  nlohmann::json fields = {{"step", header.step},
+                           {"rank", header.rank},
+                           {"ranks", header.ranks},
+                           {"total_parameters", header.total_parameters},
+                           {"begin", header.begin},
+                           {"end", header.end},
+                           {"optimizer_step", header.optimizer_step}};
+  if (header.format_version >= 2) {
+    nlohmann::json arrays = nlohmann::json::array();
+    for (const ShardArrayInfo& array : header.arrays) {
+      arrays.push_back({{"kind", state_kind_name(array.kind)}, {"dtype", dtype_name(array.dtype)}});
+    }
+    fields["arrays"] = std::move(arrays);
+    fields["layout"] = layout_json(header.layout);
+  }
+  return fields;
 }
 
 std::string header_checksum(const nlohmann::json& fields) {
@@ -83,18 +199,18 @@ std::string header_checksum(const nlohmann::json& fields) {
   return xxh64_hex(XXH64(text.data(), text.size(), 0));
 }
 
-// Everything before the arrays: preamble, header JSON and padding.
+// The preamble and the header JSON (the padding after it is written with
+// the arrays).
 std::string shard_prefix(const ShardHeader& header) {
   nlohmann::json fields = header_fields(header);
   fields["header_xxh64"] = header_checksum(fields);
   const std::string text = fields.dump();
-  const uint32_t version = kShardFormatVersion;
+  const uint32_t version = header.format_version;
   const uint32_t length = static_cast<uint32_t>(text.size());
   std::string prefix(kShardMagic, sizeof kShardMagic);
   prefix.append(reinterpret_cast<const char*>(&version), sizeof version);
   prefix.append(reinterpret_cast<const char*>(&length), sizeof length);
   prefix += text;
-  prefix.resize(static_cast<size_t>(data_offset(static_cast<int64_t>(text.size()))), '\0');
   return prefix;
 }
 
@@ -111,28 +227,7 @@ int write_hashed(core::WritableFile& file, XXH64_state_t* hash, const char* data
   return 0;
 }
 
-// "" when all `bytes` were read, else why not.
-std::string read_exactly(int fd, char* out, int64_t bytes, int64_t offset) {
-  while (bytes > 0) {
-    const ssize_t got = ::pread(fd, out, static_cast<size_t>(std::min<int64_t>(bytes, 1 << 30)),
-                                static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return std::strerror(errno);
-    if (got == 0) return fmt::format("the file ends {} bytes early", bytes);
-    out += got;
-    bytes -= got;
-    offset += got;
-  }
-  return "";
-}
-
-// A shard file opened and its header validated.
-struct OpenShard {
-  std::unique_ptr<FileDescriptor> fd;
-  ShardHeader header;
-  int64_t data_offset = 0;
-};
-
+// Readers of the header's JSON fields: false with `problem` set.
 bool header_int(const nlohmann::json& fields, const char* name, int64_t& value,
                 std::string& problem) {
   const auto found = fields.find(name);
@@ -144,7 +239,91 @@ bool header_int(const nlohmann::json& fields, const char* name, int64_t& value,
   return true;
 }
 
-std::optional<ShardHeader> parse_header(const std::string& text, std::string& problem) {
+bool int_list(const nlohmann::json& fields, const char* name, std::vector<int64_t>& out,
+              std::string& problem) {
+  const auto found = fields.find(name);
+  if (found == fields.end() || !found->is_array() || found->size() > kMaxDims) {
+    problem = fmt::format("a layout tensor has no list \"{}\" of at most {} integers", name,
+                          kMaxDims);
+    return false;
+  }
+  out.clear();
+  for (const nlohmann::json& value : *found) {
+    if (!value.is_number_integer()) {
+      problem = fmt::format("a layout tensor's \"{}\" holds a non-integer", name);
+      return false;
+    }
+    out.push_back(value.get<int64_t>());
+  }
+  return true;
+}
+
+bool small_int(const nlohmann::json& fields, const char* name, int& out, std::string& problem) {
+  int64_t value = 0;
+  if (!header_int(fields, name, value, problem)) return false;
+  if (value < INT_MIN || value > INT_MAX) {
+    problem = fmt::format("its header's \"{}\" is {}", name, value);
+    return false;
+  }
+  out = static_cast<int>(value);
+  return true;
+}
+
+bool parse_layout(const nlohmann::json& fields, std::vector<LayoutTensor>& layout,
+                  std::string& problem) {
+  const auto found = fields.find("layout");
+  if (found == fields.end() || !found->is_array()) {
+    problem = "its header has no \"layout\" list";
+    return false;
+  }
+  for (const nlohmann::json& entry : *found) {
+    if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string()) {
+      problem = "a layout tensor has no \"name\"";
+      return false;
+    }
+    LayoutTensor tensor;
+    tensor.name = entry["name"].get<std::string>();
+    if (!int_list(entry, "global_shape", tensor.global_shape, problem) ||
+        !int_list(entry, "view", tensor.split.view, problem) ||
+        !small_int(entry, "dim", tensor.split.dim, problem) ||
+        !small_int(entry, "index", tensor.split.index, problem) ||
+        !small_int(entry, "parts", tensor.split.parts, problem) ||
+        !header_int(entry, "offset", tensor.offset, problem) ||
+        !header_int(entry, "numel", tensor.numel, problem)) {
+      problem += fmt::format(" (tensor {})", tensor.name);
+      return false;
+    }
+    layout.push_back(std::move(tensor));
+  }
+  return true;
+}
+
+bool parse_arrays(const nlohmann::json& fields, std::vector<ShardArrayInfo>& arrays,
+                  std::string& problem) {
+  const auto found = fields.find("arrays");
+  if (found == fields.end() || !found->is_array()) {
+    problem = "its header has no \"arrays\" list";
+    return false;
+  }
+  for (const nlohmann::json& entry : *found) {
+    const auto kind = entry.is_object() && entry.contains("kind") && entry["kind"].is_string()
+                          ? state_kind_from_name(entry["kind"].get<std::string>())
+                          : std::nullopt;
+    const auto dtype = entry.is_object() && entry.contains("dtype") && entry["dtype"].is_string()
+                           ? dtype_from_name(entry["dtype"].get<std::string>())
+                           : std::nullopt;
+    if (!kind || !dtype) {
+      problem = fmt::format("its header's array {} is not a known kind and dtype",
+                            json_excerpt(entry, 80));
+      return false;
+    }
+    arrays.push_back({*kind, *dtype});
+  }
+  return true;
+}
+
+std::optional<ShardHeader> parse_header(const std::string& text, uint32_t version,
+                                        std::string& problem) {
   std::string parse_error;
   std::optional<nlohmann::json> parsed = core::parse_untrusted_json(text, parse_error);
   if (!parsed) {
@@ -169,6 +348,7 @@ std::optional<ShardHeader> parse_header(const std::string& text, std::string& pr
     return std::nullopt;
   }
   ShardHeader header;
+  header.format_version = version;
   int64_t rank = 0;
   int64_t ranks = 0;
   if (!header_int(fields, "step", header.step, problem) ||
@@ -185,11 +365,41 @@ std::optional<ShardHeader> parse_header(const std::string& text, std::string& pr
   }
   header.rank = static_cast<int>(rank);
   header.ranks = static_cast<int>(ranks);
+  if (version == 1) {
+    header.arrays = {{StateKind::kParameter, DType::kF32},
+                     {StateKind::kAdamM, DType::kF32},
+                     {StateKind::kAdamV, DType::kF32}};
+  } else if (!parse_arrays(fields, header.arrays, problem) ||
+             !parse_layout(fields, header.layout, problem)) {
+    return std::nullopt;
+  }
   if (const std::string inconsistent = header_problem(header); !inconsistent.empty()) {
     problem = "its header's " + inconsistent;
     return std::nullopt;
   }
   return header;
+}
+
+}  // namespace
+
+namespace shard_internal {
+
+FileDescriptor::~FileDescriptor() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string read_exactly(int fd, char* out, int64_t bytes, int64_t offset) {
+  while (bytes > 0) {
+    const ssize_t got = ::pread(fd, out, static_cast<size_t>(std::min<int64_t>(bytes, 1 << 30)),
+                                static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return std::strerror(errno);
+    if (got == 0) return fmt::format("the file ends {} bytes early", bytes);
+    out += got;
+    bytes -= got;
+    offset += got;
+  }
+  return "";
 }
 
 bool open_shard(const std::string& path, OpenShard& shard, std::string& error) {
@@ -207,10 +417,8 @@ bool open_shard(const std::string& path, OpenShard& shard, std::string& error) {
   };
   char preamble[kPreambleBytes];
   if (file_bytes < kPreambleBytes) {
-    return bad(
-        fmt::format("it has {} bytes, fewer than the {} of magic, version and header "
-                    "length",
-                    file_bytes, kPreambleBytes));
+    return bad(fmt::format("it has {} bytes, fewer than the {} of magic, version and header length",
+                           file_bytes, kPreambleBytes));
   }
   if (std::string failed = read_exactly(fd, preamble, kPreambleBytes, 0); !failed.empty()) {
     error = fmt::format("cannot read checkpoint shard '{}': {}", path, failed);
@@ -223,8 +431,8 @@ bool open_shard(const std::string& path, OpenShard& shard, std::string& error) {
   uint32_t header_bytes = 0;
   std::memcpy(&version, preamble + 8, sizeof version);
   std::memcpy(&header_bytes, preamble + 12, sizeof header_bytes);
-  if (version != kShardFormatVersion) {
-    return bad(fmt::format("format version {} is not supported; this build reads version {}",
+  if (version < 1 || version > kShardFormatVersion) {
+    return bad(fmt::format("format version {} is not supported; this build reads versions 1 to {}",
                            version, kShardFormatVersion));
   }
   if (header_bytes > kMaxHeaderBytes || header_bytes > file_bytes - kPreambleBytes) {
@@ -238,40 +446,67 @@ bool open_shard(const std::string& path, OpenShard& shard, std::string& error) {
     return false;
   }
   std::string problem;
-  const std::optional<ShardHeader> header = parse_header(text, problem);
+  std::optional<ShardHeader> header = parse_header(text, version, problem);
   if (!header) return bad(problem);
-  shard.header = *header;
-  shard.data_offset = data_offset(header_bytes);
-  const int64_t expected = shard.data_offset + 12 * (header->end - header->begin);
+  int64_t expected = 0;
+  shard.array_offsets = array_offsets(*header, header_bytes, expected);
   if (file_bytes != expected) {
-    return bad(
-        fmt::format("its header (parameters [{}, {})) implies {} bytes, but the file has "
-                    "{} ({})",
-                    header->begin, header->end, expected, file_bytes,
-                    file_bytes < expected ? "truncated" : "extended"));
+    return bad(fmt::format(
+        "its header (elements [{}, {}) of {} arrays) implies {} bytes, but the file has {} ({})",
+        header->begin, header->end, header->arrays.size(), expected, file_bytes,
+        file_bytes < expected ? "truncated" : "extended"));
   }
+  shard.header = std::move(*header);
   return true;
 }
 
-bool read_open_range(const std::string& path, const OpenShard& shard, ShardArray array,
-                     int64_t from, int64_t to, float* out, std::string& error) {
-  const int64_t count = shard.header.end - shard.header.begin;
-  const int64_t first = static_cast<int64_t>(array) * count + (from - shard.header.begin);
-  const std::string failed = read_exactly(shard.fd->get(), reinterpret_cast<char*>(out),
-                                          (to - from) * 4, shard.data_offset + first * 4);
-  if (!failed.empty()) {
-    error = fmt::format("cannot read checkpoint shard '{}': {}", path, failed);
-    return false;
+}  // namespace shard_internal
+
+std::string_view state_kind_name(StateKind kind) {
+  switch (kind) {
+    case StateKind::kParameter:
+      return "param";
+    case StateKind::kMaster:
+      return "master";
+    case StateKind::kAdamM:
+      return "adam_m";
+    case StateKind::kAdamV:
+      return "adam_v";
+    case StateKind::kErrorFeedback:
+      return "error_feedback";
   }
-  return true;
+  return "unknown";
 }
 
-}  // namespace
+std::optional<StateKind> state_kind_from_name(std::string_view name) {
+  for (const StateKind kind : {StateKind::kParameter, StateKind::kMaster, StateKind::kAdamM,
+                               StateKind::kAdamV, StateKind::kErrorFeedback}) {
+    if (state_kind_name(kind) == name) return kind;
+  }
+  return std::nullopt;
+}
 
-WrittenShard write_shard(const std::string& path, const ShardHeader& header,
-                         const ShardArrays& arrays, core::FileSystem& fs) {
+std::vector<LayoutTensor> layout_of(const ParameterTable& table) {
+  std::vector<LayoutTensor> layout;
+  for (const TensorInfo& t : table.tensors()) {
+    TensorSplit split = t.split;
+    if (split.view.empty()) split.view = t.global_shape;
+    layout.push_back({t.name, t.global_shape, std::move(split), t.offset, t.numel});
+  }
+  return layout;
+}
+
+WrittenShard write_shard(const std::string& path, ShardHeader header,
+                         const std::vector<ShardArrayData>& arrays, core::FileSystem& fs) {
   WrittenShard result;
-  if (const std::string problem = header_problem(header); !problem.empty()) {
+  header.arrays.clear();
+  for (const ShardArrayData& array : arrays) header.arrays.push_back(array.info);
+  const std::string problem =
+      header.format_version != kShardFormatVersion
+          ? fmt::format("format version {} cannot be written (only {})", header.format_version,
+                        kShardFormatVersion)
+          : header_problem(header);
+  if (!problem.empty()) {
     result.error = fmt::format("cannot write checkpoint shard '{}': {}", path, problem);
     return result;
   }
@@ -294,12 +529,21 @@ WrittenShard write_shard(const std::string& path, const ShardHeader& header,
                                                                   XXH64_freeState);
   XXH64_reset(hash.get(), 0);
   const std::string prefix = shard_prefix(header);
-  const size_t array_bytes = static_cast<size_t>(header.end - header.begin) * sizeof(float);
-  const auto bytes = [](const float* array) { return reinterpret_cast<const char*>(array); };
+  int64_t file_bytes = 0;
+  const std::vector<int64_t> offsets =
+      array_offsets(header, static_cast<int64_t>(prefix.size()) - kPreambleBytes, file_bytes);
   int failure = write_hashed(*file, hash.get(), prefix.data(), prefix.size());
-  if (failure == 0) failure = write_hashed(*file, hash.get(), bytes(arrays.params), array_bytes);
-  if (failure == 0) failure = write_hashed(*file, hash.get(), bytes(arrays.adam_m), array_bytes);
-  if (failure == 0) failure = write_hashed(*file, hash.get(), bytes(arrays.adam_v), array_bytes);
+  int64_t written = static_cast<int64_t>(prefix.size());
+  const std::string padding(kDataAlignment, '\0');
+  const int64_t count = header.end - header.begin;
+  for (size_t i = 0; i < arrays.size() && failure == 0; ++i) {
+    failure = write_hashed(*file, hash.get(), padding.data(), offsets[i] - written);
+    const size_t bytes = static_cast<size_t>(count * dtype_bytes(arrays[i].info.dtype));
+    if (failure == 0) {
+      failure = write_hashed(*file, hash.get(), static_cast<const char*>(arrays[i].data), bytes);
+    }
+    written = offsets[i] + static_cast<int64_t>(bytes);
+  }
   if (failure == 0) failure = file->sync();
   // close() reports late write errors (NFS does).
   const int close_failure = file->close();
@@ -310,76 +554,19 @@ WrittenShard write_shard(const std::string& path, const ShardHeader& header,
   const std::string directory = core::parent_folder(path);
   if (const int sync_failure = fs.sync_folder(directory)) {
     result.error = fmt::format(
-        "checkpoint shard '{}' is written but its directory cannot be "
-        "synced: {}",
-        path, std::strerror(sync_failure));
+        "checkpoint shard '{}' is written but its directory cannot be synced: {}", path,
+        std::strerror(sync_failure));
     return result;
   }
-  result.size_bytes = static_cast<int64_t>(prefix.size() + 3 * array_bytes);
+  result.size_bytes = file_bytes;
   result.xxh64 = xxh64_hex(XXH64_digest(hash.get()));
   return result;
 }
 
 std::optional<ShardHeader> read_shard_header(const std::string& path, std::string& error) {
   OpenShard shard;
-  if (!open_shard(path, shard, error)) return std::nullopt;
+  if (!shard_internal::open_shard(path, shard, error)) return std::nullopt;
   return shard.header;
-}
-
-bool read_shard_range(const std::string& path, const ShardHeader& header, ShardArray array,
-                      int64_t from, int64_t to, float* out, std::string& error) {
-  if (from < header.begin || from > to || to > header.end) {
-    error = fmt::format("cannot read [{}, {}) from checkpoint shard '{}': it holds [{}, {})", from,
-                        to, path, header.begin, header.end);
-    return false;
-  }
-  OpenShard shard;
-  if (!open_shard(path, shard, error)) return false;
-  if (shard.header.begin != header.begin || shard.header.end != header.end) {
-    error = fmt::format("checkpoint shard '{}' now holds [{}, {}), not the [{}, {}) read before",
-                        path, shard.header.begin, shard.header.end, header.begin, header.end);
-    return false;
-  }
-  return read_open_range(path, shard, array, from, to, out, error);
-}
-
-bool read_flat_range(const std::vector<ShardLocation>& shards, ShardArray array, int64_t from,
-                     int64_t to, float* out, std::string& error) {
-  if (from < 0 || from > to) {
-    error = fmt::format("cannot read [{}, {}) from a checkpoint: not a range", from, to);
-    return false;
-  }
-  std::vector<const ShardLocation*> by_begin;
-  for (const ShardLocation& shard : shards) by_begin.push_back(&shard);
-  std::sort(by_begin.begin(), by_begin.end(),
-            [](const ShardLocation* a, const ShardLocation* b) { return a->begin < b->begin; });
-  // Everything before `next` has been read.
-  int64_t next = from;
-  for (const ShardLocation* location : by_begin) {
-    if (next == to) break;
-    if (location->end <= next) continue;
-    if (location->begin > next) break;
-    OpenShard shard;
-    if (!open_shard(location->path, shard, error)) return false;
-    if (shard.header.begin != location->begin || shard.header.end != location->end) {
-      error = fmt::format(
-          "checkpoint shard '{}' holds [{}, {}), but the checkpoint lists it as "
-          "holding [{}, {})",
-          location->path, shard.header.begin, shard.header.end, location->begin, location->end);
-      return false;
-    }
-    const int64_t stop = std::min(location->end, to);
-    if (!read_open_range(location->path, shard, array, next, stop, out + (next - from), error)) {
-      return false;
-    }
-    next = stop;
-  }
-  if (next != to) {
-    error = fmt::format("cannot read [{}, {}) from a checkpoint: no shard holds index {}", from, to,
-                        next);
-    return false;
-  }
-  return true;
 }
 
 }  // namespace dslaunch::core

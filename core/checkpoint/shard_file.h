@@ -3,17 +3,52 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/file_system.h"
+#include "core/layout/parameter_table.h"
 
 namespace dslaunch::core {
 
-// One data-parallel rank's part of a checkpoint. The engine keeps parameters
-// and AdamW's two moments as flat float32 buffers of `total_parameters`
-// floats each; rank `rank` of `ranks` owns the indices [begin, end) of all
-// three (end == begin for a rank that owns nothing).
+// What an array of a shard holds, per element of the parameter layout.
+enum class StateKind {
+  kParameter,      // the weights as the model reads them
+  kMaster,         // fp32 master weights (16-bit training)
+  kAdamM,          // Adam's first moment
+  kAdamV,          // Adam's second moment
+  kErrorFeedback,  // compressed communication's error compensation
+};
+std::string_view state_kind_name(StateKind kind);  // "param", "master", "adam_m", ...
+std::optional<StateKind> state_kind_from_name(std::string_view name);
+
+// One tensor of the layout that wrote a shard: its name, its global shape,
+// the slice the writing rank held (TensorSplit, as core/layout cuts it) and
+// where that slice lies in the writer's flat buffer.
+struct LayoutTensor {
+  std::string name;
+  std::vector<int64_t> global_shape;
+  TensorSplit split;
+  int64_t offset = 0;
+  int64_t numel = 0;
+};
+// The layout of a parameter table, as a shard records it.
+std::vector<LayoutTensor> layout_of(const ParameterTable& table);
+
+// One data-parallel rank's part of a checkpoint. The writing rank keeps its
+// model state as flat buffers laid out by its parameter table (`layout`:
+// `total_parameters` elements, any tensor or pipeline slice of the model),
+// and owns the elements [begin, end) of each array it saves (ZeRO's
+// partition; end == begin for a rank that owns nothing). `arrays` names
+// them in file order: which state, in which element type. With the layout
+// in the shard, any other layout can read it (resharding).
+struct ShardArrayInfo {
+  StateKind kind = StateKind::kParameter;
+  DType dtype = DType::kF32;
+};
 struct ShardHeader {
+  uint32_t format_version = 2;
   int64_t step = 0;
   int rank = 0;
   int ranks = 1;
@@ -21,16 +56,14 @@ struct ShardHeader {
   int64_t begin = 0;
   int64_t end = 0;
   int64_t optimizer_step = 0;
+  std::vector<LayoutTensor> layout;    // empty in a format-1 file (the whole model)
+  std::vector<ShardArrayInfo> arrays;  // format 1: param, adam_m, adam_v in fp32
 };
 
-enum class ShardArray { kParams, kAdamM, kAdamV };
-
-// The three arrays over [begin, end), end - begin floats each; may be null
-// when that is 0.
-struct ShardArrays {
-  const float* params = nullptr;
-  const float* adam_m = nullptr;
-  const float* adam_v = nullptr;
+// An array to write: end - begin elements of its dtype (may be null when that is 0).
+struct ShardArrayData {
+  ShardArrayInfo info;
+  const void* data = nullptr;
 };
 
 struct WrittenShard {
@@ -41,45 +74,44 @@ struct WrittenShard {
 };
 
 // The file layout, all little-endian:
-//   bytes 0-7    magic "DSLSHRD1"
-//   bytes 8-11   uint32 format version (1)
+//   bytes 0-7    magic "DSLSHRD1" (the preamble's own version, not the format's)
+//   bytes 8-11   uint32 format version: 2 (1 is read too)
 //   bytes 12-15  uint32 header length H
-//   16 .. 16+H   the header as JSON text: every ShardHeader field, plus
-//                "header_xxh64", the xxh64 of the JSON nlohmann dumps for the
-//                other fields, so a damaged header is never taken as another
-//                valid one
-//   zero padding to a multiple of 64 bytes, then params, adam_m and adam_v,
-//   (end - begin) float32 each, one after the other.
+//   16 .. 16+H   the header as JSON text: every ShardHeader field (format 2:
+//                "layout", a list of {name, global_shape, view, dim, index,
+//                parts, offset, numel}, and "arrays", a list of {kind,
+//                dtype}), plus "header_xxh64", the xxh64 of the JSON nlohmann
+//                dumps for the other fields, so a damaged header is never
+//                taken as another valid one
+//   then each array, (end - begin) elements of its dtype, starting at a
+//   multiple of 64 bytes (zero padding before it).
+// Format 1 has no layout or arrays fields: its arrays are param, adam_m and
+// adam_v in fp32 over the whole model's flat layout, one after the other.
 inline constexpr char kShardMagic[8] = {'D', 'S', 'L', 'S', 'H', 'R', 'D', '1'};
-inline constexpr uint32_t kShardFormatVersion = 1;
+inline constexpr uint32_t kShardFormatVersion = 2;
 
 // Writes the shard to `path` + ".tmp" in large blocks, hashing each byte as
 // it is written, syncs it, renames it over `path` and syncs the directory.
-// The temporary file is created new, mode 0600 (a stale one from a writer
+// `header.arrays` is taken from `arrays`; the header's format_version must be
+// 2. The temporary file is created new, mode 0600 (a stale one from a writer
 // that died is removed first; a link planted at its name is never written
-// through). On failure (a missing directory, a full disk, an I/O error) the
-// result's error names `path` and the reason, and neither `path` nor the
-// temporary file is left behind: `path` only ever holds a whole shard. Two
-// writers must not write the same path at once (they would share the
-// temporary file). Thread-safe otherwise; blocks until the data is on disk.
-// Every file call goes through `fs`.
-WrittenShard write_shard(const std::string& path, const ShardHeader& header,
-                         const ShardArrays& arrays,
+// through). On failure (a missing directory, a full disk, an I/O error, an
+// inconsistent header) the result's error names `path` and the reason, and
+// neither `path` nor the temporary file is left behind: `path` only ever
+// holds a whole shard. Two writers must not write the same path at once
+// (they would share the temporary file). Thread-safe otherwise; blocks until
+// the data is on disk. Every file call goes through `fs`.
+WrittenShard write_shard(const std::string& path, ShardHeader header,
+                         const std::vector<ShardArrayData>& arrays,
                          core::FileSystem& fs = core::default_file_system());
 
 // The header of the shard at `path`, after checking the magic, the version,
 // the header JSON and its checksum, that 0 <= begin <= end <= total and
-// 0 <= rank < ranks, and that the file has exactly the bytes the header
-// implies. nullopt with `error` naming the file and what is wrong otherwise.
-// Does not read or check the arrays (the manifest's whole-file xxh64 does).
+// 0 <= rank < ranks, that the layout's tensors tile [0, total), and that the
+// file has exactly the bytes the header implies. nullopt with `error`
+// naming the file and what is wrong otherwise. Does not read or check the
+// arrays (the manifest's whole-file xxh64 does).
 std::optional<ShardHeader> read_shard_header(const std::string& path, std::string& error);
-
-// Reads `array`'s floats [from, to) (absolute indices, within the header's
-// [begin, end)) from the shard at `path` into `out` (to - from floats).
-// `header` is what read_shard_header returned; the file is checked again to
-// still match it. False with `error` on a bad range or a failed read.
-bool read_shard_range(const std::string& path, const ShardHeader& header, ShardArray array,
-                      int64_t from, int64_t to, float* out, std::string& error);
 
 // Where one shard file is and the range [begin, end) it holds.
 struct ShardLocation {
@@ -88,12 +120,18 @@ struct ShardLocation {
   int64_t end = 0;
 };
 
-// Reads `array`'s floats [from, to) into `out` (to - from floats), from
-// whichever of `shards` (in any order) hold them: how a checkpoint is resumed
-// on a different number of ranks. Each overlapping shard's header is read and
-// validated once, and must agree with its location. False with `error` when
-// a shard is bad or unreadable, or naming the first index no shard holds.
-bool read_flat_range(const std::vector<ShardLocation>& shards, ShardArray array, int64_t from,
+// Reads `kind`'s elements [from, to) of the reader's flat layout `reader`
+// into `out` (to - from floats), from whichever of `shards` (any order, any
+// layout) hold them: each tensor's slice is assembled from the slices the
+// shards hold, so a checkpoint resumes on another data-parallel size, ZeRO
+// stage, or tensor and pipeline layout. A format-1 shard is read as the
+// whole model laid out as `reader`, which must then hold every tensor whole.
+// Each shard's header is read and validated once per call, and must agree
+// with its location. False with `error` when a shard is bad or unreadable,
+// holds the state in another dtype, or naming the first element of a tensor
+// no shard holds.
+bool read_flat_range(const std::vector<ShardLocation>& shards,
+                     const std::vector<LayoutTensor>& reader, StateKind kind, int64_t from,
                      int64_t to, float* out, std::string& error);
 
 }  // namespace dslaunch::core

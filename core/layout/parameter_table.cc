@@ -1,5 +1,6 @@
 #include "core/layout/parameter_table.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -243,6 +244,24 @@ std::pair<int64_t, int64_t> ParameterTable::layer_range(int layer) const {
   const TensorInfo& first = tensors_[block_index_[layer].front()];
   const TensorInfo& last = tensors_[block_index_[layer].back()];
   return {first.offset, last.offset + last.numel};
+}
+
+std::vector<SliceRun> slice_runs(const TensorSplit& split, int64_t from, int64_t to) {
+  std::vector<SliceRun> runs;
+  if (from >= to) return runs;
+  if (split.whole()) return {SliceRun{from, from, to - from}};
+  const Runs geometry = runs_of(split);
+  for (int64_t row = from / geometry.local_run; row * geometry.local_run < to; ++row) {
+    const int64_t begin = std::max(from, row * geometry.local_run);
+    const int64_t end = std::min(to, (row + 1) * geometry.local_run);
+    const int64_t global = row * geometry.global_run + geometry.start + (begin - row * geometry.local_run);
+    if (!runs.empty() && runs.back().global + runs.back().count == global) {
+      runs.back().count += end - begin;  // a cut along the first dimension: rows join up
+    } else {
+      runs.push_back({begin, global, end - begin});
+    }
+  }
+  return runs;
 }
 
 void copy_out_of_global(const TensorInfo& tensor, const void* global, void* local,

@@ -139,6 +139,19 @@ class ParameterTable {
   std::vector<std::array<int, kBlockRoles>> block_index_;
 };
 
+// Elements of a slice that are consecutive in the global tensor too:
+// slice elements [local, local + count) are global elements [global,
+// global + count).
+struct SliceRun {
+  int64_t local = 0;
+  int64_t global = 0;
+  int64_t count = 0;
+};
+// The runs that make up elements [from, to) of the slice `split` cuts, in
+// increasing order of both indices (a whole tensor or a cut along its first
+// dimension is one run; a cut along a later dimension, one per outer row).
+std::vector<SliceRun> slice_runs(const TensorSplit& split, int64_t from, int64_t to);
+
 // Copies this rank's slice of a tensor out of the whole (global) tensor, and
 // back: element types of `bytes_per_element` bytes.
 void copy_out_of_global(const TensorInfo& tensor, const void* global, void* local,

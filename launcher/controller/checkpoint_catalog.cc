@@ -26,7 +26,11 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int kFormatVersion = 1;
+// Format 2: shards record their tensor layout and the state arrays they
+// hold (core/checkpoint/shard_file.h). Format 1 (shards of the whole model's
+// flat buffer) is still read.
+constexpr int kOldestFormatVersion = 1;
+constexpr int kFormatVersion = 2;
 constexpr const char* kManifestFile = "manifest.json";
 constexpr const char* kLatestFile = "latest";
 constexpr std::string_view kDirPrefix = "step_";
@@ -315,9 +319,9 @@ std::optional<CheckpointManifest> manifest_from_json(const json& value, std::str
   // The version first: a newer format may differ in any other field.
   manifest.format_version = static_cast<int>(fields.integer("format_version", 0, kIntMax));
   if (!fields.ok()) return std::nullopt;
-  if (manifest.format_version != kFormatVersion) {
-    error = fmt::format("format_version {} is not known (this dslaunch reads version {})",
-                        manifest.format_version, kFormatVersion);
+  if (manifest.format_version < kOldestFormatVersion || manifest.format_version > kFormatVersion) {
+    error = fmt::format("format_version {} is not known (this dslaunch reads versions {} to {})",
+                        manifest.format_version, kOldestFormatVersion, kFormatVersion);
     return std::nullopt;
   }
   manifest.job_id = fields.string("job_id");

@@ -33,7 +33,7 @@ struct ShardRecord {
 };
 
 struct CheckpointManifest {
-  int format_version = 1;
+  int format_version = 2;  // the manifest's and its shards'; 1 is read too
   std::string job_id;
   std::string spec_hash;  // spec_hash() of the resolved spec the job ran with
   int64_t step = 0;

@@ -1,3 +1,4 @@
+#include "launcher/controller/timing.h"
 #include "launcher/controller/job_controller.h"
 
 #include <arpa/inet.h>
@@ -246,7 +247,7 @@ class Attempt {
   int fail_before_launch(ControllerServer& server, const std::string& reason) {
     state_.mark_failed(reason);
     handler_.record_event(-1, "failed", reason);
-    server.shutdown(1s);
+    server.shutdown(timing::kServerShutdownBeforeLaunch);
     write_state();
     std::cerr << "dslaunch: " << reason << "\n";
     return kRunFailed;
@@ -275,7 +276,7 @@ class Attempt {
     std::optional<Clock::TimePoint> stop_deadline;
     int interrupts_seen = 0;
     while (true) {
-      process_->pump_output(output, 100ms);
+      process_->pump_output(output, timing::kOutputPoll);
       apply_launcher_failures(output);
       const int interrupts = g_interrupts.load();
       if (interrupts > interrupts_seen) {
@@ -321,7 +322,7 @@ class Attempt {
       if (clock_.now() >= next_state_write) {
         write_state();
         progress_.update(handler_.status_now(), std::chrono::steady_clock::now());
-        next_state_write = clock_.now() + 1s;
+        next_state_write = clock_.now() + timing::kStateWriteInterval;
       }
     }
   }
@@ -335,14 +336,15 @@ class Attempt {
     v1::ControllerCommand dump;
     dump.set_kind(v1::ControllerCommand::KIND_DUMP_STACKS);
     if (handler_.broadcast(dump) == 0) return;
-    const auto until = std::chrono::steady_clock::now() + 3s;
-    while (std::chrono::steady_clock::now() < until) process_->pump_output(output, 100ms);
+    const auto until = std::chrono::steady_clock::now() + timing::kStackCollection;
+    while (std::chrono::steady_clock::now() < until) process_->pump_output(output, timing::kOutputPoll);
   }
 
   // Reads what the launcher and its ranks still had to say.
   void drain(runner::RankOutput& output) {
-    const auto until = std::chrono::steady_clock::now() + 2s;
-    while (std::chrono::steady_clock::now() < until && process_->pump_output(output, 50ms)) {
+    const auto until = std::chrono::steady_clock::now() + timing::kOutputDrain;
+    while (std::chrono::steady_clock::now() < until &&
+           process_->pump_output(output, timing::kOutputDrainPoll)) {
     }
     output.finish();
   }
@@ -383,7 +385,7 @@ class Attempt {
         state_.mark_failed("the job ended without every rank finishing");
       }
     }
-    server.shutdown(2s);
+    server.shutdown(timing::kServerShutdownAfterJob);
     progress_.finish();
     const v1::JobStatus status = handler_.status_now();
     handler_.record_event(-1, "finished",
@@ -614,13 +616,14 @@ int run_attempts(const RunOptions& options, const spec::JobSpec& spec, const pla
       }
       return code;
     }
-    const auto backoff = std::chrono::seconds(std::min(30, 1 << std::min(restarts, 5)));
+    const auto backoff = std::min<std::chrono::seconds>(timing::kMaxRestartBackoff,
+                                                        std::chrono::seconds(1 << std::min(restarts, 5)));
     std::cerr << fmt::format("dslaunch: attempt {} failed: {}; restart {} of {} in {}s\n", number,
                              earlier.back().reason(), restarts + 1,
                              spec.fault_tolerance.max_restarts, backoff.count());
     const auto until = std::chrono::steady_clock::now() + backoff;
     while (std::chrono::steady_clock::now() < until && g_interrupts.load() == 0) {
-      std::this_thread::sleep_for(50ms);
+      std::this_thread::sleep_for(timing::kBackoffPoll);
     }
     if (g_interrupts.load() > 0) return kRunStopped;
   }

@@ -198,12 +198,20 @@ def manifests():
     write("manifest", "two_shards", fdp([shard], compact(two)))
 
 
-def shard_file(header: dict, data: bytes) -> bytes:
+def shard_file(header: dict, data: bytes, version: int = 1) -> bytes:
     fields = compact(header)
     text = compact(dict(header, header_xxh64="%016x" % xxh64(fields)))
-    prefix = b"DSLSHRD1" + struct.pack("<II", 1, len(text)) + text
+    prefix = b"DSLSHRD1" + struct.pack("<II", version, len(text)) + text
     prefix += b"\0" * (-len(prefix) % 64)
     return prefix + data
+
+
+def layout_tensor(name, shape, offset, view=None, dim=0, index=0, parts=1):
+    numel = 1
+    for d in shape:
+        numel *= d
+    return {"name": name, "global_shape": shape, "view": view or shape, "dim": dim,
+            "index": index, "parts": parts, "offset": offset, "numel": numel // parts}
 
 
 def shard_header():
@@ -218,6 +226,21 @@ def shard_header():
                                              b"", [1, 0, 0, 0]))
     write("shard_header", "truncated", fdp([shard_file(header, floats[:-4])], b"", [0]))
     write("shard_header", "bad_rank", fdp([compact(dict(header, rank=2))], b"", [1]))
+    # format 2: a layout (here a (4, 4) matrix cut by columns across two
+    # tensor ranks, then a vector) and typed arrays, each at a multiple of 64
+    # bytes
+    v2 = dict(header, total_parameters=10, begin=5, end=10,
+              layout=[layout_tensor("w", [4, 4], 0, [4, 4], 1, 1, 2),
+                      layout_tensor("b", [2], 8)],
+              arrays=[{"kind": "param", "dtype": "fp32"}, {"kind": "adam_m", "dtype": "fp32"}])
+    data = floats[:20] + b"\0" * 44 + floats[20:40]
+    write("shard_header", "v2_wrapped", fdp([compact(v2), data], b"", [1, 0, 0, 5]))
+    write("shard_header", "v2_whole", fdp([shard_file(v2, data, 2)], b"", [0, 1, 0, 5]))
+    bf16 = dict(v2, arrays=[{"kind": "param", "dtype": "bf16"}])
+    write("shard_header", "v2_wrapped_bf16", fdp([compact(bf16), b"\1" * 10], b"", [1, 0, 0, 5]))
+    twice = dict(v2, layout=[layout_tensor("w", [4, 4], 0, [4, 4], 1, 1, 2),
+                             layout_tensor("w", [2], 8)])
+    write("shard_header", "v2_duplicate_names", fdp([compact(twice), data], b"", [1, 0, 0, 5]))
 
 
 def megatron_idx(sizes, dtype_code=8, token_bytes=2):

@@ -48,7 +48,8 @@ std::pair<std::string, controller::CheckpointManifest> tiny_checkpoint(const std
   fs::remove_all(root);
   const fs::path dir = root / controller::checkpoint_dir_name(10);
   fs::create_directories(dir);
-  const int64_t total = core::ParameterTable(tiny_model()).total();
+  const core::ParameterTable table(tiny_model());
+  const int64_t total = table.total();
   std::vector<float> params(total);
   for (int64_t i = 0; i < total; ++i) params[i] = static_cast<float>(i);
   const std::vector<float> zeros(total, 0.0f);
@@ -56,8 +57,13 @@ std::pair<std::string, controller::CheckpointManifest> tiny_checkpoint(const std
   header.step = 10;
   header.total_parameters = total;
   header.end = total;
-  const core::WrittenShard written = core::write_shard(
-      (dir / "rank_0.bin").string(), header, {params.data(), zeros.data(), zeros.data()});
+  header.layout = core::layout_of(table);
+  const core::WrittenShard written =
+      core::write_shard((dir / "rank_0.bin").string(), header,
+                        {{{core::StateKind::kParameter, core::DType::kF32}, params.data()},
+                         {{core::StateKind::kAdamM, core::DType::kF32}, zeros.data()},
+                         {{core::StateKind::kAdamV, core::DType::kF32}, zeros.data()}});
+  INFO(written.error);
   REQUIRE(written.ok());
   controller::CheckpointManifest manifest;
   manifest.job_id = "export-test";
@@ -122,7 +128,7 @@ TEST_CASE("a manifest whose model disagrees with its shards is refused") {
 TEST_CASE("a checkpoint root whose newest checkpoint is of a newer format is not exported") {
   const auto [dir, manifest] = tiny_checkpoint("newer-format");
   json value = controller::manifest_to_json(manifest);
-  value["format_version"] = 2;
+  value["format_version"] = 3;  // this dslaunch reads 1 and 2
   const std::string text = value.dump();
   FILE* file = std::fopen((dir + "/manifest.json").c_str(), "w");
   REQUIRE(file);
@@ -130,8 +136,8 @@ TEST_CASE("a checkpoint root whose newest checkpoint is of a newer format is not
   std::fclose(file);
   std::string error;
   CHECK(checkpoint_folder_of(fs::path(dir).parent_path().string(), error).empty());
-  CHECK_THAT(error, Catch::Contains("newer than the 1 this dslaunch reads"));
-  CHECK_THAT(consolidate_checkpoint(dir).error, Catch::Contains("format_version 2"));
+  CHECK_THAT(error, Catch::Contains("format_version 3, newer than the 2 this dslaunch reads"));
+  CHECK_THAT(consolidate_checkpoint(dir).error, Catch::Contains("format_version 3"));
 }
 
 }  // namespace

@@ -1,16 +1,17 @@
 #include "worker/checkpoint/async_shard_writer.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace dslaunch::worker::checkpoint {
 
-float* AsyncShardWriter::Buffer::hold(const float* source, size_t count) {
-  if (count > capacity) {
+const void* AsyncShardWriter::Buffer::hold(const void* source, size_t bytes) {
+  if (bytes > capacity) {
     // Uninitialised: the copy below is the first touch of every page.
-    data.reset(new float[count]);
-    capacity = count;
+    data.reset(new char[bytes]);
+    capacity = bytes;
   }
-  if (count > 0) std::copy(source, source + count, data.get());
+  if (bytes > 0) std::memcpy(data.get(), source, bytes);
   return data.get();
 }
 
@@ -27,13 +28,16 @@ AsyncShardWriter::~AsyncShardWriter() {
 }
 
 void AsyncShardWriter::save(const std::string& path, const core::ShardHeader& header,
-                            const core::ShardArrays& arrays, Done done) {
+                            const std::vector<core::ShardArrayData>& arrays, Done done) {
   wait();
   // Nothing is in flight, so the background thread leaves the buffers alone.
-  const size_t count = static_cast<size_t>(std::max<int64_t>(header.end - header.begin, 0));
-  params_.hold(arrays.params, count);
-  adam_m_.hold(arrays.adam_m, count);
-  adam_v_.hold(arrays.adam_v, count);
+  const int64_t count = std::max<int64_t>(header.end - header.begin, 0);
+  if (buffers_.size() < arrays.size()) buffers_.resize(arrays.size());
+  arrays_.clear();
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    const size_t bytes = static_cast<size_t>(count * core::dtype_bytes(arrays[i].info.dtype));
+    arrays_.push_back({arrays[i].info, buffers_[i].hold(arrays[i].data, bytes)});
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     path_ = path;
@@ -56,7 +60,7 @@ void AsyncShardWriter::run() {
     if (!in_flight_) return;
     lock.unlock();
     const core::WrittenShard written =
-        core::write_shard(path_, header_, {params_.data.get(), adam_m_.data.get(), adam_v_.data.get()});
+        core::write_shard(path_, header_, arrays_);
     if (done_) done_(written);
     done_ = nullptr;
     lock.lock();

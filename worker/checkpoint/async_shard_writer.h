@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 #include <thread>
 
 #include "core/checkpoint/shard_file.h"
@@ -39,12 +40,12 @@ class AsyncShardWriter {
   // shard is never abandoned half-written, then joins the thread.
   ~AsyncShardWriter();
 
-  // Copies header.end - header.begin floats from each of `arrays` and
+  // Copies header.end - header.begin elements of each of `arrays` and
   // returns; the caller may change or free its arrays at once. The shard is
   // then written to `path` as write_shard(path, header, arrays) would, and
   // `done` is called with the result (write errors arrive there, never here).
-  void save(const std::string& path, const core::ShardHeader& header, const core::ShardArrays& arrays,
-            Done done);
+  void save(const std::string& path, const core::ShardHeader& header,
+            const std::vector<core::ShardArrayData>& arrays, Done done);
 
   // Blocks until no save is in flight and its `done` has returned.
   void wait();
@@ -52,9 +53,9 @@ class AsyncShardWriter {
  private:
   // A host buffer kept between saves.
   struct Buffer {
-    std::unique_ptr<float[]> data;
-    size_t capacity = 0;
-    float* hold(const float* source, size_t count);
+    std::unique_ptr<char[]> data;
+    size_t capacity = 0;  // bytes
+    const void* hold(const void* source, size_t bytes);
   };
 
   void run();
@@ -68,9 +69,8 @@ class AsyncShardWriter {
   std::string path_;
   core::ShardHeader header_;
   Done done_;
-  Buffer params_;
-  Buffer adam_m_;
-  Buffer adam_v_;
+  std::vector<Buffer> buffers_;
+  std::vector<core::ShardArrayData> arrays_;  // pointing into buffers_
   std::thread thread_;
 };
 

@@ -59,9 +59,8 @@ struct CheckpointSlice {
   int64_t begin = 0;
   int64_t end = 0;
   int64_t optimizer_steps = 0;
-  const float* params = nullptr;  // each end - begin floats
-  const float* adam_m = nullptr;
-  const float* adam_v = nullptr;
+  const std::vector<core::LayoutTensor>* layout = nullptr;  // of the whole parameter buffer
+  std::vector<core::ShardArrayData> arrays;  // param, adam_m, adam_v: end - begin fp32 each
 };
 
 // A checkpoint to continue from: `step` steps done, the parameters and Adam

@@ -1,7 +1,9 @@
 #include "core/checkpoint/shard_file.h"
 
 #include <sys/stat.h>
+#include <xxhash.h>
 
+#include <algorithm>
 #include <bit>
 #include <catch2/catch.hpp>
 #include <cerrno>
@@ -10,10 +12,13 @@
 #include <limits>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
-#include "core/faulty_file_system.h"
-#include "tests/core/checkpoint/test_shards.h"
 #include "core/checkpoint/file_checksum.h"
+#include "core/faulty_file_system.h"
+#include "core/layout/gpt2_config.h"
+#include "core/layout/parameter_table.h"
+#include "tests/core/checkpoint/test_shards.h"
 
 namespace dslaunch::core {
 namespace {
@@ -21,9 +26,11 @@ namespace {
 using Catch::Matchers::Contains;
 using Catch::Matchers::Equals;
 using testing::expected_values;
+using testing::flat_layout;
 using testing::ShardData;
 using testing::TempDir;
 
+// A shard of a flat buffer of `total` elements.
 ShardHeader header_for(int rank, int ranks, int64_t total, int64_t begin, int64_t end) {
   return {.step = 40,
           .rank = rank,
@@ -31,18 +38,24 @@ ShardHeader header_for(int rank, int ranks, int64_t total, int64_t begin, int64_
           .total_parameters = total,
           .begin = begin,
           .end = end,
-          .optimizer_step = 39};
+          .optimizer_step = 39,
+          .layout = flat_layout(total),
+          .arrays = {}};  // write_shard fills it in
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-std::vector<float> read_range(const std::string& path, const ShardHeader& header, ShardArray array,
+// `kind`'s elements [from, to) of the flat layout the shard at `path` was
+// written with, read from that shard alone.
+std::vector<float> read_range(const std::string& path, const ShardHeader& header, StateKind kind,
                               int64_t from, int64_t to) {
   std::vector<float> out(static_cast<size_t>(to - from));
   std::string error;
-  const bool read = read_shard_range(path, header, array, from, to, out.data(), error);
+  const bool read =
+      read_flat_range({{path, header.begin, header.end}}, flat_layout(header.total_parameters),
+                      kind, from, to, out.data(), error);
   INFO(error);
   REQUIRE(read);
   return out;
@@ -64,11 +77,21 @@ TEST_CASE("A shard reads back bit for bit, with its size and checksum") {
   REQUIRE(written.ok());
   CHECK(dir.names() == std::vector<std::string>{"shard-1.bin"});
   CHECK(written.size_bytes == static_cast<int64_t>(std::filesystem::file_size(path)));
-  // The arrays start on a 64-byte boundary.
-  CHECK((written.size_bytes - 3 * 250 * 4) % 64 == 0);
   std::string error;
   CHECK(file_xxh64(path, error) == written.xxh64);
-  CHECK(testing::read_bytes(path).substr(0, 8) == "DSLSHRD1");
+  const std::string bytes = testing::read_bytes(path);
+  CHECK(bytes.substr(0, 8) == "DSLSHRD1");
+  uint32_t version = 0;
+  std::memcpy(&version, bytes.data() + 8, sizeof version);
+  CHECK(version == 2);
+  // Each array starts on a 64-byte boundary: 1000 bytes, padded to 1024
+  // before the next; the last one ends the file.
+  const int64_t first_array = written.size_bytes - (1024 + 1024 + 1000);
+  CHECK(first_array % 64 == 0);
+  CHECK(std::memcmp(bytes.data() + first_array, data.params.data(), 1000) == 0);
+  CHECK(std::memcmp(bytes.data() + first_array + 1024, data.adam_m.data(), 1000) == 0);
+  CHECK(std::memcmp(bytes.data() + first_array + 2048, data.adam_v.data(), 1000) == 0);
+  CHECK(bytes.substr(first_array + 1000, 24) == std::string(24, '\0'));
 
   const std::optional<ShardHeader> read = read_shard_header(path, error);
   INFO(error);
@@ -80,25 +103,42 @@ TEST_CASE("A shard reads back bit for bit, with its size and checksum") {
   CHECK(read->begin == 300);
   CHECK(read->end == 550);
   CHECK(read->optimizer_step == 39);
+  CHECK(read->format_version == 2);
+  REQUIRE(read->layout.size() == 1);
+  CHECK(read->layout[0].name == "flat");
+  CHECK(read->layout[0].global_shape == std::vector<int64_t>{1000});
+  CHECK(read->layout[0].split.view == std::vector<int64_t>{1000});
+  CHECK(read->layout[0].split.parts == 1);
+  CHECK(read->layout[0].offset == 0);
+  CHECK(read->layout[0].numel == 1000);
+  // write_shard fills the header's list of arrays from what it was given.
+  REQUIRE(read->arrays.size() == 3);
+  CHECK(read->arrays[0].kind == StateKind::kParameter);
+  CHECK(read->arrays[1].kind == StateKind::kAdamM);
+  CHECK(read->arrays[2].kind == StateKind::kAdamV);
+  for (const ShardArrayInfo& array : read->arrays) CHECK(array.dtype == DType::kF32);
 
-  CHECK(same_bits(read_range(path, *read, ShardArray::kParams, 300, 550), data.params));
-  CHECK(same_bits(read_range(path, *read, ShardArray::kAdamM, 300, 550), data.adam_m));
-  CHECK(same_bits(read_range(path, *read, ShardArray::kAdamV, 300, 550), data.adam_v));
-  CHECK(read_range(path, *read, ShardArray::kAdamM, 400, 403) ==
+  CHECK(same_bits(read_range(path, *read, StateKind::kParameter, 300, 550), data.params));
+  CHECK(same_bits(read_range(path, *read, StateKind::kAdamM, 300, 550), data.adam_m));
+  CHECK(same_bits(read_range(path, *read, StateKind::kAdamV, 300, 550), data.adam_v));
+  CHECK(read_range(path, *read, StateKind::kAdamM, 400, 403) ==
         std::vector<float>{data.adam_m[100], data.adam_m[101], data.adam_m[102]});
-  CHECK(read_range(path, *read, ShardArray::kAdamV, 549, 550) ==
+  CHECK(read_range(path, *read, StateKind::kAdamV, 549, 550) ==
         std::vector<float>{-std::numeric_limits<float>::infinity()});
-  CHECK(read_range(path, *read, ShardArray::kParams, 320, 320).empty());
+  CHECK(read_range(path, *read, StateKind::kParameter, 320, 320).empty());
 
+  // Past what the shard holds: the first element missing is named.
   std::vector<float> out(10);
-  CHECK_FALSE(read_shard_range(path, *read, ShardArray::kParams, 545, 555, out.data(), error));
-  CHECK_THAT(error, Contains("cannot read [545, 555)") && Contains("it holds [300, 550)"));
+  CHECK_FALSE(read_flat_range({{path, 300, 550}}, flat_layout(1000), StateKind::kParameter, 545,
+                              555, out.data(), error));
+  CHECK_THAT(error, Equals("no checkpoint shard holds element 550 of flat (its slice 0 of 1)"));
 }
 
 TEST_CASE("A rank that owns nothing writes a shard with empty arrays") {
   TempDir dir;
   const std::string path = dir.file("shard-3.bin");
-  const WrittenShard written = write_shard(path, header_for(3, 4, 10, 10, 10), {});
+  const ShardData nothing(10, 10);
+  const WrittenShard written = write_shard(path, header_for(3, 4, 10, 10, 10), nothing.arrays());
   INFO(written.error);
   REQUIRE(written.ok());
   CHECK(written.size_bytes % 64 == 0);
@@ -107,6 +147,8 @@ TEST_CASE("A rank that owns nothing writes a shard with empty arrays") {
   REQUIRE(read);
   CHECK(read->begin == 10);
   CHECK(read->end == 10);
+  CHECK(read->arrays.size() == 3);
+  CHECK(read_range(path, *read, StateKind::kAdamV, 10, 10).empty());
 }
 
 TEST_CASE("A header that is not consistent is not written") {
@@ -117,6 +159,58 @@ TEST_CASE("A header that is not consistent is not written") {
                  Contains("range [60, 50) is not within [0, 100)"));
   CHECK_THAT(write_shard(path, header_for(2, 2, 100, 0, 0), {}).error,
              Contains("rank 2 of 2 ranks"));
+  ShardHeader format_1 = header_for(0, 1, 100, 0, 0);
+  format_1.format_version = 1;
+  CHECK_THAT(
+      write_shard(path, format_1, {}).error,
+      Contains("cannot write checkpoint shard '" + path + "'") && Contains("format version 1"));
+  CHECK(dir.names().empty());
+}
+
+TEST_CASE("A layout whose tensors do not tile [0, total) is not written") {
+  TempDir dir;
+  const std::string path = dir.file("shard.bin");
+  const ShardData data(0, 100);
+  const auto tensor = [](std::string name, int64_t offset, int64_t numel) {
+    return LayoutTensor{.name = std::move(name),
+                        .global_shape = {numel},
+                        .split = TensorSplit{.view = {numel}, .dim = 0, .index = 0, .parts = 1},
+                        .offset = offset,
+                        .numel = numel};
+  };
+  ShardHeader header = header_for(0, 1, 100, 0, 100);
+  std::string problem;
+  SECTION("too few elements") {
+    header.layout = flat_layout(90);
+    problem = "its layout's tensors hold 90 elements, not the 100 of total_parameters";
+  }
+  SECTION("too many elements") {
+    header.layout = flat_layout(110);
+    problem = "its layout's tensors hold 110 elements, not the 100 of total_parameters";
+  }
+  SECTION("a gap between two tensors") {
+    header.layout = {tensor("a", 0, 40), tensor("b", 50, 50)};
+    problem = "tensor b starts at 50, not at 40 where the one before it ends";
+  }
+  SECTION("two tensors overlapping") {
+    header.layout = {tensor("a", 0, 60), tensor("b", 50, 50)};
+    problem = "tensor b starts at 50, not at 60 where the one before it ends";
+  }
+  SECTION("out of order") {
+    header.layout = {tensor("b", 40, 60), tensor("a", 0, 40)};
+    problem = "tensor b starts at 40, not at 0 where the one before it ends";
+  }
+  SECTION("no layout at all") {
+    header.layout.clear();
+    problem = "its layout lists 0 tensors";
+  }
+  SECTION("a tensor holding more than its slice") {
+    header.layout = flat_layout(100);
+    header.layout[0].global_shape = {50};
+    problem = "tensor flat holds 100 elements, not 1/1 of its 50";
+  }
+  const WrittenShard written = write_shard(path, header, data.arrays());
+  CHECK_THAT(written.error, Equals("cannot write checkpoint shard '" + path + "': " + problem));
   CHECK(dir.names().empty());
 }
 
@@ -139,19 +233,35 @@ std::vector<ShardLocation> write_four_shards(const TempDir& dir) {
   return locations;
 }
 
+TEST_CASE("A layout that names a tensor twice is not written") {
+  // Readers find a shard's tensors by name: a second tensor of the same
+  // name would be read in place of the first.
+  TempDir dir;
+  const std::string path = dir.file("shard.bin");
+  const ShardData data(0, 100);
+  ShardHeader header = header_for(0, 1, 100, 0, 100);
+  header.layout = {flat_layout(50)[0], flat_layout(50)[0]};
+  header.layout[1].offset = 50;
+  const WrittenShard written = write_shard(path, header, data.arrays());
+  CHECK_FALSE(written.ok());
+  CHECK_THAT(written.error,
+             Contains("cannot write checkpoint shard '" + path + "'") && Contains("flat"));
+  CHECK(dir.names().empty());
+}
+
 TEST_CASE("read_flat_range assembles any range from the shards that hold it") {
   TempDir dir;
   const std::vector<ShardLocation> shards = write_four_shards(dir);
   const std::vector<std::pair<int64_t, int64_t>> spans = {{0, 100}, {30, 70}, {36, 62},  {37, 61},
                                                           {40, 45}, {0, 37},  {99, 100}, {50, 50}};
-  for (const ShardArray array : {ShardArray::kParams, ShardArray::kAdamM, ShardArray::kAdamV}) {
+  for (const StateKind kind : {StateKind::kParameter, StateKind::kAdamM, StateKind::kAdamV}) {
     for (const auto& [from, to] : spans) {
-      INFO("array " << static_cast<int>(array) << " [" << from << ", " << to << ")");
+      INFO(state_kind_name(kind) << " [" << from << ", " << to << ")");
       std::vector<float> out(static_cast<size_t>(to - from));
       std::string error;
-      CHECK(read_flat_range(shards, array, from, to, out.data(), error));
+      CHECK(read_flat_range(shards, flat_layout(100), kind, from, to, out.data(), error));
       CHECK(error.empty());
-      CHECK(out == expected_values(array, from, to));
+      CHECK(out == expected_values(kind, from, to));
     }
   }
 }
@@ -159,18 +269,26 @@ TEST_CASE("read_flat_range assembles any range from the shards that hold it") {
 TEST_CASE("read_flat_range names the first index no shard holds") {
   TempDir dir;
   std::vector<ShardLocation> shards = write_four_shards(dir);
-  std::vector<float> out(100);
+  std::vector<float> out(120);
   std::string error;
-  CHECK_FALSE(read_flat_range(shards, ShardArray::kParams, 90, 120, out.data(), error));
-  CHECK_THAT(error, Equals("cannot read [90, 120) from a checkpoint: no shard holds index 100"));
+  // Past the end of the reader's own layout.
+  CHECK_FALSE(
+      read_flat_range(shards, flat_layout(100), StateKind::kParameter, 90, 120, out.data(), error));
+  CHECK_THAT(error, Equals("cannot read [90, 120) from a checkpoint: not a range of the 100 "
+                           "elements"));
 
   // Without the shard of [37, 61).
   std::erase_if(shards,
                 [](const ShardLocation& shard) { return shard.begin == 37 && shard.end == 61; });
-  CHECK_FALSE(read_flat_range(shards, ShardArray::kAdamM, 10, 80, out.data(), error));
-  CHECK_THAT(error, Equals("cannot read [10, 80) from a checkpoint: no shard holds index 37"));
+  error.clear();
+  CHECK_FALSE(
+      read_flat_range(shards, flat_layout(100), StateKind::kAdamM, 10, 80, out.data(), error));
+  CHECK_THAT(error, Equals("no checkpoint shard holds element 37 of flat (its slice 0 of 1)"));
   // A range on either side of the gap still reads.
-  CHECK(read_flat_range(shards, ShardArray::kAdamM, 61, 100, out.data(), error));
+  CHECK(read_flat_range(shards, flat_layout(100), StateKind::kAdamM, 61, 100, out.data(), error));
+  CHECK(std::vector<float>(out.begin(), out.begin() + 39) ==
+        expected_values(StateKind::kAdamM, 61, 100));
+  CHECK(read_flat_range(shards, flat_layout(100), StateKind::kAdamM, 0, 37, out.data(), error));
 }
 
 TEST_CASE("read_flat_range checks each shard holds what it is listed as holding") {
@@ -181,7 +299,8 @@ TEST_CASE("read_flat_range checks each shard holds what it is listed as holding"
   }
   std::vector<float> out(100);
   std::string error;
-  CHECK_FALSE(read_flat_range(shards, ShardArray::kParams, 0, 100, out.data(), error));
+  CHECK_FALSE(
+      read_flat_range(shards, flat_layout(100), StateKind::kParameter, 0, 100, out.data(), error));
   CHECK_THAT(error, Contains("shard-3.bin' holds [61, 100), but the checkpoint lists it as "
                              "holding [60, 100)"));
 }
@@ -225,8 +344,8 @@ TEST_CASE("A damaged shard is refused with what is wrong with it") {
   }
   SECTION("another format version") {
     std::string bad = good;
-    bad[8] = 2;
-    CHECK_THAT(header_error(dir, bad), Contains("format version 2 is not supported"));
+    bad[8] = 3;
+    CHECK_THAT(header_error(dir, bad), Contains("format version 3 is not supported"));
   }
   SECTION("a digit in the header flipped") {
     std::string bad = good;
@@ -303,8 +422,11 @@ TEST_CASE("Short writes are finished: the shard is whole") {
   REQUIRE(written.ok());
   std::string error;
   CHECK(file_xxh64(path, error) == written.xxh64);
-  CHECK(read_range(path, *read_shard_header(path, error), ShardArray::kAdamV, 0, 1000) ==
-        expected_values(ShardArray::kAdamV, 0, 1000));
+  const std::optional<ShardHeader> header = read_shard_header(path, error);
+  INFO(error);
+  REQUIRE(header);
+  CHECK(read_range(path, *header, StateKind::kAdamV, 0, 1000) ==
+        expected_values(StateKind::kAdamV, 0, 1000));
 }
 
 TEST_CASE("A shard is private to its owner, and is not written through a planted link") {
@@ -361,6 +483,455 @@ TEST_CASE("A shard whose folder was synced survives a power cut whole") {
   std::string error;
   CHECK(file_xxh64(path, error) == written.xxh64);
   CHECK(read_shard_header(path, error));
+}
+
+TEST_CASE("Each state kind has a name that reads back as it") {
+  CHECK(state_kind_name(StateKind::kParameter) == "param");
+  CHECK(state_kind_name(StateKind::kMaster) == "master");
+  CHECK(state_kind_name(StateKind::kAdamM) == "adam_m");
+  CHECK(state_kind_name(StateKind::kAdamV) == "adam_v");
+  for (const StateKind kind : {StateKind::kParameter, StateKind::kMaster, StateKind::kAdamM,
+                               StateKind::kAdamV, StateKind::kErrorFeedback}) {
+    INFO(state_kind_name(kind));
+    CHECK(state_kind_from_name(state_kind_name(kind)) == kind);
+  }
+  CHECK_FALSE(state_kind_from_name("params"));
+  CHECK_FALSE(state_kind_from_name(""));
+}
+
+TEST_CASE("A shard holds the states it is given, and reading one it does not hold names it") {
+  TempDir dir;
+  const std::string path = dir.file("shard.bin");
+  const std::vector<float> master = expected_values(StateKind::kMaster, 20, 50);
+  const std::vector<float> feedback = expected_values(StateKind::kErrorFeedback, 20, 50);
+  const WrittenShard written =
+      write_shard(path, header_for(0, 1, 50, 20, 50),
+                  {{{StateKind::kMaster, DType::kF32}, master.data()},
+                   {{StateKind::kErrorFeedback, DType::kF32}, feedback.data()}});
+  INFO(written.error);
+  REQUIRE(written.ok());
+  std::string error;
+  const std::optional<ShardHeader> header = read_shard_header(path, error);
+  REQUIRE(header);
+  REQUIRE(header->arrays.size() == 2);
+  CHECK(header->arrays[0].kind == StateKind::kMaster);
+  CHECK(header->arrays[1].kind == StateKind::kErrorFeedback);
+  CHECK(read_range(path, *header, StateKind::kMaster, 20, 50) == master);
+  CHECK(read_range(path, *header, StateKind::kErrorFeedback, 25, 30) ==
+        expected_values(StateKind::kErrorFeedback, 25, 30));
+
+  std::vector<float> out(30);
+  for (const StateKind missing : {StateKind::kParameter, StateKind::kAdamV}) {
+    INFO(state_kind_name(missing));
+    error.clear();
+    CHECK_FALSE(
+        read_flat_range({{path, 20, 50}}, flat_layout(50), missing, 20, 50, out.data(), error));
+    CHECK_THAT(error, Contains(std::string(state_kind_name(missing))));
+  }
+}
+
+TEST_CASE("A state held in another element type is not read as float32") {
+  TempDir dir;
+  const std::string path = dir.file("shard.bin");
+  // bf16 1.0 is 0x3f80.
+  const std::vector<uint16_t> bf16_ones(40, 0x3f80);
+  const WrittenShard written =
+      write_shard(path, header_for(0, 1, 40, 0, 40),
+                  {{{StateKind::kParameter, DType::kBF16}, bf16_ones.data()}});
+  INFO(written.error);
+  REQUIRE(written.ok());
+  std::string error;
+  const std::optional<ShardHeader> header = read_shard_header(path, error);
+  REQUIRE(header);
+  REQUIRE(header->arrays.size() == 1);
+  CHECK(header->arrays[0].dtype == DType::kBF16);
+  // The array is 80 bytes, the last thing in the file.
+  const std::string bytes = testing::read_bytes(path);
+  CHECK((bytes.size() - 80) % 64 == 0);
+  CHECK(std::memcmp(bytes.data() + bytes.size() - 80, bf16_ones.data(), 80) == 0);
+
+  std::vector<float> out(40);
+  CHECK_FALSE(read_flat_range({{path, 0, 40}}, flat_layout(40), StateKind::kParameter, 0, 40,
+                              out.data(), error));
+  CHECK_THAT(error, Contains("bf16"));
+}
+
+// A small GPT-2 whose tensors split across two tensor ranks and whose two
+// blocks split across two pipeline stages.
+Gpt2Config small_model() {
+  Gpt2Config config;
+  config.num_layers = 2;
+  config.channels = 8;
+  config.num_heads = 4;
+  config.vocab_size = 30;
+  config.padded_vocab_size = 32;
+  config.max_seq_len = 6;
+  return config;
+}
+
+ParameterTable tensor_rank_table(int tensor_rank) {
+  return ParameterTable(small_model(), ModelShard{.tensor_rank = tensor_rank, .tensor_size = 2});
+}
+
+ParameterTable stage_table(int stage, int tensor_rank = 0, int tensor_size = 1) {
+  const auto [layer_begin, layer_end] = uniform_stage_layers(small_model().num_layers, 2, stage);
+  return ParameterTable(small_model(), ModelShard{.tensor_rank = tensor_rank,
+                                                  .tensor_size = tensor_size,
+                                                  .stage = stage,
+                                                  .stages = 2,
+                                                  .layer_begin = layer_begin,
+                                                  .layer_end = layer_end});
+}
+
+// `kind`'s values over `table`'s flat buffer: each element's is value_at of
+// its index in the whole model's flat buffer, so that a value says which
+// element of which tensor it is, on any layout.
+std::vector<float> values_on(const ParameterTable& table, StateKind kind) {
+  const ParameterTable whole(table.config());
+  const std::vector<float> global = expected_values(kind, 0, whole.total());
+  std::vector<float> local(static_cast<size_t>(table.total()));
+  for (const TensorInfo& tensor : table.tensors()) {
+    copy_out_of_global(tensor, global.data() + whole.at(tensor.name).offset,
+                       local.data() + tensor.offset, sizeof(float));
+  }
+  return local;
+}
+
+constexpr StateKind kSavedKinds[] = {StateKind::kParameter, StateKind::kAdamM, StateKind::kAdamV};
+
+// The shard of data-parallel rank `rank` of `ranks` of a rank laid out as
+// `table`, holding [begin, end) of its parameters and Adam's moments.
+ShardLocation write_table_shard(const TempDir& dir, const std::string& name,
+                                const ParameterTable& table, int rank, int ranks, int64_t begin,
+                                int64_t end) {
+  std::vector<std::vector<float>> values;
+  std::vector<ShardArrayData> arrays;
+  for (const StateKind kind : kSavedKinds) values.push_back(values_on(table, kind));
+  for (size_t k = 0; k < values.size(); ++k) {
+    arrays.push_back({{kSavedKinds[k], DType::kF32}, values[k].data() + begin});
+  }
+  const ShardHeader header{.step = 40,
+                           .rank = rank,
+                           .ranks = ranks,
+                           .total_parameters = table.total(),
+                           .begin = begin,
+                           .end = end,
+                           .optimizer_step = 39,
+                           .layout = layout_of(table),
+                           .arrays = {}};
+  const std::string path = dir.file(name);
+  const WrittenShard written = write_shard(path, header, arrays);
+  INFO(written.error);
+  REQUIRE(written.ok());
+  return {path, begin, end};
+}
+
+// `table`'s flat buffer split evenly (a ZeRO partition: the cut falls
+// inside a tensor) over two data-parallel ranks, as `name`-<rank>.bin.
+std::vector<ShardLocation> write_halves(const TempDir& dir, const std::string& name,
+                                        const ParameterTable& table) {
+  const int64_t half = table.total() / 2 + 3;
+  return {write_table_shard(dir, name + "-0.bin", table, 0, 2, 0, half),
+          write_table_shard(dir, name + "-1.bin", table, 1, 2, half, table.total())};
+}
+
+// `kind`'s elements [from, to) of `reader`'s layout; fails the test on error.
+std::vector<float> read_layout(const std::vector<ShardLocation>& shards,
+                               const ParameterTable& reader, StateKind kind, int64_t from,
+                               int64_t to) {
+  std::vector<float> out(static_cast<size_t>(to - from), -1.0f);
+  std::string error;
+  const bool read = read_flat_range(shards, layout_of(reader), kind, from, to, out.data(), error);
+  INFO(error);
+  REQUIRE(read);
+  return out;
+}
+
+std::vector<float> slice(const std::vector<float>& values, int64_t from, int64_t to) {
+  return std::vector<float>(values.begin() + from, values.begin() + to);
+}
+
+TEST_CASE("layout_of records each tensor of a table: name, global shape, slice and place") {
+  const ParameterTable table = tensor_rank_table(1);
+  const std::vector<LayoutTensor> layout = layout_of(table);
+  REQUIRE(layout.size() == table.tensors().size());
+  int64_t next = 0;
+  for (size_t t = 0; t < layout.size(); ++t) {
+    const TensorInfo& tensor = table.tensors()[t];
+    INFO(tensor.name);
+    CHECK(layout[t].name == tensor.name);
+    CHECK(layout[t].global_shape == tensor.global_shape);
+    CHECK(layout[t].split.view == tensor.split.view);
+    CHECK(layout[t].split.dim == tensor.split.dim);
+    CHECK(layout[t].split.index == tensor.split.index);
+    CHECK(layout[t].split.parts == tensor.split.parts);
+    CHECK(layout[t].offset == next);
+    CHECK(layout[t].numel == tensor.numel);
+    next += tensor.numel;
+  }
+  CHECK(next == table.total());
+  // The fused QKV weight is cut by heads within each of q, k and v.
+  const TensorInfo& qkv_info = table.at("transformer.h.0.attn.c_attn.weight");
+  const auto qkv_place = std::find_if(
+      layout.begin(), layout.end(), [&](const LayoutTensor& t) { return t.name == qkv_info.name; });
+  REQUIRE(qkv_place != layout.end());
+  const LayoutTensor& qkv = *qkv_place;
+  CHECK(qkv.global_shape == std::vector<int64_t>{8, 24});
+  CHECK(qkv.offset == qkv_info.offset);
+  CHECK(qkv.split.view == std::vector<int64_t>{8, 3, 8});
+  CHECK(qkv.split.dim == 2);
+  CHECK(qkv.split.index == 1);
+  CHECK(qkv.split.parts == 2);
+}
+
+TEST_CASE("A format-2 shard's layout is in its header") {
+  TempDir dir;
+  const ParameterTable table = tensor_rank_table(1);
+  const ShardLocation shard = write_table_shard(dir, "tp1.bin", table, 0, 1, 0, table.total());
+  std::string error;
+  const std::optional<ShardHeader> header = read_shard_header(shard.path, error);
+  INFO(error);
+  REQUIRE(header);
+  const std::vector<LayoutTensor> expected = layout_of(table);
+  REQUIRE(header->layout.size() == expected.size());
+  for (size_t t = 0; t < expected.size(); ++t) {
+    INFO(expected[t].name);
+    CHECK(header->layout[t].name == expected[t].name);
+    CHECK(header->layout[t].global_shape == expected[t].global_shape);
+    CHECK(header->layout[t].split.view == expected[t].split.view);
+    CHECK(header->layout[t].split.dim == expected[t].split.dim);
+    CHECK(header->layout[t].split.index == expected[t].split.index);
+    CHECK(header->layout[t].split.parts == expected[t].split.parts);
+    CHECK(header->layout[t].offset == expected[t].offset);
+    CHECK(header->layout[t].numel == expected[t].numel);
+  }
+}
+
+TEST_CASE("Shards of two tensor ranks read back as the whole model") {
+  TempDir dir;
+  const ParameterTable whole(small_model());
+  const ParameterTable rank_0 = tensor_rank_table(0);
+  const ParameterTable rank_1 = tensor_rank_table(1);
+  REQUIRE(rank_0.total() < whole.total());
+  const std::vector<ShardLocation> shards = {
+      write_table_shard(dir, "tp0.bin", rank_0, 0, 1, 0, rank_0.total()),
+      write_table_shard(dir, "tp1.bin", rank_1, 0, 1, 0, rank_1.total())};
+  for (const StateKind kind : kSavedKinds) {
+    INFO(state_kind_name(kind));
+    CHECK(read_layout(shards, whole, kind, 0, whole.total()) ==
+          expected_values(kind, 0, whole.total()));
+    // A range that starts and ends inside tensors.
+    CHECK(read_layout(shards, whole, kind, 101, whole.total() - 37) ==
+          expected_values(kind, 101, whole.total() - 37));
+  }
+
+  // One tensor rank's shard alone lacks the other's half of every split tensor.
+  std::vector<float> out(static_cast<size_t>(whole.total()));
+  std::string error;
+  CHECK_FALSE(read_flat_range({shards[0]}, layout_of(whole), StateKind::kParameter, 0,
+                              whole.total(), out.data(), error));
+  CHECK_THAT(error, Equals("no checkpoint shard holds element 128 of transformer.wte.weight "
+                           "(its slice 0 of 1)"));
+  // The token embedding's first rows are rank 0's: they read from its shard alone.
+  const int64_t rank_0_rows = 16 * 8;
+  CHECK(read_layout({shards[0]}, whole, StateKind::kParameter, 0, rank_0_rows) ==
+        expected_values(StateKind::kParameter, 0, rank_0_rows));
+}
+
+TEST_CASE("Whole-model shards read back as each tensor rank's slice") {
+  TempDir dir;
+  const ParameterTable whole(small_model());
+  const std::vector<ShardLocation> shards = write_halves(dir, "whole", whole);
+  for (const int tensor_rank : {0, 1}) {
+    const ParameterTable table = tensor_rank_table(tensor_rank);
+    for (const StateKind kind : kSavedKinds) {
+      INFO("tensor rank " << tensor_rank << ", " << state_kind_name(kind));
+      const std::vector<float> expected = values_on(table, kind);
+      CHECK(read_layout(shards, table, kind, 0, table.total()) == expected);
+      CHECK(read_layout(shards, table, kind, 77, table.total() - 5) ==
+            slice(expected, 77, table.total() - 5));
+    }
+  }
+}
+
+TEST_CASE("Shards of two pipeline stages read back as the whole model, and the reverse") {
+  TempDir dir;
+  const ParameterTable whole(small_model());
+  const ParameterTable first = stage_table(0);
+  const ParameterTable last = stage_table(1);
+  // The last stage holds its own copy of the tied token embedding.
+  REQUIRE(last.find("transformer.wte.weight") != nullptr);
+  REQUIRE(last.find("transformer.h.0.ln_1.weight") == nullptr);
+  const std::vector<ShardLocation> stage_shards = {
+      write_table_shard(dir, "stage0.bin", first, 0, 1, 0, first.total()),
+      write_table_shard(dir, "stage1.bin", last, 0, 1, 0, last.total())};
+  const std::vector<ShardLocation> whole_shards = write_halves(dir, "whole", whole);
+  for (const StateKind kind : kSavedKinds) {
+    INFO(state_kind_name(kind));
+    CHECK(read_layout(stage_shards, whole, kind, 0, whole.total()) ==
+          expected_values(kind, 0, whole.total()));
+    for (const ParameterTable* stage : {&first, &last}) {
+      CHECK(read_layout(whole_shards, *stage, kind, 0, stage->total()) == values_on(*stage, kind));
+    }
+  }
+  // The last stage alone lacks the first block.
+  std::vector<float> out(static_cast<size_t>(whole.total()));
+  std::string error;
+  CHECK_FALSE(read_flat_range({stage_shards[1]}, layout_of(whole), StateKind::kAdamM, 0,
+                              whole.total(), out.data(), error));
+  CHECK_THAT(error, Equals("no checkpoint shard holds element 0 of transformer.wpe.weight "
+                           "(its slice 0 of 1)"));
+}
+
+TEST_CASE("Shards of tensor ranks, pipeline stages and ZeRO halves reshard to any other layout") {
+  TempDir dir;
+  const ParameterTable whole(small_model());
+  // 2 stages x 2 tensor ranks x 2 data-parallel ranks: eight shards.
+  std::vector<ShardLocation> shards;
+  std::vector<ParameterTable> tables;
+  for (const int stage : {0, 1}) {
+    for (const int tensor_rank : {0, 1}) {
+      tables.push_back(stage_table(stage, tensor_rank, 2));
+      const std::vector<ShardLocation> halves =
+          write_halves(dir, fmt::format("pp{}-tp{}", stage, tensor_rank), tables.back());
+      shards.insert(shards.end(), halves.begin(), halves.end());
+    }
+  }
+  std::reverse(shards.begin(), shards.end());
+  for (const StateKind kind : kSavedKinds) {
+    INFO(state_kind_name(kind));
+    CHECK(read_layout(shards, whole, kind, 0, whole.total()) ==
+          expected_values(kind, 0, whole.total()));
+    for (const int tensor_rank : {0, 1}) {
+      const ParameterTable table = tensor_rank_table(tensor_rank);
+      CHECK(read_layout(shards, table, kind, 0, table.total()) == values_on(table, kind));
+    }
+    for (const ParameterTable& table : tables) {
+      CHECK(read_layout(shards, table, kind, 0, table.total()) == values_on(table, kind));
+    }
+  }
+}
+
+TEST_CASE("Shards of another model's shape are not read as this one's") {
+  TempDir dir;
+  const std::vector<ShardLocation> shards =
+      write_halves(dir, "whole", ParameterTable(small_model()));
+  std::string error;
+  SECTION("wider: every tensor's shape differs") {
+    Gpt2Config wider = small_model();
+    wider.channels = 16;
+    const ParameterTable reader(wider);
+    std::vector<float> out(static_cast<size_t>(reader.total()));
+    CHECK_FALSE(read_flat_range(shards, layout_of(reader), StateKind::kParameter, 0, reader.total(),
+                                out.data(), error));
+    CHECK_THAT(error, Contains("holds transformer.wte.weight with shape [32, 8], but this "
+                               "model's is [32, 16]"));
+  }
+  SECTION("deeper: a block no shard holds") {
+    Gpt2Config deeper = small_model();
+    deeper.num_layers = 3;
+    const ParameterTable reader(deeper);
+    std::vector<float> out(static_cast<size_t>(reader.total()));
+    CHECK_FALSE(read_flat_range(shards, layout_of(reader), StateKind::kParameter, 0, reader.total(),
+                                out.data(), error));
+    CHECK_THAT(error, Equals("no checkpoint shard holds element 0 of "
+                             "transformer.h.2.ln_1.weight (its slice 0 of 1)"));
+    // The blocks both models have still read.
+    const TensorInfo& block_1 = reader.at("transformer.h.1.mlp.c_proj.bias");
+    CHECK(read_layout(shards, reader, StateKind::kAdamM, 0, block_1.offset + block_1.numel) ==
+          expected_values(StateKind::kAdamM, 0, block_1.offset + block_1.numel));
+  }
+}
+
+// A format-1 shard, as dslaunch wrote them before layouts: its arrays are
+// param, adam_m and adam_v over [begin, end) of the whole model's flat
+// layout, filled with value_at.
+std::string format_1_shard_bytes(int rank, int ranks, int64_t total, int64_t begin, int64_t end) {
+  nlohmann::json fields = {
+      {"step", 40},     {"rank", rank}, {"ranks", ranks},      {"total_parameters", total},
+      {"begin", begin}, {"end", end},   {"optimizer_step", 39}};
+  const std::string unchecked = fields.dump();
+  fields["header_xxh64"] = xxh64_hex(XXH64(unchecked.data(), unchecked.size(), 0));
+  const std::string text = fields.dump();
+  const uint32_t version = 1;
+  const auto length = static_cast<uint32_t>(text.size());
+  std::string bytes(kShardMagic, sizeof kShardMagic);
+  bytes.append(reinterpret_cast<const char*>(&version), sizeof version);
+  bytes.append(reinterpret_cast<const char*>(&length), sizeof length);
+  bytes += text;
+  bytes.resize((bytes.size() + 63) / 64 * 64, '\0');
+  const ShardData data(begin, end);
+  for (const std::vector<float>* array : {&data.params, &data.adam_m, &data.adam_v}) {
+    bytes.append(reinterpret_cast<const char*>(array->data()), array->size() * sizeof(float));
+  }
+  return bytes;
+}
+
+TEST_CASE("A format-1 shard is read as the whole model, and only by a whole layout") {
+  TempDir dir;
+  const ParameterTable whole(small_model());
+  const int64_t half = whole.total() / 2 + 3;
+  std::vector<ShardLocation> shards = {{dir.file("rank_0.bin"), 0, half},
+                                       {dir.file("rank_1.bin"), half, whole.total()}};
+  testing::write_bytes(shards[0].path, format_1_shard_bytes(0, 2, whole.total(), 0, half));
+  testing::write_bytes(shards[1].path,
+                       format_1_shard_bytes(1, 2, whole.total(), half, whole.total()));
+
+  std::string error;
+  const std::optional<ShardHeader> header = read_shard_header(shards[1].path, error);
+  INFO(error);
+  REQUIRE(header);
+  CHECK(header->format_version == 1);
+  CHECK(header->step == 40);
+  CHECK(header->rank == 1);
+  CHECK(header->ranks == 2);
+  CHECK(header->total_parameters == whole.total());
+  CHECK(header->begin == half);
+  CHECK(header->end == whole.total());
+  CHECK(header->optimizer_step == 39);
+  CHECK(header->layout.empty());
+  REQUIRE(header->arrays.size() == 3);
+  CHECK(header->arrays[0].kind == StateKind::kParameter);
+  CHECK(header->arrays[1].kind == StateKind::kAdamM);
+  CHECK(header->arrays[2].kind == StateKind::kAdamV);
+  for (const ShardArrayInfo& array : header->arrays) CHECK(array.dtype == DType::kF32);
+
+  for (const StateKind kind : kSavedKinds) {
+    INFO(state_kind_name(kind));
+    CHECK(read_layout(shards, whole, kind, 0, whole.total()) ==
+          expected_values(kind, 0, whole.total()));
+    CHECK(read_layout(shards, whole, kind, half - 10, half + 10) ==
+          expected_values(kind, half - 10, half + 10));
+  }
+  // A flat layout of the same size holds every tensor whole too.
+  std::vector<float> out(static_cast<size_t>(whole.total()));
+  CHECK(read_flat_range(shards, flat_layout(whole.total()), StateKind::kAdamV, 0, whole.total(),
+                        out.data(), error));
+  CHECK(out == expected_values(StateKind::kAdamV, 0, whole.total()));
+
+  SECTION("a tensor rank's layout cannot read it") {
+    const ParameterTable table = tensor_rank_table(0);
+    error.clear();
+    CHECK_FALSE(read_flat_range(shards, layout_of(table), StateKind::kParameter, 0, table.total(),
+                                out.data(), error));
+    CHECK_THAT(error, Contains("rank_0.bin' is in format 1") &&
+                          Contains("it resumes only on a layout that holds the whole model"));
+  }
+  SECTION("nor another model's") {
+    Gpt2Config smaller = small_model();
+    smaller.num_layers = 1;
+    const ParameterTable table(smaller);
+    error.clear();
+    CHECK_FALSE(read_flat_range(shards, layout_of(table), StateKind::kParameter, 0, table.total(),
+                                out.data(), error));
+    CHECK_THAT(error, Contains("is in format 1"));
+  }
+  SECTION("it holds no master weights") {
+    error.clear();
+    CHECK_FALSE(read_flat_range(shards, layout_of(whole), StateKind::kMaster, 0, whole.total(),
+                                out.data(), error));
+    CHECK_THAT(error, Contains("master"));
+  }
 }
 
 }  // namespace

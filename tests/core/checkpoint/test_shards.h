@@ -31,20 +31,25 @@ class TempDir {
 std::string read_bytes(const std::string& path);
 void write_bytes(const std::string& path, std::string_view bytes);
 
-// A value that says which array and which absolute index it is at, so a
+// A value that says which state and which absolute index it is at, so a
 // misplaced read shows.
-float value_at(ShardArray array, int64_t index);
+float value_at(StateKind kind, int64_t index);
 
-// The three arrays of a shard over [begin, end), filled with value_at.
+// value_at(kind, i) for i in [from, to).
+std::vector<float> expected_values(StateKind kind, int64_t from, int64_t to);
+
+// The three arrays a trainer saves (parameters and Adam's moments, fp32)
+// over [begin, end), filled with value_at.
 struct ShardData {
   std::vector<float> params;
   std::vector<float> adam_m;
   std::vector<float> adam_v;
   ShardData(int64_t begin, int64_t end);
-  ShardArrays arrays() const { return {params.data(), adam_m.data(), adam_v.data()}; }
+  std::vector<ShardArrayData> arrays() const;
 };
 
-// value_at(array, i) for i in [from, to).
-std::vector<float> expected_values(ShardArray array, int64_t from, int64_t to);
+// A layout of one whole tensor of `total` elements: a flat buffer of that
+// size, for tests that need no model.
+std::vector<LayoutTensor> flat_layout(int64_t total);
 
 }  // namespace dslaunch::core::testing

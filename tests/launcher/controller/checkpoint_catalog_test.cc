@@ -107,7 +107,7 @@ std::string parse_error_of(const json& value) {
 TEST_CASE("a manifest survives a JSON round trip") {
   const CheckpointManifest manifest = sample_manifest();
   const json value = manifest_to_json(manifest);
-  CHECK(value["format_version"] == 1);
+  CHECK(value["format_version"] == 2);
   CHECK(value["step"] == 120);
   CHECK(value["created_unix_ms"] == 1712345678123);
   CHECK(value["shards"][1] == json{{"rank", 1},
@@ -179,8 +179,12 @@ TEST_CASE("a manifest with a missing field, a wrong type or an unknown version i
     CHECK(parse_error_of(value) == "field 'shards[0].size_bytes' must be at least 0, not -1");
   }
   SECTION("unknown version") {
-    value["format_version"] = 2;
-    CHECK(parse_error_of(value) == "format_version 2 is not known (this dslaunch reads version 1)");
+    value["format_version"] = 3;
+    CHECK(parse_error_of(value) ==
+          "format_version 3 is not known (this dslaunch reads versions 1 to 2)");
+    value["format_version"] = 0;
+    CHECK(parse_error_of(value) ==
+          "format_version 0 is not known (this dslaunch reads versions 1 to 2)");
   }
   SECTION("a shard outside the folder or with a bad checksum") {
     value["shards"][0]["path"] = "../other/rank_0.bin";
@@ -436,12 +440,12 @@ TEST_CASE("only a folder without manifest.json counts as never committed") {
   }
   SECTION("a newer format cannot be judged here") {
     json value = json::parse(read_file(manifest));
-    value["format_version"] = 2;
+    value["format_version"] = 3;
     value["shards"] = "whatever a newer dslaunch writes";
     write_file(manifest, value.dump());
     const CheckpointCheck check = check_checkpoint(dir, true);
     CHECK(check.verdict == CheckpointVerdict::kUnusable);
-    CHECK_THAT(check.problem, Catch::Contains("format_version 2, newer than the 1"));
+    CHECK_THAT(check.problem, Catch::Contains("format_version 3, newer than the 2"));
     CHECK(check.recorded_model == sample_manifest().model);
   }
   SECTION("a manifest that exists but cannot be read cannot be judged") {

@@ -1,6 +1,7 @@
 #include "worker/checkpoint/async_shard_writer.h"
 
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -11,10 +12,13 @@ namespace dslaunch::worker::checkpoint {
 namespace {
 
 using Catch::Matchers::Contains;
+using core::StateKind;
 using core::testing::expected_values;
+using core::testing::flat_layout;
 using core::testing::ShardData;
 using core::testing::TempDir;
 
+// A shard of [begin, end) of a flat buffer of `end` elements.
 core::ShardHeader header_for(int64_t begin, int64_t end, int64_t step) {
   return {.step = step,
           .rank = 0,
@@ -22,7 +26,9 @@ core::ShardHeader header_for(int64_t begin, int64_t end, int64_t step) {
           .total_parameters = end,
           .begin = begin,
           .end = end,
-          .optimizer_step = step};
+          .optimizer_step = step,
+          .layout = flat_layout(end),
+          .arrays = {}};  // write_shard fills it in
 }
 
 // Each `done` call's result, from the writer's thread.
@@ -37,13 +43,16 @@ struct DoneCalls {
   }
 };
 
-std::vector<float> read_array(const std::string& path, core::ShardArray array) {
+// All of `kind`'s elements the shard at `path` holds.
+std::vector<float> read_array(const std::string& path, StateKind kind) {
   std::string error;
   const std::optional<core::ShardHeader> header = core::read_shard_header(path, error);
   INFO(error);
   REQUIRE(header);
   std::vector<float> out(static_cast<size_t>(header->end - header->begin));
-  REQUIRE(core::read_shard_range(path, *header, array, header->begin, header->end, out.data(), error));
+  REQUIRE(core::read_flat_range({{path, header->begin, header->end}},
+                                flat_layout(header->total_parameters), kind, header->begin,
+                                header->end, out.data(), error));
   return out;
 }
 
@@ -69,9 +78,10 @@ TEST_CASE("save copies the arrays: changing them after it returns changes nothin
 
   REQUIRE(done.results.size() == 1);
   check_written(done.results[0], path);
-  CHECK(read_array(path, core::ShardArray::kParams) == expected_values(core::ShardArray::kParams, 0, 100'000));
-  CHECK(read_array(path, core::ShardArray::kAdamM) == expected_values(core::ShardArray::kAdamM, 0, 100'000));
-  CHECK(read_array(path, core::ShardArray::kAdamV) == expected_values(core::ShardArray::kAdamV, 0, 100'000));
+  CHECK(read_array(path, StateKind::kParameter) ==
+        expected_values(StateKind::kParameter, 0, 100'000));
+  CHECK(read_array(path, StateKind::kAdamM) == expected_values(StateKind::kAdamM, 0, 100'000));
+  CHECK(read_array(path, StateKind::kAdamV) == expected_values(StateKind::kAdamV, 0, 100'000));
   CHECK(dir.names() == std::vector<std::string>{"shard.bin"});
 }
 
@@ -90,24 +100,63 @@ TEST_CASE("Back-to-back saves both complete, each with its own data") {
                .total_parameters = 51'000,
                .begin = 1000,
                .end = 51'000,
-               .optimizer_step = 2},
+               .optimizer_step = 2,
+               .layout = flat_layout(51'000),
+               .arrays = {}},
               second.arrays(), done.record());
   writer.wait();
 
   REQUIRE(done.results.size() == 2);
   check_written(done.results[0], dir.file("step-1.bin"));
   check_written(done.results[1], dir.file("step-2.bin"));
-  CHECK(read_array(dir.file("step-1.bin"), core::ShardArray::kAdamV) ==
-        expected_values(core::ShardArray::kAdamV, 0, 1000));
-  CHECK(read_array(dir.file("step-2.bin"), core::ShardArray::kAdamV) ==
-        expected_values(core::ShardArray::kAdamV, 1000, 51'000));
+  CHECK(read_array(dir.file("step-1.bin"), StateKind::kAdamV) ==
+        expected_values(StateKind::kAdamV, 0, 1000));
+  CHECK(read_array(dir.file("step-2.bin"), StateKind::kAdamV) ==
+        expected_values(StateKind::kAdamV, 1000, 51'000));
   // Then a smaller one again, into the grown buffers.
   writer.save(dir.file("step-3.bin"), header_for(0, 1000, 3), first.arrays(), done.record());
   writer.wait();
   REQUIRE(done.results.size() == 3);
   check_written(done.results[2], dir.file("step-3.bin"));
-  CHECK(read_array(dir.file("step-3.bin"), core::ShardArray::kParams) ==
-        expected_values(core::ShardArray::kParams, 0, 1000));
+  CHECK(read_array(dir.file("step-3.bin"), StateKind::kParameter) ==
+        expected_values(StateKind::kParameter, 0, 1000));
+}
+
+TEST_CASE("save copies each array's bytes in its own element type, in the order given") {
+  TempDir dir;
+  const std::string path = dir.file("shard.bin");
+  DoneCalls done;
+  AsyncShardWriter writer;
+  // Two bytes an element: 0x3f80 is bf16's 1.0.
+  std::vector<uint16_t> master_bf16(1000, 0x3f80);
+  std::vector<float> feedback = expected_values(StateKind::kErrorFeedback, 0, 1000);
+  writer.save(path, header_for(0, 1000, 4),
+              {{{StateKind::kMaster, core::DType::kBF16}, master_bf16.data()},
+               {{StateKind::kErrorFeedback, core::DType::kF32}, feedback.data()}},
+              done.record());
+  std::fill(master_bf16.begin(), master_bf16.end(), uint16_t{0});
+  std::fill(feedback.begin(), feedback.end(), 0.0f);
+  writer.wait();
+
+  REQUIRE(done.results.size() == 1);
+  check_written(done.results[0], path);
+  std::string error;
+  const std::optional<core::ShardHeader> header = core::read_shard_header(path, error);
+  INFO(error);
+  REQUIRE(header);
+  REQUIRE(header->arrays.size() == 2);
+  CHECK(header->arrays[0].kind == StateKind::kMaster);
+  CHECK(header->arrays[0].dtype == core::DType::kBF16);
+  CHECK(header->arrays[1].kind == StateKind::kErrorFeedback);
+  CHECK(header->arrays[1].dtype == core::DType::kF32);
+  CHECK(read_array(path, StateKind::kErrorFeedback) ==
+        expected_values(StateKind::kErrorFeedback, 0, 1000));
+  // The bf16 array (2000 bytes, padded to 2048) is just before the fp32 one,
+  // which ends the file.
+  const std::string bytes = core::testing::read_bytes(path);
+  const size_t master_at = bytes.size() - 4000 - 2048;
+  const std::vector<uint16_t> ones(1000, 0x3f80);
+  CHECK(std::memcmp(bytes.data() + master_at, ones.data(), 2000) == 0);
 }
 
 TEST_CASE("The writer's destructor finishes the save in flight") {

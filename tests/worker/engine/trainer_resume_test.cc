@@ -77,9 +77,9 @@ Run train_checkpointed(comm::Communicator& comm, spec::JobSpec spec, int64_t glo
     header.begin = slice.begin;
     header.end = slice.end;
     header.optimizer_step = slice.optimizer_steps;
-    const core::WrittenShard written =
-        core::write_shard((folder / fmt::format("rank_{}.bin", slice.rank)).string(), header,
-                                {slice.params, slice.adam_m, slice.adam_v});
+    header.layout = *slice.layout;
+    const core::WrittenShard written = core::write_shard(
+        (folder / fmt::format("rank_{}.bin", slice.rank)).string(), header, slice.arrays);
     REQUIRE(written.error == "");
   };
   TrainResult result = train(spec, data, *backend, options);

@@ -1,0 +1,90 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/checkpoint/shard_file.h"
+#include "core/layout/parameter_table.h"
+#include "core/spec/job_spec.h"
+#include "core/status.h"
+#include "kernels/backend.h"
+#include "worker/comm/communicator.h"
+#include "worker/engine/trainer.h"
+#include "worker/model/gpt2_model.h"
+
+namespace dslaunch::worker::engine {
+
+// Where the parameters, gradients and optimizer states of one rank live and
+// how they are reduced and updated: ZeRO stages 0-3 today (CPU/NVMe offload
+// next). The training loop drives it through one step:
+//
+//   begin_step()
+//   per micro-batch: backward into gradients_for_backward(), reporting
+//     ranges to grads_ready() when reduces_micro_batch(), then
+//     finish_backward()
+//   norm_share() summed over the data group -> grad_norm() -> clip()
+//   optimizer_step(lr)
+//
+// Calls come from the loop's thread, in that order, on every rank alike.
+class ModelState {
+ public:
+  virtual ~ModelState() = default;
+
+  // What the model reads in forward and backward (stage 3: a workspace
+  // gathered around each block's use through parameter_source()).
+  virtual const float* parameters_for_model() = 0;
+  // Where backward accumulates this step's gradients (the whole layout).
+  virtual float* gradients_for_backward() = 0;
+
+  virtual void begin_step() = 0;
+  // Whether backward of micro-batch `index` (of `count` this step) hands
+  // its finished ranges to grads_ready(), to be reduced as it runs.
+  virtual bool reduces_micro_batch(int64_t index, int64_t count) const = 0;
+  virtual void grads_ready(int64_t begin, int64_t end) = 0;
+  // After each micro-batch's backward: waits for its reductions (when it
+  // reduced) and reports what failed in the backward pass (stage 3's gathers).
+  virtual core::Status finish_backward(bool reduced) = 0;
+
+  // This rank's term of the squared global gradient norm, to be summed over
+  // the data group in rank order; grad_norm() takes that sum.
+  virtual double norm_share() = 0;
+  virtual double grad_norm(double summed_shares) = 0;
+  virtual void clip(float factor) = 0;
+  // The optimizer's step at learning rate `lr`, and whatever makes the
+  // parameters whole again for the next forward.
+  virtual core::Status optimizer_step(double lr) = 0;
+
+  // Around a forward-only pass (evaluation): called after it, and the
+  // status of what it gathered.
+  virtual std::function<void()> after_forward_only() = 0;
+  virtual core::Status forward_only_status() = 0;
+
+  // This rank's part of a checkpoint after `step` steps: the elements ZeRO's
+  // partition over the data group gives it, whatever the stage.
+  virtual CheckpointSlice checkpoint_slice(int64_t step) = 0;
+  // What this rank holds, by kind (activations from the model).
+  virtual MemoryReport memory_report(const model::Gpt2Model& model) = 0;
+  // The whole parameters (gathered on every rank).
+  virtual core::StatusOr<std::vector<float>> final_parameters() = 0;
+};
+
+struct ModelStateInputs {
+  const spec::TrainingSpec* training = nullptr;
+  const core::ParameterTable* table = nullptr;
+  const std::vector<core::LayoutTensor>* layout = nullptr;  // of table
+  comm::Communicator* data_comm = nullptr;
+  kernels::Backend* backend = nullptr;
+  model::Gpt2Model* model = nullptr;  // gets stage 3's parameter source
+  std::vector<float> params;          // the whole parameters to start from
+  // Resuming: the checkpoint's shards (for the optimizer's moments) and the
+  // optimizer steps taken.
+  const std::vector<core::ShardLocation>* resume_shards = nullptr;
+  int64_t resume_optimizer_steps = 0;
+};
+
+// The ZeRO stage of training.zero over the data group.
+core::StatusOr<std::unique_ptr<ModelState>> make_zero_model_state(ModelStateInputs inputs);
+
+}  // namespace dslaunch::worker::engine

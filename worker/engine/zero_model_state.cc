@@ -1,0 +1,308 @@
+// ZeRO's model states over the data group. Stages 0 and 1 keep whole
+// gradients on every rank, all-reduced once per step (stage 1 partitions
+// the optimizer states and all-gathers the updated parameters); stages 2
+// and 3 reduce-scatter every micro-batch's gradients into each rank's
+// partition (stage 3 partitions the parameters too, gathering each block
+// around its use).
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "worker/engine/model_state.h"
+#include "worker/engine/optimizer.h"
+#include "worker/engine/zero3_parameters.h"
+#include "worker/parallel/gradient_reducer.h"
+#include "worker/parallel/releasable_buffer.h"
+#include "worker/parallel/zero_partition.h"
+
+namespace dslaunch::worker::engine {
+namespace {
+
+// What every stage shares: the partition of the layout, the optimizer over
+// this rank's part of it, and the checkpoint's cut.
+class ZeroStateBase : public ModelState {
+ public:
+  explicit ZeroStateBase(ModelStateInputs& inputs)
+      : training_(*inputs.training),
+        table_(*inputs.table),
+        layout_(*inputs.layout),
+        comm_(*inputs.data_comm),
+        backend_(*inputs.backend),
+        sharded_(training_.zero.stage >= 1 && comm_.size() > 1),
+        partition_(make_zero_partition(table_.total(), sharded_ ? comm_.size() : 1,
+                                       kZeroPartitionAlignment)),
+        // Checkpoints are cut along the partition ZeRO would use, and whole
+        // gradients' norm is summed over it: the same at every stage.
+        checkpoint_partition_(
+            make_zero_partition(table_.total(), comm_.size(), kZeroPartitionAlignment)),
+        owner_(sharded_ ? comm_.rank() : 0),
+        own_begin_(partition_.begin(owner_)),
+        own_count_(partition_.end(owner_) - own_begin_),
+        optimizer_(training_.optimizer, table_, own_begin_, partition_.end(owner_)),
+        params_(std::move(inputs.params)) {
+    params_.resize(partition_.padded_total(), 0.0f);
+  }
+
+  // Reads the optimizer's moments of this rank's partition from a checkpoint.
+  core::Status resume(const std::vector<core::ShardLocation>& shards, int64_t optimizer_steps) {
+    for (const auto& [kind, moment] :
+         {std::pair{core::StateKind::kAdamM, optimizer_.first_moment()},
+          std::pair{core::StateKind::kAdamV, optimizer_.second_moment()}}) {
+      if (std::string error; !core::read_flat_range(shards, layout_, kind, own_begin_,
+                                                    own_begin_ + own_count_, moment, error)) {
+        return core::Status(core::StatusCode::kDataLoss, error);
+      }
+    }
+    optimizer_.set_steps_taken(optimizer_steps);
+    return {};
+  }
+
+  CheckpointSlice checkpoint_slice(int64_t step) override {
+    CheckpointSlice slice;
+    slice.step = step;
+    slice.rank = comm_.rank();
+    slice.ranks = comm_.size();
+    slice.total_parameters = table_.total();
+    slice.begin = checkpoint_partition_.begin(comm_.rank());
+    slice.end = checkpoint_partition_.end(comm_.rank());
+    slice.optimizer_steps = optimizer_.steps_taken();
+    slice.layout = &layout_;
+    // Stage 3's master holds this rank's partition, the others hold
+    // everything: either way these elements are there. The moments start at
+    // the optimizer's first element (own_begin_).
+    slice.arrays = {{{core::StateKind::kParameter, core::DType::kF32}, master() + slice.begin},
+                    {{core::StateKind::kAdamM, core::DType::kF32},
+                     optimizer_.first_moment() + (slice.begin - own_begin_)},
+                    {{core::StateKind::kAdamV, core::DType::kF32},
+                     optimizer_.second_moment() + (slice.begin - own_begin_)}};
+    return slice;
+  }
+
+ protected:
+  // The fp32 weights the optimizer updates, addressed from the layout's start.
+  virtual float* master() = 0;
+
+  const spec::TrainingSpec& training_;
+  const core::ParameterTable& table_;
+  const std::vector<core::LayoutTensor>& layout_;
+  comm::Communicator& comm_;
+  kernels::Backend& backend_;
+  const bool sharded_;
+  const ZeroPartition partition_;
+  const ZeroPartition checkpoint_partition_;
+  const int owner_;
+  const int64_t own_begin_;
+  const int64_t own_count_;
+  AdamW optimizer_;
+  std::vector<float> params_;  // whole (padded to the partition), or empty under stage 3
+};
+
+// Stages 0 and 1: whole gradients on every rank, all-reduced in buckets
+// during the last micro-batch's backward.
+class ReplicatedGradients final : public ZeroStateBase {
+ public:
+  explicit ReplicatedGradients(ModelStateInputs& inputs)
+      : ZeroStateBase(inputs),
+        grads_(table_.total(), 0.0f),
+        reducer_(comm_, grads_.data(), table_.total(), training_.zero.reduce_bucket_size) {}
+
+  const float* parameters_for_model() override { return params_.data(); }
+  float* gradients_for_backward() override { return grads_.data(); }
+  void begin_step() override { std::memset(grads_.data(), 0, grads_.size() * sizeof(float)); }
+  // Only the last micro-batch's backward completes the gradients.
+  bool reduces_micro_batch(int64_t index, int64_t count) const override {
+    return index + 1 == count;
+  }
+  void grads_ready(int64_t begin, int64_t end) override { reducer_.ready(begin, end); }
+  core::Status finish_backward(bool reduced) override {
+    if (!reduced) return {};
+    return reducer_.finish().with_context("gradient all-reduce");
+  }
+
+  double norm_share() override { return 0; }
+  // Summed partition by partition in rank order: the same additions a
+  // partitioned run makes, so the norm has the same bits at every stage.
+  double grad_norm(double) override {
+    double sum = 0;
+    for (int r = 0; r < checkpoint_partition_.ranks; ++r) {
+      sum += backend_.sum_of_squares(grads_.data() + checkpoint_partition_.begin(r),
+                                     checkpoint_partition_.end(r) - checkpoint_partition_.begin(r));
+    }
+    return std::sqrt(sum);
+  }
+  void clip(float factor) override {
+    backend_.scale(grads_.data(), static_cast<int64_t>(grads_.size()), factor);
+  }
+  core::Status optimizer_step(double lr) override {
+    optimizer_.step(backend_, params_.data(), grads_.data(), lr);
+    if (!sharded_) return {};
+    return all_gather_partitions(comm_, partition_, training_.zero.allgather_bucket_size,
+                                 params_.data())
+        .with_context("parameter all-gather");
+  }
+
+  std::function<void()> after_forward_only() override { return {}; }
+  core::Status forward_only_status() override { return {}; }
+
+  MemoryReport memory_report(const model::Gpt2Model& model) override {
+    MemoryReport memory;
+    memory.parameters = table_.total() * static_cast<int64_t>(sizeof(float));
+    memory.gradients = static_cast<int64_t>(grads_.size() * sizeof(float));
+    memory.optimizer_states = optimizer_.state_bytes();
+    memory.activations = model.activation_bytes();
+    memory.communication_buffers = reducer_.buffer_bytes();
+    return memory;
+  }
+
+  core::StatusOr<std::vector<float>> final_parameters() override {
+    std::vector<float> whole = std::move(params_);
+    whole.resize(table_.total());  // drop the partitions' padding
+    return whole;
+  }
+
+ private:
+  float* master() override { return params_.data(); }
+
+  std::vector<float> grads_;
+  GradientReducer reducer_;
+};
+
+// Stages 2 and 3: backward accumulates into a workspace whose buckets are
+// reduce-scattered, as they complete, into this rank's partition of the
+// gradients; the workspace gives their pages back as it goes. Stage 3 keeps
+// only its partition of the parameters too: the model reads them from a
+// workspace in which Zero3Parameters gathers each block around its use.
+class PartitionedGradients final : public ZeroStateBase {
+ public:
+  explicit PartitionedGradients(ModelStateInputs& inputs)
+      : ZeroStateBase(inputs),
+        grads_(own_count_, 0.0f),
+        workspace_(table_.total()),
+        reducer_(comm_, workspace_, training_.zero.reduce_bucket_size, partition_,
+                 grads_.data()) {}
+
+  // Stage 3's gathered parameters, set up after construction (it may fail).
+  core::Status partition_parameters(model::Gpt2Model& model) {
+    if (!workspace_.error().empty()) return core::internal_error(workspace_.error());
+    if (training_.zero.stage < 3) return {};
+    Zero3Settings settings;
+    settings.persistence_threshold = training_.zero.param_persistence_threshold;
+    settings.prefetch_bucket_size = training_.zero.prefetch_bucket_size;
+    settings.max_live_parameters = training_.zero.max_live_parameters;
+    zero3_.emplace(comm_, table_, partition_, settings, params_.data());
+    if (std::string error = zero3_->error(); !error.empty()) {
+      return core::internal_error("ZeRO stage 3: " + error);
+    }
+    model.set_parameter_source(&*zero3_);
+    std::vector<float>().swap(params_);  // gathered again at the end
+    return {};
+  }
+
+  const float* parameters_for_model() override {
+    return zero3_ ? zero3_->workspace() : params_.data();
+  }
+  // Needs no clearing: the reducer leaves it zero.
+  float* gradients_for_backward() override { return workspace_.data(); }
+  void begin_step() override { std::memset(grads_.data(), 0, grads_.size() * sizeof(float)); }
+  bool reduces_micro_batch(int64_t, int64_t) const override { return true; }
+  void grads_ready(int64_t begin, int64_t end) override { reducer_.ready(begin, end); }
+  core::Status finish_backward(bool) override {
+    if (core::Status gathered = forward_only_status(); !gathered.ok()) return gathered;
+    return reducer_.finish().with_context("gradient reduce-scatter");
+  }
+
+  double norm_share() override { return backend_.sum_of_squares(grads_.data(), own_count_); }
+  double grad_norm(double summed_shares) override { return std::sqrt(summed_shares); }
+  void clip(float factor) override {
+    backend_.scale(grads_.data(), static_cast<int64_t>(grads_.size()), factor);
+  }
+  core::Status optimizer_step(double lr) override {
+    optimizer_.step_partition(backend_, master(), grads_.data(), lr);
+    // Stage 3 gathers no parameters after the step but the persistent ones.
+    if (zero3_) {
+      if (std::string error = zero3_->refresh_persistent(); !error.empty()) {
+        return core::Status(core::StatusCode::kUnavailable,
+                            "persistent parameter all-gather: " + error);
+      }
+      return {};
+    }
+    return all_gather_partitions(comm_, partition_, training_.zero.allgather_bucket_size,
+                                 params_.data())
+        .with_context("parameter all-gather");
+  }
+
+  // Under stage 3 blocks are gathered as a forward-only pass reaches them.
+  std::function<void()> after_forward_only() override {
+    if (!zero3_) return {};
+    return [this] { zero3_->end_forward_only(); };
+  }
+  core::Status forward_only_status() override {
+    if (!zero3_) return {};
+    if (std::string error = zero3_->error(); !error.empty()) {
+      return core::Status(core::StatusCode::kUnavailable, "ZeRO stage 3: " + error);
+    }
+    return {};
+  }
+
+  MemoryReport memory_report(const model::Gpt2Model& model) override {
+    MemoryReport memory;
+    memory.parameters = zero3_ ? zero3_->parameter_bytes()
+                               : table_.total() * static_cast<int64_t>(sizeof(float));
+    memory.gradients = static_cast<int64_t>(grads_.size() * sizeof(float));
+    memory.optimizer_states = optimizer_.state_bytes();
+    memory.activations = model.activation_bytes();
+    memory.communication_buffers = reducer_.buffer_bytes() + (zero3_ ? zero3_->buffer_bytes() : 0);
+    memory.gradient_workspace_peak = workspace_.peak_resident_bytes();
+    memory.parameter_workspace_peak = zero3_ ? zero3_->workspace_peak_bytes() : 0;
+    return memory;
+  }
+
+  core::StatusOr<std::vector<float>> final_parameters() override {
+    std::vector<float> whole;
+    if (zero3_) {
+      if (std::string error = zero3_->gather_whole(whole); !error.empty()) {
+        return core::Status(core::StatusCode::kUnavailable, "final parameter all-gather: " + error);
+      }
+    } else {
+      whole = std::move(params_);
+    }
+    whole.resize(table_.total());  // drop the partitions' padding
+    return whole;
+  }
+
+ private:
+  float* master() override { return zero3_ ? zero3_->master() : params_.data(); }
+
+  std::vector<float> grads_;  // this rank's partition
+  ReleasableBuffer workspace_;
+  GradientReducer reducer_;
+  std::optional<Zero3Parameters> zero3_;
+};
+
+}  // namespace
+
+core::StatusOr<std::unique_ptr<ModelState>> make_zero_model_state(ModelStateInputs inputs) {
+  const bool partitioned_grads = inputs.training->zero.stage >= 2 && inputs.data_comm->size() > 1;
+  std::unique_ptr<ZeroStateBase> state;
+  if (partitioned_grads) {
+    auto partitioned = std::make_unique<PartitionedGradients>(inputs);
+    if (core::Status status = partitioned->partition_parameters(*inputs.model); !status.ok()) {
+      return status;
+    }
+    state = std::move(partitioned);
+  } else {
+    state = std::make_unique<ReplicatedGradients>(inputs);
+  }
+  if (inputs.resume_shards != nullptr) {
+    if (core::Status status = state->resume(*inputs.resume_shards, inputs.resume_optimizer_steps);
+        !status.ok()) {
+      return status;
+    }
+  }
+  return std::unique_ptr<ModelState>(std::move(state));
+}
+
+}  // namespace dslaunch::worker::engine
