@@ -217,7 +217,7 @@ int run_workers(const Options& options, SharedClock clock, int port_fd, int cont
   std::vector<std::unique_ptr<dslaunch::proto::Session>> sessions;
   for (int rank = 0; rank < options.workers; ++rank) {
     sessions.push_back(
-        clients[rank % connections]->open_session(rank, {}, [&](const grpc::Status&) {
+        clients[rank % connections]->open_session(rank, {}, [&](const dslaunch::core::Status&) {
           if (!closing.load()) ended_early.fetch_add(1);
         }));
   }
@@ -277,7 +277,7 @@ int run_workers(const Options& options, SharedClock clock, int port_fd, int cont
   report.sent_in_window = sent_in_window.load();
   report.refused_sends = refused.load();
   report.sessions_ended_early = ended_early.load();
-  for (auto& session : sessions) session->close(2s);
+  for (auto& session : sessions) (void)session->close(2s);
   write_all(report_fd, &report, sizeof report);
   return 0;
 }

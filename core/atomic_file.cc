@@ -1,11 +1,12 @@
 #include "core/atomic_file.h"
 
 #include <cerrno>
-#include <cstring>
 #include <memory>
 #include <random>
 
 #include <fmt/format.h>
+
+#include "core/errno_status.h"
 
 namespace dslaunch::core {
 namespace {
@@ -34,7 +35,7 @@ bool write_synced(core::FileSystem& fs, std::unique_ptr<core::WritableFile> file
   const int close_failure = file->close();
   if (failure == 0) failure = close_failure;
   if (failure == 0) return true;
-  error = fmt::format("cannot write '{}': {}", temporary, std::strerror(failure));
+  error = fmt::format("cannot write '{}': {}", temporary, core::errno_text(failure));
   (void)fs.remove(temporary);
   return false;
 }
@@ -43,14 +44,14 @@ bool write_synced(core::FileSystem& fs, std::unique_ptr<core::WritableFile> file
 bool commit(core::FileSystem& fs, const std::string& temporary, const std::string& path,
             const std::string& dir, std::string& error) {
   if (const int failure = fs.rename(temporary, path)) {
-    error = fmt::format("cannot rename '{}' to '{}': {}", temporary, path, std::strerror(failure));
+    error = fmt::format("cannot rename '{}' to '{}': {}", temporary, path, core::errno_text(failure));
     (void)fs.remove(temporary);
     return false;
   }
   // Without this a power cut could lose the rename, though the data is synced.
   if (const int failure = fs.sync_folder(dir)) {
     error = fmt::format("'{}' is written but its folder '{}' cannot be synced: {}", path, dir,
-                        std::strerror(failure));
+                        core::errno_text(failure));
     return false;
   }
   return true;
@@ -60,7 +61,7 @@ bool commit(core::FileSystem& fs, const std::string& temporary, const std::strin
 
 bool sync_folder(const std::string& dir, std::string& error, core::FileSystem& fs) {
   if (const int failure = fs.sync_folder(dir)) {
-    error = fmt::format("cannot sync folder '{}': {}", dir, std::strerror(failure));
+    error = fmt::format("cannot sync folder '{}': {}", dir, core::errno_text(failure));
     return false;
   }
   return true;
@@ -71,12 +72,12 @@ bool replace_file_durably(const std::string& dir, std::string_view name, std::st
   const std::string path = join(dir, name);
   const std::string temporary = path + ".tmp";
   if (const int failure = fs.remove(temporary); failure != 0 && failure != ENOENT) {
-    error = fmt::format("cannot remove stale '{}': {}", temporary, std::strerror(failure));
+    error = fmt::format("cannot remove stale '{}': {}", temporary, core::errno_text(failure));
     return false;
   }
   std::unique_ptr<core::WritableFile> file;
   if (const int failure = fs.create_file(temporary, mode, file)) {
-    error = fmt::format("cannot write '{}': {}", temporary, std::strerror(failure));
+    error = fmt::format("cannot write '{}': {}", temporary, core::errno_text(failure));
     return false;
   }
   return write_synced(fs, std::move(file), temporary, content, error) &&
@@ -97,7 +98,7 @@ bool write_file_atomically(const std::string& path, std::string_view content, st
   }
   if (failure != 0) {
     error = fmt::format("cannot write '{}': cannot create a temporary file beside it: {}", path,
-                        std::strerror(failure));
+                        core::errno_text(failure));
     return false;
   }
   return write_synced(fs, std::move(file), temporary, content, error) &&

@@ -1,11 +1,11 @@
 #include "core/file_system.h"
 
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 
 #include <fmt/format.h>
 
+#include "core/errno_status.h"
 #include "core/posix_file_system.h"
 
 namespace dslaunch::core {
@@ -35,7 +35,7 @@ bool create_folders(FileSystem& fs, const std::string& path, mode_t mode, std::s
     if (prefix.empty() || prefix == "/" || prefix.back() == '/') continue;
     const int failure = fs.make_folder(prefix, mode);
     if (failure != 0 && failure != EEXIST) {
-      error = fmt::format("cannot create folder '{}': {}", prefix, std::strerror(failure));
+      error = fmt::format("cannot create folder '{}': {}", prefix, errno_text(failure));
       return false;
     }
   }

@@ -6,10 +6,11 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <utility>
 
 #include <fmt/format.h>
+
+#include "core/errno_status.h"
 
 namespace dslaunch::core {
 
@@ -41,12 +42,12 @@ bool MappedFile::open(const std::string& path, std::string& error) {
   path_ = path;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    error = fmt::format("cannot open '{}': {}", path, std::strerror(errno));
+    error = fmt::format("cannot open '{}': {}", path, errno_text(errno));
     return false;
   }
   struct stat info {};
   if (::fstat(fd, &info) != 0) {
-    error = fmt::format("cannot read '{}': {}", path, std::strerror(errno));
+    error = fmt::format("cannot read '{}': {}", path, errno_text(errno));
     ::close(fd);
     return false;
   }
@@ -59,7 +60,7 @@ bool MappedFile::open(const std::string& path, std::string& error) {
     void* mapping =
         ::mmap(nullptr, static_cast<size_t>(info.st_size), PROT_READ, MAP_SHARED, fd, 0);
     if (mapping == MAP_FAILED) {
-      error = fmt::format("cannot map '{}' into memory: {}", path, std::strerror(errno));
+      error = fmt::format("cannot map '{}' into memory: {}", path, errno_text(errno));
       ::close(fd);
       return false;
     }

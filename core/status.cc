@@ -22,6 +22,8 @@ std::string_view status_code_name(StatusCode code) {
       return "deadline exceeded";
     case StatusCode::kFailedPrecondition:
       return "failed precondition";
+    case StatusCode::kUnauthenticated:
+      return "unauthenticated";
     case StatusCode::kInternal:
       return "internal";
   }

@@ -19,6 +19,7 @@ enum class StatusCode {
   kUnavailable,         // a peer or the controller is gone (retryable)
   kDeadlineExceeded,    // a collective or a step past its timeout: a hang
   kFailedPrecondition,  // called in a state that does not allow it
+  kUnauthenticated,     // a wrong or missing job token
   kInternal,            // a library failed in a way the caller cannot fix
 };
 

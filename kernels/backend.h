@@ -14,6 +14,16 @@
 //   llm.c's do: gradient accumulation over micro-batches and residual
 //   branches then need no extra buffers. Callers zero gradients when a new
 //   step begins.
+// - Every pointer a kernel takes is the backend's memory (allocate()):
+//   device memory on a GPU, host memory on the CPU. The engine moves data
+//   in and out with the copy calls only, so the same model and trainer run
+//   on either; it never reads or writes tensors between kernels.
+// - Kernels and copies run in order on the backend's current stream
+//   (set_stream(); the default stream at first), as CUDA's do: a call may
+//   return before its work is done, and the results are there for the next
+//   call on the same stream, for a stream that waits on an event recorded
+//   after it, and for the host after synchronize(). copy_device_to_host()
+//   returns when the bytes are in host memory.
 // - A backend is used from one thread at a time; it may use several threads
 //   inside a call.
 // - CPU backend: every kernel gives the same bits whatever the thread count,
@@ -28,11 +38,54 @@
 
 namespace dslaunch::kernels {
 
+// An ordered queue of work on a device (a CUDA stream).
+class Stream {
+ public:
+  virtual ~Stream() = default;
+};
+
+// A point in a stream's work, which another stream or the host can wait
+// for (a CUDA event).
+class Event {
+ public:
+  virtual ~Event() = default;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
 
   virtual std::string name() const = 0;
+
+  // Memory: `bytes` of the backend's memory, aligned to 64 bytes, not
+  // initialised; throws std::bad_alloc when there is not enough.
+  // deallocate() takes what allocate() returned (or nullptr).
+  virtual void* allocate(int64_t bytes) = 0;
+  virtual void deallocate(void* data) = 0;
+  virtual void copy_host_to_device(void* device, const void* host, int64_t bytes) = 0;
+  virtual void copy_device_to_host(void* host, const void* device, int64_t bytes) = 0;
+  virtual void copy_device_to_device(void* to, const void* from, int64_t bytes) = 0;
+  virtual void memset_zero(void* device, int64_t bytes) = 0;
+
+  // Streams and events. The stream set is the one kernels and copies run on
+  // until the next set_stream(); it must outlive its use. record() marks the
+  // current stream's work so far; wait() makes the current stream's later
+  // work wait for an event; synchronize() blocks the host until the event's
+  // work is done.
+  virtual std::unique_ptr<Stream> create_stream() = 0;
+  virtual std::unique_ptr<Event> create_event() = 0;
+  virtual void set_stream(Stream* stream) = 0;  // nullptr: the default stream
+  virtual void record(Event& event) = 0;
+  virtual void wait(Event& event) = 0;
+  virtual void synchronize(Event& event) = 0;
+  // Blocks the host until all work on every stream is done.
+  virtual void synchronize() = 0;
+
+  // x[i] = value for i in [0, n).
+  virtual void fill(float* x, int64_t n, float value) = 0;
+  // result[0] = the mean of x[0, n), summed in double in index order and
+  // rounded to float once; result stays in the backend's memory.
+  virtual void mean(float* result, const float* x, int64_t n) = 0;
 
   // out (B,T,C) = wte[tokens] + wpe[t]. tokens (B,T) must lie in [0, Vp).
   virtual void encoder_forward(float* out, const int32_t* tokens, const float* wte,
@@ -129,7 +182,8 @@ class Backend {
                             const AdamWParams& hyper) = 0;
 
   // Σ x², accumulated in double so the result does not depend on how the
-  // caller splits a buffer.
+  // caller splits a buffer. Returns to the host (it synchronizes): the
+  // global norm is summed over ranks on the host with the loss.
   virtual double sum_of_squares(const float* x, int64_t n) = 0;
   // x *= factor.
   virtual void scale(float* x, int64_t n, float factor) = 0;

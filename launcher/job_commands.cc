@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "core/status.h"
 #include "launcher/controller/job_directory.h"
 #include "launcher/controller/job_status.h"
 #include "launcher/job_dir_path.h"
@@ -83,13 +84,13 @@ std::optional<JobView> view_job(const JobDirectory& directory, std::string& erro
   options.deadline = kStatusDeadline;
   proto::ControllerClient client(view.status.controller_address(), *token, options);
   v1::JobStatus live;
-  const grpc::Status answered = client.get_status(&live);
+  const core::Status answered = client.get_status(&live);
   if (answered.ok()) {
     view.status = live;
     view.live = true;
   } else {
     view.note = fmt::format("controller at {} not answering ({}); state.json written {} ago",
-                            view.status.controller_address(), answered.error_message(),
+                            view.status.controller_address(), answered.message(),
                             age_text(now_unix_ms() - view.status.updated_unix_ms()));
   }
   return view;
@@ -304,10 +305,10 @@ int run_stop_command(const std::string& job, bool now) {
   v1::StopRequest request;
   request.set_now(now);
   v1::StopReply reply;
-  const grpc::Status stopped = client.stop(request, &reply);
+  const core::Status stopped = client.stop(request, &reply);
   if (!stopped.ok()) {
     std::cerr << fmt::format("dslaunch stop: the controller at {} did not answer: {}\n",
-                             status.controller_address(), stopped.error_message());
+                             status.controller_address(), stopped.message());
     return kUnreachable;
   }
   std::cout << fmt::format("job {}: {} requested (state {})\n", status.job_id(),
@@ -352,10 +353,10 @@ int run_checkpoint_command(const std::string& job) {
   }
   proto::ControllerClient client(status.controller_address(), *token, client_options(status));
   v1::CheckpointReply reply;
-  const grpc::Status asked = client.checkpoint(&reply);
+  const core::Status asked = client.checkpoint(&reply);
   if (!asked.ok()) {
-    std::cerr << fmt::format("dslaunch checkpoint: {}\n", asked.error_message());
-    return asked.error_code() == grpc::StatusCode::FAILED_PRECONDITION ? kBadInput : kUnreachable;
+    std::cerr << fmt::format("dslaunch checkpoint: {}\n", asked.message());
+    return asked.code() == core::StatusCode::kFailedPrecondition ? kBadInput : kUnreachable;
   }
   std::cout << fmt::format(
       "job {}: checkpoint requested from {} rank(s) after their next step (last committed: {})\n",

@@ -3,12 +3,12 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <iostream>
 
 #include <fmt/format.h>
 
+#include "core/errno_status.h"
 #include "launcher/checkpoint_export.h"
 #include "launcher/job_commands.h"
 #include "launcher/worker_binary.h"
@@ -108,7 +108,7 @@ int run_eval_command(int argc, char** argv) {
   args.insert(args.end(), argv + 1, argv + argc);  // argv[1] is "eval"
   args.push_back(nullptr);
   execv(worker.c_str(), args.data());
-  std::cerr << fmt::format("dslaunch eval: cannot run {}: {}\n", worker, std::strerror(errno));
+  std::cerr << fmt::format("dslaunch eval: cannot run {}: {}\n", worker, core::errno_text(errno));
   return kFailed;
 }
 

@@ -2,10 +2,10 @@
 
 #include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <iostream>
 
+#include "core/errno_status.h"
 #include "launcher/plan/plan_json.h"
 #include "launcher/plan/plan_report.h"
 #include "launcher/plan/planned_job.h"
@@ -36,7 +36,7 @@ int run_plan_command(const PlanCommandOptions& options) {
     if (rankfile) rankfile << topology::to_rankfile(job_plan.placement) << std::flush;
     if (!rankfile) {
       // Read errno before anything else can change it.
-      const std::string reason = std::strerror(errno);
+      const std::string reason = core::errno_text(errno);
       std::cerr << options.rankfile << ": cannot write the rankfile: " << reason << "\n";
       return kInvalidInput;
     }

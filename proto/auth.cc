@@ -5,10 +5,11 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
+
+#include "core/errno_status.h"
 
 namespace dslaunch::proto {
 
@@ -20,7 +21,7 @@ TokenResult generate_token() {
     if (got < 0) {
       if (errno == EINTR) continue;
       return {"",
-              std::string("cannot make a job token: getrandom failed: ") + std::strerror(errno)};
+              std::string("cannot make a job token: getrandom failed: ") + core::errno_text(errno)};
     }
     filled += static_cast<size_t>(got);
   }
@@ -61,7 +62,7 @@ bool authorization_matches(std::string_view metadata_value, std::string_view tok
 bool read_credential_file(const std::string& path, std::string& contents, std::string& error) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    error = path + ": cannot read: " + std::strerror(errno);
+    error = path + ": cannot read: " + core::errno_text(errno);
     return false;
   }
   std::ostringstream text;

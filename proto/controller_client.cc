@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "proto/auth.h"
+#include "proto/grpc_status.h"
 #include "proto/message_limits.h"
 
 namespace dslaunch::proto {
@@ -45,7 +46,7 @@ class SessionReactor final
   }
 
   // Ends a session that never reached the wire (the client is unusable).
-  void end_unstarted(const grpc::Status& status) {
+  void end_unstarted(const core::Status& status) {
     {
       std::lock_guard lock(mutex_);
       closing_ = true;
@@ -88,13 +89,13 @@ class SessionReactor final
 
   void cancel() { context_.TryCancel(); }
 
-  std::optional<grpc::Status> wait_for_end(std::chrono::milliseconds timeout) {
+  std::optional<core::Status> wait_for_end(std::chrono::milliseconds timeout) {
     std::unique_lock lock(mutex_);
     if (!done_cv_.wait_for(lock, timeout, [&] { return done_; })) return std::nullopt;
     return final_status_;
   }
 
-  grpc::Status wait_for_end() {
+  core::Status wait_for_end() {
     std::unique_lock lock(mutex_);
     done_cv_.wait(lock, [&] { return done_; });
     return final_status_;
@@ -148,7 +149,8 @@ class SessionReactor final
     if (release) RemoveHold();
   }
 
-  void OnDone(const grpc::Status& status) override {
+  void OnDone(const grpc::Status& done) override {
+    const core::Status status = from_grpc(done);
     {
       std::lock_guard lock(mutex_);
       final_status_ = status;
@@ -187,7 +189,7 @@ class SessionReactor final
   bool write_failed_ = false;
   bool hold_released_ = false;
   bool done_ = false;
-  grpc::Status final_status_;
+  core::Status final_status_;
 };
 
 }  // namespace detail
@@ -196,20 +198,21 @@ Session::Session(std::shared_ptr<grpc::Channel> channel,
                  std::unique_ptr<detail::SessionReactor> reactor)
     : channel_(std::move(channel)), reactor_(std::move(reactor)) {}
 
-Session::~Session() { close(); }
+// A destructor has no one to report the final status to.
+Session::~Session() { (void)close(); }
 
 bool Session::send(v1::WorkerMessage message) { return reactor_->send(std::move(message)); }
 
-grpc::Status Session::close(std::chrono::milliseconds timeout) {
+core::Status Session::close(std::chrono::milliseconds timeout) {
   reactor_->begin_close();
-  if (std::optional<grpc::Status> status = reactor_->wait_for_end(timeout)) return *status;
+  if (std::optional<core::Status> status = reactor_->wait_for_end(timeout)) return *status;
   // The controller did not finish the stream in time; a cancelled call always
   // reaches OnDone promptly.
   reactor_->cancel();
   return reactor_->wait_for_end();
 }
 
-std::optional<grpc::Status> Session::wait_for_end(std::chrono::milliseconds timeout) {
+std::optional<core::Status> Session::wait_for_end(std::chrono::milliseconds timeout) {
   return reactor_->wait_for_end(timeout);
 }
 
@@ -239,25 +242,24 @@ grpc::ChannelArguments channel_arguments(const ClientOptions& options) {
   return args;
 }
 
-grpc::Status tls_credentials(const ClientTls& tls,
+core::Status tls_credentials(const ClientTls& tls,
                              std::shared_ptr<grpc::ChannelCredentials>& credentials) {
   grpc::SslCredentialsOptions ssl;
   std::string error;
   if (!read_credential_file(tls.ca_file, ssl.pem_root_certs, error)) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "tls.ca: " + error);
+    return core::failed_precondition("tls.ca: " + error);
   }
   if (tls.cert_file.empty() != tls.key_file.empty()) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "tls: a client certificate needs both cert and key");
+    return core::failed_precondition("tls: a client certificate needs both cert and key");
   }
   if (!tls.cert_file.empty()) {
     if (!read_credential_file(tls.cert_file, ssl.pem_cert_chain, error) ||
         !read_credential_file(tls.key_file, ssl.pem_private_key, error)) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "tls: " + error);
+      return core::failed_precondition("tls: " + error);
     }
   }
   credentials = grpc::SslCredentials(ssl);
-  return grpc::Status::OK;
+  return {};
 }
 
 }  // namespace
@@ -276,33 +278,33 @@ void ControllerClient::prepare(grpc::ClientContext& context, bool with_deadline)
   if (with_deadline) context.set_deadline(std::chrono::system_clock::now() + options_.deadline);
 }
 
-grpc::Status ControllerClient::register_rank(const v1::RegisterRequest& request,
+core::Status ControllerClient::register_rank(const v1::RegisterRequest& request,
                                              v1::RegisterReply* reply) {
   if (!status_.ok()) return status_;
   grpc::ClientContext context;
   prepare(context, true);
-  return stub_->Register(&context, request, reply);
+  return from_grpc(stub_->Register(&context, request, reply));
 }
 
-grpc::Status ControllerClient::get_status(v1::JobStatus* status) {
+core::Status ControllerClient::get_status(v1::JobStatus* status) {
   if (!status_.ok()) return status_;
   grpc::ClientContext context;
   prepare(context, true);
-  return stub_->GetStatus(&context, v1::GetStatusRequest(), status);
+  return from_grpc(stub_->GetStatus(&context, v1::GetStatusRequest(), status));
 }
 
-grpc::Status ControllerClient::stop(const v1::StopRequest& request, v1::StopReply* reply) {
+core::Status ControllerClient::stop(const v1::StopRequest& request, v1::StopReply* reply) {
   if (!status_.ok()) return status_;
   grpc::ClientContext context;
   prepare(context, true);
-  return stub_->Stop(&context, request, reply);
+  return from_grpc(stub_->Stop(&context, request, reply));
 }
 
-grpc::Status ControllerClient::checkpoint(v1::CheckpointReply* reply) {
+core::Status ControllerClient::checkpoint(v1::CheckpointReply* reply) {
   if (!status_.ok()) return status_;
   grpc::ClientContext context;
   prepare(context, true);
-  return stub_->Checkpoint(&context, v1::CheckpointRequest(), reply);
+  return from_grpc(stub_->Checkpoint(&context, v1::CheckpointRequest(), reply));
 }
 
 std::unique_ptr<Session> ControllerClient::open_session(int rank, CommandCallback on_command,

@@ -9,13 +9,15 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "core/status.h"
 #include "proto/dslaunch.grpc.pb.h"
 #include "proto/dslaunch.pb.h"
 
 // The typed client of the Controller service, used by dsworker and by the
 // CLI (`dslaunch status`, `stop`). Every call carries the job token; every
 // unary call has a deadline; one Session per rank carries heartbeats and
-// events up and commands down.
+// events up and commands down. Failures come back as core::Status,
+// translated from gRPC's in one place (proto/grpc_status.h).
 namespace dslaunch::proto {
 
 namespace v1 = dslaunch::v1;
@@ -75,13 +77,13 @@ class Session {
 
   // Ends the stream cleanly: writes what is queued, tells the controller no
   // more messages come, and waits for its final status. After `timeout` the
-  // call is cancelled instead. Blocks; returns the final status (OK for a
+  // call is cancelled instead. Blocks; returns the final status (ok for a
   // clean end). Safe to call more than once.
-  grpc::Status close(std::chrono::milliseconds timeout = std::chrono::seconds(5));
+  core::Status close(std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
   // The final status once the stream ended (closed here, ended by the
   // controller, or the connection lost), else nullopt after waiting `timeout`.
-  std::optional<grpc::Status> wait_for_end(std::chrono::milliseconds timeout);
+  std::optional<core::Status> wait_for_end(std::chrono::milliseconds timeout);
   bool ended() const;
 
   int rank() const;
@@ -102,25 +104,25 @@ class ControllerClient {
  public:
   // Called for each command the controller sends down a session.
   using CommandCallback = std::function<void(const v1::ControllerCommand&)>;
-  // Called once when a session ends, with its final status: OK after a clean
-  // close(), UNAVAILABLE when the controller went away or shut down,
-  // UNAUTHENTICATED for a wrong token, INVALID_ARGUMENT for a bad stream.
-  using EndCallback = std::function<void(const grpc::Status&)>;
+  // Called once when a session ends, with its final status: ok after a clean
+  // close(), kUnavailable when the controller went away or shut down,
+  // kUnauthenticated for a wrong token, kInvalidArgument for a bad stream.
+  using EndCallback = std::function<void(const core::Status&)>;
 
   // `address` is "host:port". Does not connect yet. If a TLS file cannot be
   // read, status() says why and every call returns that status.
   ControllerClient(std::string address, std::string token, ClientOptions options = {});
 
-  const grpc::Status& status() const { return status_; }
+  const core::Status& status() const { return status_; }
   const std::string& address() const { return address_; }
 
   // Unary calls. Each blocks for at most options.deadline and returns the
-  // controller's status (DEADLINE_EXCEEDED when it did not answer in time,
-  // UNAVAILABLE when it cannot be reached, UNAUTHENTICATED for a wrong token).
-  grpc::Status register_rank(const v1::RegisterRequest& request, v1::RegisterReply* reply);
-  grpc::Status get_status(v1::JobStatus* status);
-  grpc::Status stop(const v1::StopRequest& request, v1::StopReply* reply);
-  grpc::Status checkpoint(v1::CheckpointReply* reply);
+  // controller's status (kDeadlineExceeded when it did not answer in time,
+  // kUnavailable when it cannot be reached, kUnauthenticated for a wrong token).
+  core::Status register_rank(const v1::RegisterRequest& request, v1::RegisterReply* reply);
+  core::Status get_status(v1::JobStatus* status);
+  core::Status stop(const v1::StopRequest& request, v1::StopReply* reply);
+  core::Status checkpoint(v1::CheckpointReply* reply);
 
   // Opens rank `rank`'s session and announces the rank at once (a first
   // message with no payload), so commands can come down before the first
@@ -137,7 +139,7 @@ class ControllerClient {
   std::string address_;
   std::string token_;
   ClientOptions options_;
-  grpc::Status status_;
+  core::Status status_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Controller::Stub> stub_;
 };

@@ -9,6 +9,7 @@
 
 #include "core/file_system.h"
 #include "kernels/backend.h"
+#include "kernels/make_backend.h"
 #include "worker/checkpoint/async_shard_writer.h"
 #include "worker/data/demo_corpus.h"
 #include "worker/data/training_data.h"
@@ -166,7 +167,15 @@ int run_train_workload(const TrainWorkloadContext& context) {
               << std::endl;
   }
 
-  std::unique_ptr<kernels::Backend> backend = kernels::make_cpu_backend(context.compute_threads);
+  core::StatusOr<std::unique_ptr<kernels::Backend>> made_backend = kernels::make_backend(
+      spec.cluster.device == spec::Device::kCuda ? kernels::DeviceKind::kCuda
+                                                 : kernels::DeviceKind::kCpu,
+      context.compute_threads);
+  if (!made_backend.ok()) {
+    report_error(session, made_backend.status().message());
+    return 1;
+  }
+  kernels::Backend& backend = **made_backend;
   engine::TrainerOptions options;
   options.data_comm = &context.groups->data();
   options.batch = context.batch;
@@ -195,7 +204,7 @@ int run_train_workload(const TrainWorkloadContext& context) {
   }
   engine::TrainResult result;
   try {
-    result = engine::train(spec, data, *backend, options);
+    result = engine::train(spec, data, backend, options);
   } catch (const std::exception& error) {
     // Out of memory, or a broken invariant: report it as this rank's error
     // instead of dying with no word to the controller.

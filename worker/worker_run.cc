@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "core/spec/spec_parser.h"
+#include "core/status.h"
 #include "proto/controller_client.h"
 #include "tools/build_info/build_info.h"
 #include "worker/commbench/commbench.h"
@@ -130,13 +131,13 @@ int64_t unix_time_ms() {
 
 // Registration, retried while the controller is not reachable yet (it
 // starts before the ranks, but a busy host may delay it).
-grpc::Status register_with_retries(proto::ControllerClient& client,
+core::Status register_with_retries(proto::ControllerClient& client,
                                    const v1::RegisterRequest& request, v1::RegisterReply* reply) {
-  grpc::Status status;
+  core::Status status;
   auto backoff = std::chrono::duration_cast<std::chrono::milliseconds>(timing::kRegisterFirstBackoff);
   for (int attempt = 0; attempt < timing::kRegisterAttempts; ++attempt) {
     status = client.register_rank(request, reply);
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return status;
+    if (status.code() != core::StatusCode::kUnavailable) return status;
     std::this_thread::sleep_for(backoff);
     backoff *= 2;
   }
@@ -323,12 +324,12 @@ int run_worker() {
       env_or_empty("DSL_DEVICE") == "cuda" ? fmt::format("cuda:{}", rank_env->local_rank) : "cpu");
   request.set_version(version_line("dsworker"));
   v1::RegisterReply reply;
-  const grpc::Status registered = register_with_retries(client, request, &reply);
+  const core::Status registered = register_with_retries(client, request, &reply);
   if (!registered.ok()) {
     std::cerr << fmt::format("dsworker rank {}: cannot register with the controller at {}: {}\n",
-                             rank_env->rank, address, registered.error_message());
+                             rank_env->rank, address, registered.message());
     comm::mpi_finalize();
-    return registered.error_code() == grpc::StatusCode::UNAVAILABLE ? kControllerLost : kUnusable;
+    return registered.code() == core::StatusCode::kUnavailable ? kControllerLost : kUnusable;
   }
 
   spec::Diagnostics diagnostics;
@@ -367,11 +368,11 @@ int run_worker() {
             break;
         }
       },
-      [&](const grpc::Status& end) {
+      [&](const core::Status& end) {
         if (closing.load()) return;
         controller_lost.store(true);
         std::cerr << fmt::format("dsworker rank {}: lost the controller ({}); exiting\n",
-                                 rank_env->rank, end.error_message());
+                                 rank_env->rank, end.message());
         // The job cannot be supervised, stopped or restarted any more: end
         // this rank now rather than run on unseen.
         std::_Exit(kControllerLost);
@@ -472,7 +473,8 @@ int run_worker() {
   fill_heartbeat(status, *last.mutable_heartbeat());
   session->send(last);
   closing.store(true);
-  session->close();
+  // The rank's work is done whatever the stream's final status says.
+  (void)session->close();
   if (exit_code == kDone) comm::mpi_finalize();
   return exit_code;
 }

@@ -4,12 +4,13 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <memory>
 #include <vector>
 
 #include <fmt/format.h>
 #include <xxhash.h>
+
+#include "core/errno_status.h"
 
 namespace dslaunch::core {
 
@@ -18,7 +19,7 @@ std::string xxh64_hex(uint64_t hash) { return fmt::format("{:016x}", hash); }
 std::optional<std::string> file_xxh64(const std::string& path, std::string& error) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    error = fmt::format("cannot open '{}': {}", path, std::strerror(errno));
+    error = fmt::format("cannot open '{}': {}", path, errno_text(errno));
     return std::nullopt;
   }
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
@@ -30,7 +31,7 @@ std::optional<std::string> file_xxh64(const std::string& path, std::string& erro
     const ssize_t got = ::read(fd, block.data(), block.size());
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) {
-      error = fmt::format("cannot read '{}': {}", path, std::strerror(errno));
+      error = fmt::format("cannot read '{}': {}", path, errno_text(errno));
       ::close(fd);
       return std::nullopt;
     }

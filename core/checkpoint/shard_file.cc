@@ -20,6 +20,7 @@
 
 #include "core/checkpoint/file_checksum.h"
 #include "core/checkpoint/open_shard.h"
+#include "core/errno_status.h"
 #include "core/file_system.h"
 #include "core/json_input.h"
 
@@ -393,7 +394,7 @@ std::string read_exactly(int fd, char* out, int64_t bytes, int64_t offset) {
     const ssize_t got = ::pread(fd, out, static_cast<size_t>(std::min<int64_t>(bytes, 1 << 30)),
                                 static_cast<off_t>(offset));
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return std::strerror(errno);
+    if (got < 0) return core::errno_text(errno);
     if (got == 0) return fmt::format("the file ends {} bytes early", bytes);
     out += got;
     bytes -= got;
@@ -407,7 +408,7 @@ bool open_shard(const std::string& path, OpenShard& shard, std::string& error) {
   const int fd = shard.fd->get();
   struct stat info;
   if (fd < 0 || ::fstat(fd, &info) != 0) {
-    error = fmt::format("cannot open checkpoint shard '{}': {}", path, std::strerror(errno));
+    error = fmt::format("cannot open checkpoint shard '{}': {}", path, core::errno_text(errno));
     return false;
   }
   const int64_t file_bytes = info.st_size;
@@ -514,7 +515,7 @@ WrittenShard write_shard(const std::string& path, ShardHeader header,
   const auto fail = [&](int error_number) {
     (void)fs.remove(temporary);
     result.error =
-        fmt::format("cannot write checkpoint shard '{}': {}", path, std::strerror(error_number));
+        fmt::format("cannot write checkpoint shard '{}': {}", path, core::errno_text(error_number));
     return result;
   };
   // A temporary file left by a writer that died is removed, so that the new
@@ -555,7 +556,7 @@ WrittenShard write_shard(const std::string& path, ShardHeader header,
   if (const int sync_failure = fs.sync_folder(directory)) {
     result.error = fmt::format(
         "checkpoint shard '{}' is written but its directory cannot be synced: {}", path,
-        std::strerror(sync_failure));
+        core::errno_text(sync_failure));
     return result;
   }
   result.size_bytes = file_bytes;

@@ -1,13 +1,14 @@
 #include "core/spec/text_file.h"
 
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <system_error>
 
 #include <fmt/format.h>
+
+#include "core/errno_status.h"
 
 namespace dslaunch::spec {
 
@@ -33,7 +34,7 @@ std::optional<std::string> read_text_file(const std::string& path, const std::st
   }
   std::ifstream file(path, std::ios::binary);
   if (!file) {
-    error = fmt::format("cannot read {} '{}': {}", what, path, std::strerror(errno));
+    error = fmt::format("cannot read {} '{}': {}", what, path, core::errno_text(errno));
     return std::nullopt;
   }
   std::stringstream buffer;

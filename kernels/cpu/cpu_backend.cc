@@ -4,6 +4,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -14,11 +17,52 @@
 namespace dslaunch::kernels {
 namespace {
 
+// Kernels run on the calling thread (and its OpenMP team) before they
+// return, so a stream's order is program order and every event is complete
+// when recorded: streams and events need no state here.
+class CpuStream final : public Stream {};
+class CpuEvent final : public Event {};
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads) : threads_(std::max(threads, 1)) { prepare_calling_thread(); }
 
   std::string name() const override { return "cpu"; }
+
+  void* allocate(int64_t bytes) override {
+    // aligned_alloc wants a multiple of the alignment.
+    const size_t rounded = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
+    void* data = std::aligned_alloc(64, rounded);
+    if (data == nullptr) throw std::bad_alloc();
+    return data;
+  }
+  void deallocate(void* data) override { std::free(data); }
+  void copy_host_to_device(void* device, const void* host, int64_t bytes) override {
+    if (bytes > 0) std::memcpy(device, host, static_cast<size_t>(bytes));
+  }
+  void copy_device_to_host(void* host, const void* device, int64_t bytes) override {
+    if (bytes > 0) std::memcpy(host, device, static_cast<size_t>(bytes));
+  }
+  void copy_device_to_device(void* to, const void* from, int64_t bytes) override {
+    if (bytes > 0) std::memmove(to, from, static_cast<size_t>(bytes));
+  }
+  void memset_zero(void* device, int64_t bytes) override {
+    if (bytes > 0) std::memset(device, 0, static_cast<size_t>(bytes));
+  }
+
+  std::unique_ptr<Stream> create_stream() override { return std::make_unique<CpuStream>(); }
+  std::unique_ptr<Event> create_event() override { return std::make_unique<CpuEvent>(); }
+  void set_stream(Stream*) override {}
+  void record(Event&) override {}
+  void wait(Event&) override {}
+  void synchronize(Event&) override {}
+  void synchronize() override {}
+
+  void fill(float* x, int64_t n, float value) override {
+    prepare_calling_thread();
+    cpu::fill(x, n, value);
+  }
+  void mean(float* result, const float* x, int64_t n) override { cpu::mean(result, x, n); }
 
   void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                        int64_t B, int64_t T, int64_t C) override {

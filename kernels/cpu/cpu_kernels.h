@@ -64,5 +64,7 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n);
 void residual_backward(float* da, float* db, const float* dout, int64_t n);
 double sum_of_squares(const float* x, int64_t n);
 void scale(float* x, int64_t n, float factor);
+void fill(float* x, int64_t n, float value);
+void mean(float* result, const float* x, int64_t n);
 
 }  // namespace dslaunch::kernels::cpu

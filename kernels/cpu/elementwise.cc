@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -60,6 +61,17 @@ double sum_of_squares(const float* x, int64_t n) {
 void scale(float* x, int64_t n, float factor) {
   for_each_chunk(n,
                  [&](int64_t begin, int64_t end) { scale_chunk(x + begin, end - begin, factor); });
+}
+
+void fill(float* x, int64_t n, float value) {
+  for_each_chunk(n, [&](int64_t begin, int64_t end) { std::fill(x + begin, x + end, value); });
+}
+
+void mean(float* result, const float* x, int64_t n) {
+  // One sum in index order (the losses of a micro-batch: a few thousand).
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  result[0] = static_cast<float>(sum / static_cast<double>(n));
 }
 
 }  // namespace dslaunch::kernels::cpu

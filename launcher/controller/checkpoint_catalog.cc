@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <set>
@@ -16,6 +15,7 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
+#include "core/errno_status.h"
 #include "core/json_input.h"
 #include "core/checkpoint/file_checksum.h"
 #include "launcher/controller/posix_file.h"
@@ -34,8 +34,6 @@ constexpr int kFormatVersion = 2;
 constexpr const char* kManifestFile = "manifest.json";
 constexpr const char* kLatestFile = "latest";
 constexpr std::string_view kDirPrefix = "step_";
-
-std::string errno_text(int error_number) { return std::strerror(error_number); }
 
 std::string base_name(const std::string& path) {
   const auto slash = path.rfind('/');
@@ -407,7 +405,7 @@ CheckpointCheck check_checkpoint(const std::string& checkpoint_dir, bool verify_
   if (!text) {
     return report(CheckpointVerdict::kUnusable,
                   fmt::format("cannot read manifest.json: {}; fix the access to it and try again",
-                              errno_text(error_number)));
+                              core::errno_text(error_number)));
   }
   std::string error;
   const std::optional<json> value = core::parse_untrusted_json(*text, error);
@@ -439,7 +437,7 @@ CheckpointCheck check_checkpoint(const std::string& checkpoint_dir, bool verify_
       if (errno == ENOENT) return broken(fmt::format("shard {} is missing", shard.path));
       return report(CheckpointVerdict::kUnusable,
                     fmt::format("shard {} cannot be read: {}; fix the access to it and try again",
-                                shard.path, errno_text(errno)));
+                                shard.path, core::errno_text(errno)));
     }
     if (!S_ISREG(info.st_mode)) return broken(fmt::format("shard {} is not a file", shard.path));
     if (info.st_size != shard.size_bytes) {
@@ -528,7 +526,7 @@ std::vector<std::string> prune_checkpoints(const std::string& root, int keep, st
   for (const std::string& dir : doomed) {
     const std::string manifest = join_path(dir, kManifestFile);
     if (::unlink(manifest.c_str()) != 0 && errno != ENOENT) {
-      error = fmt::format("cannot remove '{}': {}", manifest, errno_text(errno));
+      error = fmt::format("cannot remove '{}': {}", manifest, core::errno_text(errno));
       return removed;
     }
     std::error_code status;
@@ -547,7 +545,7 @@ std::string set_aside_checkpoint(const std::string& dir, std::string& error) {
   std::string target = base + ".broken";
   for (int n = 2; std::filesystem::exists(target); ++n) target = fmt::format("{}.broken-{}", base, n);
   if (::rename(base.c_str(), target.c_str()) != 0) {
-    error = fmt::format("cannot rename '{}' to '{}': {}", base, target, errno_text(errno));
+    error = fmt::format("cannot rename '{}' to '{}': {}", base, target, core::errno_text(errno));
     return "";
   }
   return target;

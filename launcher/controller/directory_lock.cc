@@ -5,12 +5,12 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <string>
 
 #include <fmt/format.h>
 
+#include "core/errno_status.h"
 #include "core/file_system.h"
 
 namespace dslaunch::controller {
@@ -24,7 +24,7 @@ std::optional<DirectoryLock> DirectoryLock::acquire(const std::string& dir, std:
   // its name is not followed: the pid below would be written through it.
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
-    error = fmt::format("cannot open '{}': {}", path, std::strerror(errno));
+    error = fmt::format("cannot open '{}': {}", path, core::errno_text(errno));
     return std::nullopt;
   }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -35,7 +35,7 @@ std::optional<DirectoryLock> DirectoryLock::acquire(const std::string& dir, std:
     error = reason == EWOULDBLOCK
                 ? fmt::format("{} is in use by another dslaunch (pid {})", dir,
                               got > 0 ? std::string(holder, static_cast<size_t>(got)) : "unknown")
-                : fmt::format("cannot lock '{}': {}", path, std::strerror(reason));
+                : fmt::format("cannot lock '{}': {}", path, core::errno_text(reason));
     return std::nullopt;
   }
   // The pid only serves a second dslaunch's message: the lock holds without it.

@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <memory>
@@ -18,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "core/errno_status.h"
 #include "core/json_input.h"
 #include "launcher/controller/posix_file.h"
 #include "core/atomic_file.h"
@@ -30,8 +30,6 @@ constexpr const char* kTokenFile = "token";
 // A job's record is its owner's alone: nothing in it is for group or other.
 constexpr mode_t kPrivateFolder = 0700;
 constexpr mode_t kPrivateFile = 0600;
-
-std::string errno_text(int error_number) { return std::strerror(error_number); }
 
 // The whole of `data`, or false with errno set.
 bool write_all(int fd, std::string_view data) {
@@ -51,7 +49,7 @@ bool write_all(int fd, std::string_view data) {
 bool append_line(const std::string& path, std::string_view line, std::string& error) {
   Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
   if (!fd.ok() || !write_all(fd.get(), line) || fd.close() != 0) {
-    error = fmt::format("cannot append to '{}': {}", path, errno_text(errno));
+    error = fmt::format("cannot append to '{}': {}", path, core::errno_text(errno));
     return false;
   }
   return true;
@@ -60,7 +58,7 @@ bool append_line(const std::string& path, std::string_view line, std::string& er
 std::optional<std::string> read_whole_file(const std::string& path, std::string& error) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.ok()) {
-    error = fmt::format("cannot read '{}': {}", path, errno_text(errno));
+    error = fmt::format("cannot read '{}': {}", path, core::errno_text(errno));
     return std::nullopt;
   }
   std::string content;
@@ -70,7 +68,7 @@ std::optional<std::string> read_whole_file(const std::string& path, std::string&
     if (got == 0) break;
     if (got < 0) {
       if (errno == EINTR) continue;
-      error = fmt::format("cannot read '{}': {}", path, errno_text(errno));
+      error = fmt::format("cannot read '{}': {}", path, core::errno_text(errno));
       return std::nullopt;
     }
     content.append(buffer, static_cast<size_t>(got));
@@ -122,7 +120,7 @@ std::optional<JobDirectory> JobDirectory::create(const std::string& root, const 
   // The folder holds the job's token: only its owner may look inside.
   if (const int failure = fs.make_folder(path, kPrivateFolder);
       failure != 0 && failure != EEXIST) {
-    error = fmt::format("cannot create job folder '{}': {}", path, errno_text(failure));
+    error = fmt::format("cannot create job folder '{}': {}", path, core::errno_text(failure));
     return std::nullopt;
   }
   return open(path, error, fs);
@@ -133,11 +131,11 @@ std::optional<JobDirectory> JobDirectory::open(const std::string& dir, std::stri
   const std::string path = strip_trailing_slashes(dir);
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) {
-    error = fmt::format("cannot open job folder '{}': {}", path, errno_text(errno));
+    error = fmt::format("cannot open job folder '{}': {}", path, core::errno_text(errno));
     return std::nullopt;
   }
   if (!S_ISDIR(info.st_mode)) {
-    error = fmt::format("cannot open job folder '{}': {}", path, errno_text(ENOTDIR));
+    error = fmt::format("cannot open job folder '{}': {}", path, core::errno_text(ENOTDIR));
     return std::nullopt;
   }
   return JobDirectory(path, fs);
@@ -214,11 +212,11 @@ std::string JobDirectory::rank_log_path(int attempt, int rank, std::string_view 
   std::unique_ptr<core::WritableFile> file;
   if (const int failure = fs_->create_file(path, kPrivateFile, file)) {
     if (failure == EEXIST) return path;
-    error = fmt::format("cannot create the log '{}': {}", path, errno_text(failure));
+    error = fmt::format("cannot create the log '{}': {}", path, core::errno_text(failure));
     return {};
   }
   if (const int failure = file->close()) {
-    error = fmt::format("cannot create the log '{}': {}", path, errno_text(failure));
+    error = fmt::format("cannot create the log '{}': {}", path, core::errno_text(failure));
     return {};
   }
   return path;

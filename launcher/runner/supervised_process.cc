@@ -18,6 +18,8 @@
 
 #include <fmt/format.h>
 
+#include "core/errno_status.h"
+
 namespace dslaunch::runner {
 namespace {
 
@@ -108,7 +110,7 @@ std::unique_ptr<SupervisedProcess> SupervisedProcess::start(
   int out[2], err[2], exec_status[2];
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 ||
       pipe2(exec_status, O_CLOEXEC) != 0) {
-    error = fmt::format("cannot create pipes: {}", std::strerror(errno));
+    error = fmt::format("cannot create pipes: {}", core::errno_text(errno));
     return nullptr;
   }
   // Everything the child needs is prepared before fork: after it, only
@@ -128,7 +130,7 @@ std::unique_ptr<SupervisedProcess> SupervisedProcess::start(
 
   const pid_t pid = fork();
   if (pid < 0) {
-    error = fmt::format("cannot fork: {}", std::strerror(errno));
+    error = fmt::format("cannot fork: {}", core::errno_text(errno));
     return nullptr;
   }
   if (pid == 0) {
@@ -152,7 +154,7 @@ std::unique_ptr<SupervisedProcess> SupervisedProcess::start(
     waitpid(pid, nullptr, 0);
     close(out[0]);
     close(err[0]);
-    error = fmt::format("cannot start '{}': {}", argv[0], std::strerror(exec_errno));
+    error = fmt::format("cannot start '{}': {}", argv[0], core::errno_text(exec_errno));
     return nullptr;
   }
   fcntl(out[0], F_SETFL, O_NONBLOCK);

@@ -322,11 +322,11 @@ TEST_CASE(
   options.deadline = 5s;
   dslaunch::proto::ControllerClient intruder(address, std::string(64, 'f'), options);
   dslaunch::v1::JobStatus seen;
-  CHECK(intruder.get_status(&seen).error_code() == grpc::StatusCode::UNAUTHENTICATED);
+  CHECK(intruder.get_status(&seen).code() == dslaunch::core::StatusCode::kUnauthenticated);
   dslaunch::v1::StopRequest stop_now;
   stop_now.set_now(true);
   dslaunch::v1::StopReply reply;
-  CHECK(intruder.stop(stop_now, &reply).error_code() == grpc::StatusCode::UNAUTHENTICATED);
+  CHECK(intruder.stop(stop_now, &reply).code() == dslaunch::core::StatusCode::kUnauthenticated);
   std::this_thread::sleep_for(1s);
   CHECK(home.state()["state"] == "RUNNING");
 

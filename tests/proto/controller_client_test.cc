@@ -20,6 +20,7 @@
 #include <grpcpp/grpcpp.h>
 #include <catch2/catch.hpp>
 
+#include "core/status.h"
 #include "launcher/controller/controller_handler.h"
 #include "launcher/controller/controller_server.h"
 #include "proto/auth.h"
@@ -30,6 +31,7 @@
 extern char** environ;
 
 namespace v1 = dslaunch::v1;
+namespace core = dslaunch::core;
 namespace proto = dslaunch::proto;
 using dslaunch::controller::CommandSink;
 using dslaunch::controller::ControllerHandler;
@@ -286,7 +288,7 @@ TEST_CASE("a rank registers and gets its placement back") {
   request.set_pid(4121);
   request.set_device("cpu");
   v1::RegisterReply reply;
-  const grpc::Status status = client.register_rank(request, &reply);
+  const core::Status status = client.register_rank(request, &reply);
   REQUIRE(status.ok());
   CHECK(reply.job_id() == "demo-20250101-000000-beef");
   CHECK(reply.heartbeat_interval_ms() == 5000);
@@ -332,9 +334,9 @@ TEST_CASE("a session carries heartbeats up and commands down, then closes cleanl
   Loopback loopback;
   proto::ControllerClient client = loopback.client();
   CommandLog log;
-  std::promise<grpc::Status> ended;
+  std::promise<core::Status> ended;
   std::unique_ptr<proto::Session> session = client.open_session(
-      3, log.callback(), [&](const grpc::Status& status) { ended.set_value(status); });
+      3, log.callback(), [&](const core::Status& status) { ended.set_value(status); });
 
   // The announcement opens the session before any heartbeat.
   REQUIRE(loopback.handler.wait_until([](const FakeHandler& h) { return h.opened_count() == 1; }));
@@ -373,8 +375,8 @@ TEST_CASE("a session carries heartbeats up and commands down, then closes cleanl
     CHECK(log.commands[1].kind() == v1::ControllerCommand::KIND_STOP);
   }
 
-  const grpc::Status closed = session->close();
-  CHECK(closed.error_code() == grpc::StatusCode::OK);
+  const core::Status closed = session->close();
+  CHECK(closed.code() == core::StatusCode::kOk);
   CHECK(ended.get_future().get().ok());
   CHECK(session->ended());
   CHECK_FALSE(session->send(heartbeat(3, 40)));
@@ -388,21 +390,20 @@ TEST_CASE("a wrong token is refused on every call and the handler sees nothing")
   proto::ControllerClient client = loopback.client(proto::generate_token().token);
 
   v1::RegisterReply register_reply;
-  CHECK(client.register_rank(v1::RegisterRequest(), &register_reply).error_code() ==
-        grpc::StatusCode::UNAUTHENTICATED);
+  CHECK(client.register_rank(v1::RegisterRequest(), &register_reply).code() ==
+        core::StatusCode::kUnauthenticated);
   v1::JobStatus status;
-  const grpc::Status refused = client.get_status(&status);
-  CHECK(refused.error_code() == grpc::StatusCode::UNAUTHENTICATED);
-  CHECK(refused.error_message() == "wrong job token: this controller runs another job");
+  const core::Status refused = client.get_status(&status);
+  CHECK(refused.code() == core::StatusCode::kUnauthenticated);
+  CHECK(refused.message() == "wrong job token: this controller runs another job");
   v1::StopReply stop_reply;
-  CHECK(client.stop(v1::StopRequest(), &stop_reply).error_code() ==
-        grpc::StatusCode::UNAUTHENTICATED);
+  CHECK(client.stop(v1::StopRequest(), &stop_reply).code() == core::StatusCode::kUnauthenticated);
 
   std::unique_ptr<proto::Session> session = client.open_session(0, {});
   session->send(heartbeat(0, 1));  // may already be refused
-  const std::optional<grpc::Status> ended = session->wait_for_end(10s);
+  const std::optional<core::Status> ended = session->wait_for_end(10s);
   REQUIRE(ended.has_value());
-  CHECK(ended->error_code() == grpc::StatusCode::UNAUTHENTICATED);
+  CHECK(ended->code() == core::StatusCode::kUnauthenticated);
 
   CHECK(loopback.handler.calls() == 0);
   CHECK(loopback.server.refused_calls() == 4);
@@ -456,8 +457,8 @@ TEST_CASE("a 5 MiB spec goes up and comes back: gRPC's 4 MiB default is not the 
   request.set_rank(1);
   request.set_host(spec);
   v1::RegisterReply reply;
-  const grpc::Status status = client.register_rank(request, &reply);
-  REQUIRE(status.error_message() == "");
+  const core::Status status = client.register_rank(request, &reply);
+  REQUIRE(status.message() == "");
   CHECK(reply.resolved_spec_yaml() == spec);
   const std::vector<v1::RegisterRequest> seen = loopback.handler.registrations();
   REQUIRE(seen.size() == 1);
@@ -472,7 +473,7 @@ TEST_CASE("a message above the cap is refused with RESOURCE_EXHAUSTED on both si
 
   // The client refuses to send it.
   proto::ControllerClient client = loopback.client();
-  CHECK(client.register_rank(request, &reply).error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(client.register_rank(request, &reply).code() == core::StatusCode::kResourceExhausted);
 
   // A client without that limit sends it, and the controller refuses it.
   const std::unique_ptr<v1::Controller::Stub> stub = loopback.raw_stub();
@@ -510,9 +511,9 @@ TEST_CASE("a unary call whose handler blocks ends with DEADLINE_EXCEEDED at its 
 
   const auto start = std::chrono::steady_clock::now();
   v1::RegisterReply reply;
-  const grpc::Status status = client.register_rank(v1::RegisterRequest(), &reply);
+  const core::Status status = client.register_rank(v1::RegisterRequest(), &reply);
   const auto elapsed = std::chrono::steady_clock::now() - start;
-  CHECK(status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+  CHECK(status.code() == core::StatusCode::kDeadlineExceeded);
   CHECK(elapsed >= 250ms);  // gRPC's timers may fire a little early
   CHECK(elapsed < 5s);
   CHECK(loopback.handler.registrations().size() == 1);
@@ -563,10 +564,10 @@ TEST_CASE("shutdown ends every open session, and the handler hears each one clos
   auto loopback = std::make_unique<Loopback>();
   proto::ControllerClient client = loopback->client();
   std::vector<std::unique_ptr<proto::Session>> sessions;
-  std::vector<std::promise<grpc::Status>> ends(3);
+  std::vector<std::promise<core::Status>> ends(3);
   for (int rank = 0; rank < 3; ++rank) {
     sessions.push_back(client.open_session(
-        rank, {}, [&ends, rank](const grpc::Status& status) { ends[rank].set_value(status); }));
+        rank, {}, [&ends, rank](const core::Status& status) { ends[rank].set_value(status); }));
   }
   REQUIRE(loopback->handler.wait_until([](const FakeHandler& h) { return h.opened_count() == 3; }));
   CHECK(loopback->server.open_sessions() == 3);
@@ -577,11 +578,11 @@ TEST_CASE("shutdown ends every open session, and the handler hears each one clos
   CHECK(loopback->handler.closed_count() == 3);
   CHECK(loopback->server.open_sessions() == 0);
   for (int rank = 0; rank < 3; ++rank) {
-    std::future<grpc::Status> end = ends[rank].get_future();
+    std::future<core::Status> end = ends[rank].get_future();
     REQUIRE(end.wait_for(5s) == std::future_status::ready);
-    const grpc::Status status = end.get();
-    CHECK(status.error_code() == grpc::StatusCode::UNAVAILABLE);
-    CHECK(status.error_message() == "the controller is shutting down");
+    const core::Status status = end.get();
+    CHECK(status.code() == core::StatusCode::kUnavailable);
+    CHECK(status.message() == "the controller is shutting down");
   }
   CHECK(std::chrono::steady_clock::now() - start < 5s);
   CHECK_FALSE(sessions[0]->send(heartbeat(0, 1)));
@@ -613,9 +614,9 @@ TEST_CASE("a session notices within seconds that the controller process was kill
 
   proto::ControllerClient client("127.0.0.1:" + std::to_string(port), token);
   CommandLog log;
-  std::promise<grpc::Status> ended;
+  std::promise<core::Status> ended;
   std::unique_ptr<proto::Session> session = client.open_session(
-      5, log.callback(), [&](const grpc::Status& status) { ended.set_value(status); });
+      5, log.callback(), [&](const core::Status& status) { ended.set_value(status); });
   // The helper answers the announcement with DUMP_STACKS: the session is live.
   const bool live = log.wait_for(1);
   kill(pid, SIGKILL);
@@ -624,10 +625,10 @@ TEST_CASE("a session notices within seconds that the controller process was kill
   REQUIRE(live);
 
   const auto killed = std::chrono::steady_clock::now();
-  std::future<grpc::Status> end = ended.get_future();
+  std::future<core::Status> end = ended.get_future();
   REQUIRE(end.wait_for(10s) == std::future_status::ready);
   CHECK(std::chrono::steady_clock::now() - killed < 5s);
-  CHECK(end.get().error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(end.get().code() == core::StatusCode::kUnavailable);
   CHECK(session->wait_for_end(5s).has_value());
 }
 
@@ -684,14 +685,14 @@ TEST_CASE("over TLS a client that trusts the controller's CA is served, a plaint
   proto::ControllerClient client = loopback.client(job_token(), options);
   REQUIRE(client.status().ok());
   v1::JobStatus status;
-  const grpc::Status served = client.get_status(&status);
-  CHECK(served.error_message() == "");
+  const core::Status served = client.get_status(&status);
+  CHECK(served.message() == "");
   CHECK(status.state() == "RUNNING");
 
   proto::ClientOptions short_deadline;
   short_deadline.deadline = 2s;
   proto::ControllerClient plaintext = loopback.client(job_token(), short_deadline);
-  CHECK(plaintext.get_status(&status).error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(plaintext.get_status(&status).code() == core::StatusCode::kUnavailable);
 }
 
 TEST_CASE("a controller that asks for client certificates serves only clients that have one") {
@@ -711,14 +712,14 @@ TEST_CASE("a controller that asks for client certificates serves only clients th
 TEST_CASE("a client whose CA file cannot be read says so on every call") {
   proto::ClientOptions options = tls_client_options("/nonexistent/ca.pem");
   proto::ControllerClient client("127.0.0.1:1", job_token(), options);
-  CHECK(client.status().error_code() == grpc::StatusCode::FAILED_PRECONDITION);
-  CHECK(client.status().error_message() ==
+  CHECK(client.status().code() == core::StatusCode::kFailedPrecondition);
+  CHECK(client.status().message() ==
         "tls.ca: /nonexistent/ca.pem: cannot read: No such file or directory");
   v1::JobStatus status;
-  CHECK(client.get_status(&status).error_message() == client.status().error_message());
+  CHECK(client.get_status(&status).message() == client.status().message());
   bool ended = false;
   std::unique_ptr<proto::Session> session =
-      client.open_session(0, {}, [&](const grpc::Status&) { ended = true; });
+      client.open_session(0, {}, [&](const core::Status&) { ended = true; });
   CHECK(ended);
   CHECK(session->ended());
   CHECK_FALSE(session->send(heartbeat(0, 1)));

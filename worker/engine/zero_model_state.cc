@@ -5,7 +5,6 @@
 // partition (stage 3 partitions the parameters too, gathering each block
 // around its use).
 #include <cmath>
-#include <cstring>
 #include <optional>
 #include <string>
 
@@ -111,7 +110,9 @@ class ReplicatedGradients final : public ZeroStateBase {
 
   const float* parameters_for_model() override { return params_.data(); }
   float* gradients_for_backward() override { return grads_.data(); }
-  void begin_step() override { std::memset(grads_.data(), 0, grads_.size() * sizeof(float)); }
+  void begin_step() override {
+    backend_.memset_zero(grads_.data(), static_cast<int64_t>(grads_.size() * sizeof(float)));
+  }
   // Only the last micro-batch's backward completes the gradients.
   bool reduces_micro_batch(int64_t index, int64_t count) const override {
     return index + 1 == count;
@@ -206,7 +207,9 @@ class PartitionedGradients final : public ZeroStateBase {
   }
   // Needs no clearing: the reducer leaves it zero.
   float* gradients_for_backward() override { return workspace_.data(); }
-  void begin_step() override { std::memset(grads_.data(), 0, grads_.size() * sizeof(float)); }
+  void begin_step() override {
+    backend_.memset_zero(grads_.data(), static_cast<int64_t>(grads_.size() * sizeof(float)));
+  }
   bool reduces_micro_batch(int64_t, int64_t) const override { return true; }
   void grads_ready(int64_t begin, int64_t end) override { reducer_.ready(begin, end); }
   core::Status finish_backward(bool) override {

@@ -114,7 +114,9 @@ struct BlockTensors {
   }
 };
 
-void zero(float* x, int64_t n) { std::memset(x, 0, sizeof(float) * n); }
+void zero(kernels::Backend& backend, float* x, int64_t n) {
+  backend.memset_zero(x, n * static_cast<int64_t>(sizeof(float)));
+}
 
 // splitmix64: decorrelates the per-tensor seeds derived from one job seed.
 uint64_t mix_seed(uint64_t x) {
@@ -154,15 +156,17 @@ Gpt2Model::Gpt2Model(const core::ParameterTable& table, kernels::Backend& backen
     throw std::invalid_argument(
         fmt::format("sequence length {} is outside [1, {}]", seq_len, table.config().max_seq_len));
   }
-  activations_.resize(ActivationLayout(table.config(), max_batch, seq_len).total);
-  activation_grads_.resize(GradientLayout(table.config(), max_batch, seq_len).total);
-  inputs_.resize(max_batch * seq_len);
-  targets_.resize(max_batch * seq_len);
+  activations_ = kernels::DeviceBuffer<float>(
+      backend, ActivationLayout(table.config(), max_batch, seq_len).total);
+  activation_grads_ = kernels::DeviceBuffer<float>(
+      backend, GradientLayout(table.config(), max_batch, seq_len).total);
+  inputs_ = kernels::DeviceBuffer<int32_t>(backend, max_batch * seq_len);
+  targets_ = kernels::DeviceBuffer<int32_t>(backend, max_batch * seq_len);
+  mean_loss_ = kernels::DeviceBuffer<float>(backend, 1);
 }
 
 int64_t Gpt2Model::activation_bytes() const {
-  return static_cast<int64_t>((activations_.size() + activation_grads_.size()) * sizeof(float) +
-                              (inputs_.size() + targets_.size()) * sizeof(int32_t));
+  return activations_.bytes() + activation_grads_.bytes() + inputs_.bytes() + targets_.bytes();
 }
 
 double Gpt2Model::flops_per_token() const {
@@ -188,15 +192,15 @@ float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32
     }
   }
   batch_ = B;
-  std::memcpy(inputs_.data(), inputs, sizeof(int32_t) * N);
-  std::memcpy(targets_.data(), targets, sizeof(int32_t) * N);
+  backend_.copy_host_to_device(inputs_.data(), inputs, N * static_cast<int64_t>(sizeof(int32_t)));
+  backend_.copy_host_to_device(targets_.data(), targets, N * static_cast<int64_t>(sizeof(int32_t)));
 
   const ActivationLayout a(c, B, T);
   float* act = activations_.data();
   if (source_ != nullptr) source_->acquire_embeddings();
   const float* wte = params + table_.tensor(core::TensorRole::kWte).offset;
   const float* wpe = params + table_.tensor(core::TensorRole::kWpe).offset;
-  backend_.encoder_forward(act + a.encoded, inputs, wte, wpe, B, T, C);
+  backend_.encoder_forward(act + a.encoded, inputs_.data(), wte, wpe, B, T, C);
   const float* residual = act + a.encoded;
   for (int l = 0; l < c.num_layers; ++l) {
     if (source_ != nullptr) source_->acquire_block(l, ParameterSource::Pass::kForward);
@@ -222,11 +226,12 @@ float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32
   backend_.layernorm_forward(act + a.lnf, act + a.lnf_mean, act + a.lnf_rstd, residual, lnfw, lnfb,
                              N, C);
   backend_.logits_forward(act + a.logits, act + a.lnf, wte, N, C, Vp);
-  backend_.softmax_crossentropy_forward(act + a.probs, act + a.losses, act + a.logits, targets, N,
-                                        V, Vp);
-  double sum = 0;
-  for (int64_t i = 0; i < N; ++i) sum += act[a.losses + i];
-  return static_cast<float>(sum / static_cast<double>(N));
+  backend_.softmax_crossentropy_forward(act + a.probs, act + a.losses, act + a.logits,
+                                        targets_.data(), N, V, Vp);
+  backend_.mean(mean_loss_.data(), act + a.losses, N);
+  float loss = 0;
+  backend_.copy_device_to_host(&loss, mean_loss_.data(), sizeof(float));
+  return loss;
 }
 
 void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
@@ -246,21 +251,21 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
   // dlosses: every position weighs loss_scale / N in the mean. The logits
   // are not needed any more, so their buffer takes their gradient.
   float* dlosses = act + a.losses;
-  for (int64_t i = 0; i < N; ++i) dlosses[i] = loss_scale / static_cast<float>(N);
+  backend_.fill(dlosses, N, loss_scale / static_cast<float>(N));
   float* dlogits = act + a.logits;
-  zero(dlogits, N * Vp);
+  zero(backend_, dlogits, N * Vp);
   backend_.crossentropy_softmax_backward(dlogits, dlosses, act + a.probs, targets_.data(), N, V,
                                          Vp);
   const core::TensorInfo& wte_info = table_.tensor(core::TensorRole::kWte);
   const core::TensorInfo& lnfw_info = table_.tensor(core::TensorRole::kLnfWeight);
   const core::TensorInfo& lnfb_info = table_.tensor(core::TensorRole::kLnfBias);
-  zero(d + g.dln, N * C);
+  zero(backend_, d + g.dln, N * C);
   backend_.logits_backward(d + g.dln, grads + wte_info.offset, dlogits, act + a.lnf,
                            params + wte_info.offset, N, C, Vp);
   const float* last_residual =
       c.num_layers > 0 ? act + a.blocks[c.num_layers - 1].residual3 : act + a.encoded;
   float* dresidual = d + g.dresidual;
-  zero(dresidual, N * C);
+  zero(backend_, dresidual, N * C);
   backend_.layernorm_backward(dresidual, grads + lnfw_info.offset, grads + lnfb_info.offset,
                               d + g.dln, last_residual, params + lnfw_info.offset, act + a.lnf_mean,
                               act + a.lnf_rstd, N, C);
@@ -275,23 +280,23 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
     const ActivationLayout::Block& b = a.blocks[l];
     const float* residual = l == 0 ? act + a.encoded : act + a.blocks[l - 1].residual3;
 
-    zero(d + g.dfch_gelu, N * 4 * C);
+    zero(backend_, d + g.dfch_gelu, N * 4 * C);
     backend_.matmul_backward(d + g.dfch_gelu, dw.fcprojw, dw.fcprojb, dresidual, act + b.fch_gelu,
                              w.fcprojw, N, 4 * C, C);
-    zero(d + g.dfch, N * 4 * C);
+    zero(backend_, d + g.dfch, N * 4 * C);
     backend_.gelu_backward(d + g.dfch, act + b.fch, d + g.dfch_gelu, N * 4 * C);
-    zero(d + g.dln, N * C);
+    zero(backend_, d + g.dln, N * C);
     backend_.matmul_backward(d + g.dln, dw.fcw, dw.fcb, d + g.dfch, act + b.ln2, w.fcw, N, C,
                              4 * C);
     backend_.layernorm_backward(dresidual, dw.ln2w, dw.ln2b, d + g.dln, act + b.residual2, w.ln2w,
                                 act + b.ln2_mean, act + b.ln2_rstd, N, C);
-    zero(d + g.datty, N * C);
+    zero(backend_, d + g.datty, N * C);
     backend_.matmul_backward(d + g.datty, dw.projw, dw.projb, dresidual, act + b.atty, w.projw, N,
                              C, C);
-    zero(d + g.dqkv, N * 3 * C);
+    zero(backend_, d + g.dqkv, N * 3 * C);
     backend_.attention_backward(d + g.dqkv, d + g.datt_scratch, d + g.datty, act + b.qkv,
                                 act + b.att, B, T, C, NH);
-    zero(d + g.dln, N * C);
+    zero(backend_, d + g.dln, N * C);
     backend_.matmul_backward(d + g.dln, dw.qkvw, dw.qkvb, d + g.dqkv, act + b.ln1, w.qkvw, N, C,
                              3 * C);
     backend_.layernorm_backward(dresidual, dw.ln1w, dw.ln1b, d + g.dln, residual, w.ln1w,

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/device_buffer.h"
 #include "core/layout/gpt2_config.h"
 #include "core/layout/parameter_table.h"
 
@@ -81,10 +82,12 @@ class Gpt2Model {
   int64_t seq_len_;
   int64_t batch_ = 0;  // B of the last forward()
   ParameterSource* source_ = nullptr;
-  std::vector<float> activations_;
-  std::vector<float> activation_grads_;
-  std::vector<int32_t> inputs_;
-  std::vector<int32_t> targets_;
+  // In the backend's memory: the model touches them only through kernels.
+  kernels::DeviceBuffer<float> activations_;
+  kernels::DeviceBuffer<float> activation_grads_;
+  kernels::DeviceBuffer<int32_t> inputs_;
+  kernels::DeviceBuffer<int32_t> targets_;
+  kernels::DeviceBuffer<float> mean_loss_;
 };
 
 // The GPT-2 initialisation, deterministic in `seed`: weights and embeddings

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include "core/errno_status.h"
+
 namespace dslaunch::worker {
 
 ReleasableBuffer::ReleasableBuffer(int64_t n) : n_(std::max<int64_t>(n, 0)) {
@@ -18,7 +20,7 @@ ReleasableBuffer::ReleasableBuffer(int64_t n) : n_(std::max<int64_t>(n, 0)) {
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (mapped == MAP_FAILED) {
     error_ = "releasable buffer: mmap of " + std::to_string(capacity_ * sizeof(float)) +
-             " bytes failed: " + std::strerror(errno);
+             " bytes failed: " + core::errno_text(errno);
     n_ = 0;
     capacity_ = 0;
     return;

@@ -1,0 +1,16 @@
+#pragma once
+
+#include <memory>
+
+#include "core/status.h"
+#include "kernels/backend.h"
+
+namespace dslaunch::kernels {
+
+enum class DeviceKind { kCpu, kCuda };
+
+// The backend for the job's device (cluster.device), with `threads` compute
+// threads on the CPU. kUnavailable where this build has no kernels for it.
+core::StatusOr<std::unique_ptr<Backend>> make_backend(DeviceKind device, int threads);
+
+}  // namespace dslaunch::kernels
