@@ -36,6 +36,8 @@
 #include <memory>
 #include <string>
 
+#include "core/dtype.h"
+
 namespace dslaunch::kernels {
 
 // An ordered queue of work on a device (a CUDA stream).
@@ -80,6 +82,14 @@ class Backend {
   virtual void synchronize(Event& event) = 0;
   // Blocks the host until all work on every stream is done.
   virtual void synchronize() = 0;
+
+  // Element types: parameters, activations and gradients are fp32 today;
+  // 16-bit training keeps bf16 or fp16 copies (issue 15). out[i] = in[i]
+  // converted between fp32, bf16 and fp16, rounding to nearest even as
+  // PyTorch does (half_precision.h); n elements, not overlapping. Throws
+  // std::invalid_argument for another dtype.
+  virtual void convert(void* out, core::DType out_dtype, const void* in, core::DType in_dtype,
+                       int64_t n) = 0;
 
   // x[i] = value for i in [0, n).
   virtual void fill(float* x, int64_t n, float value) = 0;

@@ -58,6 +58,11 @@ class CpuBackend final : public Backend {
   void synchronize(Event&) override {}
   void synchronize() override {}
 
+  void convert(void* out, core::DType out_dtype, const void* in, core::DType in_dtype,
+               int64_t n) override {
+    prepare_calling_thread();
+    cpu::convert(out, out_dtype, in, in_dtype, n);
+  }
   void fill(float* x, int64_t n, float value) override {
     prepare_calling_thread();
     cpu::fill(x, n, value);

@@ -65,6 +65,9 @@ void residual_backward(float* da, float* db, const float* dout, int64_t n);
 double sum_of_squares(const float* x, int64_t n);
 void scale(float* x, int64_t n, float factor);
 void fill(float* x, int64_t n, float value);
+
+// convert.cc
+void convert(void* out, core::DType out_dtype, const void* in, core::DType in_dtype, int64_t n);
 void mean(float* result, const float* x, int64_t n);
 
 }  // namespace dslaunch::kernels::cpu
