@@ -186,7 +186,8 @@ def manifests():
     shard = b"shard bytes of rank 0"
     valid = manifest(shard)
     write("manifest", "valid", fdp([shard], compact(valid)))
-    write("manifest", "newer_version", fdp([shard], compact(dict(valid, format_version=2))))
+    write("manifest", "format_2", fdp([shard], compact(dict(valid, format_version=2))))
+    write("manifest", "newer_version", fdp([shard], compact(dict(valid, format_version=3))))
     write("manifest", "other_step", fdp([shard], compact(dict(valid, step=100))))
     write("manifest", "bad_checksum", fdp([shard + b"!"], compact(valid)))
     gap = dict(valid, total_parameters=10)

@@ -39,7 +39,7 @@ bool inside_folder(const std::string& path) {
 }
 
 void check_manifest(const controller::CheckpointManifest& manifest) {
-  require(manifest.format_version == 1);
+  require(manifest.format_version == 1 || manifest.format_version == 2);
   require(manifest.data_parallel >= 1 && manifest.tensor_parallel >= 1 &&
           manifest.pipeline_parallel >= 1);
   require(manifest.zero_stage >= 0 && manifest.zero_stage <= 3);
