@@ -32,8 +32,8 @@ Zero3Parameters::Zero3Parameters(comm::Communicator& comm, const core::Parameter
       master_(partition.padded_total()),
       workspace_(table.total()) {
   rank_ = comm.rank();
-  if (!master_.error().empty() || !workspace_.error().empty()) {
-    setup_error_ = master_.error().empty() ? workspace_.error() : master_.error();
+  if (!master_.status().ok() || !workspace_.status().ok()) {
+    setup_error_ = master_.status().ok() ? workspace_.status().message() : master_.status().message();
     return;
   }
   // What is gathered, per region: the tensors at or above the threshold.

@@ -187,7 +187,7 @@ class PartitionedGradients final : public ZeroStateBase {
 
   // Stage 3's gathered parameters, set up after construction (it may fail).
   core::Status partition_parameters(model::Gpt2Model& model) {
-    if (!workspace_.error().empty()) return core::internal_error(workspace_.error());
+    if (!workspace_.status().ok()) return workspace_.status();
     if (training_.zero.stage < 3) return {};
     Zero3Settings settings;
     settings.persistence_threshold = training_.zero.param_persistence_threshold;

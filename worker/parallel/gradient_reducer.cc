@@ -102,8 +102,8 @@ core::Status GradientReducer::setup_shares() {
   }
   const int rank = shares_.rank;
   if (scatter_) {
-    if (scatter_->workspace->data() == nullptr && !scatter_->workspace->error().empty()) {
-      return core::Status(core::StatusCode::kResourceExhausted, scatter_->workspace->error());
+    if (scatter_->workspace->data() == nullptr && !scatter_->workspace->status().ok()) {
+      return scatter_->workspace->status();
     }
     const int64_t own = partition.end(rank) - partition.begin(rank);
     if (own > 0 && scatter_->partition_grads == nullptr) {

@@ -19,8 +19,9 @@ ReleasableBuffer::ReleasableBuffer(int64_t n) : n_(std::max<int64_t>(n, 0)) {
   void* mapped = mmap(nullptr, capacity_ * sizeof(float), PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (mapped == MAP_FAILED) {
-    error_ = "releasable buffer: mmap of " + std::to_string(capacity_ * sizeof(float)) +
-             " bytes failed: " + core::errno_text(errno);
+    status_ = core::errno_status(
+        errno, "releasable buffer: mmap of " + std::to_string(capacity_ * sizeof(float)) +
+                   " bytes failed");
     n_ = 0;
     capacity_ = 0;
     return;

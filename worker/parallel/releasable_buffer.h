@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/status.h"
+
 namespace dslaunch::worker {
 
 // A full-size float buffer whose ranges can be handed back to the OS while
@@ -24,8 +26,8 @@ namespace dslaunch::worker {
 // the range it is given; nothing else is synchronised.
 class ReleasableBuffer {
  public:
-  // n floats, all zero. On failure (mmap) data() is nullptr and error() says
-  // why. n == 0 maps nothing.
+  // n floats, all zero. On failure (mmap) data() is nullptr and status()
+  // says why (out of memory: kResourceExhausted). n == 0 maps nothing.
   explicit ReleasableBuffer(int64_t n);
   ~ReleasableBuffer();
 
@@ -37,7 +39,7 @@ class ReleasableBuffer {
   // Floats mapped: size() rounded up to whole pages. The floats past size()
   // are never written, so they are always zero.
   int64_t capacity() const { return capacity_; }
-  const std::string& error() const { return error_; }
+  const core::Status& status() const { return status_; }
   // Index i rounded up to the next page boundary (at most capacity()).
   int64_t page_end(int64_t i) const {
     return std::min(capacity_, (i + page_floats_ - 1) / page_floats_ * page_floats_);
@@ -58,7 +60,7 @@ class ReleasableBuffer {
   int64_t n_ = 0;
   int64_t capacity_ = 0;
   int64_t page_floats_ = 1;
-  std::string error_;
+  core::Status status_;
   std::atomic<int64_t> peak_{0};
 };
 

@@ -88,7 +88,7 @@ TEST_CASE("each rank holds the exact mean of its partition, summed over backward
                            int64_t{1001}, int64_t{1} << 40}) {
       INFO("n " << n << ", alignment " << alignment << ", bucket " << bucket);
       ReleasableBuffer workspace(n);
-      REQUIRE(workspace.error() == "");
+      REQUIRE(workspace.status().ok());
       std::vector<float> partition_grads(std::max<int64_t>(own, 0), 0.0f);
       GradientReducer reducer(data_comm(), workspace, bucket, partition, partition_grads.data());
       for (int pass = 0; pass < 2; ++pass) {
@@ -114,7 +114,7 @@ TEST_CASE("a reduced bucket's pages go back to the OS, partial pages included") 
   const ZeroPartition partition = make_zero_partition(n, size, 16);
   std::vector<float> partition_grads(partition.end(rank) - partition.begin(rank), 0.0f);
   ReleasableBuffer workspace(n);
-  REQUIRE(workspace.error() == "");
+  REQUIRE(workspace.status().ok());
   CHECK(workspace.resident_bytes() == 0);
   // Buckets that start and end inside pages.
   GradientReducer reducer(data_comm(), workspace, 10'007, partition, partition_grads.data());
