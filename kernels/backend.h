@@ -97,12 +97,25 @@ class Backend {
   // rounded to float once; result stays in the backend's memory.
   virtual void mean(float* result, const float* x, int64_t n) = 0;
 
-  // out (B,T,C) = wte[tokens] + wpe[t]. tokens (B,T) must lie in [0, Vp).
+  // The token embedding's rows one rank holds: all of them, or under tensor
+  // parallelism its slice of the vocabulary, rows [begin, begin + rows)
+  // (Megatron's vocabulary-parallel embedding and output layer).
+  struct VocabSlice {
+    int64_t begin = 0;
+    int64_t rows = 0;
+  };
+
+  // out (B,T,C) = wte[tokens] + wpe[t], where wte (vocab.rows,C) holds rows
+  // vocab of the token embedding: a token outside them contributes 0 (the
+  // tensor group sums the ranks' outputs). wpe may be null: no position term.
+  // tokens (B,T) must be >= 0.
   virtual void encoder_forward(float* out, const int32_t* tokens, const float* wte,
-                               const float* wpe, int64_t B, int64_t T, int64_t C) = 0;
-  // dwte (Vp,C) and dwpe (maxT,C) += the scatter of dout (B,T,C).
-  virtual void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                                int64_t B, int64_t T, int64_t C) = 0;
+                               VocabSlice vocab, const float* wpe, int64_t B, int64_t T,
+                               int64_t C) = 0;
+  // dwte (vocab.rows,C) += the scatter of dout (B,T,C) over the tokens inside
+  // vocab; dwpe (maxT,C) += its sum over the batch.
+  virtual void encoder_backward(float* dwte, VocabSlice vocab, float* dwpe, const float* dout,
+                                const int32_t* tokens, int64_t B, int64_t T, int64_t C) = 0;
 
   // out (N,C) = (inp - mean) * rstd * weight + bias, per row; saves mean and
   // rstd (N) for the backward pass. eps is 1e-5, as in GPT-2.
@@ -163,11 +176,38 @@ class Backend {
   virtual void softmax_crossentropy_forward(float* probs, float* losses, const float* logits,
                                             const int32_t* targets, int64_t N, int64_t V,
                                             int64_t Vp) = 0;
+  // The same softmax and loss when the vocabulary is split across a tensor
+  // group (Megatron's vocabulary-parallel cross-entropy): each rank holds
+  // logits (N,Vp) for its slice, whose first V columns are real vocabulary
+  // (V may be 0) and whose first column is token vocab_begin. In three steps
+  // around two all-reduces over the group, so that no rank holds the whole
+  // row:
+  // 1. row_max (N) = each row's maximum over its V columns (-inf for V = 0);
+  //    the group takes the maximum.
+  virtual void vocab_parallel_max(float* row_max, const float* logits, int64_t N, int64_t V,
+                                  int64_t Vp) = 0;
+  // 2. sums (2N): sums[i] = Σ exp(logit - row_max[i]) over the V columns,
+  //    summed in double; sums[N + i] = row i's logit of targets[i] where the
+  //    slice holds it, else 0. The group sums both.
+  virtual void vocab_parallel_sums(float* sums, const float* logits, const float* row_max,
+                                   const int32_t* targets, int64_t vocab_begin, int64_t N,
+                                   int64_t V, int64_t Vp) = 0;
+  // 3. probs (N,Vp) = exp(logit - row_max) / sums[i] over the V columns, 0 in
+  //    the rest; losses (N) = (row_max - target logit) + log(sum), as
+  //    softmax_crossentropy_forward computes it. probs may be logits.
+  virtual void vocab_parallel_softmax_loss(float* probs, float* losses, const float* logits,
+                                           const float* row_max, const float* sums, int64_t N,
+                                           int64_t V, int64_t Vp) = 0;
+
   // The fused gradient of softmax and cross-entropy: dlogits (N,Vp) +=
-  // (probs - onehot(target)) · dlosses[i]; padded columns stay unchanged.
+  // (probs - onehot(target)) · dlosses[i] over the first V columns; padded
+  // columns stay unchanged. Column j is token vocab_begin + j (0 unless the
+  // vocabulary is split); a target outside the V columns has no one-hot term
+  // here.
   virtual void crossentropy_softmax_backward(float* dlogits, const float* dlosses,
-                                             const float* probs, const int32_t* targets, int64_t N,
-                                             int64_t V, int64_t Vp) = 0;
+                                             const float* probs, const int32_t* targets,
+                                             int64_t vocab_begin, int64_t N, int64_t V,
+                                             int64_t Vp) = 0;
 
   // One step of torch.optim.AdamW (decoupled = true) or torch.optim.Adam
   // with an L2 penalty (decoupled = false) on n parameters, as PyTorch 1.13

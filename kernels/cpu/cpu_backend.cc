@@ -69,15 +69,15 @@ class CpuBackend final : public Backend {
   }
   void mean(float* result, const float* x, int64_t n) override { cpu::mean(result, x, n); }
 
-  void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                       int64_t B, int64_t T, int64_t C) override {
+  void encoder_forward(float* out, const int32_t* tokens, const float* wte, VocabSlice vocab,
+                       const float* wpe, int64_t B, int64_t T, int64_t C) override {
     prepare_calling_thread();
-    cpu::encoder_forward(out, tokens, wte, wpe, B, T, C);
+    cpu::encoder_forward(out, tokens, wte, vocab, wpe, B, T, C);
   }
-  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                        int64_t B, int64_t T, int64_t C) override {
+  void encoder_backward(float* dwte, VocabSlice vocab, float* dwpe, const float* dout,
+                        const int32_t* tokens, int64_t B, int64_t T, int64_t C) override {
     prepare_calling_thread();
-    cpu::encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+    cpu::encoder_backward(dwte, vocab, dwpe, dout, tokens, B, T, C);
   }
 
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
@@ -151,11 +151,28 @@ class CpuBackend final : public Backend {
     prepare_calling_thread();
     cpu::softmax_crossentropy_forward(probs, losses, logits, targets, N, V, Vp);
   }
-  void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const float* probs,
-                                     const int32_t* targets, int64_t N, int64_t V,
-                                     int64_t Vp) override {
+  void vocab_parallel_max(float* row_max, const float* logits, int64_t N, int64_t V,
+                          int64_t Vp) override {
     prepare_calling_thread();
-    cpu::crossentropy_softmax_backward(dlogits, dlosses, probs, targets, N, V, Vp);
+    cpu::vocab_parallel_max(row_max, logits, N, V, Vp);
+  }
+  void vocab_parallel_sums(float* sums, const float* logits, const float* row_max,
+                           const int32_t* targets, int64_t vocab_begin, int64_t N, int64_t V,
+                           int64_t Vp) override {
+    prepare_calling_thread();
+    cpu::vocab_parallel_sums(sums, logits, row_max, targets, vocab_begin, N, V, Vp);
+  }
+  void vocab_parallel_softmax_loss(float* probs, float* losses, const float* logits,
+                                   const float* row_max, const float* sums, int64_t N, int64_t V,
+                                   int64_t Vp) override {
+    prepare_calling_thread();
+    cpu::vocab_parallel_softmax_loss(probs, losses, logits, row_max, sums, N, V, Vp);
+  }
+  void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const float* probs,
+                                     const int32_t* targets, int64_t vocab_begin, int64_t N,
+                                     int64_t V, int64_t Vp) override {
+    prepare_calling_thread();
+    cpu::crossentropy_softmax_backward(dlogits, dlosses, probs, targets, vocab_begin, N, V, Vp);
   }
 
   void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,

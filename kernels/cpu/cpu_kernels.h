@@ -16,10 +16,10 @@
 namespace dslaunch::kernels::cpu {
 
 // encoder.cc
-void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                     int64_t B, int64_t T, int64_t C);
-void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
-                      int64_t T, int64_t C);
+void encoder_forward(float* out, const int32_t* tokens, const float* wte,
+                     Backend::VocabSlice vocab, const float* wpe, int64_t B, int64_t T, int64_t C);
+void encoder_backward(float* dwte, Backend::VocabSlice vocab, float* dwpe, const float* dout,
+                      const int32_t* tokens, int64_t B, int64_t T, int64_t C);
 
 // layernorm.cc. `partials` is scratch for the per-block sums of dweight and
 // dbias; it grows as needed.
@@ -52,8 +52,16 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
 // softmax_crossentropy.cc
 void softmax_crossentropy_forward(float* probs, float* losses, const float* logits,
                                   const int32_t* targets, int64_t N, int64_t V, int64_t Vp);
+void vocab_parallel_max(float* row_max, const float* logits, int64_t N, int64_t V, int64_t Vp);
+void vocab_parallel_sums(float* sums, const float* logits, const float* row_max,
+                         const int32_t* targets, int64_t vocab_begin, int64_t N, int64_t V,
+                         int64_t Vp);
+void vocab_parallel_softmax_loss(float* probs, float* losses, const float* logits,
+                                 const float* row_max, const float* sums, int64_t N, int64_t V,
+                                 int64_t Vp);
 void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const float* probs,
-                                   const int32_t* targets, int64_t N, int64_t V, int64_t Vp);
+                                   const int32_t* targets, int64_t vocab_begin, int64_t N,
+                                   int64_t V, int64_t Vp);
 
 // adamw.cc, compiled without -ffp-contract=fast (see BUILD.bazel)
 void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,

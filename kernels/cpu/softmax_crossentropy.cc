@@ -38,13 +38,63 @@ void softmax_crossentropy_forward(float* probs, float* losses, const float* logi
   }
 }
 
+void vocab_parallel_max(float* row_max, const float* logits, int64_t N, int64_t V, int64_t Vp) {
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < N; ++row) {
+    const float* x = logits + row * Vp;
+    float max = -INFINITY;
+#pragma omp simd reduction(max : max)
+    for (int64_t j = 0; j < V; ++j) max = x[j] > max ? x[j] : max;
+    row_max[row] = max;
+  }
+}
+
+void vocab_parallel_sums(float* sums, const float* logits, const float* row_max,
+                         const int32_t* targets, int64_t vocab_begin, int64_t N, int64_t V,
+                         int64_t Vp) {
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < N; ++row) {
+    const float* x = logits + row * Vp;
+    const float max = row_max[row];
+    double sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < V; ++j) sum += expf(x[j] - max);
+    sums[row] = static_cast<float>(sum);
+    const int64_t target = int64_t{targets[row]} - vocab_begin;
+    sums[N + row] = target >= 0 && target < V ? x[target] : 0.0f;
+  }
+}
+
+void vocab_parallel_softmax_loss(float* probs, float* losses, const float* logits,
+                                 const float* row_max, const float* sums, int64_t N, int64_t V,
+                                 int64_t Vp) {
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < N; ++row) {
+    const float* x = logits + row * Vp;
+    float* p = probs + row * Vp;
+    const float max = row_max[row];
+    const auto inverse = static_cast<float>(1.0 / double{sums[row]});
+#pragma omp simd
+    for (int64_t j = 0; j < V; ++j) p[j] = expf(x[j] - max) * inverse;
+    std::fill(p + V, p + Vp, 0.0f);
+    // As softmax_crossentropy_row: the gap below the maximum, then the log.
+    losses[row] = static_cast<float>((double{max} - double{sums[N + row]}) +
+                                     std::log(double{sums[row]}));
+  }
+}
+
 void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const float* probs,
-                                   const int32_t* targets, int64_t N, int64_t V, int64_t Vp) {
+                                   const int32_t* targets, int64_t vocab_begin, int64_t N,
+                                   int64_t V, int64_t Vp) {
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < N; ++row) {
     float* d = dlogits + row * Vp;
     const float* p = probs + row * Vp;
-    const int64_t target = targets[row];
+    const int64_t target = int64_t{targets[row]} - vocab_begin;
+    if (target < 0 || target >= V) {
+      add_scaled(d, p, dlosses[row], V);
+      continue;
+    }
     const float before = d[target];
     add_scaled(d, p, dlosses[row], V);
     // The target's own term, (p - 1)·dloss, rounded as one expression.

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/checkpoint/shard_file.h"
@@ -48,9 +49,11 @@ class ModelState {
   virtual core::Status finish_backward(bool reduced) = 0;
 
   // This rank's term of the squared global gradient norm, to be summed over
-  // the data group in rank order; grad_norm() takes that sum.
+  // the data group in rank order; squared_grad_norm() takes that sum and
+  // gives the squared norm of the gradients this rank's tensor slice counts
+  // (ModelStateInputs::norm_ranges), which the tensor group sums.
   virtual double norm_share() = 0;
-  virtual double grad_norm(double summed_shares) = 0;
+  virtual double squared_grad_norm(double summed_shares) = 0;
   virtual void clip(float factor) = 0;
   // The optimizer's step at learning rate `lr`, and whatever makes the
   // parameters whole again for the next forward.
@@ -78,6 +81,11 @@ struct ModelStateInputs {
   kernels::Backend* backend = nullptr;
   model::Gpt2Model* model = nullptr;  // gets stage 3's parameter source
   std::vector<float> params;          // the whole parameters to start from
+  // The element ranges of the layout whose gradients count in this rank's
+  // part of the global norm, in increasing order; empty: all. Under tensor
+  // parallelism, the split tensors everywhere and the replicated ones on
+  // tensor rank 0 only, so that each element of the model counts once.
+  std::vector<std::pair<int64_t, int64_t>> norm_ranges;
   // Resuming: the checkpoint's shards (for the optimizer's moments) and the
   // optimizer steps taken.
   const std::vector<core::ShardLocation>* resume_shards = nullptr;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -45,6 +46,53 @@ std::string sum_over_ranks(comm::Communicator& comm, double* values, int count) 
     values[i] = sum;
   }
   return "";
+}
+
+// The ranges of `table`'s layout that count in this rank's part of the
+// gradient norm (ModelStateInputs::norm_ranges).
+std::vector<std::pair<int64_t, int64_t>> norm_ranges(const core::ParameterTable& table) {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  if (table.shard().tensor_size == 1) return ranges;
+  const bool counts_replicated = table.shard().tensor_rank == 0;
+  for (const core::TensorInfo& t : table.tensors()) {
+    if (t.split.whole() && !counts_replicated) continue;
+    if (!ranges.empty() && ranges.back().second == t.offset) {
+      ranges.back().second += t.numel;
+    } else {
+      ranges.emplace_back(t.offset, t.offset + t.numel);
+    }
+  }
+  return ranges;
+}
+
+// The whole model's parameters from the tensor group's slices (`local`,
+// laid out by `table`): every rank gets them all.
+core::StatusOr<std::vector<float>> gather_tensor_slices(comm::Communicator& tensor_comm,
+                                                        const core::ParameterTable& table,
+                                                        std::vector<float> local) {
+  const int size = tensor_comm.size();
+  std::vector<float> slices(static_cast<size_t>(size) * table.total());
+  core::Status status =
+      tensor_comm
+          .all_gather(comm::buffer_of(local.data(), table.total()),
+                      comm::buffer_of(slices.data(), static_cast<int64_t>(slices.size())),
+                      comm::Blocks::consecutive(std::vector<int64_t>(size, table.total())))
+          ->wait();
+  if (!status.ok()) return status.with_context("gathering the tensor slices of the parameters");
+  const core::ParameterTable whole_table(table.config());
+  std::vector<float> whole(whole_table.total());
+  for (int r = 0; r < size; ++r) {
+    core::ModelShard shard = table.shard();
+    shard.tensor_rank = r;
+    const core::ParameterTable rank_table(table.config(), shard);
+    const float* slice = slices.data() + static_cast<size_t>(r) * table.total();
+    for (const core::TensorInfo& t : rank_table.tensors()) {
+      core::copy_into_global(t, slice + t.offset,
+                             whole.data() + whole_table.tensor(t.role, t.layer).offset,
+                             sizeof(float));
+    }
+  }
+  return whole;
 }
 
 std::string data_problem(const spec::JobSpec& spec, const data::TrainingData& data, int64_t micro) {
@@ -106,7 +154,25 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     return result;
   }
 
-  const core::ParameterTable table(core::model_config(spec.model, 1));
+  comm::Communicator* tensor_comm =
+      options.tensor_comm != nullptr && options.tensor_comm->size() > 1 ? options.tensor_comm
+                                                                        : nullptr;
+  const int tensor_size = tensor_comm != nullptr ? tensor_comm->size() : 1;
+  if (tensor_comm != nullptr && (options.resume || options.save_checkpoint)) {
+    result.error =
+        "checkpoints of tensor-parallel training are not built yet; train with "
+        "parallelism.tensor: 1 to save or resume";
+    return result;
+  }
+  core::ModelShard shard;
+  shard.tensor_size = tensor_size;
+  shard.tensor_rank = tensor_comm != nullptr ? tensor_comm->rank() : 0;
+  const core::Gpt2Config config = core::model_config(spec.model, tensor_size);
+  if (std::string problem = core::shard_problem(config, shard); !problem.empty()) {
+    result.error = fmt::format("parallelism.tensor {}: {}", tensor_size, problem);
+    return result;
+  }
+  const core::ParameterTable table(config, shard);
   const std::vector<core::LayoutTensor> layout = core::layout_of(table);
   std::vector<float> params(table.total(), 0.0f);
   model::init_gpt2_parameters(table, spec.model.init_seed, params.data());
@@ -130,7 +196,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       return resume_failed(error);
     }
   }
-  model::Gpt2Model model(table, backend, micro, T);
+  model::Gpt2Model model(table, backend, micro, T, tensor_comm);
   ModelStateInputs state_inputs;
   state_inputs.training = &training;
   state_inputs.table = &table;
@@ -139,6 +205,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   state_inputs.backend = &backend;
   state_inputs.model = &model;
   state_inputs.params = std::move(params);
+  state_inputs.norm_ranges = norm_ranges(table);
   if (options.resume) {
     state_inputs.resume_shards = &options.resume->shards;
     state_inputs.resume_optimizer_steps = first_step;
@@ -178,6 +245,10 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
           sampler.sample(g, inputs.data() + b * T, targets.data() + b * T);
         }
         loss_sum += model.forward(state.parameters_for_model(), inputs.data(), targets.data(), micro);
+        if (!model.tensor_status().ok()) {
+          result.error = model.tensor_status().message();
+          return result;
+        }
         continue;
       }
       const bool reduce = state.reduces_micro_batch(m, accumulation);
@@ -191,12 +262,17 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
         result.error = status.message();
         return result;
       }
+      if (!model.tensor_status().ok()) {
+        result.error = model.tensor_status().message();
+        return result;
+      }
     }
     // The stop request travels with the loss: each rank sees it at its own
     // moment, and all must leave the loop after the same step, or the ones
     // left behind would wait in the next all-reduce forever. So do the
     // gradient norm's shares, and a checkpoint request, for the same reason
-    // as a stop.
+    // as a stop. Across the tensor group, where every rank has the same loss,
+    // the flags and the norm's parts are summed once more.
     const bool stop_here = options.stop_requested && options.stop_requested();
     const bool checkpoint_here = options.checkpoint_requested && options.checkpoint_requested();
     std::array<double, 4> sums = {loss_sum / static_cast<double>(accumulation),
@@ -206,10 +282,18 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       result.error = "loss all-reduce: " + error;
       return result;
     }
+    std::array<double, 3> tensor_sums = {sums[1], state.squared_grad_norm(sums[2]), sums[3]};
+    if (tensor_comm != nullptr) {
+      if (std::string error = sum_over_ranks(*tensor_comm, tensor_sums.data(), 3);
+          !error.empty()) {
+        result.error = "tensor-group all-reduce of the gradient norm: " + error;
+        return result;
+      }
+    }
     const double loss = sums[0] / dp_size;
-    const bool stop_after_step = sums[1] > 0;
-    const bool checkpoint_requested = sums[3] > 0;
-    const double grad_norm = state.grad_norm(sums[2]);
+    const bool stop_after_step = tensor_sums[0] > 0;
+    const bool checkpoint_requested = tensor_sums[2] > 0;
+    const double grad_norm = std::sqrt(tensor_sums[1]);
     if (!std::isfinite(grad_norm) || !std::isfinite(loss)) {
       result.error = fmt::format(
           "step {}: the loss ({}) or gradient norm ({}) is not finite; "
@@ -250,6 +334,10 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
         result.error = status.message();
         return result;
       }
+      if (!model.tensor_status().ok()) {
+        result.error = model.tensor_status().message();
+        return result;
+      }
       if (std::string error = sum_over_ranks(data_comm, &sum, 1); !error.empty()) {
         result.error = "evaluation all-reduce: " + error;
         return result;
@@ -272,6 +360,13 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   if (!final_params.ok()) {
     result.error = final_params.status().message();
     return result;
+  }
+  if (tensor_comm != nullptr) {
+    final_params = gather_tensor_slices(*tensor_comm, table, std::move(*final_params));
+    if (!final_params.ok()) {
+      result.error = final_params.status().message();
+      return result;
+    }
   }
   result.params = std::move(*final_params);
   return result;

@@ -74,6 +74,9 @@ struct ResumePoint {
 
 struct TrainerOptions {
   comm::Communicator* data_comm = nullptr;  // the data-parallel group; required
+  // The tensor-parallel group (Megatron's tensor parallelism over its
+  // ranks); null or of one rank: none.
+  comm::Communicator* tensor_comm = nullptr;
   // The plan's batch sizes (dslaunch sends them with the registration);
   // they must fit the data group's size. Unset: resolved from the spec for
   // it, as the plan does (tests and benchmarks without a controller).
@@ -100,7 +103,7 @@ struct TrainerOptions {
 struct TrainResult {
   int64_t steps = 0;  // optimizer steps completed (counting those before a resume)
   bool stopped = false;
-  std::vector<float> params;  // the final parameters (whole)
+  std::vector<float> params;  // the final parameters of the whole model, on every rank
   std::string error;
 };
 

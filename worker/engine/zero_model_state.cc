@@ -4,6 +4,7 @@
 // and 3 reduce-scatter every micro-batch's gradients into each rank's
 // partition (stage 3 partitions the parameters too, gathering each block
 // around its use).
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -19,6 +20,22 @@
 
 namespace dslaunch::worker::engine {
 namespace {
+
+using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+
+// Σ x² over elements [begin, end) of the layout that lie in `ranges` (all of
+// them when it is empty); `grads` holds the layout from element `base` on.
+double sum_of_squares_in(kernels::Backend& backend, const float* grads, int64_t base,
+                         int64_t begin, int64_t end, const Ranges& ranges) {
+  if (ranges.empty()) return backend.sum_of_squares(grads + (begin - base), end - begin);
+  double sum = 0;
+  for (const auto& [range_begin, range_end] : ranges) {
+    const int64_t from = std::max(range_begin, begin);
+    const int64_t to = std::min(range_end, end);
+    if (from < to) sum += backend.sum_of_squares(grads + (from - base), to - from);
+  }
+  return sum;
+}
 
 // What every stage shares: the partition of the layout, the optimizer over
 // this rank's part of it, and the checkpoint's cut.
@@ -41,6 +58,7 @@ class ZeroStateBase : public ModelState {
         own_begin_(partition_.begin(owner_)),
         own_count_(partition_.end(owner_) - own_begin_),
         optimizer_(training_.optimizer, table_, own_begin_, partition_.end(owner_)),
+        norm_ranges_(std::move(inputs.norm_ranges)),
         params_(std::move(inputs.params)) {
     params_.resize(partition_.padded_total(), 0.0f);
   }
@@ -96,6 +114,7 @@ class ZeroStateBase : public ModelState {
   const int64_t own_begin_;
   const int64_t own_count_;
   AdamW optimizer_;
+  const Ranges norm_ranges_;
   std::vector<float> params_;  // whole (padded to the partition), or empty under stage 3
 };
 
@@ -126,13 +145,13 @@ class ReplicatedGradients final : public ZeroStateBase {
   double norm_share() override { return 0; }
   // Summed partition by partition in rank order: the same additions a
   // partitioned run makes, so the norm has the same bits at every stage.
-  double grad_norm(double) override {
+  double squared_grad_norm(double) override {
     double sum = 0;
     for (int r = 0; r < checkpoint_partition_.ranks; ++r) {
-      sum += backend_.sum_of_squares(grads_.data() + checkpoint_partition_.begin(r),
-                                     checkpoint_partition_.end(r) - checkpoint_partition_.begin(r));
+      sum += sum_of_squares_in(backend_, grads_.data(), 0, checkpoint_partition_.begin(r),
+                               checkpoint_partition_.end(r), norm_ranges_);
     }
-    return std::sqrt(sum);
+    return sum;
   }
   void clip(float factor) override {
     backend_.scale(grads_.data(), static_cast<int64_t>(grads_.size()), factor);
@@ -217,8 +236,11 @@ class PartitionedGradients final : public ZeroStateBase {
     return reducer_.finish().with_context("gradient reduce-scatter");
   }
 
-  double norm_share() override { return backend_.sum_of_squares(grads_.data(), own_count_); }
-  double grad_norm(double summed_shares) override { return std::sqrt(summed_shares); }
+  double norm_share() override {
+    return sum_of_squares_in(backend_, grads_.data(), own_begin_, own_begin_,
+                             own_begin_ + own_count_, norm_ranges_);
+  }
+  double squared_grad_norm(double summed_shares) override { return summed_shares; }
   void clip(float factor) override {
     backend_.scale(grads_.data(), static_cast<int64_t>(grads_.size()), factor);
   }

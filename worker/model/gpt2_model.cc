@@ -1,5 +1,6 @@
 #include "worker/model/gpt2_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -10,6 +11,30 @@
 namespace dslaunch::worker::model {
 namespace {
 
+// The widths one rank computes with: Megatron's tensor parallelism gives
+// each of `parts` ranks NH/parts heads (Ca = C/parts attention channels),
+// F = 4C/parts of the MLP's hidden units and Vl = Vp/parts vocabulary rows;
+// the residual stream (C) stays whole on every rank.
+struct LocalSizes {
+  int64_t parts, C, Ca, NHa, F, Vl, layers;
+  int64_t vocab_begin;  // the first vocabulary row this rank holds
+  int64_t V;            // real vocabulary rows among them (may be 0)
+
+  explicit LocalSizes(const core::ParameterTable& table) {
+    const core::Gpt2Config& c = table.config();
+    const core::ModelShard& shard = table.shard();
+    parts = shard.tensor_size;
+    C = c.channels;
+    Ca = C / parts;
+    NHa = c.num_heads / parts;
+    F = 4 * C / parts;
+    Vl = c.padded_vocab_size / parts;
+    layers = c.num_layers;
+    vocab_begin = shard.tensor_rank * Vl;
+    V = std::clamp<int64_t>(c.vocab_size - vocab_begin, 0, Vl);
+  }
+};
+
 // Offsets of one micro-batch's activations, in floats. Per block: what the
 // backward pass reads; the matrix products' outputs that feed a residual add
 // go through `scratch` and are not kept.
@@ -17,54 +42,59 @@ struct ActivationLayout {
   int64_t encoded = 0;  // (B,T,C): the block input of layer 0
   struct Block {
     int64_t ln1, ln1_mean, ln1_rstd;  // (B,T,C), (B,T), (B,T)
-    int64_t qkv;                      // (B,T,3C)
-    int64_t atty;                     // (B,T,C)
-    int64_t att;                      // (B,NH,T,T)
+    int64_t qkv;                      // (B,T,3Ca): this rank's heads of q, k and v
+    int64_t atty;                     // (B,T,Ca)
+    int64_t att;                      // (B,NHa,T,T)
     int64_t residual2;                // (B,T,C)
     int64_t ln2, ln2_mean, ln2_rstd;  // (B,T,C), (B,T), (B,T)
-    int64_t fch, fch_gelu;            // (B,T,4C) each
+    int64_t fch, fch_gelu;            // (B,T,F) each
     int64_t residual3;                // (B,T,C): the block's output
   };
   std::vector<Block> blocks;
   int64_t lnf = 0, lnf_mean = 0, lnf_rstd = 0;  // (B,T,C), (B,T), (B,T)
-  int64_t logits = 0;                           // (B,T,Vp), reused as dlogits
-  int64_t probs = 0;                            // (B,T,Vp)
+  int64_t logits = 0;                           // (B,T,Vl), reused as dlogits
+  int64_t probs = 0;                            // (B,T,Vl)
   int64_t losses = 0;                           // (B,T)
+  int64_t row_max = 0, sums = 0;                // (B,T), (2,B,T): vocabulary-parallel softmax
   int64_t scratch = 0;                          // (B,T,C)
   int64_t total = 0;
 
-  ActivationLayout(const core::Gpt2Config& c, int64_t B, int64_t T) {
+  ActivationLayout(const LocalSizes& z, int64_t B, int64_t T) {
     const int64_t N = B * T;
-    const int64_t C = c.channels;
+    const int64_t C = z.C;
     auto take = [this](int64_t n) {
       const int64_t at = total;
       total += n;
       return at;
     };
     encoded = take(N * C);
-    for (int64_t l = 0; l < c.num_layers; ++l) {
+    for (int64_t l = 0; l < z.layers; ++l) {
       Block b{};
       b.ln1 = take(N * C);
       b.ln1_mean = take(N);
       b.ln1_rstd = take(N);
-      b.qkv = take(N * 3 * C);
-      b.atty = take(N * C);
-      b.att = take(B * c.num_heads * T * T);
+      b.qkv = take(N * 3 * z.Ca);
+      b.atty = take(N * z.Ca);
+      b.att = take(B * z.NHa * T * T);
       b.residual2 = take(N * C);
       b.ln2 = take(N * C);
       b.ln2_mean = take(N);
       b.ln2_rstd = take(N);
-      b.fch = take(N * 4 * C);
-      b.fch_gelu = take(N * 4 * C);
+      b.fch = take(N * z.F);
+      b.fch_gelu = take(N * z.F);
       b.residual3 = take(N * C);
       blocks.push_back(b);
     }
     lnf = take(N * C);
     lnf_mean = take(N);
     lnf_rstd = take(N);
-    logits = take(N * c.padded_vocab_size);
-    probs = take(N * c.padded_vocab_size);
+    logits = take(N * z.Vl);
+    probs = take(N * z.Vl);
     losses = take(N);
+    if (z.parts > 1) {
+      row_max = take(N);
+      sums = take(2 * N);
+    }
     scratch = take(N * C);
   }
 };
@@ -73,9 +103,9 @@ struct ActivationLayout {
 struct GradientLayout {
   int64_t dresidual, dln, datty, dqkv, dfch, dfch_gelu, datt_scratch, total = 0;
 
-  GradientLayout(const core::Gpt2Config& c, int64_t B, int64_t T) {
+  GradientLayout(const LocalSizes& z, int64_t B, int64_t T) {
     const int64_t N = B * T;
-    const int64_t C = c.channels;
+    const int64_t C = z.C;
     auto take = [this](int64_t n) {
       const int64_t at = total;
       total += n;
@@ -83,11 +113,11 @@ struct GradientLayout {
     };
     dresidual = take(N * C);
     dln = take(N * C);
-    datty = take(N * C);
-    dqkv = take(N * 3 * C);
-    dfch = take(N * 4 * C);
-    dfch_gelu = take(N * 4 * C);
-    datt_scratch = take(B * c.num_heads * T * T);
+    datty = take(N * z.Ca);
+    dqkv = take(N * 3 * z.Ca);
+    dfch = take(N * z.F);
+    dfch_gelu = take(N * z.F);
+    datt_scratch = take(B * z.NHa * T * T);
   }
 };
 
@@ -143,23 +173,34 @@ void fill_normal(float* out, int64_t n, double stddev, uint64_t seed) {
 }  // namespace
 
 Gpt2Model::Gpt2Model(const core::ParameterTable& table, kernels::Backend& backend, int64_t max_batch,
-                     int64_t seq_len)
-    : table_(table), backend_(backend), max_batch_(max_batch), seq_len_(seq_len) {
+                     int64_t seq_len, comm::Communicator* tensor_comm)
+    : table_(table),
+      backend_(backend),
+      max_batch_(max_batch),
+      seq_len_(seq_len),
+      tensor_comm_(table.shard().tensor_size > 1 ? tensor_comm : nullptr) {
   const core::ModelShard& shard = table.shard();
-  if (shard.tensor_size != 1 || shard.stages != 1) {
+  if (shard.stages != 1) {
     throw std::invalid_argument(fmt::format(
-        "the model runs whole on one rank; a slice for tensor rank {} of {}, stage {} of {} is "
-        "not runnable yet",
-        shard.tensor_rank, shard.tensor_size, shard.stage, shard.stages));
+        "the model runs every block on one rank; stage {} of {} is not runnable yet", shard.stage,
+        shard.stages));
+  }
+  if (shard.tensor_size > 1 &&
+      (tensor_comm == nullptr || tensor_comm->size() != shard.tensor_size ||
+       tensor_comm->rank() != shard.tensor_rank)) {
+    throw std::invalid_argument(fmt::format(
+        "tensor rank {} of {} needs the communicator of its tensor group, as that rank",
+        shard.tensor_rank, shard.tensor_size));
   }
   if (seq_len < 1 || seq_len > table.config().max_seq_len) {
     throw std::invalid_argument(
         fmt::format("sequence length {} is outside [1, {}]", seq_len, table.config().max_seq_len));
   }
-  activations_ = kernels::DeviceBuffer<float>(
-      backend, ActivationLayout(table.config(), max_batch, seq_len).total);
-  activation_grads_ = kernels::DeviceBuffer<float>(
-      backend, GradientLayout(table.config(), max_batch, seq_len).total);
+  const LocalSizes sizes(table);
+  activations_ =
+      kernels::DeviceBuffer<float>(backend, ActivationLayout(sizes, max_batch, seq_len).total);
+  activation_grads_ =
+      kernels::DeviceBuffer<float>(backend, GradientLayout(sizes, max_batch, seq_len).total);
   inputs_ = kernels::DeviceBuffer<int32_t>(backend, max_batch * seq_len);
   targets_ = kernels::DeviceBuffer<int32_t>(backend, max_batch * seq_len);
   mean_loss_ = kernels::DeviceBuffer<float>(backend, 1);
@@ -176,14 +217,24 @@ double Gpt2Model::flops_per_token() const {
   return 6 * matrix_params + 12.0 * c.num_layers * c.channels * seq_len_;
 }
 
+void Gpt2Model::tensor_all_reduce(float* x, int64_t n, comm::ReduceOp op) {
+  if (tensor_comm_ == nullptr || !tensor_status_.ok()) return;
+  // The communicator reads and writes x from the host's side of the stream.
+  backend_.synchronize();
+  tensor_status_ = tensor_comm_->all_reduce(comm::buffer_of(x, n), op)
+                       ->wait()
+                       .with_context("tensor-parallel all-reduce");
+}
+
 float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32_t* targets,
                          int64_t B) {
   if (B < 1 || B > max_batch_) {
     throw std::invalid_argument(fmt::format("batch {} is outside [1, {}]", B, max_batch_));
   }
   const core::Gpt2Config& c = table_.config();
-  const int64_t T = seq_len_, C = c.channels, NH = c.num_heads, N = B * T;
-  const int64_t Vp = c.padded_vocab_size, V = c.vocab_size;
+  const LocalSizes z(table_);
+  const int64_t T = seq_len_, C = c.channels, N = B * T;
+  const int64_t V = c.vocab_size;
   for (int64_t i = 0; i < N; ++i) {
     if (inputs[i] < 0 || inputs[i] >= V || targets[i] < 0 || targets[i] >= V) {
       throw std::invalid_argument(
@@ -194,13 +245,21 @@ float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32
   batch_ = B;
   backend_.copy_host_to_device(inputs_.data(), inputs, N * static_cast<int64_t>(sizeof(int32_t)));
   backend_.copy_host_to_device(targets_.data(), targets, N * static_cast<int64_t>(sizeof(int32_t)));
+  // The replicated biases of the row-parallel projections (and the position
+  // embedding) enter once: on tensor rank 0, before the group's sum.
+  const bool adds_replicated = table_.shard().tensor_rank == 0;
+  auto replicated = [adds_replicated](const float* tensor) {
+    return adds_replicated ? tensor : nullptr;
+  };
 
-  const ActivationLayout a(c, B, T);
+  const ActivationLayout a(z, B, T);
   float* act = activations_.data();
   if (source_ != nullptr) source_->acquire_embeddings();
   const float* wte = params + table_.tensor(core::TensorRole::kWte).offset;
   const float* wpe = params + table_.tensor(core::TensorRole::kWpe).offset;
-  backend_.encoder_forward(act + a.encoded, inputs_.data(), wte, wpe, B, T, C);
+  backend_.encoder_forward(act + a.encoded, inputs_.data(), wte, {z.vocab_begin, z.Vl},
+                           replicated(wpe), B, T, C);
+  tensor_all_reduce(act + a.encoded, N * C, comm::ReduceOp::kSum);
   const float* residual = act + a.encoded;
   for (int l = 0; l < c.num_layers; ++l) {
     if (source_ != nullptr) source_->acquire_block(l, ParameterSource::Pass::kForward);
@@ -208,15 +267,19 @@ float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32
     const ActivationLayout::Block& b = a.blocks[l];
     backend_.layernorm_forward(act + b.ln1, act + b.ln1_mean, act + b.ln1_rstd, residual, w.ln1w,
                                w.ln1b, N, C);
-    backend_.matmul_forward(act + b.qkv, act + b.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
-    backend_.attention_forward(act + b.atty, act + b.att, act + b.qkv, B, T, C, NH);
-    backend_.matmul_forward(act + a.scratch, act + b.atty, w.projw, w.projb, N, C, C);
+    backend_.matmul_forward(act + b.qkv, act + b.ln1, w.qkvw, w.qkvb, N, C, 3 * z.Ca);
+    backend_.attention_forward(act + b.atty, act + b.att, act + b.qkv, B, T, z.Ca, z.NHa);
+    backend_.matmul_forward(act + a.scratch, act + b.atty, w.projw, replicated(w.projb), N, z.Ca,
+                            C);
+    tensor_all_reduce(act + a.scratch, N * C, comm::ReduceOp::kSum);
     backend_.residual_forward(act + b.residual2, residual, act + a.scratch, N * C);
     backend_.layernorm_forward(act + b.ln2, act + b.ln2_mean, act + b.ln2_rstd, act + b.residual2,
                                w.ln2w, w.ln2b, N, C);
-    backend_.matmul_forward(act + b.fch, act + b.ln2, w.fcw, w.fcb, N, C, 4 * C);
-    backend_.gelu_forward(act + b.fch_gelu, act + b.fch, N * 4 * C);
-    backend_.matmul_forward(act + a.scratch, act + b.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
+    backend_.matmul_forward(act + b.fch, act + b.ln2, w.fcw, w.fcb, N, C, z.F);
+    backend_.gelu_forward(act + b.fch_gelu, act + b.fch, N * z.F);
+    backend_.matmul_forward(act + a.scratch, act + b.fch_gelu, w.fcprojw, replicated(w.fcprojb), N,
+                            z.F, C);
+    tensor_all_reduce(act + a.scratch, N * C, comm::ReduceOp::kSum);
     backend_.residual_forward(act + b.residual3, act + b.residual2, act + a.scratch, N * C);
     residual = act + b.residual3;
     if (source_ != nullptr) source_->release_block(l, ParameterSource::Pass::kForward);
@@ -225,9 +288,21 @@ float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32
   const float* lnfb = params + table_.tensor(core::TensorRole::kLnfBias).offset;
   backend_.layernorm_forward(act + a.lnf, act + a.lnf_mean, act + a.lnf_rstd, residual, lnfw, lnfb,
                              N, C);
-  backend_.logits_forward(act + a.logits, act + a.lnf, wte, N, C, Vp);
-  backend_.softmax_crossentropy_forward(act + a.probs, act + a.losses, act + a.logits,
-                                        targets_.data(), N, V, Vp);
+  backend_.logits_forward(act + a.logits, act + a.lnf, wte, N, C, z.Vl);
+  if (z.parts == 1) {
+    backend_.softmax_crossentropy_forward(act + a.probs, act + a.losses, act + a.logits,
+                                          targets_.data(), N, V, z.Vl);
+  } else {
+    // No rank holds a whole row of logits: the row's maximum, its sum of
+    // exponentials and the target's logit are reduced over the group.
+    backend_.vocab_parallel_max(act + a.row_max, act + a.logits, N, z.V, z.Vl);
+    tensor_all_reduce(act + a.row_max, N, comm::ReduceOp::kMax);
+    backend_.vocab_parallel_sums(act + a.sums, act + a.logits, act + a.row_max, targets_.data(),
+                                 z.vocab_begin, N, z.V, z.Vl);
+    tensor_all_reduce(act + a.sums, 2 * N, comm::ReduceOp::kSum);
+    backend_.vocab_parallel_softmax_loss(act + a.probs, act + a.losses, act + a.logits,
+                                         act + a.row_max, act + a.sums, N, z.V, z.Vl);
+  }
   backend_.mean(mean_loss_.data(), act + a.losses, N);
   float loss = 0;
   backend_.copy_device_to_host(&loss, mean_loss_.data(), sizeof(float));
@@ -238,10 +313,10 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
                          const GradientsReady& on_ready) {
   if (batch_ == 0) throw std::logic_error("Gpt2Model::backward() without a forward()");
   const core::Gpt2Config& c = table_.config();
-  const int64_t B = batch_, T = seq_len_, C = c.channels, NH = c.num_heads, N = B * T;
-  const int64_t Vp = c.padded_vocab_size, V = c.vocab_size;
-  const ActivationLayout a(c, B, T);
-  const GradientLayout g(c, B, T);
+  const LocalSizes z(table_);
+  const int64_t B = batch_, T = seq_len_, C = c.channels, N = B * T;
+  const ActivationLayout a(z, B, T);
+  const GradientLayout g(z, B, T);
   float* act = activations_.data();
   float* d = activation_grads_.data();
   auto report = [&](int64_t begin, int64_t end) {
@@ -253,15 +328,19 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
   float* dlosses = act + a.losses;
   backend_.fill(dlosses, N, loss_scale / static_cast<float>(N));
   float* dlogits = act + a.logits;
-  zero(backend_, dlogits, N * Vp);
-  backend_.crossentropy_softmax_backward(dlogits, dlosses, act + a.probs, targets_.data(), N, V,
-                                         Vp);
+  zero(backend_, dlogits, N * z.Vl);
+  backend_.crossentropy_softmax_backward(dlogits, dlosses, act + a.probs, targets_.data(),
+                                         z.vocab_begin, N, z.V, z.Vl);
   const core::TensorInfo& wte_info = table_.tensor(core::TensorRole::kWte);
   const core::TensorInfo& lnfw_info = table_.tensor(core::TensorRole::kLnfWeight);
   const core::TensorInfo& lnfb_info = table_.tensor(core::TensorRole::kLnfBias);
+  // Where a column- or vocabulary-parallel layer's input gradient is summed
+  // over the tensor group (Megatron's "f" operator, backward); the
+  // row-parallel layers' input gradients need nothing.
   zero(backend_, d + g.dln, N * C);
   backend_.logits_backward(d + g.dln, grads + wte_info.offset, dlogits, act + a.lnf,
-                           params + wte_info.offset, N, C, Vp);
+                           params + wte_info.offset, N, C, z.Vl);
+  tensor_all_reduce(d + g.dln, N * C, comm::ReduceOp::kSum);
   const float* last_residual =
       c.num_layers > 0 ? act + a.blocks[c.num_layers - 1].residual3 : act + a.encoded;
   float* dresidual = d + g.dresidual;
@@ -273,6 +352,8 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
 
   // dresidual carries the gradient of the block's output; each residual add
   // passes it on unchanged, and the LayerNorm backward adds its branch to it.
+  // It is the same on every rank of the tensor group, so the replicated
+  // tensors (LayerNorms, row-parallel biases) get the same gradients there.
   for (int l = static_cast<int>(c.num_layers) - 1; l >= 0; --l) {
     if (source_ != nullptr) source_->acquire_block(l, ParameterSource::Pass::kBackward);
     const BlockTensors<const float> w(table_, l, params);
@@ -280,25 +361,26 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
     const ActivationLayout::Block& b = a.blocks[l];
     const float* residual = l == 0 ? act + a.encoded : act + a.blocks[l - 1].residual3;
 
-    zero(backend_, d + g.dfch_gelu, N * 4 * C);
+    zero(backend_, d + g.dfch_gelu, N * z.F);
     backend_.matmul_backward(d + g.dfch_gelu, dw.fcprojw, dw.fcprojb, dresidual, act + b.fch_gelu,
-                             w.fcprojw, N, 4 * C, C);
-    zero(backend_, d + g.dfch, N * 4 * C);
-    backend_.gelu_backward(d + g.dfch, act + b.fch, d + g.dfch_gelu, N * 4 * C);
+                             w.fcprojw, N, z.F, C);
+    zero(backend_, d + g.dfch, N * z.F);
+    backend_.gelu_backward(d + g.dfch, act + b.fch, d + g.dfch_gelu, N * z.F);
     zero(backend_, d + g.dln, N * C);
-    backend_.matmul_backward(d + g.dln, dw.fcw, dw.fcb, d + g.dfch, act + b.ln2, w.fcw, N, C,
-                             4 * C);
+    backend_.matmul_backward(d + g.dln, dw.fcw, dw.fcb, d + g.dfch, act + b.ln2, w.fcw, N, C, z.F);
+    tensor_all_reduce(d + g.dln, N * C, comm::ReduceOp::kSum);
     backend_.layernorm_backward(dresidual, dw.ln2w, dw.ln2b, d + g.dln, act + b.residual2, w.ln2w,
                                 act + b.ln2_mean, act + b.ln2_rstd, N, C);
-    zero(backend_, d + g.datty, N * C);
+    zero(backend_, d + g.datty, N * z.Ca);
     backend_.matmul_backward(d + g.datty, dw.projw, dw.projb, dresidual, act + b.atty, w.projw, N,
-                             C, C);
-    zero(backend_, d + g.dqkv, N * 3 * C);
+                             z.Ca, C);
+    zero(backend_, d + g.dqkv, N * 3 * z.Ca);
     backend_.attention_backward(d + g.dqkv, d + g.datt_scratch, d + g.datty, act + b.qkv,
-                                act + b.att, B, T, C, NH);
+                                act + b.att, B, T, z.Ca, z.NHa);
     zero(backend_, d + g.dln, N * C);
     backend_.matmul_backward(d + g.dln, dw.qkvw, dw.qkvb, d + g.dqkv, act + b.ln1, w.qkvw, N, C,
-                             3 * C);
+                             3 * z.Ca);
+    tensor_all_reduce(d + g.dln, N * C, comm::ReduceOp::kSum);
     backend_.layernorm_backward(dresidual, dw.ln1w, dw.ln1b, d + g.dln, residual, w.ln1w,
                                 act + b.ln1_mean, act + b.ln1_rstd, N, C);
     if (source_ != nullptr) source_->release_block(l, ParameterSource::Pass::kBackward);
@@ -306,8 +388,8 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
     report(begin, end);
   }
   const core::TensorInfo& wpe_info = table_.tensor(core::TensorRole::kWpe);
-  backend_.encoder_backward(grads + wte_info.offset, grads + wpe_info.offset, dresidual,
-                            inputs_.data(), B, T, C);
+  backend_.encoder_backward(grads + wte_info.offset, {z.vocab_begin, z.Vl},
+                            grads + wpe_info.offset, dresidual, inputs_.data(), B, T, C);
   if (source_ != nullptr) source_->release_embeddings();
   report(wte_info.offset, wpe_info.offset + wpe_info.numel);
 }

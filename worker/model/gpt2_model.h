@@ -8,6 +8,8 @@
 #include "kernels/device_buffer.h"
 #include "core/layout/gpt2_config.h"
 #include "core/layout/parameter_table.h"
+#include "core/status.h"
+#include "worker/comm/communicator.h"
 
 namespace dslaunch::worker::model {
 
@@ -45,8 +47,13 @@ class Gpt2Model {
   // Every float of the buffer is reported exactly once per backward().
   using GradientsReady = std::function<void(int64_t begin, int64_t end)>;
 
+  // A table cut for tensor parallelism (Megatron's: heads, MLP columns and
+  // vocabulary rows split) needs `tensor_comm`, the group of ranks holding
+  // the other slices, as that table's tensor rank; forward() and backward()
+  // then all-reduce over it where Megatron does, and every rank of the group
+  // must call them together with the same inputs.
   Gpt2Model(const core::ParameterTable& table, kernels::Backend& backend, int64_t max_batch,
-            int64_t seq_len);
+            int64_t seq_len, comm::Communicator* tensor_comm = nullptr);
 
   // Runs the model on inputs (B,T) and returns the mean cross-entropy over
   // the B*T targets (B,T). B <= max_batch, T == seq_len <= max_seq_len; token
@@ -75,6 +82,11 @@ class Gpt2Model {
   int64_t seq_len() const { return seq_len_; }
   int64_t activation_bytes() const;
 
+  // The first failure of a tensor-group all-reduce since construction; after
+  // one, the model skips the group's collectives and its results are not
+  // valid. Check it after forward() and backward().
+  const core::Status& tensor_status() const { return tensor_status_; }
+
  private:
   const core::ParameterTable& table_;
   kernels::Backend& backend_;
@@ -82,12 +94,16 @@ class Gpt2Model {
   int64_t seq_len_;
   int64_t batch_ = 0;  // B of the last forward()
   ParameterSource* source_ = nullptr;
+  comm::Communicator* tensor_comm_;  // null without tensor parallelism
+  core::Status tensor_status_;
   // In the backend's memory: the model touches them only through kernels.
   kernels::DeviceBuffer<float> activations_;
   kernels::DeviceBuffer<float> activation_grads_;
   kernels::DeviceBuffer<int32_t> inputs_;
   kernels::DeviceBuffer<int32_t> targets_;
   kernels::DeviceBuffer<float> mean_loss_;
+
+  void tensor_all_reduce(float* x, int64_t n, comm::ReduceOp op);
 };
 
 // The GPT-2 initialisation, deterministic in `seed`: weights and embeddings

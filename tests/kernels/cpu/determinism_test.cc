@@ -41,11 +41,12 @@ TEST_CASE("kernels give the same bits on 1 and 2 threads") {
     const auto wte = random_floats(11 * C, 4);
     const auto wpe = random_floats(T * C, 5);
     check_same_on_1_and_2_threads(std::vector<float>(N * C), [&](Backend& b, auto& out) {
-      b.encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+      b.encoder_forward(out.data(), tokens.data(), wte.data(), {0, 11}, wpe.data(), B, T, C);
     });
     // dwte (11 rows) then dwpe (T rows), one buffer.
     check_same_on_1_and_2_threads(random_floats((11 + T) * C, 6), [&](Backend& b, auto& grads) {
-      b.encoder_backward(grads.data(), grads.data() + 11 * C, y.data(), tokens.data(), B, T, C);
+      b.encoder_backward(grads.data(), {0, 11}, grads.data() + 11 * C, y.data(), tokens.data(), B,
+                         T, C);
     });
   }
   SECTION("layernorm") {
@@ -126,8 +127,8 @@ TEST_CASE("kernels give the same bits on 1 and 2 threads") {
     cpu_backend().softmax_crossentropy_forward(probs.data(), losses.data(), logits.data(),
                                                targets.data(), N, V, Vp);
     check_same_on_1_and_2_threads(random_floats(N * Vp, 5), [&](Backend& b, auto& dlogits) {
-      b.crossentropy_softmax_backward(dlogits.data(), y.data(), probs.data(), targets.data(), N, V,
-                                      Vp);
+      b.crossentropy_softmax_backward(dlogits.data(), y.data(), probs.data(), targets.data(), 0, N,
+                                      V, Vp);
     });
   }
   SECTION("adamw") {

@@ -29,7 +29,8 @@ TEST_CASE("encoder_forward adds the token and position embeddings") {
   const auto wte = random_floats(Vp * C, 1);
   const auto wpe = random_floats(maxT * C, 2);
   std::vector<float> out(B * T * C);
-  cpu_backend().encoder_forward(out.data(), kTokens.data(), wte.data(), wpe.data(), B, T, C);
+  cpu_backend().encoder_forward(out.data(), kTokens.data(), wte.data(), {0, Vp}, wpe.data(), B, T,
+                                C);
   CHECK(relative_error(out, reference_encoder(to_double(wte), to_double(wpe))) < 1e-7);
 }
 
@@ -41,7 +42,8 @@ TEST_CASE("encoder_backward accumulates the gradients of both embeddings") {
   const auto dwpe_before = random_floats(maxT * C, 5, -0.25f, 0.25f);
   auto dwte = dwte_before;
   auto dwpe = dwpe_before;
-  cpu_backend().encoder_backward(dwte.data(), dwpe.data(), dout.data(), kTokens.data(), B, T, C);
+  cpu_backend().encoder_backward(dwte.data(), {0, Vp}, dwpe.data(), dout.data(), kTokens.data(), B,
+                                 T, C);
 
   const auto weights = to_double(dout);
   const auto expected_dwte = numeric_gradient(
@@ -55,6 +57,39 @@ TEST_CASE("encoder_backward accumulates the gradients of both embeddings") {
     CHECK(dwte[4 * C + c] == dwte_before[4 * C + c]);
     CHECK(dwpe[3 * C + c] == dwpe_before[3 * C + c]);
   }
+}
+
+// The vocabulary-parallel embedding: slices of wte rows [0, 2) and [2, 5),
+// the position embedding on the first only; the slices' outputs sum to the
+// whole embedding's exactly (one nonzero token term per position).
+TEST_CASE("encoder_forward over vocabulary slices sums to the whole embedding") {
+  const auto wte = random_floats(Vp * C, 1);
+  const auto wpe = random_floats(maxT * C, 2);
+  std::vector<float> whole(B * T * C), first(B * T * C), second(B * T * C);
+  Backend& backend = cpu_backend();
+  backend.encoder_forward(whole.data(), kTokens.data(), wte.data(), {0, Vp}, wpe.data(), B, T, C);
+  backend.encoder_forward(first.data(), kTokens.data(), wte.data(), {0, 2}, wpe.data(), B, T, C);
+  backend.encoder_forward(second.data(), kTokens.data(), wte.data() + 2 * C, {2, 3}, nullptr, B, T,
+                          C);
+  for (int64_t i = 0; i < B * T * C; ++i) REQUIRE(first[i] + second[i] == whole[i]);
+  // Token 3 (position 0) lies in the second slice: the first holds wpe only.
+  for (int64_t c = 0; c < C; ++c) {
+    CHECK(first[c] == wpe[c]);
+    CHECK(second[c] == wte[3 * C + c]);
+  }
+}
+
+TEST_CASE("encoder_backward over a vocabulary slice scatters only its own tokens") {
+  const auto dout = random_floats(B * T * C, 3);
+  std::vector<float> whole_dwte(Vp * C, 0.0f), whole_dwpe(maxT * C, 0.0f);
+  std::vector<float> slice_dwte(3 * C, 0.0f), slice_dwpe(maxT * C, 0.0f);
+  Backend& backend = cpu_backend();
+  backend.encoder_backward(whole_dwte.data(), {0, Vp}, whole_dwpe.data(), dout.data(),
+                           kTokens.data(), B, T, C);
+  backend.encoder_backward(slice_dwte.data(), {2, 3}, slice_dwpe.data(), dout.data(),
+                           kTokens.data(), B, T, C);
+  for (int64_t i = 0; i < 3 * C; ++i) REQUIRE(slice_dwte[i] == whole_dwte[2 * C + i]);
+  CHECK(slice_dwpe == whole_dwpe);
 }
 
 }  // namespace

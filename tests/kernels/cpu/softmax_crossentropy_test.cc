@@ -107,7 +107,7 @@ TEST_CASE("crossentropy_softmax_backward accumulates the loss gradient over the 
   const auto dlogits_before = random_floats(N * Vp, 3, -0.25f, 0.25f);
   auto dlogits = dlogits_before;
   backend.crossentropy_softmax_backward(dlogits.data(), dlosses.data(), probs.data(),
-                                        kTargets.data(), N, V, Vp);
+                                        kTargets.data(), 0, N, V, Vp);
   CHECK(relative_error(added(dlogits, dlogits_before),
                        numeric_gradient(reference_losses, to_double(logits), to_double(dlosses))) <
         kGradientTolerance);
@@ -115,6 +115,97 @@ TEST_CASE("crossentropy_softmax_backward accumulates the loss gradient over the 
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t v = V; v < Vp; ++v) CHECK(dlogits[n * Vp + v] == dlogits_before[n * Vp + v]);
   }
+}
+
+// The vocabulary-parallel path over two slices of the same rows, the
+// group's reductions done here: [0, 5) (real columns 0..4) and [5, 10)
+// (real 5..6, padding 7..9), as two tensor ranks of Vp = 10 hold them.
+struct SlicedSoftmax {
+  std::vector<float> probs = std::vector<float>(N * Vp);  // the slices side by side, per row
+  std::vector<float> losses = std::vector<float>(N);
+};
+
+SlicedSoftmax vocab_parallel_softmax(const std::vector<float>& logits) {
+  constexpr int64_t kSlice = Vp / 2;
+  Backend& backend = cpu_backend();
+  std::vector<float> slices[2];
+  for (int s = 0; s < 2; ++s) {
+    slices[s].resize(N * kSlice);
+    for (int64_t n = 0; n < N; ++n) {
+      std::copy_n(logits.data() + n * Vp + s * kSlice, kSlice, slices[s].data() + n * kSlice);
+    }
+  }
+  const int64_t real[2] = {5, V - 5};
+  std::vector<float> max[2] = {std::vector<float>(N), std::vector<float>(N)};
+  std::vector<float> sums[2] = {std::vector<float>(2 * N), std::vector<float>(2 * N)};
+  for (int s = 0; s < 2; ++s) {
+    backend.vocab_parallel_max(max[s].data(), slices[s].data(), N, real[s], kSlice);
+  }
+  std::vector<float> group_max(N), group_sums(2 * N);
+  for (int64_t n = 0; n < N; ++n) group_max[n] = std::max(max[0][n], max[1][n]);
+  for (int s = 0; s < 2; ++s) {
+    backend.vocab_parallel_sums(sums[s].data(), slices[s].data(), group_max.data(),
+                                kTargets.data(), s * kSlice, N, real[s], kSlice);
+  }
+  for (int64_t i = 0; i < 2 * N; ++i) group_sums[i] = sums[0][i] + sums[1][i];
+  SlicedSoftmax out;
+  for (int s = 0; s < 2; ++s) {
+    std::vector<float> probs(N * kSlice);
+    backend.vocab_parallel_softmax_loss(probs.data(), out.losses.data(), slices[s].data(),
+                                        group_max.data(), group_sums.data(), N, real[s], kSlice);
+    for (int64_t n = 0; n < N; ++n) {
+      std::copy_n(probs.data() + n * kSlice, kSlice, out.probs.data() + n * Vp + s * kSlice);
+    }
+  }
+  return out;
+}
+
+TEST_CASE("the vocabulary-parallel softmax and loss equal the whole row's") {
+  const auto logits = test_logits();
+  const SlicedSoftmax sliced = vocab_parallel_softmax(logits);
+  CHECK(relative_error(sliced.probs, reference_softmax(to_double(logits))) < 1e-6);
+  CHECK(relative_error(sliced.losses, reference_losses(to_double(logits))) < 1e-6);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t v = V; v < Vp; ++v) CHECK(sliced.probs[n * Vp + v] == 0.0f);
+  }
+}
+
+TEST_CASE("a vocabulary slice with no real columns contributes nothing") {
+  std::vector<float> logits = {1.0f, 2.0f, 3.0f, 4.0f};  // 2 rows of 2 padded columns
+  std::vector<float> max(2), sums(4);
+  const std::vector<int32_t> targets = {0, 1};
+  Backend& backend = cpu_backend();
+  backend.vocab_parallel_max(max.data(), logits.data(), 2, 0, 2);
+  CHECK(max[0] == -INFINITY);
+  const std::vector<float> group_max = {5.0f, 6.0f};
+  backend.vocab_parallel_sums(sums.data(), logits.data(), group_max.data(), targets.data(), 8, 2,
+                              0, 2);
+  CHECK(sums == std::vector<float>{0.0f, 0.0f, 0.0f, 0.0f});
+}
+
+TEST_CASE("crossentropy_softmax_backward over a vocabulary slice puts the one-hot on its own") {
+  const auto logits = test_logits();
+  const SlicedSoftmax sliced = vocab_parallel_softmax(logits);
+  const auto dlosses = random_floats(N, 2);
+  // The whole rows' gradient, and the second slice's (columns 5..9) alone.
+  std::vector<float> whole(N * Vp, 0.0f), second(N * (Vp / 2), 0.0f);
+  std::vector<float> second_probs(N * (Vp / 2));
+  for (int64_t n = 0; n < N; ++n) {
+    std::copy_n(sliced.probs.data() + n * Vp + Vp / 2, Vp / 2, second_probs.data() + n * (Vp / 2));
+  }
+  Backend& backend = cpu_backend();
+  backend.crossentropy_softmax_backward(whole.data(), dlosses.data(), sliced.probs.data(),
+                                        kTargets.data(), 0, N, V, Vp);
+  backend.crossentropy_softmax_backward(second.data(), dlosses.data(), second_probs.data(),
+                                        kTargets.data(), Vp / 2, N, V - Vp / 2, Vp / 2);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t j = 0; j < Vp / 2; ++j) {
+      REQUIRE(second[n * (Vp / 2) + j] == whole[n * Vp + Vp / 2 + j]);
+    }
+  }
+  // Row 1's target (6) lies in the second slice, which adds its one-hot term.
+  CHECK(second[1 * (Vp / 2) + 1] ==
+        Approx((sliced.probs[1 * Vp + 6] - 1.0f) * dlosses[1]).epsilon(1e-6));
 }
 
 }  // namespace

@@ -80,12 +80,16 @@ TEST_CASE("every layout starts from the same weights: a slice's initialisation i
   }
 }
 
-TEST_CASE("the model refuses a tensor or pipeline slice it cannot run yet") {
-  const core::ParameterTable slice(tiny_config(),
-                                   core::ModelShard{.tensor_rank = 0, .tensor_size = 2});
+TEST_CASE("the model refuses a pipeline stage, and a tensor slice without its group") {
   auto backend = kernels::make_cpu_backend(1);
+  const core::ParameterTable stage(tiny_config(),
+                                   core::ModelShard{.stage = 1, .stages = 2, .layer_begin = 1});
+  CHECK_THROWS_WITH(Gpt2Model(stage, *backend, 1, 8),
+                    Catch::Contains("stage 1 of 2 is not runnable yet"));
+  const core::ParameterTable slice(tiny_config(),
+                                   core::ModelShard{.tensor_rank = 1, .tensor_size = 2});
   CHECK_THROWS_WITH(Gpt2Model(slice, *backend, 1, 8),
-                    Catch::Contains("tensor rank 0 of 2, stage 0 of 1 is not runnable yet"));
+                    Catch::Contains("tensor rank 1 of 2 needs the communicator of its tensor group"));
 }
 
 TEST_CASE("initialisation is deterministic in the seed and follows GPT-2's scheme") {
