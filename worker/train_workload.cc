@@ -178,6 +178,7 @@ int run_train_workload(const TrainWorkloadContext& context) {
   kernels::Backend& backend = **made_backend;
   engine::TrainerOptions options;
   options.data_comm = &context.groups->data();
+  options.tensor_comm = &context.groups->tensor();
   options.batch = context.batch;
   options.stop_requested = context.stop_requested;
   options.on_step_started = context.on_step_started;

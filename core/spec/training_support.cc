@@ -10,11 +10,16 @@ std::string training_support_problem(const spec::JobSpec& spec) {
     return "the training engine runs on CPU so far (cluster.device: cpu); the CUDA backend is "
            "not built yet";
   }
-  if (spec.parallelism.tensor > 1 || spec.parallelism.pipeline > 1) {
+  if (spec.parallelism.pipeline > 1) {
     return fmt::format(
-        "tensor ({}) and pipeline ({}) parallelism are not implemented yet; set both to 1 "
-        "(data parallelism uses every rank)",
-        spec.parallelism.tensor, spec.parallelism.pipeline);
+        "pipeline parallelism ({} stages) is not implemented yet; set parallelism.pipeline to 1",
+        spec.parallelism.pipeline);
+  }
+  if (spec.parallelism.tensor > 1) {
+    return fmt::format(
+        "tensor parallelism ({} ranks) trains, but its checkpoints cannot be written or resumed "
+        "yet, and a job always checkpoints; set parallelism.tensor to 1",
+        spec.parallelism.tensor);
   }
   if (training.zero.offload_optimizer.device != spec::OffloadDevice::kNone ||
       training.zero.offload_param.device != spec::OffloadDevice::kNone) {

@@ -234,6 +234,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   for (int64_t step = first_step; step < training.steps; ++step) {
     if (options.on_step_started) options.on_step_started(step + 1);
     const Clock::time_point start = Clock::now();
+    const double tensor_comm_before = model.tensor_comm_seconds();
     state.begin_step();
     double loss_sum = 0;
     for (const ScheduledPass& pass : schedule) {
@@ -321,6 +322,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     report.lr = lr;
     report.grad_norm = grad_norm;
     report.step_seconds = seconds_since(start);
+    report.tensor_comm_seconds = model.tensor_comm_seconds() - tensor_comm_before;
     report.tokens_per_second = tokens_per_step / report.step_seconds;
     report.tflops = model.flops_per_token() * report.tokens_per_second / 1e12;
     const bool last_step = step + 1 == training.steps;

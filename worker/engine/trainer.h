@@ -23,6 +23,8 @@ struct StepReport {
   double lr = 0;
   double grad_norm = 0;  // global L2 norm before clipping
   double step_seconds = 0;
+  // Of which in tensor-parallel all-reduces on this rank (0 without them).
+  double tensor_comm_seconds = 0;
   double tokens_per_second = 0;  // the whole job's
   double tflops = 0;             // achieved by the whole job (matrix products, as Megatron counts)
   std::optional<double> eval_loss;  // set on evaluation steps

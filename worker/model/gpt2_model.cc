@@ -1,6 +1,7 @@
 #include "worker/model/gpt2_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -219,11 +220,14 @@ double Gpt2Model::flops_per_token() const {
 
 void Gpt2Model::tensor_all_reduce(float* x, int64_t n, comm::ReduceOp op) {
   if (tensor_comm_ == nullptr || !tensor_status_.ok()) return;
+  const auto start = std::chrono::steady_clock::now();
   // The communicator reads and writes x from the host's side of the stream.
   backend_.synchronize();
   tensor_status_ = tensor_comm_->all_reduce(comm::buffer_of(x, n), op)
                        ->wait()
                        .with_context("tensor-parallel all-reduce");
+  tensor_comm_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32_t* targets,

@@ -86,6 +86,9 @@ class Gpt2Model {
   // one, the model skips the group's collectives and its results are not
   // valid. Check it after forward() and backward().
   const core::Status& tensor_status() const { return tensor_status_; }
+  // Seconds spent in tensor-group all-reduces since construction (the
+  // communication tensor parallelism adds to a step, none of it overlapped).
+  double tensor_comm_seconds() const { return tensor_comm_seconds_; }
 
  private:
   const core::ParameterTable& table_;
@@ -96,6 +99,7 @@ class Gpt2Model {
   ParameterSource* source_ = nullptr;
   comm::Communicator* tensor_comm_;  // null without tensor parallelism
   core::Status tensor_status_;
+  double tensor_comm_seconds_ = 0;
   // In the backend's memory: the model touches them only through kernels.
   kernels::DeviceBuffer<float> activations_;
   kernels::DeviceBuffer<float> activation_grads_;
