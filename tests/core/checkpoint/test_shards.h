@@ -6,30 +6,13 @@
 #include <vector>
 
 #include "core/checkpoint/shard_file.h"
+#include "tests/support/temp_files.h"
 
 namespace dslaunch::core::testing {
 
-// A fresh folder under $TEST_TMPDIR (or /tmp), removed with its contents
-// when the object goes.
-class TempDir {
- public:
-  TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir();
-
-  const std::string& path() const { return path_; }
-  std::string file(std::string_view name) const { return path_ + "/" + std::string(name); }
-  // The names of the files in the folder, sorted.
-  std::vector<std::string> names() const;
-
- private:
-  std::string path_;
-};
-
-// The whole file / replace the whole file; fail the test on error.
-std::string read_bytes(const std::string& path);
-void write_bytes(const std::string& path, std::string_view bytes);
+using dslaunch::testing::read_bytes;
+using dslaunch::testing::TempDir;
+using dslaunch::testing::write_bytes;
 
 // A value that says which state and which absolute index it is at, so a
 // misplaced read shows.

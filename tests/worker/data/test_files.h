@@ -6,31 +6,14 @@
 #include <string_view>
 #include <vector>
 
+#include "tests/support/temp_files.h"
 #include "worker/data/token_source.h"
 
 namespace dslaunch::worker::data::testing {
 
-// A fresh folder under $TEST_TMPDIR (or /tmp), removed with its contents
-// when the object goes.
-class TempDir {
- public:
-  TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir();
-
-  const std::string& path() const { return path_; }
-  std::string file(std::string_view name) const { return path_ + "/" + std::string(name); }
-
- private:
-  std::string path_;
-};
-
-// Writes `bytes` to `path`, replacing it; fails the test on error.
-void write_bytes(const std::string& path, std::string_view bytes);
-
-// The whole file; fails the test on error.
-std::string read_bytes(const std::string& path);
+using dslaunch::testing::read_bytes;
+using dslaunch::testing::TempDir;
+using dslaunch::testing::write_bytes;
 
 // `value`'s little-endian bytes appended to `out`.
 template <typename T>
