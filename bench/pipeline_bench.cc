@@ -7,7 +7,6 @@
 //   bazel build //bench:pipeline_bench
 //   tools/mpirun_local.sh 2 bazel-bin/bench/pipeline_bench   (and 4)
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -16,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/demo_job.h"
 #include "core/spec/job_spec.h"
 #include "core/status.h"
 #include "kernels/backend.h"
@@ -37,30 +37,15 @@ namespace engine = dslaunch::worker::engine;
 namespace data = dslaunch::worker::data;
 namespace comm = dslaunch::worker::comm;
 
-[[noreturn]] void fail(std::string_view message) {
-  std::cerr << "pipeline_bench: " << message << "\n";
-  std::_Exit(1);
-}
+[[noreturn]] void fail(std::string_view message) { bench::fail("pipeline_bench", message); }
 
-// The demo job's model (4 layers, 4 heads, 256 channels, 256-token
-// context), a global batch of 16 sequences.
+// The demo job with a global batch of 16 sequences.
 spec::JobSpec bench_job(int data_size) {
-  spec::JobSpec spec;
-  spec.kind = spec::JobKind::kTrain;
-  spec.cluster.device = spec::Device::kCpu;
-  spec.model.num_layers = 4;
-  spec.model.hidden_size = 256;
-  spec.model.num_attention_heads = 4;
-  spec.model.vocab_size = 256;
-  spec.model.seq_length = 256;
-  spec.model.make_vocab_size_divisible_by = 64;
-  spec.data.train = "demo";
+  spec::JobSpec spec = bench::demo_training_job();
   spec.training.steps = 10;
   spec.training.batch.train_batch_size = 16;
   spec.training.batch.micro_batch_per_gpu = 4;
   spec.training.batch.gradient_accumulation_steps = 16 / (4 * data_size);
-  spec.training.eval_batches = 1;
-  spec.training.eval_interval = 1000;
   return spec;
 }
 

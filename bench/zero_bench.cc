@@ -11,7 +11,6 @@
 //   tools/mpirun_local.sh 2 bazel-bin/bench/zero_bench   (and 4)
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -20,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/demo_job.h"
 #include "core/status.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/blas_setup.h"
@@ -41,30 +41,14 @@ namespace engine = dslaunch::worker::engine;
 namespace data = dslaunch::worker::data;
 namespace comm = dslaunch::worker::comm;
 
-// Ends this rank at once; mpirun then ends the others, which may be waiting
-// in a collective this rank will never start.
-[[noreturn]] void fail(std::string_view message) {
-  std::cerr << "zero_bench: " << message << "\n";
-  std::_Exit(1);
-}
+[[noreturn]] void fail(std::string_view message) { bench::fail("zero_bench", message); }
 
 // The demo job's model, trained for a few steps on the demo corpus.
 spec::JobSpec bench_job(int stage) {
-  spec::JobSpec spec;
-  spec.kind = spec::JobKind::kTrain;
-  spec.cluster.device = spec::Device::kCpu;
-  spec.model.num_layers = 4;
-  spec.model.hidden_size = 256;
-  spec.model.num_attention_heads = 4;
-  spec.model.vocab_size = 256;
-  spec.model.seq_length = 256;
-  spec.model.make_vocab_size_divisible_by = 64;
-  spec.data.train = "demo";
+  spec::JobSpec spec = bench::demo_training_job();
   spec.training.steps = 12;
   spec.training.batch.micro_batch_per_gpu = 4;
   spec.training.batch.gradient_accumulation_steps = 1;
-  spec.training.eval_batches = 1;
-  spec.training.eval_interval = 1000;
   spec.training.optimizer.weight_decay = 0.1;
   spec.training.zero.stage = stage;
   spec.training.zero.reduce_bucket_size = 1'000'000;
