@@ -82,6 +82,9 @@ bool send_checkpoint_written(proto::Session& session, const engine::CheckpointSl
   shard->set_begin(slice.begin);
   shard->set_end(slice.end);
   shard->set_total_parameters(slice.total_parameters);
+  shard->set_model_parameters(slice.model_parameters);
+  shard->set_tensor_rank(slice.tensor_rank);
+  shard->set_stage(slice.stage);
   return session.send(message);
 }
 
@@ -94,14 +97,14 @@ void report_checkpoint_failure(proto::Session& session, std::atomic<bool>& faile
 }
 
 // Hands this rank's slice to the background writer, as
-// <root>/step_<8 digits>/rank_<r>.bin; the controller hears of the shard
-// once it is durable, or of the error.
+// <root>/step_<8 digits>/rank_<world rank>.bin; the controller hears of the
+// shard once it is durable, or of the error.
 void save_in_background(checkpoint::AsyncShardWriter& writer, proto::Session& session,
-                        const std::string& root, const engine::CheckpointSlice& slice,
-                        std::atomic<bool>& failed) {
+                        const std::string& root, const comm::ProcessGroups& groups,
+                        const engine::CheckpointSlice& slice, std::atomic<bool>& failed) {
   const std::filesystem::path folder =
       std::filesystem::path(root) / fmt::format("step_{:08d}", slice.step);
-  const std::string file = fmt::format("rank_{}.bin", slice.rank);
+  const std::string file = fmt::format("rank_{}.bin", groups.rank());
   // Private to the user, as the job directory is (0700).
   if (std::string error; !core::create_folders(core::default_file_system(), folder.string(),
                                                0700, error)) {
@@ -110,8 +113,8 @@ void save_in_background(checkpoint::AsyncShardWriter& writer, proto::Session& se
   }
   core::ShardHeader header;
   header.step = slice.step;
-  header.rank = slice.rank;
-  header.ranks = slice.ranks;
+  header.rank = groups.rank();
+  header.ranks = groups.world().size();
   header.total_parameters = slice.total_parameters;
   header.begin = slice.begin;
   header.end = slice.end;
@@ -200,7 +203,8 @@ int run_train_workload(const TrainWorkloadContext& context) {
   checkpoint::AsyncShardWriter writer;
   if (!context.checkpoint_directory.empty()) {
     options.save_checkpoint = [&](const engine::CheckpointSlice& slice) {
-      save_in_background(writer, session, context.checkpoint_directory, slice, checkpoint_failed);
+      save_in_background(writer, session, context.checkpoint_directory, *context.groups, slice,
+                         checkpoint_failed);
     };
   }
   engine::TrainResult result;

@@ -102,7 +102,7 @@ std::optional<engine::ResumePoint> resume_point(const v1::RegisterReply& reply) 
   engine::ResumePoint resume;
   resume.step = reply.resume().step();
   if (reply.resume().shards_size() > 0) {
-    resume.total_parameters = reply.resume().shards(0).total_parameters();
+    resume.total_parameters = reply.resume().shards(0).model_parameters();
   }
   for (const v1::CheckpointShard& shard : reply.resume().shards()) {
     resume.shards.push_back(

@@ -36,7 +36,8 @@ struct LayoutTensor {
 // The layout of a parameter table, as a shard records it.
 std::vector<LayoutTensor> layout_of(const ParameterTable& table);
 
-// One data-parallel rank's part of a checkpoint. The writing rank keeps its
+// One rank's part of a checkpoint (`rank` of `ranks`: its place in the
+// job's world). The writing rank keeps its
 // model state as flat buffers laid out by its parameter table (`layout`:
 // `total_parameters` elements, any tensor or pipeline slice of the model),
 // and owns the elements [begin, end) of each array it saves (ZeRO's

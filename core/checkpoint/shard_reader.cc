@@ -3,6 +3,7 @@
 // elements to global elements (slice_runs); so does each shard's copy of
 // that tensor; where the two meet, the shard's bytes are read.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <unordered_map>
 
@@ -36,6 +37,16 @@ struct Piece {
   int64_t source = 0;
   int64_t count = 0;
 };
+
+// The token embedding's rows past the vocabulary are padding, and Megatron
+// pads the vocabulary to a multiple of make_vocab_size_divisible_by x the
+// tensor ranks: layouts with different tensor sizes may hold it with
+// different row counts. Such copies read each other: the rows both hold are
+// read, and reader rows past the shard's are padding, zero.
+bool padded_rows_differ(const LayoutTensor& held, const LayoutTensor& wanted) {
+  return wanted.name == hf_gpt2_name(TensorRole::kWte, -1) && held.global_shape.size() == 2 &&
+         wanted.global_shape.size() == 2 && held.global_shape[1] == wanted.global_shape[1];
+}
 
 // Where two increasing run lists cover the same global elements.
 std::vector<Piece> overlap(const std::vector<SliceRun>& wanted, const std::vector<SliceRun>& held) {
@@ -159,12 +170,17 @@ bool read_tensor(std::vector<SourceShard>& sources, const LayoutTensor& wanted, 
   // Which of [from, to) has been read, as sorted disjoint intervals.
   std::vector<std::pair<int64_t, int64_t>> covered;
   int64_t covered_count = 0;
+  // Global elements from here on are padding the shards do not hold (see
+  // padded_rows_differ); none when it stays past the tensor's end.
+  int64_t padding_from = INT64_MAX;
   for (SourceShard& source : sources) {
     if (covered_count == to - from) break;
     const auto found = source.by_name.find(wanted.name);
     if (found == source.by_name.end()) continue;
     const LayoutTensor& held = *found->second;
-    if (held.global_shape != wanted.global_shape) {
+    if (held.global_shape != wanted.global_shape && padded_rows_differ(held, wanted)) {
+      padding_from = held.global_shape[0] * held.global_shape[1];
+    } else if (held.global_shape != wanted.global_shape) {
       error = fmt::format("checkpoint shard '{}' holds {} with shape [{}], but this model's is [{}]",
                           source.location->path, wanted.name, fmt::join(held.global_shape, ", "),
                           fmt::join(wanted.global_shape, ", "));
@@ -198,6 +214,14 @@ bool read_tensor(std::vector<SourceShard>& sources, const LayoutTensor& wanted, 
     }
     std::sort(covered.begin(), covered.end());
   }
+  for (const SliceRun& run : wanted_runs) {
+    const int64_t skip = std::max<int64_t>(0, padding_from - run.global);
+    if (skip >= run.count) continue;
+    std::fill(out + (run.local + skip - from), out + (run.local + run.count - from), 0.0f);
+    covered.push_back({run.local + skip, run.local + run.count});
+    covered_count += run.count - skip;
+  }
+  std::sort(covered.begin(), covered.end());
   if (covered_count != to - from) {
     int64_t first_missing = from;
     for (const auto& [begin, stop] : covered) {

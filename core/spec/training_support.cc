@@ -15,12 +15,6 @@ std::string training_support_problem(const spec::JobSpec& spec) {
         "pipeline parallelism ({} stages) is not implemented yet; set parallelism.pipeline to 1",
         spec.parallelism.pipeline);
   }
-  if (spec.parallelism.tensor > 1) {
-    return fmt::format(
-        "tensor parallelism ({} ranks) trains, but its checkpoints cannot be written or resumed "
-        "yet, and a job always checkpoints; set parallelism.tensor to 1",
-        spec.parallelism.tensor);
-  }
   if (training.zero.offload_optimizer.device != spec::OffloadDevice::kNone ||
       training.zero.offload_param.device != spec::OffloadDevice::kNone) {
     return "ZeRO offload is not implemented yet; remove offload_optimizer and offload_param";

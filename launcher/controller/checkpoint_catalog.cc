@@ -10,6 +10,7 @@
 #include <limits>
 #include <set>
 #include <system_error>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -70,6 +71,7 @@ class FieldReader {
       : object_(object), prefix_(std::move(prefix)), error_(error) {}
 
   bool ok() const { return ok_; }
+  bool has(const char* key) const { return object_.contains(key); }
 
   const json* get(const char* key) {
     if (!ok_) return nullptr;
@@ -166,6 +168,13 @@ std::optional<ShardRecord> shard_from_json(const json& value, size_t index, std:
   shard.xxh64 = fields.string("xxh64");
   shard.begin = fields.integer("begin", 0);
   shard.end = fields.integer("end", 0);
+  // Only a model cut into slices has them (slice_total() reads the absence).
+  if (fields.has("tensor_rank") || fields.has("stage") || fields.has("slice_parameters")) {
+    shard.tensor_rank =
+        static_cast<int>(fields.integer("tensor_rank", 0, std::numeric_limits<int>::max()));
+    shard.stage = static_cast<int>(fields.integer("stage", 0, std::numeric_limits<int>::max()));
+    shard.slice_parameters = fields.integer("slice_parameters", 0);
+  }
   if (!fields.ok()) return std::nullopt;
   if (!is_inside_path(shard.path)) {
     error =
@@ -190,15 +199,83 @@ std::string shard_name(const std::vector<ShardRecord>& shards, size_t index) {
   return fmt::format("shards[{}] (rank {})", index, shards[index].rank);
 }
 
-// The shards are sorted by begin and tile [0, total) exactly; each rank and
-// each file appears once.
-bool check_coverage(const std::vector<ShardRecord>& shards, int64_t total, std::string& error) {
+// What a slice's shards are named by in messages.
+std::string slice_name(const ShardRecord& shard) {
+  return fmt::format("tensor rank {} of stage {}", shard.tensor_rank, shard.stage);
+}
+
+// The elements of the layout a shard's slice holds.
+int64_t slice_total(const CheckpointManifest& manifest, const ShardRecord& shard) {
+  return shard.slice_parameters > 0 ? shard.slice_parameters : manifest.total_parameters;
+}
+
+// Shards [first, last) hold one slice of the model: sorted by begin, they
+// tile [0, its slice_parameters) exactly. With one slice (no tensor or
+// pipeline parallelism), messages speak of the whole model.
+bool check_slice_coverage(const CheckpointManifest& manifest, size_t first, size_t last,
+                          bool one_slice, std::string& error) {
+  const std::vector<ShardRecord>& shards = manifest.shards;
+  const int64_t total = slice_total(manifest, shards[first]);
+  const std::string of = one_slice ? "" : " of " + slice_name(shards[first]);
+  int64_t covered = 0;  // [0, covered) is in the shards before `i`
+  for (size_t i = first; i < last; ++i) {
+    const ShardRecord& shard = shards[i];
+    if (slice_total(manifest, shard) != total) {
+      error = fmt::format("{} says {} holds {} parameters, {} says {}", shard_name(shards, i),
+                          slice_name(shard), slice_total(manifest, shard),
+                          shard_name(shards, first), total);
+      return false;
+    }
+    if (shard.begin > covered) {
+      error = i == first
+                  ? fmt::format("parameters [0, {}){} are in no shard: a gap before {}",
+                                shard.begin, of, shard_name(shards, i))
+                  : fmt::format("parameters [{}, {}){} are in no shard: a gap between {} and {}",
+                                covered, shard.begin, of, shard_name(shards, i - 1),
+                                shard_name(shards, i));
+      return false;
+    }
+    if (shard.begin < covered) {
+      error = fmt::format("{} and {} overlap: parameters [{}, {}){} are in both",
+                          shard_name(shards, i - 1), shard_name(shards, i), shard.begin,
+                          std::min(covered, shard.end), of);
+      return false;
+    }
+    covered = shard.end;
+  }
+  const std::string holds = one_slice ? fmt::format("total_parameters {}", total)
+                                      : fmt::format("{} holds {}", slice_name(shards[first]), total);
+  if (covered < total) {
+    error = fmt::format("parameters [{}, {}){} are in no shard: a gap after {} ({})", covered,
+                        total, of, shard_name(shards, last - 1), holds);
+    return false;
+  }
+  if (covered > total) {
+    error = fmt::format("{} ends at {}, past {}", shard_name(shards, last - 1), covered,
+                        one_slice ? fmt::format("total_parameters {}", total)
+                                  : fmt::format("the {} parameters{}", total, of));
+    return false;
+  }
+  return true;
+}
+
+// The shards are sorted by (stage, tensor rank, begin); each rank and each
+// file appears once; each slice of the manifest's tensor x pipeline grid is
+// there, and its shards tile it exactly.
+bool check_coverage(const CheckpointManifest& manifest, std::string& error) {
+  const std::vector<ShardRecord>& shards = manifest.shards;
   if (shards.empty()) {
     error = "field 'shards' is empty";
     return false;
   }
+  const int64_t expected =
+      static_cast<int64_t>(manifest.tensor_parallel) * manifest.pipeline_parallel;
+  const bool one_slice = expected == 1;
   std::set<int> ranks;
   std::set<std::string> paths;
+  const auto key = [](const ShardRecord& shard) {
+    return std::tuple(shard.stage, shard.tensor_rank, shard.begin);
+  };
   for (size_t i = 0; i < shards.size(); ++i) {
     const ShardRecord& shard = shards[i];
     if (!ranks.insert(shard.rank).second) {
@@ -210,41 +287,42 @@ bool check_coverage(const std::vector<ShardRecord>& shards, int64_t total, std::
                           shard.path);
       return false;
     }
-    if (i > 0 && shard.begin < shards[i - 1].begin) {
-      error = fmt::format("shards are not sorted by begin: {} begins at {}, before {} at {}",
-                          shard_name(shards, i), shard.begin, shard_name(shards, i - 1),
-                          shards[i - 1].begin);
+    if (shard.tensor_rank >= manifest.tensor_parallel || shard.stage >= manifest.pipeline_parallel) {
+      error = fmt::format("{} holds {}, outside the manifest's tensor_parallel {} x "
+                          "pipeline_parallel {}",
+                          shard_name(shards, i), slice_name(shard), manifest.tensor_parallel,
+                          manifest.pipeline_parallel);
+      return false;
+    }
+    if (i > 0 && key(shard) < key(shards[i - 1])) {
+      error = one_slice
+                  ? fmt::format("shards are not sorted by begin: {} begins at {}, before {} at {}",
+                                shard_name(shards, i), shard.begin, shard_name(shards, i - 1),
+                                shards[i - 1].begin)
+                  : fmt::format(
+                        "shards are not sorted by stage, tensor rank and begin: {} ({}, begin "
+                        "{}) comes after {} ({}, begin {})",
+                        shard_name(shards, i), slice_name(shard), shard.begin,
+                        shard_name(shards, i - 1), slice_name(shards[i - 1]), shards[i - 1].begin);
       return false;
     }
   }
-  int64_t covered = 0;  // [0, covered) is in the shards before `i`
-  for (size_t i = 0; i < shards.size(); ++i) {
-    const ShardRecord& shard = shards[i];
-    if (shard.begin > covered) {
-      error = i == 0 ? fmt::format("parameters [0, {}) are in no shard: a gap before {}",
-                                   shard.begin, shard_name(shards, i))
-                     : fmt::format("parameters [{}, {}) are in no shard: a gap between {} and {}",
-                                   covered, shard.begin, shard_name(shards, i - 1),
-                                   shard_name(shards, i));
-      return false;
+  size_t first = 0;
+  int64_t slices = 0;
+  for (size_t i = 1; i <= shards.size(); ++i) {
+    if (i < shards.size() && shards[i].stage == shards[first].stage &&
+        shards[i].tensor_rank == shards[first].tensor_rank) {
+      continue;
     }
-    if (shard.begin < covered) {
-      error = fmt::format("{} and {} overlap: parameters [{}, {}) are in both",
-                          shard_name(shards, i - 1), shard_name(shards, i), shard.begin,
-                          std::min(covered, shard.end));
-      return false;
-    }
-    covered = shard.end;
+    if (!check_slice_coverage(manifest, first, i, one_slice, error)) return false;
+    ++slices;
+    first = i;
   }
-  const size_t last = shards.size() - 1;
-  if (covered < total) {
-    error = fmt::format("parameters [{}, {}) are in no shard: a gap after {} (total_parameters {})",
-                        covered, total, shard_name(shards, last), total);
-    return false;
-  }
-  if (covered > total) {
-    error = fmt::format("{} ends at {}, past total_parameters {}", shard_name(shards, last),
-                        covered, total);
+  if (slices != expected) {
+    error = fmt::format(
+        "the shards hold {} slice(s) of the model, but tensor_parallel {} x pipeline_parallel {} "
+        "makes {}",
+        slices, manifest.tensor_parallel, manifest.pipeline_parallel, expected);
     return false;
   }
   return true;
@@ -277,13 +355,22 @@ std::vector<std::pair<int64_t, std::string>> step_folders(const std::string& roo
 
 json manifest_to_json(const CheckpointManifest& manifest) {
   json shards = json::array();
+  // A model cut into tensor or pipeline slices says which slice each shard
+  // holds; a whole model's manifest reads as before such slices existed.
+  const bool sliced = manifest.tensor_parallel * manifest.pipeline_parallel > 1;
   for (const ShardRecord& shard : manifest.shards) {
-    shards.push_back({{"rank", shard.rank},
-                      {"path", shard.path},
-                      {"size_bytes", shard.size_bytes},
-                      {"xxh64", shard.xxh64},
-                      {"begin", shard.begin},
-                      {"end", shard.end}});
+    json record = {{"rank", shard.rank},
+                   {"path", shard.path},
+                   {"size_bytes", shard.size_bytes},
+                   {"xxh64", shard.xxh64},
+                   {"begin", shard.begin},
+                   {"end", shard.end}};
+    if (sliced) {
+      record["tensor_rank"] = shard.tensor_rank;
+      record["stage"] = shard.stage;
+      record["slice_parameters"] = slice_total(manifest, shard);
+    }
+    shards.push_back(std::move(record));
   }
   return {{"format_version", manifest.format_version},
           {"job_id", manifest.job_id},
@@ -346,7 +433,7 @@ std::optional<CheckpointManifest> manifest_from_json(const json& value, std::str
     if (!shard) return std::nullopt;
     manifest.shards.push_back(std::move(*shard));
   }
-  if (!check_coverage(manifest.shards, manifest.total_parameters, error)) return std::nullopt;
+  if (!check_coverage(manifest, error)) return std::nullopt;
   return manifest;
 }
 

@@ -28,8 +28,15 @@ struct ShardRecord {
   std::string path;  // relative to the checkpoint folder
   int64_t size_bytes = 0;
   std::string xxh64;  // 16 lowercase hex digits, as file_xxh64 gives it
-  int64_t begin = 0;  // the flat parameter range [begin, end) it holds
+  int64_t begin = 0;  // the range [begin, end) of its flat layout it holds
   int64_t end = 0;
+  // The slice of the model the rank held: its tensor rank, its pipeline
+  // stage and the elements of its flat layout. A whole model's manifest
+  // (tensor_parallel x pipeline_parallel = 1) leaves them out: 0, 0 and 0,
+  // which stands for the manifest's total_parameters.
+  int tensor_rank = 0;
+  int stage = 0;
+  int64_t slice_parameters = 0;
 };
 
 struct CheckpointManifest {
@@ -44,6 +51,8 @@ struct CheckpointManifest {
   int tensor_parallel = 1;
   int pipeline_parallel = 1;
   int zero_stage = 0;
+  // The whole model's parameters, as one rank without tensor or pipeline
+  // parallelism holds them (the vocabulary padded as for one tensor rank).
   int64_t total_parameters = 0;
   // Opaque to the controller: handed back to the workers on resume as saved.
   nlohmann::json data_positions;
@@ -54,7 +63,9 @@ struct CheckpointManifest {
   // by itself what it holds: `dslaunch export` reads it.
   nlohmann::json model;
   int64_t created_unix_ms = 0;
-  std::vector<ShardRecord> shards;  // sorted by begin
+  // Sorted by (stage, tensor_rank, begin): each slice's shards tile its
+  // layout, and every (stage, tensor rank) of the grid has its slice.
+  std::vector<ShardRecord> shards;
 };
 
 nlohmann::json manifest_to_json(const CheckpointManifest& manifest);

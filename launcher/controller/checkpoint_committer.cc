@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -26,20 +27,33 @@ CheckpointCommitter::Outcome CheckpointCommitter::on_shard_written(int rank,
   const v1::CheckpointShard& shard = event.shards(0);
   // The ranks know the model's size; the first report of the job sets it.
   if (settings_.base.total_parameters == 0) {
-    settings_.base.total_parameters = shard.total_parameters();
+    settings_.base.total_parameters = shard.model_parameters();
   }
-  if (shard.total_parameters() != settings_.base.total_parameters || shard.begin() < 0 ||
-      shard.begin() > shard.end() || shard.end() > shard.total_parameters()) {
+  if (shard.model_parameters() != settings_.base.total_parameters) {
     outcome.error = fmt::format(
-        "rank {}'s shard of step {} covers [{}, {}) of {} parameters, outside the model's {}", rank,
-        event.step(), shard.begin(), shard.end(), shard.total_parameters(),
-        settings_.base.total_parameters);
+        "rank {}'s shard of step {} is of a model of {} parameters, the others' of {}", rank,
+        event.step(), shard.model_parameters(), settings_.base.total_parameters);
+    return outcome;
+  }
+  if (shard.total_parameters() < 1 || shard.begin() < 0 || shard.begin() > shard.end() ||
+      shard.end() > shard.total_parameters() || shard.tensor_rank() < 0 ||
+      shard.tensor_rank() >= settings_.base.tensor_parallel || shard.stage() < 0 ||
+      shard.stage() >= settings_.base.pipeline_parallel) {
+    outcome.error = fmt::format(
+        "rank {}'s shard of step {} covers [{}, {}) of the {} parameters of tensor rank {} of "
+        "stage {}, outside its slice or the grid (tensor {} x pipeline {})",
+        rank, event.step(), shard.begin(), shard.end(), shard.total_parameters(),
+        shard.tensor_rank(), shard.stage(), settings_.base.tensor_parallel,
+        settings_.base.pipeline_parallel);
     return outcome;
   }
   std::map<int, ShardRecord>& reported = pending_[event.step()];
-  if (!reported.emplace(rank, ShardRecord{rank, shard.path(), shard.size_bytes(), shard.xxh64(),
-                                          shard.begin(), shard.end()})
-           .second) {
+  ShardRecord record{rank, shard.path(), shard.size_bytes(), shard.xxh64(), shard.begin(),
+                     shard.end()};
+  record.tensor_rank = shard.tensor_rank();
+  record.stage = shard.stage();
+  record.slice_parameters = shard.total_parameters();
+  if (!reported.emplace(rank, std::move(record)).second) {
     outcome.error = fmt::format("rank {} reported its shard of step {} twice", rank, event.step());
     return outcome;
   }
@@ -59,7 +73,10 @@ CheckpointCommitter::Outcome CheckpointCommitter::commit(int64_t step, int64_t n
   manifest.created_unix_ms = now_unix_ms;
   for (auto& [rank, shard] : pending_[step]) manifest.shards.push_back(shard);
   std::sort(manifest.shards.begin(), manifest.shards.end(),
-            [](const ShardRecord& a, const ShardRecord& b) { return a.begin < b.begin; });
+            [](const ShardRecord& a, const ShardRecord& b) {
+              return std::tuple(a.stage, a.tensor_rank, a.begin) <
+                     std::tuple(b.stage, b.tensor_rank, b.begin);
+            });
   pending_.erase(step);
   const std::string dir =
       (std::filesystem::path(settings_.root) / checkpoint_dir_name(step)).string();

@@ -499,7 +499,10 @@ std::optional<v1::ResumePoint> choose_resume_point(const std::string& root,
     shard->set_xxh64(record.xxh64);
     shard->set_begin(record.begin);
     shard->set_end(record.end);
-    shard->set_total_parameters(manifest.total_parameters);
+    shard->set_total_parameters(record.slice_parameters);
+    shard->set_model_parameters(manifest.total_parameters);
+    shard->set_tensor_rank(record.tensor_rank);
+    shard->set_stage(record.stage);
   }
   return resume;
 }

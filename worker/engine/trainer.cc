@@ -66,10 +66,13 @@ std::vector<std::pair<int64_t, int64_t>> norm_ranges(const core::ParameterTable&
 }
 
 // The whole model's parameters from the tensor group's slices (`local`,
-// laid out by `table`): every rank gets them all.
+// laid out by `table`), laid out by `whole_table` (whose vocabulary may be
+// padded to fewer or more rows: padding rows are dropped or zero). Every
+// rank gets them all.
 core::StatusOr<std::vector<float>> gather_tensor_slices(comm::Communicator& tensor_comm,
                                                         const core::ParameterTable& table,
-                                                        std::vector<float> local) {
+                                                        std::vector<float> local,
+                                                        const core::ParameterTable& whole_table) {
   const int size = tensor_comm.size();
   std::vector<float> slices(static_cast<size_t>(size) * table.total());
   core::Status status =
@@ -79,18 +82,23 @@ core::StatusOr<std::vector<float>> gather_tensor_slices(comm::Communicator& tens
                       comm::Blocks::consecutive(std::vector<int64_t>(size, table.total())))
           ->wait();
   if (!status.ok()) return status.with_context("gathering the tensor slices of the parameters");
-  const core::ParameterTable whole_table(table.config());
-  std::vector<float> whole(whole_table.total());
-  for (int r = 0; r < size; ++r) {
-    core::ModelShard shard = table.shard();
-    shard.tensor_rank = r;
-    const core::ParameterTable rank_table(table.config(), shard);
-    const float* slice = slices.data() + static_cast<size_t>(r) * table.total();
-    for (const core::TensorInfo& t : rank_table.tensors()) {
-      core::copy_into_global(t, slice + t.offset,
-                             whole.data() + whole_table.tensor(t.role, t.layer).offset,
-                             sizeof(float));
+  std::vector<float> whole(whole_table.total(), 0.0f);
+  std::vector<float> global;  // one tensor's whole values, as this layout pads it
+  for (const core::TensorInfo& target : whole_table.tensors()) {
+    global.assign(target.numel, 0.0f);
+    for (int r = 0; r < size; ++r) {
+      core::ModelShard shard = table.shard();
+      shard.tensor_rank = r;
+      const core::ParameterTable rank_table(table.config(), shard);
+      const core::TensorInfo& t = rank_table.tensor(target.role, target.layer);
+      int64_t elements = 1;
+      for (const int64_t dim : t.global_shape) elements *= dim;
+      global.resize(std::max<int64_t>(elements, target.numel), 0.0f);
+      core::copy_into_global(t, slices.data() + static_cast<size_t>(r) * table.total() + t.offset,
+                             global.data(), sizeof(float));
     }
+    // Row-major with the same columns: the leading elements are the rows both hold.
+    std::copy_n(global.begin(), target.numel, whole.begin() + target.offset);
   }
   return whole;
 }
@@ -158,12 +166,6 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       options.tensor_comm != nullptr && options.tensor_comm->size() > 1 ? options.tensor_comm
                                                                         : nullptr;
   const int tensor_size = tensor_comm != nullptr ? tensor_comm->size() : 1;
-  if (tensor_comm != nullptr && (options.resume || options.save_checkpoint)) {
-    result.error =
-        "checkpoints of tensor-parallel training are not built yet; train with "
-        "parallelism.tensor: 1 to save or resume";
-    return result;
-  }
   core::ModelShard shard;
   shard.tensor_size = tensor_size;
   shard.tensor_rank = tensor_comm != nullptr ? tensor_comm->rank() : 0;
@@ -174,6 +176,10 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   }
   const core::ParameterTable table(config, shard);
   const std::vector<core::LayoutTensor> layout = core::layout_of(table);
+  // The model's size whatever the layout: as one rank holds it, its
+  // vocabulary padded for one tensor rank (what checkpoints record).
+  const int64_t model_parameters =
+      core::ParameterTable(core::model_config(spec.model, 1)).total();
   std::vector<float> params(table.total(), 0.0f);
   model::init_gpt2_parameters(table, spec.model.init_seed, params.data());
   const int64_t first_step = options.resume ? options.resume->step : 0;
@@ -182,10 +188,10 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     return result;
   };
   if (options.resume) {
-    if (options.resume->total_parameters != table.total()) {
+    if (options.resume->total_parameters != model_parameters) {
       result.error = fmt::format(
           "the checkpoint of step {} holds a model of {} parameters, this spec's has {}",
-          options.resume->step, options.resume->total_parameters, table.total());
+          options.resume->step, options.resume->total_parameters, model_parameters);
       return result;
     }
     // Every rank reads the whole parameters; the model state keeps what its
@@ -350,7 +356,11 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     if (options.save_checkpoint &&
         (last_step || stop_after_step || checkpoint_requested ||
          (interval > 0 && (step + 1) % interval == 0))) {
-      options.save_checkpoint(state.checkpoint_slice(step + 1));
+      CheckpointSlice slice = state.checkpoint_slice(step + 1);
+      slice.tensor_rank = shard.tensor_rank;
+      slice.stage = shard.stage;
+      slice.model_parameters = model_parameters;
+      options.save_checkpoint(slice);
     }
     if (options.on_step) options.on_step(report);
     if (stop_after_step && step + 1 < training.steps) {
@@ -364,7 +374,9 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     return result;
   }
   if (tensor_comm != nullptr) {
-    final_params = gather_tensor_slices(*tensor_comm, table, std::move(*final_params));
+    final_params =
+        gather_tensor_slices(*tensor_comm, table, std::move(*final_params),
+                             core::ParameterTable(core::model_config(spec.model, 1)));
     if (!final_params.ok()) {
       result.error = final_params.status().message();
       return result;

@@ -49,15 +49,18 @@ struct MemoryReport {
 };
 
 // This rank's part of a checkpoint at the end of a step: the floats [begin,
-// end) of the whole parameter layout and their Adam moments. The range is
-// ZeRO's partition of the layout over the data group whatever the stage, so
-// every stage writes the same shards and any layout can read them back.
-// The pointers are valid during the callback only.
+// end) of its parameter layout (its tensor slice of the model) and their
+// Adam moments. The range is ZeRO's partition of the layout over the data
+// group whatever the stage, so every stage writes the same shards and any
+// layout can read them back. The pointers are valid during the callback only.
 struct CheckpointSlice {
   int64_t step = 0;  // steps completed
-  int rank = 0;
+  int rank = 0;      // in the data group
   int ranks = 1;
-  int64_t total_parameters = 0;
+  int tensor_rank = 0;
+  int stage = 0;
+  int64_t total_parameters = 0;  // of the layout
+  int64_t model_parameters = 0;  // of the whole model (ResumePoint::total_parameters)
   int64_t begin = 0;
   int64_t end = 0;
   int64_t optimizer_steps = 0;
@@ -70,7 +73,9 @@ struct CheckpointSlice {
 // any number of ranks and any ZeRO stage).
 struct ResumePoint {
   int64_t step = 0;
-  int64_t total_parameters = 0;  // of the model saved; must be this spec's
+  // Of the whole model saved, as one rank without tensor or pipeline
+  // parallelism holds it; must be this spec's.
+  int64_t total_parameters = 0;
   std::vector<core::ShardLocation> shards;
 };
 
@@ -105,7 +110,9 @@ struct TrainerOptions {
 struct TrainResult {
   int64_t steps = 0;  // optimizer steps completed (counting those before a resume)
   bool stopped = false;
-  std::vector<float> params;  // the final parameters of the whole model, on every rank
+  // The final parameters of the whole model, on every rank, laid out as one
+  // rank holds it (ParameterTable of model_config(spec.model, 1)).
+  std::vector<float> params;
   std::string error;
 };
 

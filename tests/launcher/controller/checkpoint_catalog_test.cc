@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "core/checkpoint/file_checksum.h"
 
@@ -234,6 +235,72 @@ TEST_CASE("manifest shards must tile [0, total_parameters) in order") {
     CHECK(parse_error_of(value) == "shards[1] (rank 0): rank 0 has more than one shard");
     value["shards"] = json::array();
     CHECK(parse_error_of(value) == "field 'shards' is empty");
+  }
+}
+
+// Two tensor ranks, each slice of 200 parameters in two data-parallel shards.
+CheckpointManifest tensor_parallel_manifest() {
+  CheckpointManifest manifest = sample_manifest();
+  manifest.tensor_parallel = 2;
+  manifest.total_parameters = 350;  // the whole model, as one rank holds it
+  manifest.shards.clear();
+  for (int tensor = 0; tensor < 2; ++tensor) {
+    for (int data = 0; data < 2; ++data) {
+      ShardRecord shard{data * 2 + tensor, fmt::format("rank_{}.bin", data * 2 + tensor), 400,
+                        "00000000000000aa", data * 100, data * 100 + 100};
+      shard.tensor_rank = tensor;
+      shard.slice_parameters = 200;
+      manifest.shards.push_back(shard);
+    }
+  }
+  return manifest;
+}
+
+TEST_CASE("a tensor-parallel manifest tiles every slice and round-trips its slices") {
+  const json value = manifest_to_json(tensor_parallel_manifest());
+  CHECK(value["shards"][2]["tensor_rank"] == 1);
+  CHECK(value["shards"][2]["stage"] == 0);
+  CHECK(value["shards"][2]["slice_parameters"] == 200);
+  std::string error;
+  const auto back = manifest_from_json(value, error);
+  INFO(error);
+  REQUIRE(back);
+  CHECK(manifest_to_json(*back) == value);
+  CHECK(back->shards[3].rank == 3);
+  CHECK(back->shards[3].tensor_rank == 1);
+
+  SECTION("a slice with a gap names the slice") {
+    json broken = value;
+    broken["shards"][3]["begin"] = 110;
+    CHECK(parse_error_of(broken) ==
+          "parameters [100, 110) of tensor rank 1 of stage 0 are in no shard: a gap between "
+          "shards[2] (rank 1) and shards[3] (rank 3)");
+  }
+  SECTION("a missing slice") {
+    json broken = value;
+    broken["shards"].erase(3);
+    broken["shards"].erase(2);
+    CHECK(parse_error_of(broken) ==
+          "the shards hold 1 slice(s) of the model, but tensor_parallel 2 x pipeline_parallel 1 "
+          "makes 2");
+  }
+  SECTION("a slice outside the grid, or of two sizes") {
+    json broken = value;
+    broken["shards"][3]["tensor_rank"] = 2;
+    CHECK(parse_error_of(broken) ==
+          "shards[3] (rank 3) holds tensor rank 2 of stage 0, outside the manifest's "
+          "tensor_parallel 2 x pipeline_parallel 1");
+    broken = value;
+    broken["shards"][3]["slice_parameters"] = 210;
+    CHECK(parse_error_of(broken) ==
+          "shards[3] (rank 3) says tensor rank 1 of stage 0 holds 210 parameters, shards[2] "
+          "(rank 1) says 200");
+  }
+  SECTION("slices out of order") {
+    json broken = value;
+    std::swap(broken["shards"][1], broken["shards"][2]);
+    CHECK_THAT(parse_error_of(broken),
+               Catch::StartsWith("shards are not sorted by stage, tensor rank and begin"));
   }
 }
 

@@ -42,10 +42,11 @@ CheckpointCommitter::Settings settings(const std::string& root, int keep) {
   return out;
 }
 
-// Writes rank `rank`'s shard of `step` (floats [begin, end) of 100, 4 bytes
-// each) and the event the rank would send for it.
+// Writes rank `rank`'s shard of `step` (floats [begin, end) of its slice of
+// `slice_parameters`, 4 bytes each, of a model of 100) and the event the
+// rank would send for it.
 v1::WorkerEvent shard_of(const std::string& root, int64_t step, int rank, int64_t begin,
-                         int64_t end) {
+                         int64_t end, int tensor_rank = 0, int64_t slice_parameters = 100) {
   const fs::path folder = fs::path(root) / checkpoint_dir_name(step);
   fs::create_directories(folder);
   const std::string name = "rank_" + std::to_string(rank) + ".bin";
@@ -60,7 +61,9 @@ v1::WorkerEvent shard_of(const std::string& root, int64_t step, int rank, int64_
   shard->set_xxh64(*core::file_xxh64((folder / name).string(), error));
   shard->set_begin(begin);
   shard->set_end(end);
-  shard->set_total_parameters(100);
+  shard->set_total_parameters(slice_parameters);
+  shard->set_model_parameters(100);
+  shard->set_tensor_rank(tensor_rank);
   return event;
 }
 
@@ -134,6 +137,40 @@ TEST_CASE("a shard the controller cannot see is an error naming the shared files
                                 Catch::Contains("filesystem every host shares"));
   CHECK_FALSE(fs::exists(root + "/step_00000010/manifest.json"));
   CHECK_FALSE(read_latest(root));
+}
+
+TEST_CASE("under tensor parallelism each tensor rank's slice is tiled by its own shards") {
+  const std::string root = fresh_folder("tensor");
+  CheckpointCommitter::Settings tensor_settings = settings(root, 3);
+  tensor_settings.ranks = 4;
+  tensor_settings.base.tensor_parallel = 2;  // 2 data x 2 tensor; slices of 60
+  CheckpointCommitter committer(tensor_settings);
+  // World rank = data * 2 + tensor.
+  CHECK(committer.on_shard_written(3, shard_of(root, 10, 3, 30, 60, 1, 60), 1).error.empty());
+  CHECK(committer.on_shard_written(0, shard_of(root, 10, 0, 0, 30, 0, 60), 1).error.empty());
+  CHECK(committer.on_shard_written(2, shard_of(root, 10, 2, 30, 60, 0, 60), 1).error.empty());
+  const auto last = committer.on_shard_written(1, shard_of(root, 10, 1, 0, 30, 1, 60), 1);
+  INFO(last.error);
+  REQUIRE(last.committed);
+  const CheckpointCheck check = check_checkpoint(root + "/step_00000010", true);
+  REQUIRE(check.valid());
+  const CheckpointManifest& manifest = *check.manifest;
+  CHECK(manifest.total_parameters == 100);  // the whole model's
+  REQUIRE(manifest.shards.size() == 4);
+  // Sorted by slice, then by range.
+  const std::vector<int> ranks = {manifest.shards[0].rank, manifest.shards[1].rank,
+                                  manifest.shards[2].rank, manifest.shards[3].rank};
+  CHECK(ranks == std::vector<int>{0, 2, 1, 3});
+  CHECK(manifest.shards[2].tensor_rank == 1);
+  CHECK(manifest.shards[2].slice_parameters == 60);
+
+  // A tensor rank outside the grid, and another model's report, are errors.
+  CHECK_THAT(committer.on_shard_written(0, shard_of(root, 20, 0, 0, 30, 2, 60), 1).error,
+             Catch::Contains("tensor rank 2 of stage 0, outside"));
+  v1::WorkerEvent other_model = shard_of(root, 20, 1, 0, 30, 1, 60);
+  other_model.mutable_shards(0)->set_model_parameters(99);
+  CHECK_THAT(committer.on_shard_written(1, other_model, 1).error,
+             Catch::Contains("is of a model of 99 parameters, the others' of 100"));
 }
 
 }  // namespace

@@ -126,43 +126,17 @@ double worst_loss_difference(const Run& a, const Run& b) {
   return worst;
 }
 
-// The largest absolute difference between two runs' final parameters, apart
-// from and within the attention's key biases. Those get a zero gradient in
-// exact arithmetic (softmax ignores a shift shared by all keys of a query),
-// so what they receive is rounding noise, which Adam normalises into steps
-// of up to the learning rate: any change of summation order moves them by
-// far more than the parameters that learn anything.
-struct ParamDifference {
-  double learning = 0;
-  double key_bias = 0;
-};
-
-ParamDifference param_difference(const Run& a, const Run& b, const spec::ModelSpec& model) {
-  REQUIRE(a.params.size() == b.params.size());
-  const core::ParameterTable table(core::model_config(model, 1));
-  std::vector<bool> key_bias(a.params.size(), false);
-  const int64_t C = model.hidden_size;
-  for (int l = 0; l < model.num_layers; ++l) {
-    const int64_t offset = table.at(fmt::format("transformer.h.{}.attn.c_attn.bias", l)).offset;
-    std::fill(key_bias.begin() + offset + C, key_bias.begin() + offset + 2 * C, true);
-  }
-  ParamDifference worst;
-  for (size_t i = 0; i < a.params.size(); ++i) {
-    double& slot = key_bias[i] ? worst.key_bias : worst.learning;
-    slot = std::max(slot, static_cast<double>(std::abs(a.params[i] - b.params[i])));
-  }
-  return worst;
-}
-
 // A sharded run against stage 0's: the loss at every step and every
 // evaluation within 1e-5 relative, the final parameters within 1e-5, and the
-// key biases within `key_bias_tolerance` (see ParamDifference; 0 asks for the
+// key biases within `key_bias_tolerance` (see testing::ParamDifference; 0 asks for the
 // same bits).
 void check_matches_stage0(const Run& sharded, const Run& stage0, const spec::ModelSpec& model,
                           double key_bias_tolerance) {
   CHECK(sharded.losses.size() == 50);
   const double worst_loss = worst_loss_difference(sharded, stage0);
-  const ParamDifference worst_param = param_difference(sharded, stage0, model);
+  REQUIRE(sharded.params.size() == stage0.params.size());
+  const testing::ParamDifference worst_param =
+      testing::param_difference(sharded.params, stage0.params, model);
   INFO("largest relative loss difference over 50 steps: " << worst_loss);
   INFO("largest parameter difference: " << worst_param.learning << ", key biases "
                                         << worst_param.key_bias);

@@ -6,12 +6,15 @@
 #include <stdlib.h>  // mkdtemp
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/layout/model_config.h"
+#include "core/layout/parameter_table.h"
 #include "core/status.h"
 #include "core/spec/job_spec.h"
 #include "worker/comm/communicator.h"
@@ -80,6 +83,35 @@ inline std::string shared_token_files(comm::Communicator& comm) {
       comm.broadcast(comm::buffer_of(dir.data(), static_cast<int64_t>(dir.size())), 0)->wait();
   if (!sent.ok()) return "";
   return reinterpret_cast<const char*>(dir.data());
+}
+
+// The largest absolute difference between two runs' final parameters (laid
+// out as one rank holds the model), apart from and within the attention's
+// key biases. Those get a zero gradient in exact arithmetic (softmax ignores
+// a shift shared by all keys of a query), so what they receive is rounding
+// noise, which Adam normalises into steps of up to the learning rate: any
+// change of summation order moves them by far more than the parameters
+// that learn anything.
+struct ParamDifference {
+  double learning = 0;
+  double key_bias = 0;
+};
+
+inline ParamDifference param_difference(const std::vector<float>& a, const std::vector<float>& b,
+                                        const spec::ModelSpec& model) {
+  const core::ParameterTable table(core::model_config(model, 1));
+  std::vector<bool> key_bias(a.size(), false);
+  for (int l = 0; l < model.num_layers; ++l) {
+    const int64_t offset = table.tensor(core::TensorRole::kQkvBias, l).offset;
+    std::fill(key_bias.begin() + offset + model.hidden_size,
+              key_bias.begin() + offset + 2 * model.hidden_size, true);
+  }
+  ParamDifference worst;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    double& slot = key_bias[i] ? worst.key_bias : worst.learning;
+    slot = std::max(slot, static_cast<double>(std::abs(a[i] - b[i])));
+  }
+  return worst;
 }
 
 }  // namespace dslaunch::worker::engine::testing

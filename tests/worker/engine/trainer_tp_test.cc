@@ -8,8 +8,6 @@
 #include <filesystem>
 #include <vector>
 
-#include "core/layout/model_config.h"
-#include "core/layout/parameter_table.h"
 #include "core/status.h"
 #include "kernels/backend.h"
 #include "tests/worker/engine/trainer_test_support.h"
@@ -71,27 +69,6 @@ double worst_relative(const std::vector<double>& a, const std::vector<double>& b
   return worst;
 }
 
-// The largest difference between two runs' final parameters, leaving out
-// the attention's key biases: their gradient is zero in exact arithmetic
-// (softmax ignores a shift shared by every key of a query), so what they get
-// is rounding noise that Adam turns into steps of up to the learning rate
-// (trainer_dp_test says more).
-double worst_param_difference(const Run& a, const Run& b, const spec::ModelSpec& model) {
-  REQUIRE(a.params.size() == b.params.size());
-  const core::ParameterTable table(core::model_config(model, 1));
-  std::vector<bool> key_bias(a.params.size(), false);
-  for (int l = 0; l < model.num_layers; ++l) {
-    const int64_t offset = table.tensor(core::TensorRole::kQkvBias, l).offset;
-    std::fill(key_bias.begin() + offset + model.hidden_size,
-              key_bias.begin() + offset + 2 * model.hidden_size, true);
-  }
-  double worst = 0;
-  for (size_t i = 0; i < a.params.size(); ++i) {
-    if (!key_bias[i]) worst = std::max(worst, static_cast<double>(std::abs(a.params[i] - b.params[i])));
-  }
-  return worst;
-}
-
 void check_matches(const Run& parallel, const Run& single, const spec::ModelSpec& model) {
   CHECK(parallel.losses.size() == 20);
   INFO("largest relative loss difference: " << worst_relative(parallel.losses, single.losses));
@@ -102,7 +79,9 @@ void check_matches(const Run& parallel, const Run& single, const spec::ModelSpec
   CHECK(worst_relative(parallel.eval_losses, single.eval_losses) < 1e-5);
   // The gathered parameters are the whole model's, as one rank trained them
   // (a vocabulary of 64 needs no extra padding for 2 or 4 tensor ranks).
-  const double worst_param = worst_param_difference(parallel, single, model);
+  REQUIRE(parallel.params.size() == single.params.size());
+  const double worst_param =
+      testing::param_difference(parallel.params, single.params, model).learning;
   INFO("largest parameter difference: " << worst_param);
   CHECK(worst_param < 1e-5);
 }
