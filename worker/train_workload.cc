@@ -182,6 +182,7 @@ int run_train_workload(const TrainWorkloadContext& context) {
   engine::TrainerOptions options;
   options.data_comm = &context.groups->data();
   options.tensor_comm = &context.groups->tensor();
+  options.pipeline_comm = &context.groups->pipeline();
   options.batch = context.batch;
   options.stop_requested = context.stop_requested;
   options.on_step_started = context.on_step_started;

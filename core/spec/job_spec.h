@@ -59,9 +59,17 @@ struct ClusterSpec {
   TlsSpec tls;
 };
 
+// How the transformer blocks are split into pipeline stages (DeepSpeed's
+// partition_method): balanced by parameter count, the embeddings and the
+// output layer included (the default, as DeepSpeed's); the same number of
+// blocks per stage; or the counts given.
+enum class PipelinePartition { kParameters, kUniform, kExplicit };
+
 struct ParallelismSpec {
   int tensor = 1;
   int pipeline = 1;
+  PipelinePartition pipeline_partition = PipelinePartition::kParameters;
+  std::vector<int> stage_layers;  // kExplicit: blocks per stage, in stage order
 };
 
 // GPT-2 architecture; the defaults are GPT-2 small (124M).

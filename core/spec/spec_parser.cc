@@ -1,10 +1,12 @@
 #include "core/spec/spec_parser.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <sstream>
 #include <string_view>
@@ -502,6 +504,25 @@ void read_parallelism(MapReader parallelism, ParallelismSpec& out, const ModelSp
                       const std::function<bool(const char*)>& model_read_ok) {
   parallelism.integer("tensor", out.tensor, 1, kMaxParallel);
   parallelism.integer("pipeline", out.pipeline, 1, kMaxParallel);
+  if (parallelism.is_list("pipeline_partition")) {
+    std::vector<double> counts;
+    parallelism.number_list("pipeline_partition", counts);
+    const bool whole = std::all_of(counts.begin(), counts.end(), [](double count) {
+      return count >= 1 && count <= kMaxParallel && count == std::floor(count);
+    });
+    if (!whole) {
+      parallelism.error("pipeline_partition",
+                        "parallelism.pipeline_partition must be 'parameters', 'uniform' or a list "
+                        "of block counts, each a whole number of at least 1");
+    } else {
+      out.pipeline_partition = PipelinePartition::kExplicit;
+      out.stage_layers.assign(counts.begin(), counts.end());
+    }
+  } else {
+    int method = static_cast<int>(out.pipeline_partition);
+    parallelism.choice("pipeline_partition", {"parameters", "uniform"}, method);
+    out.pipeline_partition = static_cast<PipelinePartition>(method);
+  }
   parallelism.finish();
   const bool tensor_read = parallelism.read_ok("tensor");
   const bool pipeline_read = parallelism.read_ok("pipeline");
@@ -517,11 +538,24 @@ void read_parallelism(MapReader parallelism, ParallelismSpec& out, const ModelSp
                       fmt::format("model.hidden_size {} is not divisible by parallelism.tensor {}",
                                   model.hidden_size, out.tensor));
   }
-  if (pipeline_read && model_read_ok("num_layers") && model.num_layers % out.pipeline != 0) {
+  if (pipeline_read && model_read_ok("num_layers") && model.num_layers < out.pipeline) {
     parallelism.error("pipeline",
-                      fmt::format("model.num_layers {} is not divisible by parallelism.pipeline "
-                                  "{}: every stage must hold the same number of layers",
+                      fmt::format("model.num_layers {} is fewer than parallelism.pipeline {}: "
+                                  "every stage needs at least one transformer block",
                                   model.num_layers, out.pipeline));
+  }
+  if (pipeline_read && model_read_ok("num_layers") && parallelism.read_ok("pipeline_partition") &&
+      out.pipeline_partition == PipelinePartition::kExplicit) {
+    const int64_t blocks = std::accumulate(out.stage_layers.begin(), out.stage_layers.end(),
+                                           int64_t{0});
+    if (static_cast<int>(out.stage_layers.size()) != out.pipeline ||
+        blocks != model.num_layers) {
+      parallelism.error(
+          "pipeline_partition",
+          fmt::format("parallelism.pipeline_partition gives {} stage(s) of {} block(s) in all; "
+                      "the job has parallelism.pipeline {} and model.num_layers {}",
+                      out.stage_layers.size(), blocks, out.pipeline, model.num_layers));
+    }
   }
 }
 

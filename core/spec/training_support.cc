@@ -10,11 +10,6 @@ std::string training_support_problem(const spec::JobSpec& spec) {
     return "the training engine runs on CPU so far (cluster.device: cpu); the CUDA backend is "
            "not built yet";
   }
-  if (spec.parallelism.pipeline > 1) {
-    return fmt::format(
-        "pipeline parallelism ({} stages) is not implemented yet; set parallelism.pipeline to 1",
-        spec.parallelism.pipeline);
-  }
   if (training.zero.offload_optimizer.device != spec::OffloadDevice::kNone ||
       training.zero.offload_param.device != spec::OffloadDevice::kNone) {
     return "ZeRO offload is not implemented yet; remove offload_optimizer and offload_param";

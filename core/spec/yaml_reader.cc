@@ -223,6 +223,8 @@ bool MapReader::has(std::string_view key) const {
   return value.IsDefined() && !value.IsNull();
 }
 
+bool MapReader::is_list(std::string_view key) const { return lookup(key).IsSequence(); }
+
 void MapReader::accept(std::string_view key) { declared_.emplace_back(key); }
 
 std::vector<std::string> MapReader::keys() const {

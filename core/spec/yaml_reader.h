@@ -84,6 +84,8 @@ class MapReader {
   MapReader(ReadContext& context, YAML::Node node, std::string path);
 
   bool has(std::string_view key) const;
+  // Whether the value under `key` is a list.
+  bool is_list(std::string_view key) const;
 
   void integer(std::string_view key, int64_t& out, int64_t min, int64_t max);
   void integer(std::string_view key, int& out, int64_t min, int64_t max);

@@ -9,7 +9,7 @@ namespace dslaunch::worker::engine {
 double sum_of_batch_losses(model::Gpt2Model& model, const float* params,
                            const data::TokenRange& tokens, int64_t batch, int64_t batches,
                            int64_t first, int64_t stride,
-                           const std::function<void()>& after_forward) {
+                           const std::function<void()>& after_forward, StageLinks* links) {
   const int64_t T = model.seq_len();
   std::vector<int32_t> inputs(batch * T);
   std::vector<int32_t> targets(batch * T);
@@ -18,10 +18,13 @@ double sum_of_batch_losses(model::Gpt2Model& model, const float* params,
   for (int64_t pass = 0, n = first; n < batches || pass < passes; ++pass, n += stride) {
     const bool counted = n < batches;
     data::consecutive_batch(tokens, counted ? n : 0, batch, T, inputs.data(), targets.data());
+    if (links != nullptr) links->before_forward(0);
     const float loss = model.forward(params, inputs.data(), targets.data(), batch);
+    if (links != nullptr) links->after_forward(0);
     if (after_forward) after_forward();
     if (counted) sum += loss;
   }
+  if (links != nullptr) links->finish();
   return sum;
 }
 

@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "worker/data/token_source.h"
+#include "worker/engine/stage_links.h"
 #include "worker/model/gpt2_model.h"
 
 namespace dslaunch::worker::engine {
@@ -21,9 +22,15 @@ namespace dslaunch::worker::engine {
 // and does not count it. after_forward is called after each pass. ZeRO
 // stage 3 needs both: it gathers each block in collectives every rank must
 // join, and releases what a forward pass leaves gathered.
+//
+// On a pipeline stage (`links`), each pass receives its input from the
+// previous stage and sends its output on; only the last stage's sum is
+// the losses' (the others return 0), and links->status() says whether the
+// links held.
 double sum_of_batch_losses(model::Gpt2Model& model, const float* params,
                            const data::TokenRange& tokens, int64_t batch, int64_t batches,
                            int64_t first, int64_t stride,
-                           const std::function<void()>& after_forward = {});
+                           const std::function<void()>& after_forward = {},
+                           StageLinks* links = nullptr);
 
 }  // namespace dslaunch::worker::engine

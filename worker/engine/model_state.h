@@ -38,6 +38,10 @@ class ModelState {
   virtual const float* parameters_for_model() = 0;
   // Where backward accumulates this step's gradients (the whole layout).
   virtual float* gradients_for_backward() = 0;
+  // After the step's last finish_backward(): the whole layout's reduced
+  // gradients, or nullptr where each rank keeps only its partition (ZeRO
+  // stages 2 and 3).
+  virtual float* reduced_gradients() = 0;
 
   virtual void begin_step() = 0;
   // Whether backward of micro-batch `index` (of `count` this step) hands

@@ -6,17 +6,21 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "core/layout/pipeline_partition.h"
+#include "kernels/device_buffer.h"
 #include "worker/data/consecutive_batch.h"
 #include "worker/data/window_sampler.h"
 #include "worker/engine/evaluation.h"
 #include "worker/engine/lr_schedule.h"
 #include "worker/engine/micro_batch_schedule.h"
 #include "worker/engine/model_state.h"
+#include "worker/engine/stage_links.h"
 #include "worker/model/gpt2_model.h"
 
 namespace dslaunch::worker::engine {
@@ -50,12 +54,15 @@ std::string sum_over_ranks(comm::Communicator& comm, double* values, int count) 
 
 // The ranges of `table`'s layout that count in this rank's part of the
 // gradient norm (ModelStateInputs::norm_ranges).
+// The last stage's copy of the tied embedding is the first stage's again.
 std::vector<std::pair<int64_t, int64_t>> norm_ranges(const core::ParameterTable& table) {
   std::vector<std::pair<int64_t, int64_t>> ranges;
-  if (table.shard().tensor_size == 1) return ranges;
+  const bool tied_copy = table.has_head() && !table.has_embeddings();
+  if (table.shard().tensor_size == 1 && !tied_copy) return ranges;
   const bool counts_replicated = table.shard().tensor_rank == 0;
   for (const core::TensorInfo& t : table.tensors()) {
     if (t.split.whole() && !counts_replicated) continue;
+    if (t.role == core::TensorRole::kWte && tied_copy) continue;
     if (!ranges.empty() && ranges.back().second == t.offset) {
       ranges.back().second += t.numel;
     } else {
@@ -65,26 +72,36 @@ std::vector<std::pair<int64_t, int64_t>> norm_ranges(const core::ParameterTable&
   return ranges;
 }
 
-// The whole model's parameters from the tensor group's slices (`local`,
-// laid out by `table`), laid out by `whole_table` (whose vocabulary may be
-// padded to fewer or more rows: padding rows are dropped or zero). Every
-// rank gets them all.
-core::StatusOr<std::vector<float>> gather_tensor_slices(comm::Communicator& tensor_comm,
-                                                        const core::ParameterTable& table,
-                                                        std::vector<float> local,
-                                                        const core::ParameterTable& whole_table) {
-  const int size = tensor_comm.size();
-  std::vector<float> slices(static_cast<size_t>(size) * table.total());
-  core::Status status =
-      tensor_comm
-          .all_gather(comm::buffer_of(local.data(), table.total()),
-                      comm::buffer_of(slices.data(), static_cast<int64_t>(slices.size())),
-                      comm::Blocks::consecutive(std::vector<int64_t>(size, table.total())))
-          ->wait();
-  if (!status.ok()) return status.with_context("gathering the tensor slices of the parameters");
+// The whole model's parameters from every rank's slice (`local`, laid out
+// by `table`): the tensor group's slices are gathered, and the pipeline
+// stages' tensors summed into place (each stage contributes only its own,
+// the tied embedding from the first stage). Laid out by `whole_table`, whose
+// vocabulary may be padded to fewer or more rows than the job's (padding
+// rows are dropped or zero). Every rank gets them all.
+core::StatusOr<std::vector<float>> gather_whole_model(comm::Communicator* tensor_comm,
+                                                      comm::Communicator* pipeline_comm,
+                                                      const core::ParameterTable& table,
+                                                      std::vector<float> local,
+                                                      const core::ParameterTable& whole_table) {
+  const int size = tensor_comm != nullptr ? tensor_comm->size() : 1;
+  std::vector<float> slices;
+  if (tensor_comm != nullptr) {
+    slices.resize(static_cast<size_t>(size) * table.total());
+    core::Status status =
+        tensor_comm
+            ->all_gather(comm::buffer_of(local.data(), table.total()),
+                         comm::buffer_of(slices.data(), static_cast<int64_t>(slices.size())),
+                         comm::Blocks::consecutive(std::vector<int64_t>(size, table.total())))
+            ->wait();
+    if (!status.ok()) return status.with_context("gathering the tensor slices of the parameters");
+  } else {
+    slices = std::move(local);
+  }
   std::vector<float> whole(whole_table.total(), 0.0f);
   std::vector<float> global;  // one tensor's whole values, as this layout pads it
   for (const core::TensorInfo& target : whole_table.tensors()) {
+    if (table.find(target.name) == nullptr) continue;  // another stage's
+    if (target.role == core::TensorRole::kWte && !table.has_embeddings()) continue;  // tied copy
     global.assign(target.numel, 0.0f);
     for (int r = 0; r < size; ++r) {
       core::ModelShard shard = table.shard();
@@ -100,7 +117,38 @@ core::StatusOr<std::vector<float>> gather_tensor_slices(comm::Communicator& tens
     // Row-major with the same columns: the leading elements are the rows both hold.
     std::copy_n(global.begin(), target.numel, whole.begin() + target.offset);
   }
+  if (pipeline_comm != nullptr) {
+    // Each element comes from one stage and is zero on the others: the sum
+    // is exact.
+    core::Status status =
+        pipeline_comm
+            ->all_reduce(comm::buffer_of(whole.data(), static_cast<int64_t>(whole.size())),
+                         comm::ReduceOp::kSum)
+            ->wait();
+    if (!status.ok()) return status.with_context("gathering the pipeline stages' parameters");
+  }
   return whole;
+}
+
+// The tied embedding's two copies, on the first and the last stage, get the
+// sum of both gradients (Megatron's embedding group), so that they stay
+// equal. a + b and b + a are the same float: both ends get the same bits.
+core::Status sum_tied_embedding_gradients(comm::Communicator& pipeline,
+                                          const core::ParameterTable& table,
+                                          kernels::Backend& backend, float* grads) {
+  const core::TensorInfo& wte = table.tensor(core::TensorRole::kWte);
+  const int other = table.has_embeddings() ? pipeline.size() - 1 : 0;
+  std::vector<float> theirs(wte.numel);
+  backend.synchronize();
+  auto sent = pipeline.send(comm::buffer_of(grads + wte.offset, wte.numel), other);
+  core::Status received = pipeline.recv(comm::buffer_of(theirs.data(), wte.numel), other)->wait();
+  core::Status status = sent->wait();
+  if (!received.ok()) status = received;
+  if (!status.ok()) return status.with_context("summing the tied embedding's gradients");
+  kernels::DeviceBuffer<float> device(backend, wte.numel);
+  backend.copy_host_to_device(device.data(), theirs.data(), wte.numel * sizeof(float));
+  backend.residual_forward(grads + wte.offset, grads + wte.offset, device.data(), wte.numel);
+  return {};
 }
 
 std::string data_problem(const spec::JobSpec& spec, const data::TrainingData& data, int64_t micro) {
@@ -162,16 +210,45 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     return result;
   }
 
-  comm::Communicator* tensor_comm =
-      options.tensor_comm != nullptr && options.tensor_comm->size() > 1 ? options.tensor_comm
-                                                                        : nullptr;
+  const auto several = [](comm::Communicator* comm) {
+    return comm != nullptr && comm->size() > 1 ? comm : nullptr;
+  };
+  comm::Communicator* tensor_comm = several(options.tensor_comm);
+  comm::Communicator* pipeline_comm = several(options.pipeline_comm);
   const int tensor_size = tensor_comm != nullptr ? tensor_comm->size() : 1;
+  const int stages = pipeline_comm != nullptr ? pipeline_comm->size() : 1;
+  if (stages > 1 && accumulation < stages) {
+    result.error = fmt::format(
+        "pipeline parallelism over {} stages needs at least {} micro-batches per step, and "
+        "gradient_accumulation_steps is {}: raise train_batch_size or lower "
+        "train_micro_batch_size_per_gpu",
+        stages, stages, accumulation);
+    return result;
+  }
+  const core::Gpt2Config config = core::model_config(spec.model, tensor_size);
+  spec::ParallelismSpec parallel = spec.parallelism;
+  parallel.pipeline = stages;
+  if (parallel.pipeline_partition == spec::PipelinePartition::kExplicit &&
+      static_cast<int>(parallel.stage_layers.size()) != stages) {
+    result.error = fmt::format("parallelism.pipeline_partition names {} stages; the job has {}",
+                               parallel.stage_layers.size(), stages);
+    return result;
+  }
   core::ModelShard shard;
   shard.tensor_size = tensor_size;
   shard.tensor_rank = tensor_comm != nullptr ? tensor_comm->rank() : 0;
-  const core::Gpt2Config config = core::model_config(spec.model, tensor_size);
+  shard.stages = stages;
+  shard.stage = pipeline_comm != nullptr ? pipeline_comm->rank() : 0;
+  if (stages > config.num_layers) {
+    result.error = fmt::format("{} pipeline stages for {} blocks: each stage needs one", stages,
+                               config.num_layers);
+    return result;
+  }
+  std::tie(shard.layer_begin, shard.layer_end) =
+      core::stage_layer_ranges(config, parallel)[shard.stage];
   if (std::string problem = core::shard_problem(config, shard); !problem.empty()) {
-    result.error = fmt::format("parallelism.tensor {}: {}", tensor_size, problem);
+    result.error = fmt::format("parallelism.tensor {}, pipeline {}: {}", tensor_size, stages,
+                               problem);
     return result;
   }
   const core::ParameterTable table(config, shard);
@@ -202,7 +279,11 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       return resume_failed(error);
     }
   }
-  model::Gpt2Model model(table, backend, micro, T, tensor_comm);
+  const std::vector<ScheduledPass> schedule =
+      stages > 1 ? one_f_one_b_schedule(accumulation, stages, shard.stage)
+                 : accumulation_schedule(accumulation);
+  model::Gpt2Model model(table, backend, micro, T, tensor_comm, schedule_slots(schedule));
+  StageLinks links(pipeline_comm, model, micro * T * spec.model.hidden_size);
   ModelStateInputs state_inputs;
   state_inputs.training = &training;
   state_inputs.table = &table;
@@ -231,7 +312,10 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     return result;
   }
   const data::WindowSampler& sampler = *sampling.sampler;
-  const std::vector<ScheduledPass> schedule = accumulation_schedule(accumulation);
+  const auto failed = [&result](const core::Status& status) {
+    result.error = status.message();
+    return result;
+  };
 
   std::vector<int32_t> inputs(micro * T);
   std::vector<int32_t> targets(micro * T);
@@ -241,6 +325,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     if (options.on_step_started) options.on_step_started(step + 1);
     const Clock::time_point start = Clock::now();
     const double tensor_comm_before = model.tensor_comm_seconds();
+    const double pipeline_wait_before = links.receive_seconds();
     state.begin_step();
     double loss_sum = 0;
     for (const ScheduledPass& pass : schedule) {
@@ -251,27 +336,40 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
               data::global_sample_index({step, global_batch, m, dp_size, dp_rank, micro, b});
           sampler.sample(g, inputs.data() + b * T, targets.data() + b * T);
         }
-        loss_sum += model.forward(state.parameters_for_model(), inputs.data(), targets.data(), micro);
-        if (!model.tensor_status().ok()) {
-          result.error = model.tensor_status().message();
-          return result;
-        }
+        links.before_forward(pass.slot);
+        if (!links.status().ok()) return failed(links.status());
+        loss_sum += model.forward(state.parameters_for_model(), inputs.data(), targets.data(),
+                                  micro, pass.slot);
+        if (!model.tensor_status().ok()) return failed(model.tensor_status());
+        links.after_forward(pass.slot);
         continue;
       }
       const bool reduce = state.reduces_micro_batch(m, accumulation);
+      links.before_backward();
+      if (!links.status().ok()) return failed(links.status());
       model.backward(state.parameters_for_model(), state.gradients_for_backward(),
                      1.0f / static_cast<float>(accumulation),
                      reduce ? model::Gpt2Model::GradientsReady([&state](int64_t begin, int64_t end) {
                        state.grads_ready(begin, end);
                      })
-                            : model::Gpt2Model::GradientsReady());
-      if (core::Status status = state.finish_backward(reduce); !status.ok()) {
-        result.error = status.message();
-        return result;
+                            : model::Gpt2Model::GradientsReady(),
+                     pass.slot);
+      links.after_backward();
+      if (core::Status status = state.finish_backward(reduce); !status.ok()) return failed(status);
+      if (!model.tensor_status().ok()) return failed(model.tensor_status());
+    }
+    links.finish();
+    if (!links.status().ok()) return failed(links.status());
+    if (stages > 1 && (table.has_embeddings() || table.has_head())) {
+      float* reduced = state.reduced_gradients();
+      if (reduced == nullptr) {
+        return failed(core::Status(core::StatusCode::kInternal,
+                                   "pipeline parallelism needs whole gradients (ZeRO stage 0 or 1)"));
       }
-      if (!model.tensor_status().ok()) {
-        result.error = model.tensor_status().message();
-        return result;
+      if (core::Status status =
+              sum_tied_embedding_gradients(*pipeline_comm, table, backend, reduced);
+          !status.ok()) {
+        return failed(status);
       }
     }
     // The stop request travels with the loss: each rank sees it at its own
@@ -289,6 +387,8 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       result.error = "loss all-reduce: " + error;
       return result;
     }
+    // Across the pipeline group, where the last stage alone has the loss and
+    // each stage its own part of the norm, all four are summed.
     std::array<double, 3> tensor_sums = {sums[1], state.squared_grad_norm(sums[2]), sums[3]};
     if (tensor_comm != nullptr) {
       if (std::string error = sum_over_ranks(*tensor_comm, tensor_sums.data(), 3);
@@ -297,10 +397,18 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
         return result;
       }
     }
-    const double loss = sums[0] / dp_size;
-    const bool stop_after_step = tensor_sums[0] > 0;
-    const bool checkpoint_requested = tensor_sums[2] > 0;
-    const double grad_norm = std::sqrt(tensor_sums[1]);
+    std::array<double, 4> model_sums = {sums[0], tensor_sums[0], tensor_sums[1], tensor_sums[2]};
+    if (pipeline_comm != nullptr) {
+      if (std::string error = sum_over_ranks(*pipeline_comm, model_sums.data(), 4);
+          !error.empty()) {
+        result.error = "pipeline-group all-reduce of the loss: " + error;
+        return result;
+      }
+    }
+    const double loss = model_sums[0] / dp_size;
+    const bool stop_after_step = model_sums[1] > 0;
+    const bool checkpoint_requested = model_sums[3] > 0;
+    const double grad_norm = std::sqrt(model_sums[2]);
     if (!std::isfinite(grad_norm) || !std::isfinite(loss)) {
       result.error = fmt::format(
           "step {}: the loss ({}) or gradient norm ({}) is not finite; "
@@ -329,6 +437,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     report.grad_norm = grad_norm;
     report.step_seconds = seconds_since(start);
     report.tensor_comm_seconds = model.tensor_comm_seconds() - tensor_comm_before;
+    report.pipeline_wait_seconds = links.receive_seconds() - pipeline_wait_before;
     report.tokens_per_second = tokens_per_step / report.step_seconds;
     report.tflops = model.flops_per_token() * report.tokens_per_second / 1e12;
     const bool last_step = step + 1 == training.steps;
@@ -337,7 +446,8 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     if (eval_step) {
       double sum = sum_of_batch_losses(model, state.parameters_for_model(), data.valid, micro,
                                        training.eval_batches, dp_rank, dp_size,
-                                       state.after_forward_only());
+                                       state.after_forward_only(), &links);
+      if (!links.status().ok()) return failed(links.status());
       if (core::Status status = state.forward_only_status(); !status.ok()) {
         result.error = status.message();
         return result;
@@ -349,6 +459,12 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       if (std::string error = sum_over_ranks(data_comm, &sum, 1); !error.empty()) {
         result.error = "evaluation all-reduce: " + error;
         return result;
+      }
+      if (pipeline_comm != nullptr) {
+        if (std::string error = sum_over_ranks(*pipeline_comm, &sum, 1); !error.empty()) {
+          result.error = "evaluation all-reduce over the pipeline: " + error;
+          return result;
+        }
       }
       report.eval_loss = sum / static_cast<double>(training.eval_batches);
     }
@@ -373,10 +489,10 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     result.error = final_params.status().message();
     return result;
   }
-  if (tensor_comm != nullptr) {
+  if (tensor_comm != nullptr || pipeline_comm != nullptr) {
     final_params =
-        gather_tensor_slices(*tensor_comm, table, std::move(*final_params),
-                             core::ParameterTable(core::model_config(spec.model, 1)));
+        gather_whole_model(tensor_comm, pipeline_comm, table, std::move(*final_params),
+                           core::ParameterTable(core::model_config(spec.model, 1)));
     if (!final_params.ok()) {
       result.error = final_params.status().message();
       return result;

@@ -23,8 +23,11 @@ struct StepReport {
   double lr = 0;
   double grad_norm = 0;  // global L2 norm before clipping
   double step_seconds = 0;
-  // Of which in tensor-parallel all-reduces on this rank (0 without them).
+  // Of which in tensor-parallel all-reduces on this rank (0 without them),
+  // and waiting for the neighbouring pipeline stages (the bubble and the
+  // transfers; 0 without pipeline parallelism).
   double tensor_comm_seconds = 0;
+  double pipeline_wait_seconds = 0;
   double tokens_per_second = 0;  // the whole job's
   double tflops = 0;             // achieved by the whole job (matrix products, as Megatron counts)
   std::optional<double> eval_loss;  // set on evaluation steps
@@ -84,6 +87,10 @@ struct TrainerOptions {
   // The tensor-parallel group (Megatron's tensor parallelism over its
   // ranks); null or of one rank: none.
   comm::Communicator* tensor_comm = nullptr;
+  // The pipeline group, its ranks the stages in order (1F1B over the
+  // micro-batches of a step; spec.parallelism.pipeline_partition splits the
+  // blocks); null or of one rank: none.
+  comm::Communicator* pipeline_comm = nullptr;
   // The plan's batch sizes (dslaunch sends them with the registration);
   // they must fit the data group's size. Unset: resolved from the spec for
   // it, as the plan does (tests and benchmarks without a controller).

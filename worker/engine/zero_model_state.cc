@@ -129,6 +129,7 @@ class ReplicatedGradients final : public ZeroStateBase {
 
   const float* parameters_for_model() override { return params_.data(); }
   float* gradients_for_backward() override { return grads_.data(); }
+  float* reduced_gradients() override { return grads_.data(); }
   void begin_step() override {
     backend_.memset_zero(grads_.data(), static_cast<int64_t>(grads_.size() * sizeof(float)));
   }
@@ -226,6 +227,7 @@ class PartitionedGradients final : public ZeroStateBase {
   }
   // Needs no clearing: the reducer leaves it zero.
   float* gradients_for_backward() override { return workspace_.data(); }
+  float* reduced_gradients() override { return nullptr; }
   void begin_step() override {
     backend_.memset_zero(grads_.data(), static_cast<int64_t>(grads_.size() * sizeof(float)));
   }

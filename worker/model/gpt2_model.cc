@@ -15,11 +15,15 @@ namespace {
 // The widths one rank computes with: Megatron's tensor parallelism gives
 // each of `parts` ranks NH/parts heads (Ca = C/parts attention channels),
 // F = 4C/parts of the MLP's hidden units and Vl = Vp/parts vocabulary rows;
-// the residual stream (C) stays whole on every rank.
+// the residual stream (C) stays whole on every rank. A pipeline stage runs
+// blocks [layer_begin, layer_end), the first stage the embeddings and the
+// last the head (ln_f, the output layer and the loss).
 struct LocalSizes {
-  int64_t parts, C, Ca, NHa, F, Vl, layers;
+  int64_t parts, C, Ca, NHa, F, Vl;
   int64_t vocab_begin;  // the first vocabulary row this rank holds
   int64_t V;            // real vocabulary rows among them (may be 0)
+  int layer_begin, layer_end;
+  bool first, last;
 
   explicit LocalSizes(const core::ParameterTable& table) {
     const core::Gpt2Config& c = table.config();
@@ -30,17 +34,20 @@ struct LocalSizes {
     NHa = c.num_heads / parts;
     F = 4 * C / parts;
     Vl = c.padded_vocab_size / parts;
-    layers = c.num_layers;
     vocab_begin = shard.tensor_rank * Vl;
     V = std::clamp<int64_t>(c.vocab_size - vocab_begin, 0, Vl);
+    layer_begin = table.layer_begin();
+    layer_end = table.layer_end();
+    first = table.has_embeddings();
+    last = table.has_head();
   }
 };
 
-// Offsets of one micro-batch's activations, in floats. Per block: what the
-// backward pass reads; the matrix products' outputs that feed a residual add
-// go through `scratch` and are not kept.
+// Offsets of one micro-batch's activations (one slot), in floats. Per
+// block: what the backward pass reads; the matrix products' outputs that
+// feed a residual add go through `scratch` and are not kept.
 struct ActivationLayout {
-  int64_t encoded = 0;  // (B,T,C): the block input of layer 0
+  int64_t input = 0;  // (B,T,C): the stage's input (the embeddings' output on the first stage)
   struct Block {
     int64_t ln1, ln1_mean, ln1_rstd;  // (B,T,C), (B,T), (B,T)
     int64_t qkv;                      // (B,T,3Ca): this rank's heads of q, k and v
@@ -51,7 +58,8 @@ struct ActivationLayout {
     int64_t fch, fch_gelu;            // (B,T,F) each
     int64_t residual3;                // (B,T,C): the block's output
   };
-  std::vector<Block> blocks;
+  std::vector<Block> blocks;  // the stage's, from layer_begin
+  // The head's, on the last stage only.
   int64_t lnf = 0, lnf_mean = 0, lnf_rstd = 0;  // (B,T,C), (B,T), (B,T)
   int64_t logits = 0;                           // (B,T,Vl), reused as dlogits
   int64_t probs = 0;                            // (B,T,Vl)
@@ -68,8 +76,8 @@ struct ActivationLayout {
       total += n;
       return at;
     };
-    encoded = take(N * C);
-    for (int64_t l = 0; l < z.layers; ++l) {
+    input = take(N * C);
+    for (int l = z.layer_begin; l < z.layer_end; ++l) {
       Block b{};
       b.ln1 = take(N * C);
       b.ln1_mean = take(N);
@@ -86,21 +94,29 @@ struct ActivationLayout {
       b.residual3 = take(N * C);
       blocks.push_back(b);
     }
-    lnf = take(N * C);
-    lnf_mean = take(N);
-    lnf_rstd = take(N);
-    logits = take(N * z.Vl);
-    probs = take(N * z.Vl);
-    losses = take(N);
-    if (z.parts > 1) {
-      row_max = take(N);
-      sums = take(2 * N);
+    if (z.last) {
+      lnf = take(N * C);
+      lnf_mean = take(N);
+      lnf_rstd = take(N);
+      logits = take(N * z.Vl);
+      probs = take(N * z.Vl);
+      losses = take(N);
+      if (z.parts > 1) {
+        row_max = take(N);
+        sums = take(2 * N);
+      }
     }
     scratch = take(N * C);
   }
+
+  // The stage's output: its last block's (the input when it has none).
+  int64_t output() const { return blocks.empty() ? input : blocks.back().residual3; }
 };
 
-// The backward pass's temporaries, shared by every block.
+// The backward pass's temporaries, shared by every block and slot.
+// `dresidual` carries the gradient of the residual stream: a stage that is
+// not the last receives its output's gradient there, and a stage that is
+// not the first leaves its input's gradient there.
 struct GradientLayout {
   int64_t dresidual, dln, datty, dqkv, dfch, dfch_gelu, datt_scratch, total = 0;
 
@@ -174,18 +190,15 @@ void fill_normal(float* out, int64_t n, double stddev, uint64_t seed) {
 }  // namespace
 
 Gpt2Model::Gpt2Model(const core::ParameterTable& table, kernels::Backend& backend, int64_t max_batch,
-                     int64_t seq_len, comm::Communicator* tensor_comm)
+                     int64_t seq_len, comm::Communicator* tensor_comm, int activation_slots)
     : table_(table),
       backend_(backend),
       max_batch_(max_batch),
       seq_len_(seq_len),
+      slots_(activation_slots),
+      batch_(static_cast<size_t>(std::max(activation_slots, 1)), 0),
       tensor_comm_(table.shard().tensor_size > 1 ? tensor_comm : nullptr) {
   const core::ModelShard& shard = table.shard();
-  if (shard.stages != 1) {
-    throw std::invalid_argument(fmt::format(
-        "the model runs every block on one rank; stage {} of {} is not runnable yet", shard.stage,
-        shard.stages));
-  }
   if (shard.tensor_size > 1 &&
       (tensor_comm == nullptr || tensor_comm->size() != shard.tensor_size ||
        tensor_comm->rank() != shard.tensor_rank)) {
@@ -197,13 +210,16 @@ Gpt2Model::Gpt2Model(const core::ParameterTable& table, kernels::Backend& backen
     throw std::invalid_argument(
         fmt::format("sequence length {} is outside [1, {}]", seq_len, table.config().max_seq_len));
   }
+  if (activation_slots < 1) {
+    throw std::invalid_argument(fmt::format("{} activation slots", activation_slots));
+  }
   const LocalSizes sizes(table);
-  activations_ =
-      kernels::DeviceBuffer<float>(backend, ActivationLayout(sizes, max_batch, seq_len).total);
+  slot_floats_ = ActivationLayout(sizes, max_batch, seq_len).total;
+  activations_ = kernels::DeviceBuffer<float>(backend, slot_floats_ * slots_);
   activation_grads_ =
       kernels::DeviceBuffer<float>(backend, GradientLayout(sizes, max_batch, seq_len).total);
-  inputs_ = kernels::DeviceBuffer<int32_t>(backend, max_batch * seq_len);
-  targets_ = kernels::DeviceBuffer<int32_t>(backend, max_batch * seq_len);
+  inputs_ = kernels::DeviceBuffer<int32_t>(backend, max_batch * seq_len * slots_);
+  targets_ = kernels::DeviceBuffer<int32_t>(backend, max_batch * seq_len * slots_);
   mean_loss_ = kernels::DeviceBuffer<float>(backend, 1);
 }
 
@@ -216,6 +232,26 @@ double Gpt2Model::flops_per_token() const {
   const double matrix_params = static_cast<double>(c.num_layers) * 12 * c.channels * c.channels +
                                static_cast<double>(c.padded_vocab_size) * c.channels;
   return 6 * matrix_params + 12.0 * c.num_layers * c.channels * seq_len_;
+}
+
+float* Gpt2Model::slot_activations(int slot) {
+  if (slot < 0 || slot >= slots_) {
+    throw std::out_of_range(fmt::format("activation slot {} of {}", slot, slots_));
+  }
+  return activations_.data() + slot_floats_ * slot;
+}
+
+float* Gpt2Model::stage_input(int slot) {
+  return slot_activations(slot) + ActivationLayout(LocalSizes(table_), max_batch_, seq_len_).input;
+}
+
+const float* Gpt2Model::stage_output(int slot) {
+  return slot_activations(slot) +
+         ActivationLayout(LocalSizes(table_), max_batch_, seq_len_).output();
+}
+
+float* Gpt2Model::residual_gradient() {
+  return activation_grads_.data() + GradientLayout(LocalSizes(table_), max_batch_, seq_len_).dresidual;
 }
 
 void Gpt2Model::tensor_all_reduce(float* x, int64_t n, comm::ReduceOp op) {
@@ -231,7 +267,7 @@ void Gpt2Model::tensor_all_reduce(float* x, int64_t n, comm::ReduceOp op) {
 }
 
 float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32_t* targets,
-                         int64_t B) {
+                         int64_t B, int slot) {
   if (B < 1 || B > max_batch_) {
     throw std::invalid_argument(fmt::format("batch {} is outside [1, {}]", B, max_batch_));
   }
@@ -246,9 +282,12 @@ float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32
                       (inputs[i] < 0 || inputs[i] >= V) ? inputs[i] : targets[i], i, V));
     }
   }
-  batch_ = B;
-  backend_.copy_host_to_device(inputs_.data(), inputs, N * static_cast<int64_t>(sizeof(int32_t)));
-  backend_.copy_host_to_device(targets_.data(), targets, N * static_cast<int64_t>(sizeof(int32_t)));
+  float* act = slot_activations(slot);
+  batch_[slot] = B;
+  int32_t* slot_inputs = inputs_.data() + slot * max_batch_ * T;
+  int32_t* slot_targets = targets_.data() + slot * max_batch_ * T;
+  backend_.copy_host_to_device(slot_inputs, inputs, N * static_cast<int64_t>(sizeof(int32_t)));
+  backend_.copy_host_to_device(slot_targets, targets, N * static_cast<int64_t>(sizeof(int32_t)));
   // The replicated biases of the row-parallel projections (and the position
   // embedding) enter once: on tensor rank 0, before the group's sum.
   const bool adds_replicated = table_.shard().tensor_rank == 0;
@@ -257,18 +296,19 @@ float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32
   };
 
   const ActivationLayout a(z, B, T);
-  float* act = activations_.data();
-  if (source_ != nullptr) source_->acquire_embeddings();
-  const float* wte = params + table_.tensor(core::TensorRole::kWte).offset;
-  const float* wpe = params + table_.tensor(core::TensorRole::kWpe).offset;
-  backend_.encoder_forward(act + a.encoded, inputs_.data(), wte, {z.vocab_begin, z.Vl},
-                           replicated(wpe), B, T, C);
-  tensor_all_reduce(act + a.encoded, N * C, comm::ReduceOp::kSum);
-  const float* residual = act + a.encoded;
-  for (int l = 0; l < c.num_layers; ++l) {
+  if (z.first) {
+    if (source_ != nullptr) source_->acquire_embeddings();
+    const float* wte = params + table_.tensor(core::TensorRole::kWte).offset;
+    const float* wpe = params + table_.tensor(core::TensorRole::kWpe).offset;
+    backend_.encoder_forward(act + a.input, slot_inputs, wte, {z.vocab_begin, z.Vl},
+                             replicated(wpe), B, T, C);
+    tensor_all_reduce(act + a.input, N * C, comm::ReduceOp::kSum);
+  }
+  const float* residual = act + a.input;
+  for (int l = z.layer_begin; l < z.layer_end; ++l) {
     if (source_ != nullptr) source_->acquire_block(l, ParameterSource::Pass::kForward);
     const BlockTensors<const float> w(table_, l, params);
-    const ActivationLayout::Block& b = a.blocks[l];
+    const ActivationLayout::Block& b = a.blocks[l - z.layer_begin];
     backend_.layernorm_forward(act + b.ln1, act + b.ln1_mean, act + b.ln1_rstd, residual, w.ln1w,
                                w.ln1b, N, C);
     backend_.matmul_forward(act + b.qkv, act + b.ln1, w.qkvw, w.qkvb, N, C, 3 * z.Ca);
@@ -288,6 +328,12 @@ float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32
     residual = act + b.residual3;
     if (source_ != nullptr) source_->release_block(l, ParameterSource::Pass::kForward);
   }
+  if (!z.last) {
+    // The next stage reads the output from the host's side (the communicator).
+    backend_.synchronize();
+    return 0;
+  }
+  const float* wte = params + table_.tensor(core::TensorRole::kWte).offset;
   const float* lnfw = params + table_.tensor(core::TensorRole::kLnfWeight).offset;
   const float* lnfb = params + table_.tensor(core::TensorRole::kLnfBias).offset;
   backend_.layernorm_forward(act + a.lnf, act + a.lnf_mean, act + a.lnf_rstd, residual, lnfw, lnfb,
@@ -295,13 +341,13 @@ float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32
   backend_.logits_forward(act + a.logits, act + a.lnf, wte, N, C, z.Vl);
   if (z.parts == 1) {
     backend_.softmax_crossentropy_forward(act + a.probs, act + a.losses, act + a.logits,
-                                          targets_.data(), N, V, z.Vl);
+                                          slot_targets, N, V, z.Vl);
   } else {
     // No rank holds a whole row of logits: the row's maximum, its sum of
     // exponentials and the target's logit are reduced over the group.
     backend_.vocab_parallel_max(act + a.row_max, act + a.logits, N, z.V, z.Vl);
     tensor_all_reduce(act + a.row_max, N, comm::ReduceOp::kMax);
-    backend_.vocab_parallel_sums(act + a.sums, act + a.logits, act + a.row_max, targets_.data(),
+    backend_.vocab_parallel_sums(act + a.sums, act + a.logits, act + a.row_max, slot_targets,
                                  z.vocab_begin, N, z.V, z.Vl);
     tensor_all_reduce(act + a.sums, 2 * N, comm::ReduceOp::kSum);
     backend_.vocab_parallel_softmax_loss(act + a.probs, act + a.losses, act + a.logits,
@@ -314,56 +360,67 @@ float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32
 }
 
 void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
-                         const GradientsReady& on_ready) {
-  if (batch_ == 0) throw std::logic_error("Gpt2Model::backward() without a forward()");
+                         const GradientsReady& on_ready, int slot) {
+  float* act = slot_activations(slot);
+  if (batch_[slot] == 0) throw std::logic_error("Gpt2Model::backward() without a forward()");
   const core::Gpt2Config& c = table_.config();
   const LocalSizes z(table_);
-  const int64_t B = batch_, T = seq_len_, C = c.channels, N = B * T;
+  const int64_t B = batch_[slot], T = seq_len_, C = c.channels, N = B * T;
   const ActivationLayout a(z, B, T);
   const GradientLayout g(z, B, T);
-  float* act = activations_.data();
   float* d = activation_grads_.data();
+  const int32_t* slot_inputs = inputs_.data() + slot * max_batch_ * T;
+  const int32_t* slot_targets = targets_.data() + slot * max_batch_ * T;
   auto report = [&](int64_t begin, int64_t end) {
     if (on_ready) on_ready(begin, end);
   };
+  auto report_tensor = [&](core::TensorRole role) {
+    const core::TensorInfo& t = table_.tensor(role);
+    report(t.offset, t.offset + t.numel);
+  };
 
-  // dlosses: every position weighs loss_scale / N in the mean. The logits
-  // are not needed any more, so their buffer takes their gradient.
-  float* dlosses = act + a.losses;
-  backend_.fill(dlosses, N, loss_scale / static_cast<float>(N));
-  float* dlogits = act + a.logits;
-  zero(backend_, dlogits, N * z.Vl);
-  backend_.crossentropy_softmax_backward(dlogits, dlosses, act + a.probs, targets_.data(),
-                                         z.vocab_begin, N, z.V, z.Vl);
-  const core::TensorInfo& wte_info = table_.tensor(core::TensorRole::kWte);
-  const core::TensorInfo& lnfw_info = table_.tensor(core::TensorRole::kLnfWeight);
-  const core::TensorInfo& lnfb_info = table_.tensor(core::TensorRole::kLnfBias);
-  // Where a column- or vocabulary-parallel layer's input gradient is summed
-  // over the tensor group (Megatron's "f" operator, backward); the
-  // row-parallel layers' input gradients need nothing.
-  zero(backend_, d + g.dln, N * C);
-  backend_.logits_backward(d + g.dln, grads + wte_info.offset, dlogits, act + a.lnf,
-                           params + wte_info.offset, N, C, z.Vl);
-  tensor_all_reduce(d + g.dln, N * C, comm::ReduceOp::kSum);
-  const float* last_residual =
-      c.num_layers > 0 ? act + a.blocks[c.num_layers - 1].residual3 : act + a.encoded;
+  // dresidual carries the gradient of the residual stream: from the head on
+  // the last stage, received from the next stage on the others.
   float* dresidual = d + g.dresidual;
-  zero(backend_, dresidual, N * C);
-  backend_.layernorm_backward(dresidual, grads + lnfw_info.offset, grads + lnfb_info.offset,
-                              d + g.dln, last_residual, params + lnfw_info.offset, act + a.lnf_mean,
-                              act + a.lnf_rstd, N, C);
-  report(lnfw_info.offset, lnfb_info.offset + lnfb_info.numel);
+  if (z.last) {
+    // dlosses: every position weighs loss_scale / N in the mean. The logits
+    // are not needed any more, so their buffer takes their gradient.
+    float* dlosses = act + a.losses;
+    backend_.fill(dlosses, N, loss_scale / static_cast<float>(N));
+    float* dlogits = act + a.logits;
+    zero(backend_, dlogits, N * z.Vl);
+    backend_.crossentropy_softmax_backward(dlogits, dlosses, act + a.probs, slot_targets,
+                                           z.vocab_begin, N, z.V, z.Vl);
+    const core::TensorInfo& wte_info = table_.tensor(core::TensorRole::kWte);
+    const core::TensorInfo& lnfw_info = table_.tensor(core::TensorRole::kLnfWeight);
+    const core::TensorInfo& lnfb_info = table_.tensor(core::TensorRole::kLnfBias);
+    // Where a column- or vocabulary-parallel layer's input gradient is
+    // summed over the tensor group (Megatron's "f" operator, backward); the
+    // row-parallel layers' input gradients need nothing.
+    zero(backend_, d + g.dln, N * C);
+    backend_.logits_backward(d + g.dln, grads + wte_info.offset, dlogits, act + a.lnf,
+                             params + wte_info.offset, N, C, z.Vl);
+    tensor_all_reduce(d + g.dln, N * C, comm::ReduceOp::kSum);
+    zero(backend_, dresidual, N * C);
+    backend_.layernorm_backward(dresidual, grads + lnfw_info.offset, grads + lnfb_info.offset,
+                                d + g.dln, act + a.output(), params + lnfw_info.offset,
+                                act + a.lnf_mean, act + a.lnf_rstd, N, C);
+    report(lnfw_info.offset, lnfb_info.offset + lnfb_info.numel);
+    // The last stage's own copy of the tied embedding has its gradient now.
+    if (!z.first) report_tensor(core::TensorRole::kWte);
+  }
 
-  // dresidual carries the gradient of the block's output; each residual add
-  // passes it on unchanged, and the LayerNorm backward adds its branch to it.
-  // It is the same on every rank of the tensor group, so the replicated
-  // tensors (LayerNorms, row-parallel biases) get the same gradients there.
-  for (int l = static_cast<int>(c.num_layers) - 1; l >= 0; --l) {
+  // Each residual add passes dresidual on unchanged, and the LayerNorm
+  // backward adds its branch to it. It is the same on every rank of the
+  // tensor group, so the replicated tensors (LayerNorms, row-parallel
+  // biases) get the same gradients there.
+  for (int l = z.layer_end - 1; l >= z.layer_begin; --l) {
     if (source_ != nullptr) source_->acquire_block(l, ParameterSource::Pass::kBackward);
     const BlockTensors<const float> w(table_, l, params);
     const BlockTensors<float> dw(table_, l, grads);
-    const ActivationLayout::Block& b = a.blocks[l];
-    const float* residual = l == 0 ? act + a.encoded : act + a.blocks[l - 1].residual3;
+    const ActivationLayout::Block& b = a.blocks[l - z.layer_begin];
+    const float* residual =
+        l == z.layer_begin ? act + a.input : act + a.blocks[l - 1 - z.layer_begin].residual3;
 
     zero(backend_, d + g.dfch_gelu, N * z.F);
     backend_.matmul_backward(d + g.dfch_gelu, dw.fcprojw, dw.fcprojb, dresidual, act + b.fch_gelu,
@@ -391,9 +448,15 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
     const auto [begin, end] = table_.layer_range(l);
     report(begin, end);
   }
+  if (!z.first) {
+    // The previous stage reads the input's gradient from the host's side.
+    backend_.synchronize();
+    return;
+  }
+  const core::TensorInfo& wte_info = table_.tensor(core::TensorRole::kWte);
   const core::TensorInfo& wpe_info = table_.tensor(core::TensorRole::kWpe);
   backend_.encoder_backward(grads + wte_info.offset, {z.vocab_begin, z.Vl},
-                            grads + wpe_info.offset, dresidual, inputs_.data(), B, T, C);
+                            grads + wpe_info.offset, dresidual, slot_inputs, B, T, C);
   if (source_ != nullptr) source_->release_embeddings();
   report(wte_info.offset, wpe_info.offset + wpe_info.numel);
 }

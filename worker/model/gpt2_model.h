@@ -35,10 +35,15 @@ class ParameterSource {
 // ParameterTable: token and position embeddings, pre-LayerNorm blocks
 // (causal self-attention with a fused QKV projection, a 4x MLP with GELU),
 // a final LayerNorm and the output projection tied to the token embedding.
+// A pipeline stage's table runs its blocks only: the first stage starts
+// from the embeddings, the others from an input the caller puts in
+// stage_input(); the last stage ends with the loss, the others leave their
+// output in stage_output(). Backward mirrors it through residual_gradient().
 //
-// Owns the activations for micro-batches of up to max_batch x seq_len
-// tokens; the parameter and gradient buffers belong to the caller. Not
-// thread-safe; the backend is used from the calling thread.
+// Owns the activations of `activation_slots` micro-batches of up to
+// max_batch x seq_len tokens (a pipeline keeps several in flight); the
+// parameter and gradient buffers belong to the caller. Not thread-safe; the
+// backend is used from the calling thread.
 class Gpt2Model {
  public:
   // Called during backward() with [begin, end) float ranges of the gradient
@@ -53,21 +58,36 @@ class Gpt2Model {
   // then all-reduce over it where Megatron does, and every rank of the group
   // must call them together with the same inputs.
   Gpt2Model(const core::ParameterTable& table, kernels::Backend& backend, int64_t max_batch,
-            int64_t seq_len, comm::Communicator* tensor_comm = nullptr);
+            int64_t seq_len, comm::Communicator* tensor_comm = nullptr,
+            int activation_slots = 1);
 
   // Runs the model on inputs (B,T) and returns the mean cross-entropy over
-  // the B*T targets (B,T). B <= max_batch, T == seq_len <= max_seq_len; token
-  // ids must be below the real vocabulary size. Keeps the activations for
-  // backward(). With a ParameterSource, reads each tensor of params only
-  // between its acquire and release calls, and leaves the embeddings
-  // acquired (backward() releases them).
-  float forward(const float* params, const int32_t* inputs, const int32_t* targets, int64_t B);
+  // the B*T targets (B,T) (0 on a stage that is not the last). B <=
+  // max_batch, T == seq_len <= max_seq_len; token ids must be below the real
+  // vocabulary size. Keeps the activations in `slot` for backward(). With a
+  // ParameterSource, reads each tensor of params only between its acquire
+  // and release calls, and leaves the embeddings acquired (backward()
+  // releases them).
+  float forward(const float* params, const int32_t* inputs, const int32_t* targets, int64_t B,
+                int slot = 0);
 
-  // The gradient of `loss_scale` times the last forward()'s mean loss,
-  // ACCUMULATED into grads (same layout as params). Pass 1/accumulation_steps
-  // as loss_scale to average over micro-batches. on_ready may be empty.
+  // The gradient of `loss_scale` times the mean loss of the forward() that
+  // filled `slot`, ACCUMULATED into grads (same layout as params). Pass
+  // 1/accumulation_steps as loss_scale to average over micro-batches.
+  // on_ready may be empty. A stage that is not the last starts from its
+  // output's gradient in residual_gradient().
   void backward(const float* params, float* grads, float loss_scale,
-                const GradientsReady& on_ready);
+                const GradientsReady& on_ready, int slot = 0);
+
+  // Pipeline stages' links, each (B,T,C) in the backend's memory: where a
+  // stage that is not the first takes its input (before forward() of that
+  // slot), where a stage that is not the last leaves its output (after it),
+  // and the residual stream's gradient: the output's on the way into
+  // backward() of a stage that is not the last, the input's on the way out
+  // of a stage that is not the first.
+  float* stage_input(int slot);
+  const float* stage_output(int slot);
+  float* residual_gradient();
 
   // Forward and backward floating-point operations per token at this
   // sequence length (matrix products only, as llm.c and Megatron count them:
@@ -95,7 +115,9 @@ class Gpt2Model {
   kernels::Backend& backend_;
   int64_t max_batch_;
   int64_t seq_len_;
-  int64_t batch_ = 0;  // B of the last forward()
+  int slots_;
+  std::vector<int64_t> batch_;  // per slot: B of its last forward(), 0 before one
+  int64_t slot_floats_ = 0;     // activations per slot
   ParameterSource* source_ = nullptr;
   comm::Communicator* tensor_comm_;  // null without tensor parallelism
   core::Status tensor_status_;
@@ -108,6 +130,7 @@ class Gpt2Model {
   kernels::DeviceBuffer<float> mean_loss_;
 
   void tensor_all_reduce(float* x, int64_t n, comm::ReduceOp op);
+  float* slot_activations(int slot);
 };
 
 // The GPT-2 initialisation, deterministic in `seed`: weights and embeddings

@@ -1114,16 +1114,49 @@ parallelism:
         "model.hidden_size 780 is not divisible by parallelism.tensor 8");
 }
 
-TEST_CASE("pipeline parallelism must divide the layers") {
+TEST_CASE("every pipeline stage needs a block; the partition is a method or the counts") {
   SpecFolder folder;
-  const Loaded loaded =
-      folder.load(std::string(kMinimal) + "model: {num_layers: 10}\nparallelism: {pipeline: 4}\n");
+  Loaded loaded =
+      folder.load(std::string(kMinimal) + "model: {num_layers: 3}\nparallelism: {pipeline: 4}\n");
   REQUIRE(loaded.errors().size() == 1);
-  const Diagnostic& layers = loaded.only("num_layers 10 is not divisible");
+  const Diagnostic& layers = loaded.only("num_layers 3 is fewer");
   CHECK(layers.message ==
-        "model.num_layers 10 is not divisible by parallelism.pipeline 4: every stage must hold "
-        "the same number of layers");
+        "model.num_layers 3 is fewer than parallelism.pipeline 4: every stage needs at least one "
+        "transformer block");
   CHECK(layers.location.line == 6);
+
+  // 10 blocks over 4 stages is fine: the partition need not be even.
+  loaded = folder.load(std::string(kMinimal) +
+                       "model: {num_layers: 10}\nparallelism: {pipeline: 4}\n");
+  CHECK(loaded.errors().empty());
+  CHECK(loaded.spec.parallelism.pipeline_partition == PipelinePartition::kParameters);
+
+  loaded = folder.load(std::string(kMinimal) +
+                       "model: {num_layers: 10}\n"
+                       "parallelism: {pipeline: 4, pipeline_partition: UNIFORM}\n");
+  CHECK(loaded.errors().empty());
+  CHECK(loaded.spec.parallelism.pipeline_partition == PipelinePartition::kUniform);
+
+  loaded = folder.load(std::string(kMinimal) +
+                       "model: {num_layers: 10}\n"
+                       "parallelism: {pipeline: 4, pipeline_partition: [1, 3, 3, 3]}\n");
+  CHECK(loaded.errors().empty());
+  CHECK(loaded.spec.parallelism.pipeline_partition == PipelinePartition::kExplicit);
+  CHECK(loaded.spec.parallelism.stage_layers == std::vector<int>{1, 3, 3, 3});
+
+  loaded = folder.load(std::string(kMinimal) +
+                       "model: {num_layers: 10}\n"
+                       "parallelism: {pipeline: 4, pipeline_partition: [2, 3, 3]}\n");
+  REQUIRE(loaded.errors().size() == 1);
+  CHECK(loaded.errors()[0].message ==
+        "parallelism.pipeline_partition gives 3 stage(s) of 8 block(s) in all; the job has "
+        "parallelism.pipeline 4 and model.num_layers 10");
+
+  loaded = folder.load(std::string(kMinimal) +
+                       "model: {num_layers: 10}\n"
+                       "parallelism: {pipeline: 2, pipeline_partition: [0, 10]}\n");
+  REQUIRE(loaded.errors().size() == 1);
+  CHECK_THAT(loaded.errors()[0].message, Catch::Contains("each a whole number of at least 1"));
 }
 
 TEST_CASE("the hidden size must be divisible by the number of heads") {

@@ -1,0 +1,152 @@
+// Pipeline parallelism changes nothing but where the work runs: with the
+// same global batch, stages running 1F1B (alone, and with data and tensor
+// parallelism) train to the losses of one rank, step by step.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <vector>
+
+#include "core/status.h"
+#include "kernels/backend.h"
+#include "tests/worker/engine/trainer_test_support.h"
+#include "tests/worker/parallel/test_groups.h"
+#include "worker/comm/communicator.h"
+#include "worker/data/training_data.h"
+#include "worker/engine/trainer.h"
+
+namespace dslaunch::worker::engine {
+namespace {
+
+struct Run {
+  std::vector<double> losses;
+  std::vector<double> grad_norms;
+  std::vector<double> eval_losses;
+  std::vector<float> params;
+};
+
+// The tiny job with 4 blocks and 4 heads, 20 steps of a global batch of 8
+// sequences in micro-batches of 2.
+spec::JobSpec pp_job(const std::string& dir) {
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  spec.model.num_layers = 4;
+  spec.model.num_attention_heads = 4;
+  spec.training.steps = 20;
+  spec.training.scheduler.total_num_steps = 20;
+  return spec;
+}
+
+Run train_on(const comm::ProcessGroups* groups, spec::JobSpec spec) {
+  comm::Communicator& data =
+      groups != nullptr ? groups->data() : comm::testing::solo_data_comm();
+  spec.training.batch.micro_batch_per_gpu = 2;
+  spec.training.batch.train_batch_size = 8;
+  spec.training.batch.gradient_accumulation_steps = 8 / (2 * data.size());
+  const data::TrainingData training_data =
+      data::open_training_data(spec.data, spec.model.seq_length, "");
+  REQUIRE(training_data.error == "");
+  auto backend = kernels::make_cpu_backend(1);
+  Run run;
+  TrainerOptions options;
+  options.data_comm = &data;
+  if (groups != nullptr) {
+    options.tensor_comm = &groups->tensor();
+    options.pipeline_comm = &groups->pipeline();
+  }
+  options.on_step = [&run](const StepReport& report) {
+    run.losses.push_back(report.loss);
+    run.grad_norms.push_back(report.grad_norm);
+    if (report.eval_loss) run.eval_losses.push_back(*report.eval_loss);
+  };
+  TrainResult result = train(spec, training_data, *backend, options);
+  INFO(result.error);
+  REQUIRE(result.error == "");
+  run.params = std::move(result.params);
+  return run;
+}
+
+double worst_relative(const std::vector<double>& a, const std::vector<double>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(b[i]));
+  }
+  return worst;
+}
+
+void check_matches(const Run& parallel, const Run& single, const spec::ModelSpec& model) {
+  CHECK(parallel.losses.size() == 20);
+  INFO("largest relative loss difference: " << worst_relative(parallel.losses, single.losses));
+  CHECK(worst_relative(parallel.losses, single.losses) < 1e-5);
+  INFO("largest relative gradient-norm difference: "
+       << worst_relative(parallel.grad_norms, single.grad_norms));
+  CHECK(worst_relative(parallel.grad_norms, single.grad_norms) < 1e-4);
+  CHECK(worst_relative(parallel.eval_losses, single.eval_losses) < 1e-5);
+  REQUIRE(parallel.params.size() == single.params.size());
+  const double worst_param =
+      testing::param_difference(parallel.params, single.params, model).learning;
+  INFO("largest parameter difference: " << worst_param);
+  CHECK(worst_param < 1e-5);
+}
+
+struct Layout {
+  int pipeline, data, tensor, zero_stage;
+  spec::PipelinePartition partition;
+  std::vector<int> stage_layers;
+};
+
+TEST_CASE("1F1B pipelines, alone and with data and tensor parallelism, train to one rank's losses") {
+  const int world = comm::testing::world_size();
+  const std::string dir = testing::shared_token_files(comm::testing::world_groups().data());
+  spec::JobSpec spec = pp_job(dir);
+  const Run single = train_on(nullptr, spec);
+  CHECK(single.losses.back() < 0.9 * single.losses.front());
+  using P = spec::PipelinePartition;
+  const std::vector<Layout> layouts =
+      world == 2 ? std::vector<Layout>{{2, 1, 1, 0, P::kParameters, {}},
+                                       {2, 1, 1, 1, P::kExplicit, {3, 1}}}
+                 : std::vector<Layout>{{4, 1, 1, 0, P::kUniform, {}},
+                                       {2, 2, 1, 1, P::kParameters, {}},
+                                       {2, 1, 2, 0, P::kExplicit, {1, 3}}};
+  for (const Layout& layout : layouts) {
+    INFO("pipeline " << layout.pipeline << " x data " << layout.data << " x tensor "
+                     << layout.tensor << ", ZeRO " << layout.zero_stage);
+    comm::ProcessGroups& groups =
+        comm::testing::groups_of({layout.pipeline, layout.data, layout.tensor});
+    spec.parallelism.pipeline = layout.pipeline;
+    spec.parallelism.tensor = layout.tensor;
+    spec.parallelism.pipeline_partition = layout.partition;
+    spec.parallelism.stage_layers = layout.stage_layers;
+    spec.training.zero.stage = layout.zero_stage;
+    const Run parallel = train_on(&groups, spec);
+    check_matches(parallel, single, spec.model);
+  }
+  REQUIRE(comm::testing::world_groups().world().barrier()->wait().ok());
+  if (comm::testing::world_rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a pipeline with fewer micro-batches per step than stages is refused with the fix") {
+  const std::string dir = testing::shared_token_files(comm::testing::world_groups().data());
+  spec::JobSpec spec = pp_job(dir);
+  const int world = comm::testing::world_size();
+  comm::ProcessGroups& groups = comm::testing::groups_of({world, 1, 1});
+  spec.parallelism.pipeline = world;
+  spec.training.batch.micro_batch_per_gpu = 2;
+  spec.training.batch.train_batch_size = 2;
+  spec.training.batch.gradient_accumulation_steps = 1;
+  const data::TrainingData training_data =
+      data::open_training_data(spec.data, spec.model.seq_length, "");
+  auto backend = kernels::make_cpu_backend(1);
+  TrainerOptions options;
+  options.data_comm = &groups.data();
+  options.pipeline_comm = &groups.pipeline();
+  const TrainResult result = train(spec, training_data, *backend, options);
+  CHECK_THAT(result.error, Catch::Contains("needs at least") &&
+                               Catch::Contains("raise train_batch_size"));
+  REQUIRE(comm::testing::world_groups().world().barrier()->wait().ok());
+  if (comm::testing::world_rank() == 0) std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace dslaunch::worker::engine
