@@ -272,6 +272,18 @@ std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMa
       return std::nullopt;
     }
     plan.batch = *resolution.sizes;
+    if (pipeline > 1 && plan.batch.gradient_accumulation_steps < pipeline) {
+      diagnostics.error(
+          locations.find("parallelism.pipeline"),
+          fmt::format("pipeline parallelism over {} stages needs at least {} micro-batches per "
+                      "step, and gradient_accumulation_steps is {} (train_batch_size {} = "
+                      "micro-batch {} x accumulation {} x data-parallel {}); raise "
+                      "train_batch_size or lower train_micro_batch_size_per_gpu",
+                      pipeline, pipeline, plan.batch.gradient_accumulation_steps,
+                      plan.batch.train_batch_size, plan.batch.micro_batch_per_gpu,
+                      plan.batch.gradient_accumulation_steps, data));
+      return std::nullopt;
+    }
   }
 
   plan.grid = topology::ProcessGrid(topology::GridShape{pipeline, data, tensor});
@@ -294,6 +306,7 @@ std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMa
   if (!training) return plan;  // a commbench holds no model
   plan.padded_vocab_size = padded_vocab_size(spec.model, tensor);
   plan.total_parameters = total_parameters(spec.model);
+  plan.stage_layers = stage_layers(spec.model, spec.parallelism);
   for (int stage = 0; stage < pipeline; ++stage) {
     plan.memory_by_stage.push_back(model_state_bytes(
         parameters_per_rank(spec.model, spec.parallelism, stage), spec.training, data));

@@ -2,6 +2,7 @@
 
 #include "core/layout/model_config.h"
 #include "core/layout/parameter_table.h"
+#include "core/layout/pipeline_partition.h"
 
 namespace dslaunch::plan {
 namespace {
@@ -14,10 +15,14 @@ int64_t padded_vocab_size(const spec::ModelSpec& model, int tensor) {
   return core::model_config(model, tensor).padded_vocab_size;
 }
 
+std::vector<std::pair<int, int>> stage_layers(const spec::ModelSpec& model,
+                                              const spec::ParallelismSpec& parallel) {
+  return core::stage_layer_ranges(core::model_config(model, parallel.tensor), parallel);
+}
+
 int64_t parameters_per_rank(const spec::ModelSpec& model, const spec::ParallelismSpec& parallel,
                             int stage) {
-  const auto [layer_begin, layer_end] =
-      core::uniform_stage_layers(model.num_layers, parallel.pipeline, stage);
+  const auto [layer_begin, layer_end] = stage_layers(model, parallel)[stage];
   const core::ModelShard shard{.tensor_rank = 0,
                                .tensor_size = parallel.tensor,
                                .stage = stage,

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/spec/job_spec.h"
@@ -11,9 +12,14 @@ namespace dslaunch::plan {
 // embedding splits evenly across tensor ranks.
 int64_t padded_vocab_size(const spec::ModelSpec& model, int tensor);
 
+// The transformer blocks [begin, end) of each pipeline stage, as
+// parallelism.pipeline_partition splits them (core/layout/pipeline_partition).
+std::vector<std::pair<int, int>> stage_layers(const spec::ModelSpec& model,
+                                              const spec::ParallelismSpec& parallel);
+
 // Parameters one rank of pipeline stage `stage` holds before ZeRO (Ψ for that
 // model-parallel shard): what core::ParameterTable lays out for it (Megatron's
-// split; the blocks split evenly across stages).
+// split; the stage's blocks from stage_layers()).
 int64_t parameters_per_rank(const spec::ModelSpec& model, const spec::ParallelismSpec& parallel,
                             int stage);
 

@@ -89,6 +89,13 @@ void write_plan_json(std::ostream& stream, const spec::JobSpec& spec, const JobP
   append(out, "  }},\n");
   append(out, "  \"model\": {{\"parameters\": {}, \"padded_vocab_size\": {}}},\n",
          plan.total_parameters, plan.padded_vocab_size);
+  append(out, "  \"stages\": [");
+  for (size_t stage = 0; stage < plan.stage_layers.size(); ++stage) {
+    append(out, "{}{{\"stage\": {}, \"layer_begin\": {}, \"layer_end\": {}}}",
+           stage == 0 ? "" : ", ", stage, plan.stage_layers[stage].first,
+           plan.stage_layers[stage].second);
+  }
+  append(out, "],\n");
 
   const std::vector<topology::RankPlacement> no_ranks;
   const auto& with_memory = plan.memory_by_stage.empty() ? no_ranks : plan.placement.ranks;

@@ -283,6 +283,33 @@ testing: {fault: {kind: exit, rank: 2, step: 3}}
              Catch::Contains("testing.fault.rank 2 is not a rank of this job: its ranks are 0..1"));
 }
 
+TEST_CASE("a pipeline needs as many micro-batches per step as stages, and the plan shows each "
+          "stage's blocks") {
+  Folder folder;
+  const Planned refused = plan_file(folder.write("few.yaml", R"(
+cluster: {device: cpu, num_gpus: 4}
+parallelism: {pipeline: 4}
+training: {train_micro_batch_size_per_gpu: 2, train_batch_size: 6, steps: 10}
+data: {train: demo}
+)"));
+  CHECK_FALSE(refused.plan.has_value());
+  CHECK_THAT(refused.diagnostics.format(),
+             Catch::Contains("pipeline parallelism over 4 stages needs at least 4 micro-batches "
+                             "per step, and gradient_accumulation_steps is 3") &&
+                 Catch::Contains("raise train_batch_size"));
+
+  const Planned planned = plan_file(folder.write("enough.yaml", R"(
+cluster: {device: cpu, num_gpus: 4}
+model: {num_layers: 6}
+parallelism: {pipeline: 2, pipeline_partition: [2, 4]}
+training: {train_micro_batch_size_per_gpu: 2, train_batch_size: 8, steps: 10}
+data: {train: demo}
+)"));
+  INFO(planned.diagnostics.format());
+  REQUIRE(planned.plan.has_value());
+  CHECK(planned.plan->stage_layers == std::vector<std::pair<int, int>>{{0, 2}, {2, 6}});
+}
+
 TEST_CASE("device cuda on a machine without GPUs needs num_gpus") {
   Folder folder;
   const std::string spec_text = R"(
@@ -741,6 +768,7 @@ parallelism:
   pipeline: 2
 training:
   train_micro_batch_size_per_gpu: 1
+  gradient_accumulation_steps: 2
   steps: 10
 data:
   train: demo

@@ -9,10 +9,12 @@
 namespace dslaunch::plan {
 namespace {
 
-spec::ParallelismSpec parallel(int tensor, int pipeline) {
+spec::ParallelismSpec parallel(int tensor, int pipeline,
+                               spec::PipelinePartition partition = spec::PipelinePartition::kUniform) {
   spec::ParallelismSpec parallelism;
   parallelism.tensor = tensor;
   parallelism.pipeline = pipeline;
+  parallelism.pipeline_partition = partition;
   return parallelism;
 }
 
@@ -74,6 +76,14 @@ TEST_CASE("tensor and pipeline parallelism split the layers and embeddings as Me
   // Middle stages hold layers only: 3 layers of 12h^2 + 13h.
   CHECK(parameters_per_rank(model, parallel(1, 4), 1) == 3 * 7'087'872);
   CHECK(parameters_per_rank(model, parallel(1, 4), 2) == 3 * 7'087'872);
+
+  // Balanced by parameters (the default), the embedding stages hold one
+  // block and the middle ones the other ten.
+  const spec::ParallelismSpec balanced = parallel(1, 4, spec::PipelinePartition::kParameters);
+  CHECK(stage_layers(model, balanced).front() == std::pair{0, 1});
+  CHECK(stage_layers(model, balanced).back() == std::pair{11, 12});
+  CHECK(parameters_per_rank(model, balanced, 1) + parameters_per_rank(model, balanced, 2) ==
+        10 * 7'087'872);
 }
 
 TEST_CASE("fp32 Adam holds 4+4+8 bytes per parameter, partitioned by each ZeRO stage") {

@@ -54,11 +54,12 @@ struct Run {
 // Trains `spec` on `comm` with the global batch `global` split into micro
 // batches of 2, writing every checkpoint (every spec.checkpoint.interval
 // steps) as shards under `root`/step_<S>/rank_<r>.bin, from `resume` if set.
-// With a tensor group, every rank of it trains its slice and writes its own
-// shard, named by its world rank.
+// With tensor and pipeline groups, every rank trains its slice and writes
+// its own shard, named by its world rank.
 Run train_checkpointed(comm::Communicator& comm, spec::JobSpec spec, int64_t global,
                        const std::string& root, std::optional<ResumePoint> resume = std::nullopt,
-                       comm::Communicator* tensor = nullptr) {
+                       comm::Communicator* tensor = nullptr,
+                       comm::Communicator* pipeline = nullptr) {
   const int size = comm.size();
   spec.training.batch.micro_batch_per_gpu = 2;
   spec.training.batch.gradient_accumulation_steps = global / (2 * size);
@@ -70,11 +71,11 @@ Run train_checkpointed(comm::Communicator& comm, spec::JobSpec spec, int64_t glo
   TrainerOptions options;
   options.data_comm = &comm;
   options.tensor_comm = tensor;
+  options.pipeline_comm = pipeline;
   options.resume = std::move(resume);
   options.on_step = [&run](const StepReport& report) { run.losses[report.step] = report.loss; };
-  options.save_checkpoint = [&root, &comm, tensor](const CheckpointSlice& slice) {
-    const int world_rank = tensor != nullptr ? tensor->world_ranks()[slice.tensor_rank]
-                                             : comm.world_ranks()[slice.rank];
+  options.save_checkpoint = [&root](const CheckpointSlice& slice) {
+    const int world_rank = comm::testing::world_rank();
     const fs::path folder = fs::path(root) / fmt::format("step_{}", slice.step);
     fs::create_directories(folder);
     core::ShardHeader header;
@@ -194,53 +195,61 @@ TEST_CASE("a checkpoint of N ranks resumes on fewer ranks at another ZeRO stage"
   if (rank == 0) fs::remove_all(dir);
 }
 
-// Tensor-parallel checkpoints: every tensor rank writes its slice's shard,
-// and a checkpoint of one (tensor, data) layout resumes under another with
-// the uninterrupted run's losses. A vocabulary of 72 is padded to 72, 80 and
-// 96 rows for 1, 2 and 4 tensor ranks (Megatron's multiple of 8 x tensor):
-// the token embedding is read across different paddings too.
-TEST_CASE("a checkpoint resumes across tensor and data layouts") {
+// Tensor- and pipeline-parallel checkpoints: every rank writes its slice's
+// shard, and a checkpoint of one (pipeline, data, tensor) layout resumes
+// under another with the uninterrupted run's losses. A vocabulary of 72 is
+// padded to 72, 80 and 96 rows for 1, 2 and 4 tensor ranks (Megatron's
+// multiple of 8 x tensor): the token embedding is read across different
+// paddings too.
+TEST_CASE("a checkpoint resumes across tensor, pipeline and data layouts") {
   const int rank = world_data().rank();
   const int size = world_data().size();
   const std::string dir = testing::shared_token_files(world_data());
   spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
   spec.model.num_attention_heads = 4;
+  spec.model.num_layers = 4;
   spec.model.vocab_size = 72;
   spec.checkpoint.interval = 10;
   spec.training.steps = 30;
   spec.training.scheduler.total_num_steps = 30;
   const int64_t global = 8;
   struct Layout {
-    int data, tensor, zero_stage;
+    int pipeline, data, tensor, zero_stage;
   };
-  // The world as tensor x data, and the same ranks regrouped.
+  // The world as pipeline x data x tensor, and the same ranks regrouped.
   const std::vector<std::pair<Layout, Layout>> moves =
-      size >= 4 ? std::vector<std::pair<Layout, Layout>>{{{2, 2, 1}, {1, 4, 0}},
-                                                         {{4, 1, 2}, {2, 2, 3}}}
-                : std::vector<std::pair<Layout, Layout>>{{{1, 2, 0}, {2, 1, 1}},
-                                                         {{2, 1, 2}, {1, 2, 0}}};
+      size >= 4 ? std::vector<std::pair<Layout, Layout>>{{{1, 2, 2, 1}, {1, 1, 4, 0}},
+                                                         {{1, 4, 1, 2}, {1, 2, 2, 3}},
+                                                         {{2, 1, 2, 0}, {1, 4, 1, 1}},
+                                                         {{2, 2, 1, 1}, {1, 2, 2, 2}}}
+                : std::vector<std::pair<Layout, Layout>>{{{1, 1, 2, 0}, {1, 2, 1, 1}},
+                                                         {{1, 2, 1, 2}, {1, 1, 2, 0}},
+                                                         {{2, 1, 1, 1}, {1, 1, 2, 0}}};
   int index = 0;
   for (const auto& [from, to] : moves) {
-    INFO("data " << from.data << " x tensor " << from.tensor << " (ZeRO " << from.zero_stage
-                 << ") -> data " << to.data << " x tensor " << to.tensor << " (ZeRO "
-                 << to.zero_stage << ")");
+    INFO("pipeline " << from.pipeline << " x data " << from.data << " x tensor " << from.tensor
+                     << " (ZeRO " << from.zero_stage << ") -> pipeline " << to.pipeline
+                     << " x data " << to.data << " x tensor " << to.tensor << " (ZeRO "
+                     << to.zero_stage << ")");
     const std::string root = fmt::format("{}/layout{}", dir, index++);
-    comm::ProcessGroups& before = comm::testing::groups_of({1, from.data, from.tensor});
+    comm::ProcessGroups& before = comm::testing::groups_of({from.pipeline, from.data, from.tensor});
     spec.training.zero.stage = from.zero_stage;
     const Run whole = train_checkpointed(before.data(), spec, global, root, std::nullopt,
-                                         &before.tensor());
+                                         &before.tensor(), &before.pipeline());
     REQUIRE_OK(world_barrier());
-    comm::ProcessGroups& after = comm::testing::groups_of({1, to.data, to.tensor});
+    comm::ProcessGroups& after = comm::testing::groups_of({to.pipeline, to.data, to.tensor});
     spec.training.zero.stage = to.zero_stage;
-    const Run resumed = train_checkpointed(after.data(), spec, global, root + "-resumed",
-                                           resume_point(root, 20, spec.model), &after.tensor());
+    const Run resumed =
+        train_checkpointed(after.data(), spec, global, root + "-resumed",
+                           resume_point(root, 20, spec.model), &after.tensor(), &after.pipeline());
     REQUIRE(resumed.losses.size() == 10);
     const double worst = worst_relative_difference(resumed, whole, 20);
     INFO("largest relative loss difference after the move: " << worst);
     CHECK(worst < 1e-5);
     // The final weights agree too, gathered into the one-rank layout.
     REQUIRE(resumed.params.size() == whole.params.size());
-    const double largest = testing::param_difference(resumed.params, whole.params, spec.model).learning;
+    const double largest =
+        testing::param_difference(resumed.params, whole.params, spec.model).learning;
     INFO("largest parameter difference: " << largest);
     CHECK(largest < 1e-5);
   }
