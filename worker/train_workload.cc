@@ -43,6 +43,10 @@ void send_step_metrics(proto::Session& session, const engine::StepReport& report
   metrics["tokens_per_s"] = report.tokens_per_second;
   metrics["tflops"] = report.tflops;
   if (report.eval_loss) metrics["eval_loss"] = *report.eval_loss;
+  if (report.tensor_comm_seconds > 0) metrics["tensor_comm_s"] = report.tensor_comm_seconds;
+  for (size_t stage = 0; stage < report.stage_wait_seconds.size(); ++stage) {
+    metrics[fmt::format("stage{}_wait_s", stage)] = report.stage_wait_seconds[stage];
+  }
   session.send(message);
 }
 

@@ -438,6 +438,16 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     report.step_seconds = seconds_since(start);
     report.tensor_comm_seconds = model.tensor_comm_seconds() - tensor_comm_before;
     report.pipeline_wait_seconds = links.receive_seconds() - pipeline_wait_before;
+    if (pipeline_comm != nullptr) {
+      report.stage_wait_seconds.resize(stages);
+      core::Status gathered =
+          pipeline_comm
+              ->all_gather(comm::buffer_of(&report.pipeline_wait_seconds, 1),
+                           comm::buffer_of(report.stage_wait_seconds.data(), stages),
+                           comm::Blocks::consecutive(std::vector<int64_t>(stages, 1)))
+              ->wait();
+      if (!gathered.ok()) return failed(gathered.with_context("gathering the stages' wait times"));
+    }
     report.tokens_per_second = tokens_per_step / report.step_seconds;
     report.tflops = model.flops_per_token() * report.tokens_per_second / 1e12;
     const bool last_step = step + 1 == training.steps;

@@ -28,6 +28,9 @@ struct StepReport {
   // transfers; 0 without pipeline parallelism).
   double tensor_comm_seconds = 0;
   double pipeline_wait_seconds = 0;
+  // Under pipeline parallelism, every stage's pipeline_wait_seconds (of this
+  // rank's pipeline), in stage order; empty otherwise.
+  std::vector<double> stage_wait_seconds;
   double tokens_per_second = 0;  // the whole job's
   double tflops = 0;             // achieved by the whole job (matrix products, as Megatron counts)
   std::optional<double> eval_loss;  // set on evaluation steps

@@ -24,6 +24,7 @@ struct Run {
   std::vector<double> grad_norms;
   std::vector<double> eval_losses;
   std::vector<float> params;
+  std::vector<double> stage_waits;  // the last step's, per stage
 };
 
 // The tiny job with 4 blocks and 4 heads, 20 steps of a global batch of 8
@@ -58,6 +59,7 @@ Run train_on(const comm::ProcessGroups* groups, spec::JobSpec spec) {
     run.losses.push_back(report.loss);
     run.grad_norms.push_back(report.grad_norm);
     if (report.eval_loss) run.eval_losses.push_back(*report.eval_loss);
+    run.stage_waits = report.stage_wait_seconds;
   };
   TrainResult result = train(spec, training_data, *backend, options);
   INFO(result.error);
@@ -121,6 +123,10 @@ TEST_CASE("1F1B pipelines, alone and with data and tensor parallelism, train to 
     spec.training.zero.stage = layout.zero_stage;
     const Run parallel = train_on(&groups, spec);
     check_matches(parallel, single, spec.model);
+    // Every stage's wait for its neighbours is reported: the later stages
+    // wait for the first forward, the earlier ones for the first backward.
+    REQUIRE(parallel.stage_waits.size() == static_cast<size_t>(layout.pipeline));
+    for (const double wait : parallel.stage_waits) CHECK(wait > 0);
   }
   REQUIRE(comm::testing::world_groups().world().barrier()->wait().ok());
   if (comm::testing::world_rank() == 0) std::filesystem::remove_all(dir);
