@@ -1,8 +1,10 @@
 // Model parallelism's cost on the demo model: step time with the model split
-// over a tensor-parallel group (Megatron's), beside data parallelism on the
-// same ranks with the same global batch, and the share of the step the
-// tensor group's all-reduces take. The pipeline schedules' bubble figures
-// join this bench with pipeline parallelism.
+// over a tensor-parallel group (Megatron's) or into pipeline stages (1F1B),
+// beside data parallelism on the same ranks with the same global batch; the
+// share of the step the tensor group's all-reduces take, and the pipeline's
+// measured bubble (the stages' mean time waiting for their neighbours, as a
+// share of the step) beside 1F1B's ideal (p-1)/(m+p-1) for p stages and m
+// micro-batches.
 //
 //   bazel build //bench:pipeline_bench
 //   tools/mpirun_local.sh 2 bazel-bin/bench/pipeline_bench   (and 4)
@@ -39,19 +41,27 @@ namespace comm = dslaunch::worker::comm;
 
 [[noreturn]] void fail(std::string_view message) { bench::fail("pipeline_bench", message); }
 
-// The demo job with a global batch of 16 sequences.
+constexpr int kGlobalBatch = 16;
+constexpr int kMicroBatch = 2;
+
+// The demo job with a global batch of 16 sequences in micro-batches of 2.
 spec::JobSpec bench_job(int data_size) {
   spec::JobSpec spec = bench::demo_training_job();
   spec.training.steps = 10;
-  spec.training.batch.train_batch_size = 16;
-  spec.training.batch.micro_batch_per_gpu = 4;
-  spec.training.batch.gradient_accumulation_steps = 16 / (4 * data_size);
+  spec.training.batch.train_batch_size = kGlobalBatch;
+  spec.training.batch.micro_batch_per_gpu = kMicroBatch;
+  spec.training.batch.gradient_accumulation_steps = kGlobalBatch / (kMicroBatch * data_size);
   return spec;
 }
+
+struct Layout {
+  int pipeline, data, tensor;
+};
 
 struct Measured {
   double step_seconds = 0;         // median over the steps after the first two
   double tensor_comm_seconds = 0;  // of that step's kind, the slowest rank's median
+  double stage_wait_seconds = 0;   // the stages' mean wait, median over the steps
 };
 
 double median(std::vector<double> values) {
@@ -61,23 +71,31 @@ double median(std::vector<double> values) {
 
 Measured run_layout(const comm::ProcessGroups& groups, const data::TrainingData& corpus,
                     kernels::Backend& backend) {
-  std::vector<double> steps, comm_seconds;
+  std::vector<double> steps, comm_seconds, waits;
   engine::TrainerOptions options;
   options.data_comm = &groups.data();
   options.tensor_comm = &groups.tensor();
+  options.pipeline_comm = &groups.pipeline();
   options.on_step = [&](const engine::StepReport& report) {
     if (report.step <= 2) return;
     steps.push_back(report.step_seconds);
     comm_seconds.push_back(report.tensor_comm_seconds);
+    double wait = 0;
+    for (const double stage : report.stage_wait_seconds) wait += stage;
+    waits.push_back(report.stage_wait_seconds.empty()
+                        ? 0
+                        : wait / static_cast<double>(report.stage_wait_seconds.size()));
   };
-  const engine::TrainResult trained =
-      engine::train(bench_job(groups.data().size()), corpus, backend, options);
+  spec::JobSpec spec = bench_job(groups.data().size());
+  spec.parallelism.pipeline = groups.pipeline().size();
+  spec.parallelism.tensor = groups.tensor().size();
+  const engine::TrainResult trained = engine::train(spec, corpus, backend, options);
   if (!trained.error.empty()) fail(trained.error);
-  double most[2] = {median(steps), median(comm_seconds)};
+  double most[3] = {median(steps), median(comm_seconds), median(waits)};
   const core::Status reduced =
-      groups.world().all_reduce(comm::buffer_of(most, 2), comm::ReduceOp::kMax)->wait();
+      groups.world().all_reduce(comm::buffer_of(most, 3), comm::ReduceOp::kMax)->wait();
   if (!reduced.ok()) fail(reduced.message());
-  return {most[0], most[1]};
+  return {most[0], most[1], most[2]};
 }
 
 }  // namespace
@@ -95,15 +113,20 @@ int main(int /*argc*/, char** argv) {
   if (!corpus.error.empty()) fail(corpus.error);
   auto backend = kernels::make_cpu_backend(1);  // one core per rank, as the demo runs
 
-  // (data, tensor) layouts of the world: data parallelism first, the
-  // reference; then each tensor size that splits the 4 heads.
-  std::vector<std::pair<int, int>> layouts;
-  for (int tensor = 1; tensor <= size && tensor <= 4; tensor *= 2) {
-    if (size % tensor == 0) layouts.push_back({size / tensor, tensor});
+  // Layouts of the world: data parallelism first, the reference; then each
+  // tensor size that splits the 4 heads, and each pipeline of up to 4 stages
+  // (one block each at most).
+  std::vector<Layout> layouts = {{1, size, 1}};
+  for (int tensor = 2; tensor <= size && tensor <= 4; tensor *= 2) {
+    if (size % tensor == 0) layouts.push_back({1, size / tensor, tensor});
+  }
+  for (int pipeline = 2; pipeline <= size && pipeline <= 4; pipeline *= 2) {
+    if (size % pipeline == 0) layouts.push_back({pipeline, size / pipeline, 1});
   }
   std::vector<std::unique_ptr<comm::ProcessGroups>> groups;
-  for (const auto& [data_size, tensor] : layouts) {
-    auto created = comm::create_mpi_process_groups({1, data_size, tensor}, comm::CommOptions{});
+  for (const Layout& layout : layouts) {
+    auto created = comm::create_mpi_process_groups({layout.pipeline, layout.data, layout.tensor},
+                                                   comm::CommOptions{});
     if (!created.ok()) fail(created.status().message());
     groups.push_back(std::move(created.value()));
   }
@@ -111,28 +134,36 @@ int main(int /*argc*/, char** argv) {
   if (reporter) {
     const topology::MachineTopology machine = topology::probe_machine_topology();
     std::cout << fmt::format(
-        "{} ranks, 1 thread each, on {} (OpenBLAS {} kernels); demo model, global batch 16 x "
-        "256 tokens\n\n",
+        "{} ranks, 1 thread each, on {} (OpenBLAS {} kernels); demo model, global batch {} x "
+        "256 tokens in micro-batches of {}\n\n",
         size, machine.cpu_model.empty() ? "an unnamed CPU" : machine.cpu_model,
-        kernels::query_blas_info().core_name);
-    std::cout << fmt::format("{:<8} {:>7} {:>10} {:>14} {:>14} {:>12}\n", "data", "tensor",
-                             "step ms", "vs data only", "tensor comm ms", "comm share");
+        kernels::query_blas_info().core_name, kGlobalBatch, kMicroBatch);
+    std::cout << fmt::format("{:>8} {:>5} {:>7} {:>9} {:>13} {:>15} {:>11} {:>13} {:>13}\n",
+                             "pipeline", "data", "tensor", "step ms", "vs data only",
+                             "tensor comm ms", "comm share", "bubble (1F1B)", "ideal");
   }
   double reference = 0;
   for (size_t i = 0; i < layouts.size(); ++i) {
     const Measured m = run_layout(*groups[i], corpus, *backend);
     if (i == 0) reference = m.step_seconds;
     if (!reporter) continue;
-    std::cout << fmt::format("{:<8} {:>7} {:>10.1f} {:>13.2f}x {:>14.1f} {:>11.1f}%\n",
-                             layouts[i].first, layouts[i].second, m.step_seconds * 1e3,
-                             m.step_seconds / reference, m.tensor_comm_seconds * 1e3,
-                             100 * m.tensor_comm_seconds / m.step_seconds);
+    const Layout& layout = layouts[i];
+    const double micro_batches = static_cast<double>(kGlobalBatch) / (kMicroBatch * layout.data);
+    const double ideal = (layout.pipeline - 1) / (micro_batches + layout.pipeline - 1);
+    std::cout << fmt::format(
+        "{:>8} {:>5} {:>7} {:>9.1f} {:>12.2f}x {:>15.1f} {:>10.1f}% {:>12.1f}% {:>12.1f}%\n",
+        layout.pipeline, layout.data, layout.tensor, m.step_seconds * 1e3,
+        m.step_seconds / reference, m.tensor_comm_seconds * 1e3,
+        100 * m.tensor_comm_seconds / m.step_seconds,
+        100 * m.stage_wait_seconds / m.step_seconds, 100 * ideal);
   }
   if (reporter) {
     std::cout << "\nTensor parallelism all-reduces every layer's activations (4 per block and "
-                 "micro-batch, forward and backward) where data parallelism reduces the "
-                 "gradients once per step: it pays off when the model does not fit one device, "
-                 "not on a CPU box's cores.\n";
+                 "micro-batch, forward and backward), and a pipeline idles in its bubble, where "
+                 "data parallelism reduces the gradients once per step: both pay off when the "
+                 "model does not fit one device, not on a CPU box's cores. The measured bubble "
+                 "includes the transfers between stages and, oversubscribed, the waits for a "
+                 "descheduled neighbour. The interleaved schedule is not built yet.\n";
   }
   groups.clear();
   comm::mpi_finalize();

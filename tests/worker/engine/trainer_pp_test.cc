@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "kernels/backend.h"
+#include "launcher/plan/memory_estimate.h"
 #include "tests/worker/engine/trainer_test_support.h"
 #include "tests/worker/parallel/test_groups.h"
 #include "worker/comm/communicator.h"
@@ -25,6 +26,7 @@ struct Run {
   std::vector<double> eval_losses;
   std::vector<float> params;
   std::vector<double> stage_waits;  // the last step's, per stage
+  MemoryReport memory;              // this rank's
 };
 
 // The tiny job with 4 blocks and 4 heads, 20 steps of a global batch of 8
@@ -55,6 +57,7 @@ Run train_on(const comm::ProcessGroups* groups, spec::JobSpec spec) {
     options.tensor_comm = &groups->tensor();
     options.pipeline_comm = &groups->pipeline();
   }
+  options.on_memory = [&run](const MemoryReport& memory) { run.memory = memory; };
   options.on_step = [&run](const StepReport& report) {
     run.losses.push_back(report.loss);
     run.grad_norms.push_back(report.grad_norm);
@@ -127,6 +130,17 @@ TEST_CASE("1F1B pipelines, alone and with data and tensor parallelism, train to 
     // wait for the first forward, the earlier ones for the first backward.
     REQUIRE(parallel.stage_waits.size() == static_cast<size_t>(layout.pipeline));
     for (const double wait : parallel.stage_waits) CHECK(wait > 0);
+    // The model states this rank holds are what `dslaunch plan` estimates
+    // for its stage (within ZeRO's partition padding).
+    const int stage = groups.coord().pipeline;
+    const double estimate = static_cast<double>(
+        plan::model_state_bytes(plan::parameters_per_rank(spec.model, spec.parallelism, stage),
+                                spec.training, layout.data)
+            .device_total());
+    const double measured = static_cast<double>(
+        parallel.memory.parameters + parallel.memory.gradients + parallel.memory.optimizer_states);
+    INFO("stage " << stage << ": measured " << measured << " bytes, estimated " << estimate);
+    CHECK(measured == Approx(estimate).epsilon(0.02));
   }
   REQUIRE(comm::testing::world_groups().world().barrier()->wait().ok());
   if (comm::testing::world_rank() == 0) std::filesystem::remove_all(dir);
