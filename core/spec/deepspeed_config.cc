@@ -39,7 +39,6 @@ const std::set<std::string, std::less<>>& ignored_deepspeed_keys() {
       "sparse_gradients",
       "zero_allow_untested_optimizer",
       "zero_force_ds_cpu_optimizer",
-      "activation_checkpointing",
       "aio",
       "checkpoint",
       "data_efficiency",

@@ -153,6 +153,23 @@ struct SchedulerSpec {
   double cos_min_ratio = 0.0001;  // WarmupCosineLR
 };
 
+// DeepSpeed's activation_checkpointing section: present, it turns on
+// block-by-block recompute (Megatron's full recompute).
+struct ActivationCheckpointingSpec {
+  bool enabled = false;  // the section is there
+  // Each block's saved input split across the tensor group.
+  bool partition_activations = false;
+  // How many blocks of each pipeline stage are recomputed, from its first;
+  // unset: all of them.
+  std::optional<int64_t> number_checkpoints;
+  // Accepted for DeepSpeed configs; the CPU backend keeps activations in
+  // host memory and in one buffer already, and has no streams to sync.
+  bool cpu_checkpointing = false;
+  bool contiguous_memory_optimization = false;
+  bool synchronize_checkpoint_boundary = false;
+  bool profile = false;
+};
+
 struct TrainingSpec {
   BatchInput batch;  // as given; resolved against the data-parallel size by the plan
   int64_t steps = 0;
@@ -165,6 +182,7 @@ struct TrainingSpec {
   uint64_t seed = 1234;          // the order training samples are drawn in
   int64_t eval_interval = 0;     // steps between evaluations; 0 = only after the last step
   int64_t eval_batches = 8;      // consecutive (micro batch, seq_length) windows of the valid split
+  ActivationCheckpointingSpec activation_checkpointing;
 };
 
 struct CheckpointSpec {

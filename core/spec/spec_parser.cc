@@ -495,6 +495,22 @@ void read_training(MapReader training, TrainingSpec& out, const ParallelismSpec&
   training.integer("seed", out.seed);
   training.integer("eval_interval", out.eval_interval, 0, kNoLimit);
   training.integer("eval_batches", out.eval_batches, 1, kMaxEvalBatches);
+  if (training.has("activation_checkpointing")) {
+    ActivationCheckpointingSpec& checkpointing = out.activation_checkpointing;
+    checkpointing.enabled = true;
+    MapReader section = training.map("activation_checkpointing");
+    section.boolean("partition_activations", checkpointing.partition_activations);
+    section.optional_integer("number_checkpoints", checkpointing.number_checkpoints, 1);
+    section.boolean("cpu_checkpointing", checkpointing.cpu_checkpointing);
+    section.boolean("contiguous_memory_optimization",
+                    checkpointing.contiguous_memory_optimization);
+    section.boolean("synchronize_checkpoint_boundary",
+                    checkpointing.synchronize_checkpoint_boundary);
+    section.boolean("profile", checkpointing.profile);
+    section.finish();
+  } else {
+    training.accept("activation_checkpointing");
+  }
   training.finish();
 }
 

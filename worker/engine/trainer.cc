@@ -282,7 +282,15 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   const std::vector<ScheduledPass> schedule =
       stages > 1 ? one_f_one_b_schedule(accumulation, stages, shard.stage)
                  : accumulation_schedule(accumulation);
-  model::Gpt2Model model(table, backend, micro, T, tensor_comm, schedule_slots(schedule));
+  const spec::ActivationCheckpointingSpec& checkpointing = training.activation_checkpointing;
+  model::ActivationRecompute recompute;
+  if (checkpointing.enabled) {
+    recompute.blocks = static_cast<int>(std::min<int64_t>(
+        checkpointing.number_checkpoints.value_or(config.num_layers), config.num_layers));
+    recompute.partition_activations = checkpointing.partition_activations;
+  }
+  model::Gpt2Model model(table, backend, micro, T, tensor_comm, schedule_slots(schedule),
+                         recompute);
   StageLinks links(pipeline_comm, model, micro * T * spec.model.hidden_size);
   ModelStateInputs state_inputs;
   state_inputs.training = &training;

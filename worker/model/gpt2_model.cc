@@ -2,141 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <cstring>
-#include <random>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
+#include "worker/model/activation_layout.h"
+
 namespace dslaunch::worker::model {
 namespace {
-
-// The widths one rank computes with: Megatron's tensor parallelism gives
-// each of `parts` ranks NH/parts heads (Ca = C/parts attention channels),
-// F = 4C/parts of the MLP's hidden units and Vl = Vp/parts vocabulary rows;
-// the residual stream (C) stays whole on every rank. A pipeline stage runs
-// blocks [layer_begin, layer_end), the first stage the embeddings and the
-// last the head (ln_f, the output layer and the loss).
-struct LocalSizes {
-  int64_t parts, C, Ca, NHa, F, Vl;
-  int64_t vocab_begin;  // the first vocabulary row this rank holds
-  int64_t V;            // real vocabulary rows among them (may be 0)
-  int layer_begin, layer_end;
-  bool first, last;
-
-  explicit LocalSizes(const core::ParameterTable& table) {
-    const core::Gpt2Config& c = table.config();
-    const core::ModelShard& shard = table.shard();
-    parts = shard.tensor_size;
-    C = c.channels;
-    Ca = C / parts;
-    NHa = c.num_heads / parts;
-    F = 4 * C / parts;
-    Vl = c.padded_vocab_size / parts;
-    vocab_begin = shard.tensor_rank * Vl;
-    V = std::clamp<int64_t>(c.vocab_size - vocab_begin, 0, Vl);
-    layer_begin = table.layer_begin();
-    layer_end = table.layer_end();
-    first = table.has_embeddings();
-    last = table.has_head();
-  }
-};
-
-// Offsets of one micro-batch's activations (one slot), in floats. Per
-// block: what the backward pass reads; the matrix products' outputs that
-// feed a residual add go through `scratch` and are not kept.
-struct ActivationLayout {
-  int64_t input = 0;  // (B,T,C): the stage's input (the embeddings' output on the first stage)
-  struct Block {
-    int64_t ln1, ln1_mean, ln1_rstd;  // (B,T,C), (B,T), (B,T)
-    int64_t qkv;                      // (B,T,3Ca): this rank's heads of q, k and v
-    int64_t atty;                     // (B,T,Ca)
-    int64_t att;                      // (B,NHa,T,T)
-    int64_t residual2;                // (B,T,C)
-    int64_t ln2, ln2_mean, ln2_rstd;  // (B,T,C), (B,T), (B,T)
-    int64_t fch, fch_gelu;            // (B,T,F) each
-    int64_t residual3;                // (B,T,C): the block's output
-  };
-  std::vector<Block> blocks;  // the stage's, from layer_begin
-  // The head's, on the last stage only.
-  int64_t lnf = 0, lnf_mean = 0, lnf_rstd = 0;  // (B,T,C), (B,T), (B,T)
-  int64_t logits = 0;                           // (B,T,Vl), reused as dlogits
-  int64_t probs = 0;                            // (B,T,Vl)
-  int64_t losses = 0;                           // (B,T)
-  int64_t row_max = 0, sums = 0;                // (B,T), (2,B,T): vocabulary-parallel softmax
-  int64_t scratch = 0;                          // (B,T,C)
-  int64_t total = 0;
-
-  ActivationLayout(const LocalSizes& z, int64_t B, int64_t T) {
-    const int64_t N = B * T;
-    const int64_t C = z.C;
-    auto take = [this](int64_t n) {
-      const int64_t at = total;
-      total += n;
-      return at;
-    };
-    input = take(N * C);
-    for (int l = z.layer_begin; l < z.layer_end; ++l) {
-      Block b{};
-      b.ln1 = take(N * C);
-      b.ln1_mean = take(N);
-      b.ln1_rstd = take(N);
-      b.qkv = take(N * 3 * z.Ca);
-      b.atty = take(N * z.Ca);
-      b.att = take(B * z.NHa * T * T);
-      b.residual2 = take(N * C);
-      b.ln2 = take(N * C);
-      b.ln2_mean = take(N);
-      b.ln2_rstd = take(N);
-      b.fch = take(N * z.F);
-      b.fch_gelu = take(N * z.F);
-      b.residual3 = take(N * C);
-      blocks.push_back(b);
-    }
-    if (z.last) {
-      lnf = take(N * C);
-      lnf_mean = take(N);
-      lnf_rstd = take(N);
-      logits = take(N * z.Vl);
-      probs = take(N * z.Vl);
-      losses = take(N);
-      if (z.parts > 1) {
-        row_max = take(N);
-        sums = take(2 * N);
-      }
-    }
-    scratch = take(N * C);
-  }
-
-  // The stage's output: its last block's (the input when it has none).
-  int64_t output() const { return blocks.empty() ? input : blocks.back().residual3; }
-};
-
-// The backward pass's temporaries, shared by every block and slot.
-// `dresidual` carries the gradient of the residual stream: a stage that is
-// not the last receives its output's gradient there, and a stage that is
-// not the first leaves its input's gradient there.
-struct GradientLayout {
-  int64_t dresidual, dln, datty, dqkv, dfch, dfch_gelu, datt_scratch, total = 0;
-
-  GradientLayout(const LocalSizes& z, int64_t B, int64_t T) {
-    const int64_t N = B * T;
-    const int64_t C = z.C;
-    auto take = [this](int64_t n) {
-      const int64_t at = total;
-      total += n;
-      return at;
-    };
-    dresidual = take(N * C);
-    dln = take(N * C);
-    datty = take(N * z.Ca);
-    dqkv = take(N * 3 * z.Ca);
-    dfch = take(N * z.F);
-    dfch_gelu = take(N * z.F);
-    datt_scratch = take(B * z.NHa * T * T);
-  }
-};
 
 // Pointers to one block's parameters (or gradients) in a flat buffer.
 template <typename Float>
@@ -165,37 +38,25 @@ void zero(kernels::Backend& backend, float* x, int64_t n) {
   backend.memset_zero(x, n * static_cast<int64_t>(sizeof(float)));
 }
 
-// splitmix64: decorrelates the per-tensor seeds derived from one job seed.
-uint64_t mix_seed(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-// Normal samples by Box-Muller from raw 64-bit draws: std::normal_distribution
-// is implementation-defined, and the initialisation must not change with the
-// standard library.
-void fill_normal(float* out, int64_t n, double stddev, uint64_t seed) {
-  std::mt19937_64 engine(seed);
-  auto uniform = [&engine] { return (static_cast<double>(engine() >> 11) + 0.5) * 0x1.0p-53; };
-  for (int64_t i = 0; i < n; i += 2) {
-    const double radius = std::sqrt(-2.0 * std::log(uniform()));
-    const double angle = 2.0 * M_PI * uniform();
-    out[i] = static_cast<float>(stddev * radius * std::cos(angle));
-    if (i + 1 < n) out[i + 1] = static_cast<float>(stddev * radius * std::sin(angle));
-  }
-}
-
 }  // namespace
 
+// A block's activations as pointers, wherever they live: in the slot, or
+// (recomputed blocks) in the shared recompute buffer. `output` is where the
+// block writes its whole output.
+struct Gpt2Model::BlockView {
+  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2, *ln2, *ln2_mean, *ln2_rstd,
+      *fch, *fch_gelu, *output;
+};
+
 Gpt2Model::Gpt2Model(const core::ParameterTable& table, kernels::Backend& backend, int64_t max_batch,
-                     int64_t seq_len, comm::Communicator* tensor_comm, int activation_slots)
+                     int64_t seq_len, comm::Communicator* tensor_comm, int activation_slots,
+                     ActivationRecompute recompute)
     : table_(table),
       backend_(backend),
       max_batch_(max_batch),
       seq_len_(seq_len),
       slots_(activation_slots),
+      recompute_(recompute),
       batch_(static_cast<size_t>(std::max(activation_slots, 1)), 0),
       tensor_comm_(table.shard().tensor_size > 1 ? tensor_comm : nullptr) {
   const core::ModelShard& shard = table.shard();
@@ -210,12 +71,15 @@ Gpt2Model::Gpt2Model(const core::ParameterTable& table, kernels::Backend& backen
     throw std::invalid_argument(
         fmt::format("sequence length {} is outside [1, {}]", seq_len, table.config().max_seq_len));
   }
-  if (activation_slots < 1) {
-    throw std::invalid_argument(fmt::format("{} activation slots", activation_slots));
+  if (activation_slots < 1 || recompute.blocks < 0) {
+    throw std::invalid_argument(fmt::format("{} activation slots, {} recomputed blocks",
+                                            activation_slots, recompute.blocks));
   }
-  const LocalSizes sizes(table);
+  const LocalSizes sizes = local_sizes();
   slot_floats_ = ActivationLayout(sizes, max_batch, seq_len).total;
   activations_ = kernels::DeviceBuffer<float>(backend, slot_floats_ * slots_);
+  recompute_buffer_ =
+      kernels::DeviceBuffer<float>(backend, RecomputeLayout(sizes, max_batch, seq_len).total);
   activation_grads_ =
       kernels::DeviceBuffer<float>(backend, GradientLayout(sizes, max_batch, seq_len).total);
   inputs_ = kernels::DeviceBuffer<int32_t>(backend, max_batch * seq_len * slots_);
@@ -223,8 +87,13 @@ Gpt2Model::Gpt2Model(const core::ParameterTable& table, kernels::Backend& backen
   mean_loss_ = kernels::DeviceBuffer<float>(backend, 1);
 }
 
+LocalSizes Gpt2Model::local_sizes() const {
+  return LocalSizes(table_, recompute_.blocks, recompute_.partition_activations);
+}
+
 int64_t Gpt2Model::activation_bytes() const {
-  return activations_.bytes() + activation_grads_.bytes() + inputs_.bytes() + targets_.bytes();
+  return activations_.bytes() + recompute_buffer_.bytes() + activation_grads_.bytes() +
+         inputs_.bytes() + targets_.bytes();
 }
 
 double Gpt2Model::flops_per_token() const {
@@ -242,16 +111,15 @@ float* Gpt2Model::slot_activations(int slot) {
 }
 
 float* Gpt2Model::stage_input(int slot) {
-  return slot_activations(slot) + ActivationLayout(LocalSizes(table_), max_batch_, seq_len_).input;
+  return slot_activations(slot) + ActivationLayout(local_sizes(), max_batch_, seq_len_).input;
 }
 
 const float* Gpt2Model::stage_output(int slot) {
-  return slot_activations(slot) +
-         ActivationLayout(LocalSizes(table_), max_batch_, seq_len_).output();
+  return slot_activations(slot) + ActivationLayout(local_sizes(), max_batch_, seq_len_).output();
 }
 
 float* Gpt2Model::residual_gradient() {
-  return activation_grads_.data() + GradientLayout(LocalSizes(table_), max_batch_, seq_len_).dresidual;
+  return activation_grads_.data() + GradientLayout(local_sizes(), max_batch_, seq_len_).dresidual;
 }
 
 void Gpt2Model::tensor_all_reduce(float* x, int64_t n, comm::ReduceOp op) {
@@ -266,13 +134,87 @@ void Gpt2Model::tensor_all_reduce(float* x, int64_t n, comm::ReduceOp op) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+void Gpt2Model::tensor_all_gather(const float* slice, float* whole, int64_t n) {
+  if (tensor_comm_ == nullptr || !tensor_status_.ok()) return;
+  const auto start = std::chrono::steady_clock::now();
+  backend_.synchronize();
+  const int parts = tensor_comm_->size();
+  tensor_status_ =
+      tensor_comm_
+          ->all_gather(comm::buffer_of(slice, n / parts), comm::buffer_of(whole, n),
+                       comm::Blocks::consecutive(std::vector<int64_t>(parts, n / parts)))
+          ->wait()
+          .with_context("gathering a partitioned activation");
+  tensor_comm_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+Gpt2Model::BlockView Gpt2Model::block_view(int layer, float* slot) {
+  const LocalSizes z = local_sizes();
+  const ActivationLayout a(z, max_batch_, seq_len_);
+  const int index = layer - z.layer_begin;
+  float* base = slot;
+  BlockOffsets b = a.blocks[index];
+  float* output = slot + a.outputs[index];
+  if (z.recomputes(layer)) {
+    const RecomputeLayout r(z, max_batch_, seq_len_);
+    base = recompute_buffer_.data();
+    b = r.block;
+    // A partitioned output is computed whole in the shared buffer; the two
+    // buffers alternate so that a block reads the previous one's output
+    // while it writes its own.
+    if (z.partitions_output(layer)) output = base + r.outputs[index % 2];
+  }
+  return {base + b.ln1,      base + b.ln1_mean, base + b.ln1_rstd, base + b.qkv,
+          base + b.atty,     base + b.att,      base + b.residual2, base + b.ln2,
+          base + b.ln2_mean, base + b.ln2_rstd, base + b.fch,      base + b.fch_gelu,
+          output};
+}
+
+const float* Gpt2Model::block_input(int layer, float* slot, int64_t B) {
+  const LocalSizes z = local_sizes();
+  const ActivationLayout a(z, max_batch_, seq_len_);
+  if (layer == z.layer_begin) return slot + a.input;
+  const int previous = layer - 1 - z.layer_begin;
+  if (!z.partitions_output(layer - 1)) return slot + a.outputs[previous];
+  // The previous block kept this rank's slice of its output: the tensor
+  // group's slices make it whole again.
+  float* whole = recompute_buffer_.data() + RecomputeLayout(z, max_batch_, seq_len_).gathered;
+  tensor_all_gather(slot + a.outputs[previous], whole, B * seq_len_ * z.C);
+  return whole;
+}
+
+void Gpt2Model::block_forward(const float* params, int layer, const BlockView& v,
+                              const float* residual, float* scratch, int64_t B) {
+  const LocalSizes z = local_sizes();
+  const int64_t T = seq_len_, C = z.C, N = B * T;
+  // The replicated biases of the row-parallel projections enter once: on
+  // tensor rank 0, before the group's sum.
+  const bool adds_replicated = table_.shard().tensor_rank == 0;
+  const BlockTensors<const float> w(table_, layer, params);
+  backend_.layernorm_forward(v.ln1, v.ln1_mean, v.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
+  backend_.matmul_forward(v.qkv, v.ln1, w.qkvw, w.qkvb, N, C, 3 * z.Ca);
+  backend_.attention_forward(v.atty, v.att, v.qkv, B, T, z.Ca, z.NHa);
+  backend_.matmul_forward(scratch, v.atty, w.projw, adds_replicated ? w.projb : nullptr, N, z.Ca,
+                          C);
+  tensor_all_reduce(scratch, N * C, comm::ReduceOp::kSum);
+  backend_.residual_forward(v.residual2, residual, scratch, N * C);
+  backend_.layernorm_forward(v.ln2, v.ln2_mean, v.ln2_rstd, v.residual2, w.ln2w, w.ln2b, N, C);
+  backend_.matmul_forward(v.fch, v.ln2, w.fcw, w.fcb, N, C, z.F);
+  backend_.gelu_forward(v.fch_gelu, v.fch, N * z.F);
+  backend_.matmul_forward(scratch, v.fch_gelu, w.fcprojw, adds_replicated ? w.fcprojb : nullptr, N,
+                          z.F, C);
+  tensor_all_reduce(scratch, N * C, comm::ReduceOp::kSum);
+  backend_.residual_forward(v.output, v.residual2, scratch, N * C);
+}
+
 float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32_t* targets,
                          int64_t B, int slot) {
   if (B < 1 || B > max_batch_) {
     throw std::invalid_argument(fmt::format("batch {} is outside [1, {}]", B, max_batch_));
   }
   const core::Gpt2Config& c = table_.config();
-  const LocalSizes z(table_);
+  const LocalSizes z = local_sizes();
   const int64_t T = seq_len_, C = c.channels, N = B * T;
   const int64_t V = c.vocab_size;
   for (int64_t i = 0; i < N; ++i) {
@@ -288,44 +230,29 @@ float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32
   int32_t* slot_targets = targets_.data() + slot * max_batch_ * T;
   backend_.copy_host_to_device(slot_inputs, inputs, N * static_cast<int64_t>(sizeof(int32_t)));
   backend_.copy_host_to_device(slot_targets, targets, N * static_cast<int64_t>(sizeof(int32_t)));
-  // The replicated biases of the row-parallel projections (and the position
-  // embedding) enter once: on tensor rank 0, before the group's sum.
-  const bool adds_replicated = table_.shard().tensor_rank == 0;
-  auto replicated = [adds_replicated](const float* tensor) {
-    return adds_replicated ? tensor : nullptr;
-  };
 
-  const ActivationLayout a(z, B, T);
+  const ActivationLayout a(z, max_batch_, T);
   if (z.first) {
     if (source_ != nullptr) source_->acquire_embeddings();
     const float* wte = params + table_.tensor(core::TensorRole::kWte).offset;
     const float* wpe = params + table_.tensor(core::TensorRole::kWpe).offset;
+    // The position embedding, replicated, is added once (tensor rank 0).
     backend_.encoder_forward(act + a.input, slot_inputs, wte, {z.vocab_begin, z.Vl},
-                             replicated(wpe), B, T, C);
+                             table_.shard().tensor_rank == 0 ? wpe : nullptr, B, T, C);
     tensor_all_reduce(act + a.input, N * C, comm::ReduceOp::kSum);
   }
   const float* residual = act + a.input;
+  const int64_t slice = N * C / z.parts;
+  const int64_t rank_offset = table_.shard().tensor_rank * slice;
   for (int l = z.layer_begin; l < z.layer_end; ++l) {
     if (source_ != nullptr) source_->acquire_block(l, ParameterSource::Pass::kForward);
-    const BlockTensors<const float> w(table_, l, params);
-    const ActivationLayout::Block& b = a.blocks[l - z.layer_begin];
-    backend_.layernorm_forward(act + b.ln1, act + b.ln1_mean, act + b.ln1_rstd, residual, w.ln1w,
-                               w.ln1b, N, C);
-    backend_.matmul_forward(act + b.qkv, act + b.ln1, w.qkvw, w.qkvb, N, C, 3 * z.Ca);
-    backend_.attention_forward(act + b.atty, act + b.att, act + b.qkv, B, T, z.Ca, z.NHa);
-    backend_.matmul_forward(act + a.scratch, act + b.atty, w.projw, replicated(w.projb), N, z.Ca,
-                            C);
-    tensor_all_reduce(act + a.scratch, N * C, comm::ReduceOp::kSum);
-    backend_.residual_forward(act + b.residual2, residual, act + a.scratch, N * C);
-    backend_.layernorm_forward(act + b.ln2, act + b.ln2_mean, act + b.ln2_rstd, act + b.residual2,
-                               w.ln2w, w.ln2b, N, C);
-    backend_.matmul_forward(act + b.fch, act + b.ln2, w.fcw, w.fcb, N, C, z.F);
-    backend_.gelu_forward(act + b.fch_gelu, act + b.fch, N * z.F);
-    backend_.matmul_forward(act + a.scratch, act + b.fch_gelu, w.fcprojw, replicated(w.fcprojb), N,
-                            z.F, C);
-    tensor_all_reduce(act + a.scratch, N * C, comm::ReduceOp::kSum);
-    backend_.residual_forward(act + b.residual3, act + b.residual2, act + a.scratch, N * C);
-    residual = act + b.residual3;
+    const BlockView v = block_view(l, act);
+    block_forward(params, l, v, residual, act + a.scratch, B);
+    if (z.partitions_output(l)) {
+      backend_.copy_device_to_device(act + a.outputs[l - z.layer_begin], v.output + rank_offset,
+                                     slice * static_cast<int64_t>(sizeof(float)));
+    }
+    residual = v.output;
     if (source_ != nullptr) source_->release_block(l, ParameterSource::Pass::kForward);
   }
   if (!z.last) {
@@ -364,19 +291,15 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
   float* act = slot_activations(slot);
   if (batch_[slot] == 0) throw std::logic_error("Gpt2Model::backward() without a forward()");
   const core::Gpt2Config& c = table_.config();
-  const LocalSizes z(table_);
+  const LocalSizes z = local_sizes();
   const int64_t B = batch_[slot], T = seq_len_, C = c.channels, N = B * T;
-  const ActivationLayout a(z, B, T);
-  const GradientLayout g(z, B, T);
+  const ActivationLayout a(z, max_batch_, T);
+  const GradientLayout g(z, max_batch_, T);
   float* d = activation_grads_.data();
   const int32_t* slot_inputs = inputs_.data() + slot * max_batch_ * T;
   const int32_t* slot_targets = targets_.data() + slot * max_batch_ * T;
   auto report = [&](int64_t begin, int64_t end) {
     if (on_ready) on_ready(begin, end);
-  };
-  auto report_tensor = [&](core::TensorRole role) {
-    const core::TensorInfo& t = table_.tensor(role);
-    report(t.offset, t.offset + t.numel);
   };
 
   // dresidual carries the gradient of the residual stream: from the head on
@@ -407,7 +330,7 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
                                 act + a.lnf_mean, act + a.lnf_rstd, N, C);
     report(lnfw_info.offset, lnfb_info.offset + lnfb_info.numel);
     // The last stage's own copy of the tied embedding has its gradient now.
-    if (!z.first) report_tensor(core::TensorRole::kWte);
+    if (!z.first) report(wte_info.offset, wte_info.offset + wte_info.numel);
   }
 
   // Each residual add passes dresidual on unchanged, and the LayerNorm
@@ -418,32 +341,33 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
     if (source_ != nullptr) source_->acquire_block(l, ParameterSource::Pass::kBackward);
     const BlockTensors<const float> w(table_, l, params);
     const BlockTensors<float> dw(table_, l, grads);
-    const ActivationLayout::Block& b = a.blocks[l - z.layer_begin];
-    const float* residual =
-        l == z.layer_begin ? act + a.input : act + a.blocks[l - 1 - z.layer_begin].residual3;
+    const BlockView v = block_view(l, act);
+    const float* residual = block_input(l, act, B);
+    // A checkpointed block runs its forward again from its saved input.
+    if (z.recomputes(l)) block_forward(params, l, v, residual, act + a.scratch, B);
 
     zero(backend_, d + g.dfch_gelu, N * z.F);
-    backend_.matmul_backward(d + g.dfch_gelu, dw.fcprojw, dw.fcprojb, dresidual, act + b.fch_gelu,
+    backend_.matmul_backward(d + g.dfch_gelu, dw.fcprojw, dw.fcprojb, dresidual, v.fch_gelu,
                              w.fcprojw, N, z.F, C);
     zero(backend_, d + g.dfch, N * z.F);
-    backend_.gelu_backward(d + g.dfch, act + b.fch, d + g.dfch_gelu, N * z.F);
+    backend_.gelu_backward(d + g.dfch, v.fch, d + g.dfch_gelu, N * z.F);
     zero(backend_, d + g.dln, N * C);
-    backend_.matmul_backward(d + g.dln, dw.fcw, dw.fcb, d + g.dfch, act + b.ln2, w.fcw, N, C, z.F);
+    backend_.matmul_backward(d + g.dln, dw.fcw, dw.fcb, d + g.dfch, v.ln2, w.fcw, N, C, z.F);
     tensor_all_reduce(d + g.dln, N * C, comm::ReduceOp::kSum);
-    backend_.layernorm_backward(dresidual, dw.ln2w, dw.ln2b, d + g.dln, act + b.residual2, w.ln2w,
-                                act + b.ln2_mean, act + b.ln2_rstd, N, C);
+    backend_.layernorm_backward(dresidual, dw.ln2w, dw.ln2b, d + g.dln, v.residual2, w.ln2w,
+                                v.ln2_mean, v.ln2_rstd, N, C);
     zero(backend_, d + g.datty, N * z.Ca);
-    backend_.matmul_backward(d + g.datty, dw.projw, dw.projb, dresidual, act + b.atty, w.projw, N,
-                             z.Ca, C);
+    backend_.matmul_backward(d + g.datty, dw.projw, dw.projb, dresidual, v.atty, w.projw, N, z.Ca,
+                             C);
     zero(backend_, d + g.dqkv, N * 3 * z.Ca);
-    backend_.attention_backward(d + g.dqkv, d + g.datt_scratch, d + g.datty, act + b.qkv,
-                                act + b.att, B, T, z.Ca, z.NHa);
+    backend_.attention_backward(d + g.dqkv, d + g.datt_scratch, d + g.datty, v.qkv, v.att, B, T,
+                                z.Ca, z.NHa);
     zero(backend_, d + g.dln, N * C);
-    backend_.matmul_backward(d + g.dln, dw.qkvw, dw.qkvb, d + g.dqkv, act + b.ln1, w.qkvw, N, C,
+    backend_.matmul_backward(d + g.dln, dw.qkvw, dw.qkvb, d + g.dqkv, v.ln1, w.qkvw, N, C,
                              3 * z.Ca);
     tensor_all_reduce(d + g.dln, N * C, comm::ReduceOp::kSum);
     backend_.layernorm_backward(dresidual, dw.ln1w, dw.ln1b, d + g.dln, residual, w.ln1w,
-                                act + b.ln1_mean, act + b.ln1_rstd, N, C);
+                                v.ln1_mean, v.ln1_rstd, N, C);
     if (source_ != nullptr) source_->release_block(l, ParameterSource::Pass::kBackward);
     const auto [begin, end] = table_.layer_range(l);
     report(begin, end);
@@ -459,33 +383,6 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
                             grads + wpe_info.offset, dresidual, slot_inputs, B, T, C);
   if (source_ != nullptr) source_->release_embeddings();
   report(wte_info.offset, wpe_info.offset + wpe_info.numel);
-}
-
-void init_gpt2_parameters(const core::ParameterTable& table, uint64_t seed, float* params) {
-  using core::TensorRole;
-  const core::Gpt2Config& c = table.config();
-  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.num_layers));
-  std::vector<float> whole;  // a split tensor's global values, of which this rank keeps a slice
-  for (const core::TensorInfo& t : table.tensors()) {
-    float* out = params + t.offset;
-    if (t.shape.size() == 1) {
-      const bool gain = t.role == TensorRole::kLn1Weight || t.role == TensorRole::kLn2Weight ||
-                        t.role == TensorRole::kLnfWeight;
-      std::fill(out, out + t.numel, gain ? 1.0f : 0.0f);
-      continue;
-    }
-    const bool residual_projection =
-        t.role == TensorRole::kAttnProjWeight || t.role == TensorRole::kFcProjWeight;
-    const double std = residual_projection ? residual_std : 0.02;
-    const uint64_t stream = mix_seed(seed ^ mix_seed(t.global_index));
-    if (t.split.whole()) {
-      fill_normal(out, t.numel, std, stream);
-      continue;
-    }
-    whole.resize(t.numel * t.split.parts);
-    fill_normal(whole.data(), static_cast<int64_t>(whole.size()), std, stream);
-    core::copy_out_of_global(t, whole.data(), out, sizeof(float));
-  }
 }
 
 }  // namespace dslaunch::worker::model

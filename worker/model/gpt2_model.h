@@ -44,8 +44,23 @@ class ParameterSource {
 // max_batch x seq_len tokens (a pipeline keeps several in flight); the
 // parameter and gradient buffers belong to the caller. Not thread-safe; the
 // backend is used from the calling thread.
+// Activation checkpointing (Megatron's full recompute, block by block): the
+// first `blocks` blocks of the stage keep only their output in the forward
+// pass and run their forward again in the backward pass. With
+// `partition_activations` and tensor parallelism, an output that only feeds
+// the next block is kept as this rank's 1/T slice and gathered from the
+// tensor group when the next block needs it (DeepSpeed's partitioned
+// activations). The results are the same bits as without.
+struct ActivationRecompute {
+  int blocks = 0;
+  bool partition_activations = false;
+};
+
+struct LocalSizes;
+
 class Gpt2Model {
  public:
+
   // Called during backward() with [begin, end) float ranges of the gradient
   // buffer whose values are final for this micro-batch, in the order they
   // complete (ln_f, the blocks from last to first, then the embeddings).
@@ -59,7 +74,7 @@ class Gpt2Model {
   // must call them together with the same inputs.
   Gpt2Model(const core::ParameterTable& table, kernels::Backend& backend, int64_t max_batch,
             int64_t seq_len, comm::Communicator* tensor_comm = nullptr,
-            int activation_slots = 1);
+            int activation_slots = 1, ActivationRecompute recompute = {});
 
   // Runs the model on inputs (B,T) and returns the mean cross-entropy over
   // the B*T targets (B,T) (0 on a stage that is not the last). B <=
@@ -116,6 +131,7 @@ class Gpt2Model {
   int64_t max_batch_;
   int64_t seq_len_;
   int slots_;
+  ActivationRecompute recompute_;
   std::vector<int64_t> batch_;  // per slot: B of its last forward(), 0 before one
   int64_t slot_floats_ = 0;     // activations per slot
   ParameterSource* source_ = nullptr;
@@ -124,13 +140,24 @@ class Gpt2Model {
   double tensor_comm_seconds_ = 0;
   // In the backend's memory: the model touches them only through kernels.
   kernels::DeviceBuffer<float> activations_;
+  kernels::DeviceBuffer<float> recompute_buffer_;  // what recomputed blocks share
   kernels::DeviceBuffer<float> activation_grads_;
   kernels::DeviceBuffer<int32_t> inputs_;
   kernels::DeviceBuffer<int32_t> targets_;
   kernels::DeviceBuffer<float> mean_loss_;
 
+  struct BlockView;
+
+  LocalSizes local_sizes() const;
   void tensor_all_reduce(float* x, int64_t n, comm::ReduceOp op);
+  // whole[0, n) = the tensor group's slices of n / T elements, in rank order.
+  void tensor_all_gather(const float* slice, float* whole, int64_t n);
   float* slot_activations(int slot);
+  BlockView block_view(int layer, float* slot);
+  // Block `layer`'s whole input (gathered when the previous block kept a slice).
+  const float* block_input(int layer, float* slot, int64_t B);
+  void block_forward(const float* params, int layer, const BlockView& view, const float* residual,
+                     float* scratch, int64_t B);
 };
 
 // The GPT-2 initialisation, deterministic in `seed`: weights and embeddings

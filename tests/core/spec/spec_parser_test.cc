@@ -483,7 +483,7 @@ training:
         "unknown key 'learning_rate' in training; valid keys: train_batch_size, "
         "train_micro_batch_size_per_gpu, gradient_accumulation_steps, steps, fp16, bf16, "
         "zero_optimization, optimizer, scheduler, gradient_clipping, seed, eval_interval, "
-        "eval_batches");
+        "eval_batches, activation_checkpointing");
   CHECK(unknown.location.line == 4);
   CHECK(unknown.location.column == 3);
 }
@@ -1157,6 +1157,26 @@ TEST_CASE("every pipeline stage needs a block; the partition is a method or the 
                        "parallelism: {pipeline: 2, pipeline_partition: [0, 10]}\n");
   REQUIRE(loaded.errors().size() == 1);
   CHECK_THAT(loaded.errors()[0].message, Catch::Contains("each a whole number of at least 1"));
+}
+
+TEST_CASE("DeepSpeed's activation_checkpointing section turns block recompute on") {
+  SpecFolder folder;
+  Loaded loaded = folder.load(std::string(kMinimal));
+  CHECK_FALSE(loaded.spec.training.activation_checkpointing.enabled);
+  loaded = folder.load(
+      "data: {train: demo}\ntraining:\n  steps: 10\n  activation_checkpointing:\n"
+      "    partition_activations: true\n    number_checkpoints: 2\n    cpu_checkpointing: true\n");
+  CHECK(loaded.errors().empty());
+  const ActivationCheckpointingSpec& checkpointing = loaded.spec.training.activation_checkpointing;
+  CHECK(checkpointing.enabled);
+  CHECK(checkpointing.partition_activations);
+  CHECK(checkpointing.number_checkpoints == 2);
+  CHECK(checkpointing.cpu_checkpointing);
+  loaded = folder.load(
+      "data: {train: demo}\ntraining: {steps: 10, activation_checkpointing: "
+      "{number_checkpoints: 0}}\n");
+  REQUIRE(loaded.errors().size() == 1);
+  CHECK_THAT(loaded.errors()[0].message, Catch::Contains("number_checkpoints"));
 }
 
 TEST_CASE("the hidden size must be divisible by the number of heads") {

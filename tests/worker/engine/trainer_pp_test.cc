@@ -99,9 +99,11 @@ struct Layout {
   int pipeline, data, tensor, zero_stage;
   spec::PipelinePartition partition;
   std::vector<int> stage_layers;
+  bool checkpoint_activations = false;  // with partitioned activations
 };
 
-TEST_CASE("1F1B pipelines, alone and with data and tensor parallelism, train to one rank's losses") {
+TEST_CASE("1F1B pipelines, alone and with data and tensor parallelism and activation "
+          "checkpointing, train to one rank's losses") {
   const int world = comm::testing::world_size();
   const std::string dir = testing::shared_token_files(comm::testing::world_groups().data());
   spec::JobSpec spec = pp_job(dir);
@@ -110,13 +112,17 @@ TEST_CASE("1F1B pipelines, alone and with data and tensor parallelism, train to 
   using P = spec::PipelinePartition;
   const std::vector<Layout> layouts =
       world == 2 ? std::vector<Layout>{{2, 1, 1, 0, P::kParameters, {}},
-                                       {2, 1, 1, 1, P::kExplicit, {3, 1}}}
+                                       {2, 1, 1, 1, P::kExplicit, {3, 1}, true},
+                                       {1, 1, 2, 0, P::kParameters, {}, true}}
                  : std::vector<Layout>{{4, 1, 1, 0, P::kUniform, {}},
                                        {2, 2, 1, 1, P::kParameters, {}},
-                                       {2, 1, 2, 0, P::kExplicit, {1, 3}}};
+                                       {2, 1, 2, 0, P::kExplicit, {1, 3}},
+                                       {2, 1, 2, 1, P::kExplicit, {3, 1}, true},
+                                       {1, 2, 2, 2, P::kParameters, {}, true}};
   for (const Layout& layout : layouts) {
     INFO("pipeline " << layout.pipeline << " x data " << layout.data << " x tensor "
-                     << layout.tensor << ", ZeRO " << layout.zero_stage);
+                     << layout.tensor << ", ZeRO " << layout.zero_stage
+                     << (layout.checkpoint_activations ? ", activation checkpointing" : ""));
     comm::ProcessGroups& groups =
         comm::testing::groups_of({layout.pipeline, layout.data, layout.tensor});
     spec.parallelism.pipeline = layout.pipeline;
@@ -124,11 +130,14 @@ TEST_CASE("1F1B pipelines, alone and with data and tensor parallelism, train to 
     spec.parallelism.pipeline_partition = layout.partition;
     spec.parallelism.stage_layers = layout.stage_layers;
     spec.training.zero.stage = layout.zero_stage;
+    spec.training.activation_checkpointing.enabled = layout.checkpoint_activations;
+    spec.training.activation_checkpointing.partition_activations = layout.checkpoint_activations;
     const Run parallel = train_on(&groups, spec);
     check_matches(parallel, single, spec.model);
     // Every stage's wait for its neighbours is reported: the later stages
     // wait for the first forward, the earlier ones for the first backward.
-    REQUIRE(parallel.stage_waits.size() == static_cast<size_t>(layout.pipeline));
+    REQUIRE(parallel.stage_waits.size() ==
+            static_cast<size_t>(layout.pipeline > 1 ? layout.pipeline : 0));
     for (const double wait : parallel.stage_waits) CHECK(wait > 0);
     // The model states this rank holds are what `dslaunch plan` estimates
     // for its stage (within ZeRO's partition padding).
