@@ -34,6 +34,7 @@ struct JobPlan {
   topology::Placement placement;
   std::vector<ModelStateBytes> memory_by_stage;  // index: pipeline stage; empty for a commbench
   std::vector<std::pair<int, int>> stage_layers;  // blocks [begin, end) per stage; empty likewise
+  std::vector<int64_t> activation_bytes_by_stage;  // per rank; empty likewise
   int64_t device_memory_bytes = 0;               // per rank; 0 when unknown
   int64_t padded_vocab_size = 0;
   int64_t total_parameters = 0;

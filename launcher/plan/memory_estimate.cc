@@ -1,5 +1,8 @@
 #include "launcher/plan/memory_estimate.h"
 
+#include <algorithm>
+
+#include "core/layout/activation_layout.h"
 #include "core/layout/model_config.h"
 #include "core/layout/parameter_table.h"
 #include "core/layout/pipeline_partition.h"
@@ -8,6 +11,19 @@ namespace dslaunch::plan {
 namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The parameter table of tensor rank 0 of pipeline stage `stage`.
+core::ParameterTable stage_table(const spec::ModelSpec& model,
+                                 const spec::ParallelismSpec& parallel, int stage) {
+  const auto [layer_begin, layer_end] = stage_layers(model, parallel)[stage];
+  const core::ModelShard shard{.tensor_rank = 0,
+                               .tensor_size = parallel.tensor,
+                               .stage = stage,
+                               .stages = parallel.pipeline,
+                               .layer_begin = layer_begin,
+                               .layer_end = layer_end};
+  return core::ParameterTable(core::model_config(model, parallel.tensor), shard);
+}
 
 }  // namespace
 
@@ -22,14 +38,26 @@ std::vector<std::pair<int, int>> stage_layers(const spec::ModelSpec& model,
 
 int64_t parameters_per_rank(const spec::ModelSpec& model, const spec::ParallelismSpec& parallel,
                             int stage) {
-  const auto [layer_begin, layer_end] = stage_layers(model, parallel)[stage];
-  const core::ModelShard shard{.tensor_rank = 0,
-                               .tensor_size = parallel.tensor,
-                               .stage = stage,
-                               .stages = parallel.pipeline,
-                               .layer_begin = layer_begin,
-                               .layer_end = layer_end};
-  return core::ParameterTable(core::model_config(model, parallel.tensor), shard).total();
+  return stage_table(model, parallel, stage).total();
+}
+
+int64_t activation_bytes_per_rank(const spec::ModelSpec& model,
+                                  const spec::ParallelismSpec& parallel,
+                                  const spec::TrainingSpec& training, int64_t micro_batch,
+                                  int64_t accumulation, int stage) {
+  const spec::ActivationCheckpointingSpec& checkpointing = training.activation_checkpointing;
+  const int recomputed =
+      checkpointing.enabled
+          ? static_cast<int>(std::min<int64_t>(
+                checkpointing.number_checkpoints.value_or(model.num_layers), model.num_layers))
+          : 0;
+  const core::LocalSizes sizes(stage_table(model, parallel, stage), recomputed,
+                               checkpointing.partition_activations);
+  const int slots =
+      parallel.pipeline > 1
+          ? static_cast<int>(std::min<int64_t>(parallel.pipeline - stage, accumulation))
+          : 1;
+  return core::activation_bytes(sizes, micro_batch, model.seq_length, slots);
 }
 
 int64_t total_parameters(const spec::ModelSpec& model) {

@@ -23,6 +23,16 @@ std::vector<std::pair<int, int>> stage_layers(const spec::ModelSpec& model,
 int64_t parameters_per_rank(const spec::ModelSpec& model, const spec::ParallelismSpec& parallel,
                             int stage);
 
+// The activation bytes one rank of pipeline stage `stage` holds: the
+// model's buffers for the micro-batches its schedule keeps in flight
+// (pipeline - stage under 1F1B, at most `accumulation`; 1 without a
+// pipeline), shrunk by activation checkpointing, from the same layout the
+// model allocates by (core/layout/activation_layout).
+int64_t activation_bytes_per_rank(const spec::ModelSpec& model,
+                                  const spec::ParallelismSpec& parallel,
+                                  const spec::TrainingSpec& training, int64_t micro_batch,
+                                  int64_t accumulation, int stage);
+
 // The whole model's parameter count (no padding of the vocabulary), from the
 // same table.
 int64_t total_parameters(const spec::ModelSpec& model);

@@ -91,9 +91,11 @@ void write_plan_json(std::ostream& stream, const spec::JobSpec& spec, const JobP
          plan.total_parameters, plan.padded_vocab_size);
   append(out, "  \"stages\": [");
   for (size_t stage = 0; stage < plan.stage_layers.size(); ++stage) {
-    append(out, "{}{{\"stage\": {}, \"layer_begin\": {}, \"layer_end\": {}}}",
+    append(out,
+           "{}{{\"stage\": {}, \"layer_begin\": {}, \"layer_end\": {}, \"activation_bytes\": "
+           "{}}}",
            stage == 0 ? "" : ", ", stage, plan.stage_layers[stage].first,
-           plan.stage_layers[stage].second);
+           plan.stage_layers[stage].second, plan.activation_bytes_by_stage[stage]);
   }
   append(out, "],\n");
 

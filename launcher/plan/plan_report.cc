@@ -83,18 +83,20 @@ std::string plan_to_text(const spec::JobSpec& spec, const JobPlan& plan, int max
   append_groups(out, "pipeline", plan.grid.pipeline_groups(), max_rows);
 
   if (!plan.memory_by_stage.empty()) {
-    out += fmt::format("\nmodel states per rank ({}, ZeRO stage {}, data-parallel {})\n",
+    out += fmt::format("\nmodel states and activations per rank ({}, ZeRO stage {}, data-parallel {})\n",
                        precision(spec.training), spec.training.zero.stage, shape.data);
-    out += fmt::format("{:>6}  {:>9}  {:>12} {:>12} {:>12} {:>12} {:>12}\n", "stage", "blocks",
-                       "parameters", "gradients", "optimizer", "on device", "offloaded");
+    out += fmt::format("{:>6}  {:>9}  {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n", "stage",
+                       "blocks", "parameters", "gradients", "optimizer", "on device", "offloaded",
+                       "activations");
     for (size_t stage = 0; stage < plan.memory_by_stage.size(); ++stage) {
       const ModelStateBytes& bytes = plan.memory_by_stage[stage];
       const auto [begin, end] = plan.stage_layers[stage];
-      out += fmt::format("{:>6}  {:>9}  {:>12} {:>12} {:>12} {:>12} {:>12}\n", stage,
+      out += fmt::format("{:>6}  {:>9}  {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n", stage,
                          fmt::format("{}-{}", begin, end - 1), gib(bytes.parameters),
                          gib(bytes.gradients), gib(bytes.optimizer_states),
                          gib(bytes.device_total()),
-                         gib(bytes.offloaded_to_host + bytes.offloaded_to_nvme));
+                         gib(bytes.offloaded_to_host + bytes.offloaded_to_nvme),
+                         gib(plan.activation_bytes_by_stage[stage]));
     }
     if (plan.device_memory_bytes > 0) {
       out += fmt::format("device memory per rank: {}\n", gib(plan.device_memory_bytes));

@@ -6,10 +6,16 @@
 
 #include <fmt/format.h>
 
-#include "worker/model/activation_layout.h"
+#include "core/layout/activation_layout.h"
 
 namespace dslaunch::worker::model {
 namespace {
+
+using core::ActivationLayout;
+using core::BlockOffsets;
+using core::GradientLayout;
+using core::LocalSizes;
+using core::RecomputeLayout;
 
 // Pointers to one block's parameters (or gradients) in a flat buffer.
 template <typename Float>

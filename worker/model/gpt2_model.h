@@ -11,6 +11,10 @@
 #include "core/status.h"
 #include "worker/comm/communicator.h"
 
+namespace dslaunch::core {
+struct LocalSizes;
+}
+
 namespace dslaunch::worker::model {
 
 // Where a model's parameters come from when not every rank holds them all
@@ -56,7 +60,6 @@ struct ActivationRecompute {
   bool partition_activations = false;
 };
 
-struct LocalSizes;
 
 class Gpt2Model {
  public:
@@ -148,7 +151,7 @@ class Gpt2Model {
 
   struct BlockView;
 
-  LocalSizes local_sizes() const;
+  core::LocalSizes local_sizes() const;
   void tensor_all_reduce(float* x, int64_t n, comm::ReduceOp op);
   // whole[0, n) = the tensor group's slices of n / T elements, in rank order.
   void tensor_all_gather(const float* slice, float* whole, int64_t n);

@@ -150,6 +150,10 @@ TEST_CASE("1F1B pipelines, alone and with data and tensor parallelism and activa
         parallel.memory.parameters + parallel.memory.gradients + parallel.memory.optimizer_states);
     INFO("stage " << stage << ": measured " << measured << " bytes, estimated " << estimate);
     CHECK(measured == Approx(estimate).epsilon(0.02));
+    // And the activations it holds, to the byte.
+    CHECK(parallel.memory.activations ==
+          plan::activation_bytes_per_rank(spec.model, spec.parallelism, spec.training, 2,
+                                          8 / (2 * layout.data), stage));
   }
   REQUIRE(comm::testing::world_groups().world().barrier()->wait().ok());
   if (comm::testing::world_rank() == 0) std::filesystem::remove_all(dir);

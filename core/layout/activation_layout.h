@@ -1,7 +1,8 @@
 #pragma once
 
-// Where Gpt2Model keeps a micro-batch's activations: the widths a rank
-// computes with and the offsets of every saved tensor. Internal to the model.
+// Where the GPT-2 model keeps a micro-batch's activations: the widths a rank
+// computes with and the offsets of every saved tensor. The model lays its
+// buffers out by these, and `dslaunch plan` sizes them by the same.
 
 #include <algorithm>
 #include <cstdint>
@@ -9,7 +10,7 @@
 
 #include "core/layout/parameter_table.h"
 
-namespace dslaunch::worker::model {
+namespace dslaunch::core {
 
 // The widths one rank computes with: Megatron's tensor parallelism gives
 // each of `parts` ranks NH/parts heads (Ca = C/parts attention channels),
@@ -184,4 +185,9 @@ struct GradientLayout {
   }
 };
 
-}  // namespace dslaunch::worker::model
+// The bytes of activations one rank holds: `slots` micro-batches of up to
+// max_batch sequences, the recompute buffer, the backward pass's
+// temporaries, and the token ids (what Gpt2Model::activation_bytes() reports).
+int64_t activation_bytes(const LocalSizes& sizes, int64_t max_batch, int64_t seq_len, int slots);
+
+}  // namespace dslaunch::core
