@@ -147,8 +147,9 @@ void print_ranks_table(const JobView& view) {
           attempt.reason().empty() ? "" : " (" + attempt.reason() + ")");
     }
   }
-  std::cout << fmt::format("{:>5}  {:<20} {:>8} {:<8} {:>9} {:>10} {:>10}  {}\n", "rank", "host",
-                           "pid", "state", "heartbeat", "step", "memory", "exit");
+  std::cout << fmt::format("{:>5}  {:<20} {:>8} {:<8} {:>9} {:>10} {:>5} {:>9} {:>9} {:>10}  {}\n",
+                           "rank", "host", "pid", "state", "heartbeat", "step", "stage", "step s",
+                           "wait s", "memory", "exit");
   for (const v1::RankStatus& rank : s.ranks()) {
     const v1::MemoryUsage& m = rank.memory();
     const int64_t memory = m.parameters() + m.gradients() + m.optimizer_states() + m.activations() +
@@ -157,10 +158,14 @@ void print_ranks_table(const JobView& view) {
     std::string exit = "-";
     if (rank.has_exit_code()) exit = fmt::format("code {}", rank.exit_code());
     if (rank.has_exit_signal()) exit = fmt::format("signal {}", rank.exit_signal());
-    std::cout << fmt::format("{:>5}  {:<20} {:>8} {:<8} {:>9} {:>10} {:>10}  {}\n", rank.rank(),
-                             rank.host().empty() ? "-" : rank.host(), rank.pid(), rank.state(),
-                             age_text(rank.heartbeat_age_ms()), rank.step(),
-                             memory > 0 ? bytes_text(memory) : "-", exit);
+    const auto seconds = [](double value) {
+      return value > 0 ? fmt::format("{:.3f}", value) : std::string("-");
+    };
+    std::cout << fmt::format(
+        "{:>5}  {:<20} {:>8} {:<8} {:>9} {:>10} {:>5} {:>9} {:>9} {:>10}  {}\n", rank.rank(),
+        rank.host().empty() ? "-" : rank.host(), rank.pid(), rank.state(),
+        age_text(rank.heartbeat_age_ms()), rank.step(), rank.stage(), seconds(rank.step_time_s()),
+        seconds(rank.pipeline_wait_s()), memory > 0 ? bytes_text(memory) : "-", exit);
   }
 }
 

@@ -54,6 +54,8 @@ struct RankStatus {
   std::atomic<int> phase{v1::PHASE_INIT};
   std::atomic<double> loss{0};
   std::atomic<double> tokens_per_s{0};
+  std::atomic<double> step_time_s{0};
+  std::atomic<double> pipeline_wait_s{0};
   std::atomic<int64_t> parameter_bytes{0};
   std::atomic<int64_t> gradient_bytes{0};
   std::atomic<int64_t> optimizer_state_bytes{0};
@@ -177,6 +179,8 @@ void fill_heartbeat(const RankStatus& status, v1::Heartbeat& heartbeat) {
   heartbeat.set_unix_time_ms(unix_time_ms());
   heartbeat.set_loss(status.loss.load());
   heartbeat.set_tokens_per_s(status.tokens_per_s.load());
+  heartbeat.set_step_time_s(status.step_time_s.load());
+  heartbeat.set_pipeline_wait_s(status.pipeline_wait_s.load());
   v1::MemoryUsage* memory = heartbeat.mutable_memory();
   memory->set_parameters(status.parameter_bytes.load());
   memory->set_gradients(status.gradient_bytes.load());
@@ -446,6 +450,8 @@ int run_worker() {
     context.on_step_done = [&status](const engine::StepReport& report) {
       status.loss.store(report.loss);
       status.tokens_per_s.store(report.tokens_per_second);
+      status.step_time_s.store(report.step_seconds);
+      status.pipeline_wait_s.store(report.pipeline_wait_seconds);
     };
     context.on_memory = [&status](const engine::MemoryReport& memory) {
       status.parameter_bytes.store(memory.parameters);

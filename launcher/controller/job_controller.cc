@@ -707,6 +707,9 @@ int run_job(const RunOptions& options) {
   info.name = spec.name;
   info.kind = spec.kind == spec::JobKind::kCommbench ? "commbench" : "train";
   info.world_size = job_plan.world_size();
+  for (int rank = 0; rank < job_plan.world_size(); ++rank) {
+    info.stage_of_rank.push_back(job_plan.grid.coord_of(rank).pipeline);
+  }
   info.total_steps = spec.kind == spec::JobKind::kTrain ? spec.training.steps : 0;
   info.started_unix_ms = unix_time_ms();
   info.tls_ca = spec.cluster.tls.ca;

@@ -86,6 +86,11 @@ v1::JobStatus make_job_status(const JobInfo& info, const JobState& state, const 
             : std::chrono::duration_cast<std::chrono::milliseconds>(now - record.last_heartbeat)
                   .count());
     rank->set_step(record.heartbeat.step());
+    if (record.rank >= 0 && record.rank < static_cast<int>(info.stage_of_rank.size())) {
+      rank->set_stage(info.stage_of_rank[record.rank]);
+    }
+    rank->set_step_time_s(record.heartbeat.step_time_s());
+    rank->set_pipeline_wait_s(record.heartbeat.pipeline_wait_s());
     *rank->mutable_memory() = record.heartbeat.memory();
     if (record.exit_code) rank->set_exit_code(*record.exit_code);
     if (record.exit_signal) rank->set_exit_signal(*record.exit_signal);
@@ -100,6 +105,8 @@ nlohmann::json status_to_json(const v1::JobStatus& status) {
                             {"pid", rank.pid()},     {"device", rank.device()},
                             {"state", rank.state()}, {"heartbeat_age_ms", rank.heartbeat_age_ms()},
                             {"step", rank.step()},   {"memory", memory_json(rank.memory())},
+                            {"stage", rank.stage()}, {"step_time_s", rank.step_time_s()},
+                            {"pipeline_wait_s", rank.pipeline_wait_s()},
                             {"exit_code", nullptr},  {"exit_signal", nullptr}};
     if (rank.has_exit_code()) entry["exit_code"] = rank.exit_code();
     if (rank.has_exit_signal()) entry["exit_signal"] = rank.exit_signal();
@@ -175,6 +182,9 @@ v1::JobStatus status_from_json(const nlohmann::json& json) {
     rank->set_state(get_or<std::string>(entry, "state", ""));
     rank->set_heartbeat_age_ms(get_or<int64_t>(entry, "heartbeat_age_ms", -1));
     rank->set_step(get_or<int64_t>(entry, "step", 0));
+    rank->set_stage(get_or<int>(entry, "stage", 0));
+    rank->set_step_time_s(get_or<double>(entry, "step_time_s", 0));
+    rank->set_pipeline_wait_s(get_or<double>(entry, "pipeline_wait_s", 0));
     if (const auto memory = entry.find("memory"); memory != entry.end()) {
       memory_from_json(*memory, rank->mutable_memory());
     }

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +17,7 @@ struct JobInfo {
   std::string name;
   std::string kind;  // "train" or "commbench"
   int world_size = 0;
+  std::vector<int> stage_of_rank;  // each rank's pipeline stage (empty: all 0)
   int64_t total_steps = 0;  // 0 when not known in advance
   std::string controller_address;
   std::string tls_ca;  // "" when the control plane is plaintext

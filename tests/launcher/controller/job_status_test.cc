@@ -2,8 +2,16 @@
 
 #include <catch2/catch.hpp>
 
+#include "launcher/controller/job_state.h"
+
 namespace dslaunch::controller {
 namespace {
+
+// A clock that stands still.
+class StillClock final : public Clock {
+ public:
+  TimePoint now() const override { return TimePoint{} + std::chrono::seconds(1000); }
+};
 
 TEST_CASE("state.json keeps every rank's memory by kind, workspace peaks included") {
   v1::JobStatus status;
@@ -34,6 +42,42 @@ TEST_CASE("state.json keeps every rank's memory by kind, workspace peaks include
   CHECK(read.gradient_workspace_peak() == 6);
   CHECK(read.parameter_workspace_peak() == 7);
   CHECK(back.loss() == 1.25);
+}
+
+TEST_CASE("every rank's pipeline stage, step time and wait reach state.json and back") {
+  v1::JobStatus status;
+  v1::RankStatus* rank = status.add_ranks();
+  rank->set_rank(3);
+  rank->set_stage(1);
+  rank->set_step_time_s(0.5);
+  rank->set_pipeline_wait_s(0.125);
+  const nlohmann::json json = status_to_json(status);
+  CHECK(json["ranks"][0]["stage"] == 1);
+  CHECK(json["ranks"][0]["step_time_s"] == 0.5);
+  const v1::JobStatus back = status_from_json(json);
+  REQUIRE(back.ranks_size() == 1);
+  CHECK(back.ranks(0).stage() == 1);
+  CHECK(back.ranks(0).step_time_s() == 0.5);
+  CHECK(back.ranks(0).pipeline_wait_s() == 0.125);
+}
+
+TEST_CASE("the live status names each rank's stage and its last step's time") {
+  JobInfo info;
+  info.world_size = 2;
+  info.stage_of_rank = {0, 1};
+  StillClock clock;
+  JobState state(2, FailureTimeouts{}, clock);
+  v1::Heartbeat heartbeat;
+  heartbeat.set_step(7);
+  heartbeat.set_step_time_s(0.25);
+  heartbeat.set_pipeline_wait_s(0.05);
+  state.on_register(1, "host", 42, "cpu");
+  state.on_heartbeat(1, heartbeat);
+  const v1::JobStatus status = make_job_status(info, state, clock, 0, 0, 0);
+  REQUIRE(status.ranks_size() == 2);
+  CHECK(status.ranks(1).stage() == 1);
+  CHECK(status.ranks(1).step_time_s() == 0.25);
+  CHECK(status.ranks(1).pipeline_wait_s() == 0.05);
 }
 
 }  // namespace
