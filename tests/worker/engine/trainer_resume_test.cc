@@ -23,6 +23,7 @@
 #include "core/layout/model_config.h"
 #include "core/layout/parameter_table.h"
 #include "worker/comm/communicator.h"
+#include "topology/process_grid.h"
 #include "worker/comm/process_groups.h"
 #include "worker/data/training_data.h"
 #include "worker/engine/trainer.h"
@@ -254,6 +255,55 @@ TEST_CASE("a checkpoint resumes across tensor, pipeline and data layouts") {
     CHECK(largest < 1e-5);
   }
   REQUIRE_OK(world_barrier());
+  if (rank == 0) fs::remove_all(dir);
+}
+
+// After losing half the ranks, the survivors (world ranks [0, size/2)) go
+// on under another layout: tensor 2 x pipeline 2 becomes data 2, pipeline 2
+// x data 2 becomes tensor 2.
+TEST_CASE("a 3D checkpoint of 4 ranks resumes on 2 under another layout") {
+  const int size = world_data().size();
+  if (size < 4) return;
+  const int rank = world_data().rank();
+  const std::string dir = testing::shared_token_files(world_data());
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  spec.model.num_attention_heads = 4;
+  spec.model.num_layers = 4;
+  spec.model.vocab_size = 72;
+  spec.checkpoint.interval = 10;
+  spec.training.steps = 30;
+  spec.training.scheduler.total_num_steps = 30;
+  struct Move {
+    topology::GridShape from;  // over the 4 ranks
+    topology::GridShape to;    // over the first 2 (pipeline, data, tensor)
+  };
+  const Move moves[] = {{{2, 1, 2}, {1, 2, 1}}, {{2, 2, 1}, {1, 1, 2}}};
+  int index = 0;
+  for (const Move& move : moves) {
+    INFO("pipeline " << move.from.pipeline << " x data " << move.from.data << " x tensor "
+                     << move.from.tensor << " on 4 ranks -> pipeline " << move.to.pipeline
+                     << " x data " << move.to.data << " x tensor " << move.to.tensor << " on 2");
+    const std::string root = fmt::format("{}/shrink{}", dir, index++);
+    comm::ProcessGroups& before = comm::testing::groups_of(move.from);
+    const Run whole = train_checkpointed(before.data(), spec, 8, root, std::nullopt,
+                                         &before.tensor(), &before.pipeline());
+    REQUIRE_OK(world_barrier());
+    // Groups over the survivors: the first half of a 2-stage pipeline of
+    // the world is ranks [0, size/2); within it, the 2-rank layout wanted.
+    comm::ProcessGroups& halves = comm::testing::groups_of(
+        {2, move.to.data == 2 ? size / 2 : 1, move.to.tensor == 2 ? size / 2 : 1});
+    if (halves.coord().pipeline == 0) {
+      REQUIRE(halves.data().size() * halves.tensor().size() == 2);
+      const Run resumed =
+          train_checkpointed(halves.data(), spec, 8, root + "-resumed",
+                             resume_point(root, 20, spec.model), &halves.tensor(), nullptr);
+      REQUIRE(resumed.losses.size() == 10);
+      const double worst = worst_relative_difference(resumed, whole, 20);
+      INFO("largest relative loss difference after the move: " << worst);
+      CHECK(worst < 1e-5);
+    }
+    REQUIRE_OK(world_barrier());
+  }
   if (rank == 0) fs::remove_all(dir);
 }
 
