@@ -111,14 +111,17 @@ TEST_CASE("1F1B pipelines, alone and with data and tensor parallelism and activa
   CHECK(single.losses.back() < 0.9 * single.losses.front());
   using P = spec::PipelinePartition;
   const std::vector<Layout> layouts =
-      world == 2 ? std::vector<Layout>{{2, 1, 1, 0, P::kParameters, {}},
-                                       {2, 1, 1, 1, P::kExplicit, {3, 1}, true},
-                                       {1, 1, 2, 0, P::kParameters, {}, true}}
-                 : std::vector<Layout>{{4, 1, 1, 0, P::kUniform, {}},
-                                       {2, 2, 1, 1, P::kParameters, {}},
-                                       {2, 1, 2, 0, P::kExplicit, {1, 3}},
-                                       {2, 1, 2, 1, P::kExplicit, {3, 1}, true},
-                                       {1, 2, 2, 2, P::kParameters, {}, true}};
+      world == 2   ? std::vector<Layout>{{2, 1, 1, 0, P::kParameters, {}},
+                                         {2, 1, 1, 1, P::kExplicit, {3, 1}, true},
+                                         {1, 1, 2, 0, P::kParameters, {}, true}}
+      : world == 4 ? std::vector<Layout>{{4, 1, 1, 0, P::kUniform, {}},
+                                         {2, 2, 1, 1, P::kParameters, {}},
+                                         {2, 1, 2, 0, P::kExplicit, {1, 3}},
+                                         {2, 1, 2, 1, P::kExplicit, {3, 1}, true},
+                                         {1, 2, 2, 2, P::kParameters, {}, true}}
+                   : std::vector<Layout>{{2, 2, 2, 1, P::kParameters, {}, true},
+                                         {4, 1, 2, 0, P::kUniform, {}},
+                                         {2, 1, 4, 1, P::kParameters, {}}};
   for (const Layout& layout : layouts) {
     INFO("pipeline " << layout.pipeline << " x data " << layout.data << " x tensor "
                      << layout.tensor << ", ZeRO " << layout.zero_stage
