@@ -4,7 +4,9 @@
 // share of the step the tensor group's all-reduces take, and the pipeline's
 // measured bubble (the stages' mean time waiting for their neighbours, as a
 // share of the step) beside 1F1B's ideal (p-1)/(m+p-1) for p stages and m
-// micro-batches.
+// micro-batches. Each row also gives the activation bytes a rank holds,
+// measured by the engine, and the reference is run again with activation
+// checkpointing (every block recomputed) to show what that saves.
 //
 //   bazel build //bench:pipeline_bench
 //   tools/mpirun_local.sh 2 bazel-bin/bench/pipeline_bench   (and 4)
@@ -56,12 +58,14 @@ spec::JobSpec bench_job(int data_size) {
 
 struct Layout {
   int pipeline, data, tensor;
+  bool checkpoint_activations = false;
 };
 
 struct Measured {
   double step_seconds = 0;         // median over the steps after the first two
   double tensor_comm_seconds = 0;  // of that step's kind, the slowest rank's median
   double stage_wait_seconds = 0;   // the stages' mean wait, median over the steps
+  double activation_bytes = 0;     // the largest rank's
 };
 
 double median(std::vector<double> values) {
@@ -69,13 +73,17 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
-Measured run_layout(const comm::ProcessGroups& groups, const data::TrainingData& corpus,
-                    kernels::Backend& backend) {
+Measured run_layout(const comm::ProcessGroups& groups, const Layout& layout,
+                    const data::TrainingData& corpus, kernels::Backend& backend) {
   std::vector<double> steps, comm_seconds, waits;
+  double activation_bytes = 0;
   engine::TrainerOptions options;
   options.data_comm = &groups.data();
   options.tensor_comm = &groups.tensor();
   options.pipeline_comm = &groups.pipeline();
+  options.on_memory = [&](const engine::MemoryReport& memory) {
+    activation_bytes = static_cast<double>(memory.activations);
+  };
   options.on_step = [&](const engine::StepReport& report) {
     if (report.step <= 2) return;
     steps.push_back(report.step_seconds);
@@ -89,13 +97,14 @@ Measured run_layout(const comm::ProcessGroups& groups, const data::TrainingData&
   spec::JobSpec spec = bench_job(groups.data().size());
   spec.parallelism.pipeline = groups.pipeline().size();
   spec.parallelism.tensor = groups.tensor().size();
+  spec.training.activation_checkpointing.enabled = layout.checkpoint_activations;
   const engine::TrainResult trained = engine::train(spec, corpus, backend, options);
   if (!trained.error.empty()) fail(trained.error);
-  double most[3] = {median(steps), median(comm_seconds), median(waits)};
+  double most[4] = {median(steps), median(comm_seconds), median(waits), activation_bytes};
   const core::Status reduced =
-      groups.world().all_reduce(comm::buffer_of(most, 3), comm::ReduceOp::kMax)->wait();
+      groups.world().all_reduce(comm::buffer_of(most, 4), comm::ReduceOp::kMax)->wait();
   if (!reduced.ok()) fail(reduced.message());
-  return {most[0], most[1], most[2]};
+  return {most[0], most[1], most[2], most[3]};
 }
 
 }  // namespace
@@ -116,7 +125,7 @@ int main(int /*argc*/, char** argv) {
   // Layouts of the world: data parallelism first, the reference; then each
   // tensor size that splits the 4 heads, and each pipeline of up to 4 stages
   // (one block each at most).
-  std::vector<Layout> layouts = {{1, size, 1}};
+  std::vector<Layout> layouts = {{1, size, 1}, {1, size, 1, true}};
   for (int tensor = 2; tensor <= size && tensor <= 4; tensor *= 2) {
     if (size % tensor == 0) layouts.push_back({1, size / tensor, tensor});
   }
@@ -138,24 +147,26 @@ int main(int /*argc*/, char** argv) {
         "256 tokens in micro-batches of {}\n\n",
         size, machine.cpu_model.empty() ? "an unnamed CPU" : machine.cpu_model,
         kernels::query_blas_info().core_name, kGlobalBatch, kMicroBatch);
-    std::cout << fmt::format("{:>8} {:>5} {:>7} {:>9} {:>13} {:>15} {:>11} {:>13} {:>13}\n",
-                             "pipeline", "data", "tensor", "step ms", "vs data only",
-                             "tensor comm ms", "comm share", "bubble (1F1B)", "ideal");
+    std::cout << fmt::format(
+        "{:>8} {:>5} {:>7} {:>10} {:>9} {:>13} {:>15} {:>11} {:>13} {:>8} {:>15}\n", "pipeline",
+        "data", "tensor", "recompute", "step ms", "vs data only", "tensor comm ms", "comm share",
+        "bubble (1F1B)", "ideal", "activations MB");
   }
   double reference = 0;
   for (size_t i = 0; i < layouts.size(); ++i) {
-    const Measured m = run_layout(*groups[i], corpus, *backend);
+    const Measured m = run_layout(*groups[i], layouts[i], corpus, *backend);
     if (i == 0) reference = m.step_seconds;
     if (!reporter) continue;
     const Layout& layout = layouts[i];
     const double micro_batches = static_cast<double>(kGlobalBatch) / (kMicroBatch * layout.data);
     const double ideal = (layout.pipeline - 1) / (micro_batches + layout.pipeline - 1);
     std::cout << fmt::format(
-        "{:>8} {:>5} {:>7} {:>9.1f} {:>12.2f}x {:>15.1f} {:>10.1f}% {:>12.1f}% {:>12.1f}%\n",
-        layout.pipeline, layout.data, layout.tensor, m.step_seconds * 1e3,
-        m.step_seconds / reference, m.tensor_comm_seconds * 1e3,
+        "{:>8} {:>5} {:>7} {:>10} {:>9.1f} {:>12.2f}x {:>15.1f} {:>10.1f}% {:>12.1f}% {:>7.1f}% "
+        "{:>15.1f}\n",
+        layout.pipeline, layout.data, layout.tensor, layout.checkpoint_activations ? "yes" : "no",
+        m.step_seconds * 1e3, m.step_seconds / reference, m.tensor_comm_seconds * 1e3,
         100 * m.tensor_comm_seconds / m.step_seconds,
-        100 * m.stage_wait_seconds / m.step_seconds, 100 * ideal);
+        100 * m.stage_wait_seconds / m.step_seconds, 100 * ideal, m.activation_bytes / 1e6);
   }
   if (reporter) {
     std::cout << "\nTensor parallelism all-reduces every layer's activations (4 per block and "
