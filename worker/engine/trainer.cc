@@ -6,19 +6,17 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
-#include <tuple>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
-#include "core/layout/pipeline_partition.h"
-#include "kernels/device_buffer.h"
 #include "worker/data/consecutive_batch.h"
 #include "worker/data/window_sampler.h"
 #include "worker/engine/evaluation.h"
 #include "worker/engine/lr_schedule.h"
 #include "worker/engine/micro_batch_schedule.h"
+#include "worker/engine/model_parallel.h"
 #include "worker/engine/model_state.h"
 #include "worker/engine/stage_links.h"
 #include "worker/model/gpt2_model.h"
@@ -50,105 +48,6 @@ std::string sum_over_ranks(comm::Communicator& comm, double* values, int count) 
     values[i] = sum;
   }
   return "";
-}
-
-// The ranges of `table`'s layout that count in this rank's part of the
-// gradient norm (ModelStateInputs::norm_ranges).
-// The last stage's copy of the tied embedding is the first stage's again.
-std::vector<std::pair<int64_t, int64_t>> norm_ranges(const core::ParameterTable& table) {
-  std::vector<std::pair<int64_t, int64_t>> ranges;
-  const bool tied_copy = table.has_head() && !table.has_embeddings();
-  if (table.shard().tensor_size == 1 && !tied_copy) return ranges;
-  const bool counts_replicated = table.shard().tensor_rank == 0;
-  for (const core::TensorInfo& t : table.tensors()) {
-    if (t.split.whole() && !counts_replicated) continue;
-    if (t.role == core::TensorRole::kWte && tied_copy) continue;
-    if (!ranges.empty() && ranges.back().second == t.offset) {
-      ranges.back().second += t.numel;
-    } else {
-      ranges.emplace_back(t.offset, t.offset + t.numel);
-    }
-  }
-  return ranges;
-}
-
-// The whole model's parameters from every rank's slice (`local`, laid out
-// by `table`): the tensor group's slices are gathered, and the pipeline
-// stages' tensors summed into place (each stage contributes only its own,
-// the tied embedding from the first stage). Laid out by `whole_table`, whose
-// vocabulary may be padded to fewer or more rows than the job's (padding
-// rows are dropped or zero). Every rank gets them all.
-core::StatusOr<std::vector<float>> gather_whole_model(comm::Communicator* tensor_comm,
-                                                      comm::Communicator* pipeline_comm,
-                                                      const core::ParameterTable& table,
-                                                      std::vector<float> local,
-                                                      const core::ParameterTable& whole_table) {
-  const int size = tensor_comm != nullptr ? tensor_comm->size() : 1;
-  std::vector<float> slices;
-  if (tensor_comm != nullptr) {
-    slices.resize(static_cast<size_t>(size) * table.total());
-    core::Status status =
-        tensor_comm
-            ->all_gather(comm::buffer_of(local.data(), table.total()),
-                         comm::buffer_of(slices.data(), static_cast<int64_t>(slices.size())),
-                         comm::Blocks::consecutive(std::vector<int64_t>(size, table.total())))
-            ->wait();
-    if (!status.ok()) return status.with_context("gathering the tensor slices of the parameters");
-  } else {
-    slices = std::move(local);
-  }
-  std::vector<float> whole(whole_table.total(), 0.0f);
-  std::vector<float> global;  // one tensor's whole values, as this layout pads it
-  for (const core::TensorInfo& target : whole_table.tensors()) {
-    if (table.find(target.name) == nullptr) continue;  // another stage's
-    if (target.role == core::TensorRole::kWte && !table.has_embeddings()) continue;  // tied copy
-    global.assign(target.numel, 0.0f);
-    for (int r = 0; r < size; ++r) {
-      core::ModelShard shard = table.shard();
-      shard.tensor_rank = r;
-      const core::ParameterTable rank_table(table.config(), shard);
-      const core::TensorInfo& t = rank_table.tensor(target.role, target.layer);
-      int64_t elements = 1;
-      for (const int64_t dim : t.global_shape) elements *= dim;
-      global.resize(std::max<int64_t>(elements, target.numel), 0.0f);
-      core::copy_into_global(t, slices.data() + static_cast<size_t>(r) * table.total() + t.offset,
-                             global.data(), sizeof(float));
-    }
-    // Row-major with the same columns: the leading elements are the rows both hold.
-    std::copy_n(global.begin(), target.numel, whole.begin() + target.offset);
-  }
-  if (pipeline_comm != nullptr) {
-    // Each element comes from one stage and is zero on the others: the sum
-    // is exact.
-    core::Status status =
-        pipeline_comm
-            ->all_reduce(comm::buffer_of(whole.data(), static_cast<int64_t>(whole.size())),
-                         comm::ReduceOp::kSum)
-            ->wait();
-    if (!status.ok()) return status.with_context("gathering the pipeline stages' parameters");
-  }
-  return whole;
-}
-
-// The tied embedding's two copies, on the first and the last stage, get the
-// sum of both gradients (Megatron's embedding group), so that they stay
-// equal. a + b and b + a are the same float: both ends get the same bits.
-core::Status sum_tied_embedding_gradients(comm::Communicator& pipeline,
-                                          const core::ParameterTable& table,
-                                          kernels::Backend& backend, float* grads) {
-  const core::TensorInfo& wte = table.tensor(core::TensorRole::kWte);
-  const int other = table.has_embeddings() ? pipeline.size() - 1 : 0;
-  std::vector<float> theirs(wte.numel);
-  backend.synchronize();
-  auto sent = pipeline.send(comm::buffer_of(grads + wte.offset, wte.numel), other);
-  core::Status received = pipeline.recv(comm::buffer_of(theirs.data(), wte.numel), other)->wait();
-  core::Status status = sent->wait();
-  if (!received.ok()) status = received;
-  if (!status.ok()) return status.with_context("summing the tied embedding's gradients");
-  kernels::DeviceBuffer<float> device(backend, wte.numel);
-  backend.copy_host_to_device(device.data(), theirs.data(), wte.numel * sizeof(float));
-  backend.residual_forward(grads + wte.offset, grads + wte.offset, device.data(), wte.numel);
-  return {};
 }
 
 std::string data_problem(const spec::JobSpec& spec, const data::TrainingData& data, int64_t micro) {
@@ -210,6 +109,10 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     return result;
   }
 
+  const auto failed = [&result](const core::Status& status) {
+    result.error = status.message();
+    return result;
+  };
   const auto several = [](comm::Communicator* comm) {
     return comm != nullptr && comm->size() > 1 ? comm : nullptr;
   };
@@ -217,40 +120,11 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   comm::Communicator* pipeline_comm = several(options.pipeline_comm);
   const int tensor_size = tensor_comm != nullptr ? tensor_comm->size() : 1;
   const int stages = pipeline_comm != nullptr ? pipeline_comm->size() : 1;
-  if (stages > 1 && accumulation < stages) {
-    result.error = fmt::format(
-        "pipeline parallelism over {} stages needs at least {} micro-batches per step, and "
-        "gradient_accumulation_steps is {}: raise train_batch_size or lower "
-        "train_micro_batch_size_per_gpu",
-        stages, stages, accumulation);
-    return result;
-  }
   const core::Gpt2Config config = core::model_config(spec.model, tensor_size);
-  spec::ParallelismSpec parallel = spec.parallelism;
-  parallel.pipeline = stages;
-  if (parallel.pipeline_partition == spec::PipelinePartition::kExplicit &&
-      static_cast<int>(parallel.stage_layers.size()) != stages) {
-    result.error = fmt::format("parallelism.pipeline_partition names {} stages; the job has {}",
-                               parallel.stage_layers.size(), stages);
-    return result;
-  }
-  core::ModelShard shard;
-  shard.tensor_size = tensor_size;
-  shard.tensor_rank = tensor_comm != nullptr ? tensor_comm->rank() : 0;
-  shard.stages = stages;
-  shard.stage = pipeline_comm != nullptr ? pipeline_comm->rank() : 0;
-  if (stages > config.num_layers) {
-    result.error = fmt::format("{} pipeline stages for {} blocks: each stage needs one", stages,
-                               config.num_layers);
-    return result;
-  }
-  std::tie(shard.layer_begin, shard.layer_end) =
-      core::stage_layer_ranges(config, parallel)[shard.stage];
-  if (std::string problem = core::shard_problem(config, shard); !problem.empty()) {
-    result.error = fmt::format("parallelism.tensor {}, pipeline {}: {}", tensor_size, stages,
-                               problem);
-    return result;
-  }
+  core::StatusOr<core::ModelShard> sliced =
+      model_shard(spec.parallelism, config, tensor_comm, pipeline_comm, accumulation);
+  if (!sliced.ok()) return failed(sliced.status());
+  const core::ModelShard& shard = *sliced;
   const core::ParameterTable table(config, shard);
   const std::vector<core::LayoutTensor> layout = core::layout_of(table);
   // The model's size whatever the layout: as one rank holds it, its
@@ -320,10 +194,6 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     return result;
   }
   const data::WindowSampler& sampler = *sampling.sampler;
-  const auto failed = [&result](const core::Status& status) {
-    result.error = status.message();
-    return result;
-  };
 
   std::vector<int32_t> inputs(micro * T);
   std::vector<int32_t> targets(micro * T);
