@@ -30,8 +30,10 @@ struct Run {
   MemoryReport memory;              // this rank's
 };
 
-// The tiny job with 4 blocks and 4 heads (2 and 4 tensor ranks split them),
-// 20 steps of a global batch of 8 sequences in micro-batches of 2.
+// The tiny job with 4 blocks and 4 heads (2 and 4 tensor ranks or pipeline
+// stages split them), 20 steps of a global batch of 8 sequences in
+// micro-batches of 1: enough micro-batches for 1F1B on every layout of up
+// to 8 ranks.
 spec::JobSpec job_3d(const std::string& dir) {
   spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
   spec.model.num_layers = 4;
@@ -44,9 +46,9 @@ spec::JobSpec job_3d(const std::string& dir) {
 Run train_on(const comm::ProcessGroups* groups, spec::JobSpec spec) {
   comm::Communicator& data =
       groups != nullptr ? groups->data() : comm::testing::solo_data_comm();
-  spec.training.batch.micro_batch_per_gpu = 2;
+  spec.training.batch.micro_batch_per_gpu = 1;
   spec.training.batch.train_batch_size = 8;
-  spec.training.batch.gradient_accumulation_steps = 8 / (2 * data.size());
+  spec.training.batch.gradient_accumulation_steps = 8 / data.size();
   const data::TrainingData training_data =
       data::open_training_data(spec.data, spec.model.seq_length, "");
   REQUIRE(training_data.error == "");
@@ -110,24 +112,30 @@ TEST_CASE("tensor, pipeline and data layouts, with and without activation checkp
   spec::JobSpec spec = job_3d(dir);
   const Run single = train_on(nullptr, spec);
   CHECK(single.losses.back() < 0.9 * single.losses.front());
+  // Every (pipeline, data, tensor) in {1, 2, 4}^3 that makes up the world,
+  // each without and with activation checkpointing (partitioned), the ZeRO
+  // stages allowed taking turns (0-3 without a pipeline, 0-1 with one), and
+  // so do the pipeline partitions.
   using P = spec::PipelinePartition;
-  const std::vector<Layout> layouts =
-      world == 2   ? std::vector<Layout>{{1, 1, 2, 0, P::kParameters, {}},
-                                         {1, 1, 2, 0, P::kParameters, {}, true},
-                                         {2, 1, 1, 0, P::kParameters, {}},
-                                         {2, 1, 1, 1, P::kExplicit, {3, 1}, true}}
-      : world == 4 ? std::vector<Layout>{{1, 1, 4, 0, P::kParameters, {}},
-                                         {1, 2, 2, 0, P::kParameters, {}},
-                                         {1, 2, 2, 1, P::kParameters, {}},
-                                         {1, 2, 2, 2, P::kParameters, {}, true},
-                                         {1, 2, 2, 3, P::kParameters, {}},
-                                         {4, 1, 1, 0, P::kUniform, {}},
-                                         {2, 2, 1, 1, P::kParameters, {}},
-                                         {2, 1, 2, 0, P::kExplicit, {1, 3}},
-                                         {2, 1, 2, 1, P::kExplicit, {3, 1}, true}}
-                   : std::vector<Layout>{{2, 2, 2, 1, P::kParameters, {}, true},
-                                         {4, 1, 2, 0, P::kUniform, {}},
-                                         {2, 1, 4, 1, P::kParameters, {}}};
+  std::vector<Layout> layouts;
+  int turn = 0;
+  for (const int tensor : {1, 2, 4}) {
+    for (const int pipeline : {1, 2, 4}) {
+      const int data = world / (tensor * pipeline);
+      if (data * tensor * pipeline != world || (data != 1 && data != 2 && data != 4)) continue;
+      for (const bool checkpoint : {false, true}) {
+        Layout layout{pipeline, data, tensor, turn % (pipeline > 1 ? 2 : 4), P::kParameters, {}};
+        layout.checkpoint_activations = checkpoint;
+        if (pipeline > 1 && turn % 3 == 1) layout.partition = P::kUniform;
+        if (pipeline > 1 && turn % 3 == 2) {
+          layout.partition = P::kExplicit;
+          layout.stage_layers = pipeline == 2 ? std::vector<int>{3, 1} : std::vector<int>{1, 1, 1, 1};
+        }
+        layouts.push_back(layout);
+        ++turn;
+      }
+    }
+  }
   for (const Layout& layout : layouts) {
     INFO("pipeline " << layout.pipeline << " x data " << layout.data << " x tensor "
                      << layout.tensor << ", ZeRO " << layout.zero_stage
@@ -163,8 +171,8 @@ TEST_CASE("tensor, pipeline and data layouts, with and without activation checkp
     CHECK(measured == Approx(estimate).epsilon(0.02));
     // And the activations it holds, to the byte.
     CHECK(parallel.memory.activations ==
-          plan::activation_bytes_per_rank(spec.model, spec.parallelism, spec.training, 2,
-                                          8 / (2 * layout.data), stage));
+          plan::activation_bytes_per_rank(spec.model, spec.parallelism, spec.training, 1,
+                                          8 / layout.data, stage));
   }
   REQUIRE(comm::testing::world_groups().world().barrier()->wait().ok());
   if (comm::testing::world_rank() == 0) std::filesystem::remove_all(dir);
