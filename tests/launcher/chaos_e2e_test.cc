@@ -683,16 +683,19 @@ TEST_CASE("dslaunch checkpoint asks a running job for a checkpoint, which change
   const fs::path job = w.dir / "jobs" / "checkpoint-now";
   const fs::path log = w.dir / "checkpoint-now.log";
   // Twice the reference's steps, so the job still runs while it is asked;
-  // with a constant learning rate its first kSteps are the reference's.
-  const pid_t dslaunch = w.start({"run", write_spec(w.dir, "now", default_checkpoint()).string(),
+  // with a constant learning rate its first kSteps are the reference's. No
+  // interval checkpoint comes before the last step, so any earlier one is
+  // the one asked for (which could otherwise fall on an interval step).
+  const std::string no_interval = fmt::format("{{interval: {}, keep: 2}}", 4 * kSteps);
+  const pid_t dslaunch = w.start({"run", write_spec(w.dir, "now", no_interval).string(),
                                   "--job-dir", job.string(), "--progress", "off", "--set",
                                   fmt::format("training.steps={}", 2 * kSteps)},
                                  log);
   REQUIRE(wait_until([&] { return last_step(job) >= 50; }, 120s));
   // A second controller on the same job directory is refused at once.
   const fs::path second_log = w.dir / "checkpoint-now-second.log";
-  CHECK(w.run({"run", write_spec(w.dir, "now", default_checkpoint()).string(), "--job-dir",
-               job.string(), "--progress", "off"},
+  CHECK(w.run({"run", write_spec(w.dir, "now", no_interval).string(), "--job-dir", job.string(),
+               "--progress", "off"},
               second_log) == 2);
   CHECK_THAT(Workspace::log_text(second_log),
              Catch::Contains("is in use by another dslaunch (pid " + std::to_string(dslaunch)));
@@ -700,14 +703,14 @@ TEST_CASE("dslaunch checkpoint asks a running job for a checkpoint, which change
   CHECK(w.run({"checkpoint", "checkpoint-now"}, asked_log) == 0);
   INFO(Workspace::log_text(asked_log));
   CHECK_THAT(Workspace::log_text(asked_log), Catch::Contains("checkpoint requested from 2 rank(s)"));
-  // A checkpoint off the interval's steps, committed by the controller.
-  const auto off_interval = [&] {
+  // A checkpoint before the last step, committed by the controller.
+  const auto asked_for = [&] {
     for (const int64_t step : committed_steps(job)) {
-      if (step % kInterval != 0) return true;
+      if (step < 2 * kSteps) return true;
     }
     return false;
   };
-  CHECK(wait_until(off_interval, 60s));
+  CHECK(wait_until(asked_for, 60s));
   CHECK(Workspace::wait_exit(dslaunch) == 0);
   INFO(Workspace::log_text(log));
   const std::map<int, double> got = losses(job);
