@@ -500,7 +500,14 @@ void read_training(MapReader training, TrainingSpec& out, const ParallelismSpec&
     checkpointing.enabled = true;
     MapReader section = training.map("activation_checkpointing");
     section.boolean("partition_activations", checkpointing.partition_activations);
-    section.optional_integer("number_checkpoints", checkpointing.number_checkpoints, 1);
+    // At most the layers a model may have: more would recompute them all.
+    if (section.has("number_checkpoints")) {
+      int64_t count = 0;
+      section.integer("number_checkpoints", count, 1, kMaxLayers);
+      if (section.read_ok("number_checkpoints")) checkpointing.number_checkpoints = count;
+    } else {
+      section.accept("number_checkpoints");
+    }
     section.boolean("cpu_checkpointing", checkpointing.cpu_checkpointing);
     section.boolean("contiguous_memory_optimization",
                     checkpointing.contiguous_memory_optimization);

@@ -1177,6 +1177,11 @@ TEST_CASE("DeepSpeed's activation_checkpointing section turns block recompute on
       "{number_checkpoints: 0}}\n");
   REQUIRE(loaded.errors().size() == 1);
   CHECK_THAT(loaded.errors()[0].message, Catch::Contains("number_checkpoints"));
+  loaded = folder.load(
+      "data: {train: demo}\ntraining: {steps: 10, activation_checkpointing: "
+      "{number_checkpoints: 5000}}\n");
+  REQUIRE(loaded.errors().size() == 1);
+  CHECK_THAT(loaded.errors()[0].message, Catch::Contains("must be between 1 and 4096, got 5000"));
 }
 
 TEST_CASE("the hidden size must be divisible by the number of heads") {
