@@ -25,6 +25,8 @@ void flush_denormals_on_this_thread() {
 // How long a stream looks for its next operation, and a waiter for its
 // operation's end, yielding the core, before sleeping on a condition.
 constexpr std::chrono::microseconds kLinger{200};
+// The longest sleep between tests of sends and receives in flight.
+constexpr std::chrono::microseconds kMaxPollInterval{1000};
 
 }  // namespace
 
@@ -52,7 +54,7 @@ void MpiTransport::remove(const Communicator* communicator) {
 }
 
 MpiStream::MpiStream(const MpiTransport& transport, std::chrono::microseconds poll_interval)
-    : transport_(transport), poll_interval_(poll_interval) {
+    : transport_(transport), poll_interval_(poll_interval), idle_poll_(poll_interval) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -144,9 +146,10 @@ void MpiStream::loop() {
         queued_or_stopping_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       } else if (queue_.empty() && !stopping_) {
         // Sends or receives in flight, none completed at the last test:
-        // sleep a poll interval unless an operation is queued.
-        queued_or_stopping_.wait_for(lock, poll_interval_,
+        // sleep unless an operation is queued, longer each time.
+        queued_or_stopping_.wait_for(lock, idle_poll_,
                                      [this] { return stopping_ || !queue_.empty(); });
+        idle_poll_ = std::min(idle_poll_ * 2, kMaxPollInterval);
       }
       if (stopping_) return;
       if (!queue_.empty()) {
@@ -154,8 +157,11 @@ void MpiStream::loop() {
         queue_.pop_front();
       }
     }
-    if (next.state) run(next);
-    if (!in_flight_.empty()) test_in_flight();
+    if (next.state) {
+      run(next);
+      idle_poll_ = poll_interval_;
+    }
+    if (!in_flight_.empty() && test_in_flight()) idle_poll_ = poll_interval_;
   }
 }
 
@@ -174,7 +180,7 @@ void MpiStream::run(Pending& pending) {
   requests_.push_back(request);
 }
 
-void MpiStream::test_in_flight() {
+bool MpiStream::test_in_flight() {
   std::vector<int> indices(requests_.size());
   std::vector<MPI_Status> statuses(requests_.size());
   int completed = 0;
@@ -185,9 +191,9 @@ void MpiStream::test_in_flight() {
     for (Pending& pending : in_flight_) complete(pending.state, from_mpi(code, "MPI_Testsome"));
     in_flight_.clear();
     requests_.clear();
-    return;
+    return true;
   }
-  if (completed == MPI_UNDEFINED || completed == 0) return;
+  if (completed == MPI_UNDEFINED || completed == 0) return false;
   for (int i = 0; i < completed; ++i) {
     const int index = indices[i];
     const int status_code = code == MPI_ERR_IN_STATUS ? statuses[i].MPI_ERROR : MPI_SUCCESS;
@@ -206,6 +212,7 @@ void MpiStream::test_in_flight() {
   }
   in_flight_.resize(kept);
   requests_.resize(kept);
+  return true;
 }
 
 }  // namespace dslaunch::worker::comm
