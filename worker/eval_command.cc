@@ -69,7 +69,7 @@ int evaluate(const EvalOptions& options) {
   core::Gpt2Config config = loaded.config;
   const core::ParameterTable table(config);
   model::Gpt2Model model(table, *backend, options.batch, options.seq);
-  const double loss = engine::sum_of_batch_losses(model, loaded.params.data(), range,
+  const double loss = engine::sum_of_batch_losses({&model}, loaded.params.data(), range,
                                                           options.batch, batches, 0, 1) /
                       static_cast<double>(batches);
   if (options.json) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "core/layout/parameter_table.h"
@@ -15,10 +16,10 @@ namespace dslaunch::core {
 // The widths one rank computes with: Megatron's tensor parallelism gives
 // each of `parts` ranks NH/parts heads (Ca = C/parts attention channels),
 // F = 4C/parts of the MLP's hidden units and Vl = Vp/parts vocabulary rows;
-// the residual stream (C) stays whole on every rank. A pipeline stage runs
-// blocks [layer_begin, layer_end), the first stage the embeddings and the
-// last the head (ln_f, the output layer and the loss). The stage's first
-// `recomputed` blocks keep only their output and are recomputed in the
+// the residual stream (C) stays whole on every rank. A model chunk (a
+// pipeline stage, or one of its virtual stages) runs blocks [layer_begin,
+// layer_end), the first the embeddings and the last the head (ln_f, the
+// output layer and the loss). The chunk's first `recomputed` blocks keep only their output and are recomputed in the
 // backward pass (activation checkpointing); with `partition`, an output that
 // only feeds the next block is kept as this rank's 1/parts of it.
 struct LocalSizes {
@@ -30,7 +31,8 @@ struct LocalSizes {
   int recomputed;
   bool partition;
 
-  LocalSizes(const core::ParameterTable& table, int recompute_blocks, bool partition_activations) {
+  LocalSizes(const core::ParameterTable& table, int chunk, int recompute_blocks,
+             bool partition_activations) {
     const core::Gpt2Config& c = table.config();
     const core::ModelShard& shard = table.shard();
     parts = shard.tensor_size;
@@ -41,10 +43,9 @@ struct LocalSizes {
     Vl = c.padded_vocab_size / parts;
     vocab_begin = shard.tensor_rank * Vl;
     V = std::clamp<int64_t>(c.vocab_size - vocab_begin, 0, Vl);
-    layer_begin = table.layer_begin();
-    layer_end = table.layer_end();
-    first = table.has_embeddings();
-    last = table.has_head();
+    std::tie(layer_begin, layer_end) = table.chunks().at(chunk);
+    first = table.chunk_has_embeddings(chunk);
+    last = table.chunk_has_head(chunk);
     recomputed = std::min(recompute_blocks, layer_end - layer_begin);
     partition = partition_activations && parts > 1;
   }
@@ -99,8 +100,8 @@ struct Allocator {
 // matrix products' outputs that feed a residual add go through `scratch`
 // and are not kept.
 struct ActivationLayout {
-  int64_t input = 0;  // (B,T,C): the stage's input (the embeddings' output on the first stage)
-  std::vector<BlockOffsets> blocks;  // the stage's, from layer_begin; unused for recomputed ones
+  int64_t input = 0;  // (B,T,C): the chunk's input (the embeddings' output on the first)
+  std::vector<BlockOffsets> blocks;  // the chunk's, from layer_begin; unused for recomputed ones
   std::vector<int64_t> outputs;      // each block's output (B,T,C), or its slice
   // The head's, on the last stage only.
   int64_t lnf = 0, lnf_mean = 0, lnf_rstd = 0;  // (B,T,C), (B,T), (B,T)
@@ -135,7 +136,7 @@ struct ActivationLayout {
     total = a.total;
   }
 
-  // The stage's output: its last block's (the input when it has none).
+  // The chunk's output: its last block's (the input when it has none).
   int64_t output() const { return outputs.empty() ? input : outputs.back(); }
 };
 

@@ -116,10 +116,19 @@ std::string shard_problem(const Gpt2Config& c, const ModelShard& shard) {
   if (shard.stages < 1 || shard.stage < 0 || shard.stage >= shard.stages) {
     return fmt::format("pipeline stage {} is outside {} stages", shard.stage, shard.stages);
   }
-  const int64_t end = shard.layer_end < 0 ? c.num_layers : shard.layer_end;
-  if (shard.layer_begin < 0 || shard.layer_begin > end || end > c.num_layers) {
-    return fmt::format("blocks [{}, {}) are outside the model's {}", shard.layer_begin, end,
-                       c.num_layers);
+  int previous_end = 0;
+  for (const auto& [begin, end] : shard.chunks) {
+    if (begin < 0 || begin > end || end > c.num_layers) {
+      return fmt::format("blocks [{}, {}) are outside the model's {}", begin, end, c.num_layers);
+    }
+    if (begin < previous_end) {
+      return fmt::format("model chunk [{}, {}) begins before the previous one ends ({})", begin,
+                         end, previous_end);
+    }
+    if (begin == end && shard.chunks.size() > 1) {
+      return fmt::format("model chunk [{}, {}) holds no block", begin, end);
+    }
+    previous_end = end;
   }
   const int64_t t = shard.tensor_size;
   if (c.num_heads % t != 0) {
@@ -140,7 +149,7 @@ ParameterTable::ParameterTable(const Gpt2Config& config, const ModelShard& shard
   if (const std::string problem = shard_problem(config, shard); !problem.empty()) {
     throw std::invalid_argument(problem);
   }
-  if (shard_.layer_end < 0) shard_.layer_end = static_cast<int>(config.num_layers);
+  if (shard_.chunks.empty()) shard_.chunks = {{0, static_cast<int>(config.num_layers)}};
   const int64_t C = config.channels;
   const int t = shard_.tensor_size;
   const int r = shard_.tensor_rank;
@@ -154,24 +163,33 @@ ParameterTable::ParameterTable(const Gpt2Config& config, const ModelShard& shard
   if (has_embeddings()) add(TensorRole::kWpe, -1, {config.max_seq_len, C}, whole, true);
   block_index_.resize(config.num_layers);
   for (int l = 0; l < static_cast<int>(config.num_layers); ++l) block_index_[l].fill(-1);
-  for (int l = shard_.layer_begin; l < shard_.layer_end; ++l) {
-    add(TensorRole::kLn1Weight, l, {C}, whole, false);
-    add(TensorRole::kLn1Bias, l, {C}, whole, false);
-    add(TensorRole::kQkvWeight, l, {C, 3 * C}, cut({C, 3, C}, 2), true);
-    add(TensorRole::kQkvBias, l, {3 * C}, cut({3, C}, 1), false);
-    add(TensorRole::kAttnProjWeight, l, {C, C}, cut({C, C}, 0), true);
-    add(TensorRole::kAttnProjBias, l, {C}, whole, false);
-    add(TensorRole::kLn2Weight, l, {C}, whole, false);
-    add(TensorRole::kLn2Bias, l, {C}, whole, false);
-    add(TensorRole::kFcWeight, l, {C, 4 * C}, cut({C, 4 * C}, 1), true);
-    add(TensorRole::kFcBias, l, {4 * C}, cut({4 * C}, 0), false);
-    add(TensorRole::kFcProjWeight, l, {4 * C, C}, cut({4 * C, C}, 0), true);
-    add(TensorRole::kFcProjBias, l, {C}, whole, false);
+  for (const auto& [begin, end] : shard_.chunks) {
+    for (int l = begin; l < end; ++l) add_block(l);
   }
   if (has_head()) {
     add(TensorRole::kLnfWeight, -1, {C}, whole, false);
     add(TensorRole::kLnfBias, -1, {C}, whole, false);
   }
+}
+
+void ParameterTable::add_block(int l) {
+  const int64_t C = config_.channels;
+  const int t = shard_.tensor_size;
+  const int r = shard_.tensor_rank;
+  const TensorSplit whole;
+  auto cut = [&](std::vector<int64_t> view, int dim) { return TensorSplit{std::move(view), dim, r, t}; };
+  add(TensorRole::kLn1Weight, l, {C}, whole, false);
+  add(TensorRole::kLn1Bias, l, {C}, whole, false);
+  add(TensorRole::kQkvWeight, l, {C, 3 * C}, cut({C, 3, C}, 2), true);
+  add(TensorRole::kQkvBias, l, {3 * C}, cut({3, C}, 1), false);
+  add(TensorRole::kAttnProjWeight, l, {C, C}, cut({C, C}, 0), true);
+  add(TensorRole::kAttnProjBias, l, {C}, whole, false);
+  add(TensorRole::kLn2Weight, l, {C}, whole, false);
+  add(TensorRole::kLn2Bias, l, {C}, whole, false);
+  add(TensorRole::kFcWeight, l, {C, 4 * C}, cut({C, 4 * C}, 1), true);
+  add(TensorRole::kFcBias, l, {4 * C}, cut({4 * C}, 0), false);
+  add(TensorRole::kFcProjWeight, l, {4 * C, C}, cut({4 * C, C}, 0), true);
+  add(TensorRole::kFcProjBias, l, {C}, whole, false);
 }
 
 void ParameterTable::add(TensorRole role, int layer, std::vector<int64_t> global_shape,
@@ -237,9 +255,9 @@ const TensorInfo& ParameterTable::at(const std::string& name) const {
 }
 
 std::pair<int64_t, int64_t> ParameterTable::layer_range(int layer) const {
-  if (layer < shard_.layer_begin || layer >= shard_.layer_end) {
-    throw std::out_of_range(fmt::format("no block {} on this rank (it holds [{}, {}))", layer,
-                                        shard_.layer_begin, shard_.layer_end));
+  if (layer < 0 || layer >= static_cast<int>(block_index_.size()) || block_index_[layer][0] < 0) {
+    throw std::out_of_range(fmt::format("no block {} on this rank (stage {} of {})", layer,
+                                        shard_.stage, shard_.stages));
   }
   const TensorInfo& first = tensors_[block_index_[layer].front()];
   const TensorInfo& last = tensors_[block_index_[layer].back()];

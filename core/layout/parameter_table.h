@@ -68,14 +68,18 @@ struct TensorInfo {
 // vocabulary rows; layernorms, row-parallel biases and the position
 // embedding replicated) and its pipeline stage's blocks. The first stage
 // holds the embeddings, the last ln_f and, when there are several stages,
-// its own copy of the token embedding for the tied output layer.
+// its own copy of the token embedding for the tied output layer. Under the
+// interleaved schedule a stage runs several model chunks (virtual stages
+// stage, stage + stages, ...): the embeddings go with the first stage's
+// first chunk, the head with the last stage's last.
 struct ModelShard {
   int tensor_rank = 0;
   int tensor_size = 1;
   int stage = 0;
   int stages = 1;
-  int layer_begin = 0;
-  int layer_end = -1;  // -1: through the last block
+  // Each chunk's blocks [begin, end), in increasing order; empty: one chunk
+  // of every block.
+  std::vector<std::pair<int, int>> chunks = {};
 };
 
 // Blocks [begin, end) of stage `stage` of `stages` when the blocks are
@@ -108,8 +112,13 @@ class ParameterTable {
 
   bool has_embeddings() const { return shard_.stage == 0; }
   bool has_head() const { return shard_.stage == shard_.stages - 1; }  // ln_f and the output layer
-  int layer_begin() const { return shard_.layer_begin; }
-  int layer_end() const { return shard_.layer_end; }
+  // The model chunks' blocks (shard().chunks, never empty: one chunk of every
+  // block when the shard named none), and which chunk runs the embeddings
+  // and which the head.
+  const std::vector<std::pair<int, int>>& chunks() const { return shard_.chunks; }
+  int chunk_count() const { return static_cast<int>(shard_.chunks.size()); }
+  bool chunk_has_embeddings(int chunk) const { return has_embeddings() && chunk == 0; }
+  bool chunk_has_head(int chunk) const { return has_head() && chunk == chunk_count() - 1; }
 
   // The tensor of `role` in block `layer` (layer ignored for the embeddings
   // and ln_f); throws std::out_of_range when this rank does not hold it.
@@ -125,6 +134,7 @@ class ParameterTable {
   std::pair<int64_t, int64_t> layer_range(int layer) const;
 
  private:
+  void add_block(int layer);  // its 12 tensors, in block order
   void add(TensorRole role, int layer, std::vector<int64_t> global_shape, TensorSplit split,
            bool weight_decay);
 

@@ -46,7 +46,7 @@ std::vector<std::pair<int, int>> balance(int layers, int stages, int64_t per_blo
 
 std::vector<std::pair<int, int>> stage_layer_ranges(const Gpt2Config& config,
                                                     const spec::ParallelismSpec& parallel) {
-  const int stages = parallel.pipeline;
+  const int stages = parallel.virtual_stage_count();
   const int layers = static_cast<int>(config.num_layers);
   std::vector<std::pair<int, int>> ranges;
   switch (parallel.pipeline_partition) {
@@ -75,6 +75,13 @@ std::vector<std::pair<int, int>> stage_layer_ranges(const Gpt2Config& config,
   extra.front() += embeddings;
   extra.back() += head;
   return balance(layers, stages, block_end - block_begin, extra);
+}
+
+std::vector<std::pair<int, int>> rank_chunks(const std::vector<std::pair<int, int>>& ranges,
+                                             int stages, int stage) {
+  std::vector<std::pair<int, int>> chunks;
+  for (size_t v = stage; v < ranges.size(); v += stages) chunks.push_back(ranges[v]);
+  return chunks;
 }
 
 }  // namespace dslaunch::core

@@ -69,7 +69,13 @@ struct ParallelismSpec {
   int tensor = 1;
   int pipeline = 1;
   PipelinePartition pipeline_partition = PipelinePartition::kParameters;
-  std::vector<int> stage_layers;  // kExplicit: blocks per stage, in stage order
+  // kExplicit: blocks per virtual stage (per stage without interleaving), in order.
+  std::vector<int> stage_layers;
+  // Model chunks per pipeline rank (Megatron's interleaved schedule): the
+  // blocks are cut into pipeline x virtual_stages virtual stages, and rank
+  // s runs virtual stages s, s + pipeline, s + 2 pipeline, ...
+  int virtual_stages = 1;
+  int virtual_stage_count() const { return pipeline * virtual_stages; }
 };
 
 // GPT-2 architecture; the defaults are GPT-2 small (124M).

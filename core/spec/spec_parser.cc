@@ -527,6 +527,7 @@ void read_parallelism(MapReader parallelism, ParallelismSpec& out, const ModelSp
                       const std::function<bool(const char*)>& model_read_ok) {
   parallelism.integer("tensor", out.tensor, 1, kMaxParallel);
   parallelism.integer("pipeline", out.pipeline, 1, kMaxParallel);
+  parallelism.integer("virtual_stages", out.virtual_stages, 1, kMaxParallel);
   if (parallelism.is_list("pipeline_partition")) {
     std::vector<double> counts;
     parallelism.number_list("pipeline_partition", counts);
@@ -561,23 +562,46 @@ void read_parallelism(MapReader parallelism, ParallelismSpec& out, const ModelSp
                       fmt::format("model.hidden_size {} is not divisible by parallelism.tensor {}",
                                   model.hidden_size, out.tensor));
   }
-  if (pipeline_read && model_read_ok("num_layers") && model.num_layers < out.pipeline) {
-    parallelism.error("pipeline",
-                      fmt::format("model.num_layers {} is fewer than parallelism.pipeline {}: "
-                                  "every stage needs at least one transformer block",
-                                  model.num_layers, out.pipeline));
+  const bool virtual_read = parallelism.read_ok("virtual_stages");
+  if (pipeline_read && virtual_read && out.virtual_stages > 1 && out.pipeline < 2) {
+    parallelism.error("virtual_stages",
+                      fmt::format("parallelism.virtual_stages {} interleaves the stages of a "
+                                  "pipeline, and parallelism.pipeline is 1; set pipeline to 2 or "
+                                  "more, or remove virtual_stages",
+                                  out.virtual_stages));
   }
-  if (pipeline_read && model_read_ok("num_layers") && parallelism.read_ok("pipeline_partition") &&
+  const int64_t virtual_stages = int64_t{out.pipeline} * out.virtual_stages;
+  if (pipeline_read && virtual_read && model_read_ok("num_layers") &&
+      model.num_layers < virtual_stages) {
+    parallelism.error(
+        out.virtual_stages > 1 ? "virtual_stages" : "pipeline",
+        out.virtual_stages > 1
+            ? fmt::format("model.num_layers {} is fewer than parallelism.pipeline {} x "
+                          "virtual_stages {}: every virtual stage needs at least one "
+                          "transformer block",
+                          model.num_layers, out.pipeline, out.virtual_stages)
+            : fmt::format("model.num_layers {} is fewer than parallelism.pipeline {}: "
+                          "every stage needs at least one transformer block",
+                          model.num_layers, out.pipeline));
+  }
+  if (pipeline_read && virtual_read && model_read_ok("num_layers") &&
+      parallelism.read_ok("pipeline_partition") &&
       out.pipeline_partition == PipelinePartition::kExplicit) {
     const int64_t blocks = std::accumulate(out.stage_layers.begin(), out.stage_layers.end(),
                                            int64_t{0});
-    if (static_cast<int>(out.stage_layers.size()) != out.pipeline ||
+    if (static_cast<int64_t>(out.stage_layers.size()) != virtual_stages ||
         blocks != model.num_layers) {
       parallelism.error(
           "pipeline_partition",
-          fmt::format("parallelism.pipeline_partition gives {} stage(s) of {} block(s) in all; "
-                      "the job has parallelism.pipeline {} and model.num_layers {}",
-                      out.stage_layers.size(), blocks, out.pipeline, model.num_layers));
+          out.virtual_stages > 1
+              ? fmt::format("parallelism.pipeline_partition gives {} virtual stage(s) of {} "
+                            "block(s) in all; the job has parallelism.pipeline {} x "
+                            "virtual_stages {} and model.num_layers {}",
+                            out.stage_layers.size(), blocks, out.pipeline, out.virtual_stages,
+                            model.num_layers)
+              : fmt::format("parallelism.pipeline_partition gives {} stage(s) of {} block(s) in "
+                            "all; the job has parallelism.pipeline {} and model.num_layers {}",
+                            out.stage_layers.size(), blocks, out.pipeline, model.num_layers));
     }
   }
 }

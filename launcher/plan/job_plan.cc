@@ -1,5 +1,7 @@
 #include "launcher/plan/job_plan.h"
 
+#include "core/layout/pipeline_partition.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -284,6 +286,21 @@ std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMa
                       plan.batch.gradient_accumulation_steps, data));
       return std::nullopt;
     }
+    const int virtual_stages = spec.parallelism.virtual_stages;
+    if (pipeline > 1 && virtual_stages > 1 &&
+        plan.batch.gradient_accumulation_steps % pipeline != 0) {
+      diagnostics.error(
+          locations.find("parallelism.virtual_stages"),
+          fmt::format("the interleaved schedule (parallelism.virtual_stages {}) runs "
+                      "micro-batches in groups of the {} stages, and "
+                      "gradient_accumulation_steps is {} (train_batch_size {} = micro-batch {} x "
+                      "accumulation {} x data-parallel {}); make the accumulation steps a "
+                      "multiple of {}",
+                      virtual_stages, pipeline, plan.batch.gradient_accumulation_steps,
+                      plan.batch.train_batch_size, plan.batch.micro_batch_per_gpu,
+                      plan.batch.gradient_accumulation_steps, data, pipeline));
+      return std::nullopt;
+    }
   }
 
   plan.grid = topology::ProcessGrid(topology::GridShape{pipeline, data, tensor});
@@ -306,8 +323,9 @@ std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMa
   if (!training) return plan;  // a commbench holds no model
   plan.padded_vocab_size = padded_vocab_size(spec.model, tensor);
   plan.total_parameters = total_parameters(spec.model);
-  plan.stage_layers = stage_layers(spec.model, spec.parallelism);
+  const std::vector<std::pair<int, int>> virtual_stages = stage_layers(spec.model, spec.parallelism);
   for (int stage = 0; stage < pipeline; ++stage) {
+    plan.stage_layers.push_back(core::rank_chunks(virtual_stages, pipeline, stage));
     plan.memory_by_stage.push_back(model_state_bytes(
         parameters_per_rank(spec.model, spec.parallelism, stage), spec.training, data));
     plan.activation_bytes_by_stage.push_back(activation_bytes_per_rank(

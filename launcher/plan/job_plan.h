@@ -33,7 +33,9 @@ struct JobPlan {
   topology::ProcessGrid grid{topology::GridShape{}};
   topology::Placement placement;
   std::vector<ModelStateBytes> memory_by_stage;  // index: pipeline stage; empty for a commbench
-  std::vector<std::pair<int, int>> stage_layers;  // blocks [begin, end) per stage; empty likewise
+  // Per stage, its model chunks' blocks [begin, end) (several with
+  // parallelism.virtual_stages); empty likewise.
+  std::vector<std::vector<std::pair<int, int>>> stage_layers;
   std::vector<int64_t> activation_bytes_by_stage;  // per rank; empty likewise
   int64_t device_memory_bytes = 0;               // per rank; 0 when unknown
   int64_t padded_vocab_size = 0;

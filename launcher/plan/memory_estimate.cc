@@ -6,6 +6,7 @@
 #include "core/layout/model_config.h"
 #include "core/layout/parameter_table.h"
 #include "core/layout/pipeline_partition.h"
+#include "core/layout/pipeline_schedule.h"
 
 namespace dslaunch::plan {
 namespace {
@@ -15,13 +16,12 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // The parameter table of tensor rank 0 of pipeline stage `stage`.
 core::ParameterTable stage_table(const spec::ModelSpec& model,
                                  const spec::ParallelismSpec& parallel, int stage) {
-  const auto [layer_begin, layer_end] = stage_layers(model, parallel)[stage];
-  const core::ModelShard shard{.tensor_rank = 0,
-                               .tensor_size = parallel.tensor,
-                               .stage = stage,
-                               .stages = parallel.pipeline,
-                               .layer_begin = layer_begin,
-                               .layer_end = layer_end};
+  const core::ModelShard shard{
+      .tensor_rank = 0,
+      .tensor_size = parallel.tensor,
+      .stage = stage,
+      .stages = parallel.pipeline,
+      .chunks = core::rank_chunks(stage_layers(model, parallel), parallel.pipeline, stage)};
   return core::ParameterTable(core::model_config(model, parallel.tensor), shard);
 }
 
@@ -51,13 +51,20 @@ int64_t activation_bytes_per_rank(const spec::ModelSpec& model,
           ? static_cast<int>(std::min<int64_t>(
                 checkpointing.number_checkpoints.value_or(model.num_layers), model.num_layers))
           : 0;
-  const core::LocalSizes sizes(stage_table(model, parallel, stage), recomputed,
-                               checkpointing.partition_activations);
-  const int slots =
-      parallel.pipeline > 1
-          ? static_cast<int>(std::min<int64_t>(parallel.pipeline - stage, accumulation))
-          : 1;
-  return core::activation_bytes(sizes, micro_batch, model.seq_length, slots);
+  const core::ParameterTable table = stage_table(model, parallel, stage);
+  const int chunks = table.chunk_count();
+  const std::vector<core::ScheduledPass> schedule =
+      chunks > 1 ? core::interleaved_schedule(accumulation, parallel.pipeline, stage, chunks)
+      : parallel.pipeline > 1
+          ? core::one_f_one_b_schedule(accumulation, parallel.pipeline, stage)
+          : core::accumulation_schedule(accumulation);
+  int64_t bytes = 0;
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    const core::LocalSizes sizes(table, chunk, recomputed, checkpointing.partition_activations);
+    bytes += core::activation_bytes(sizes, micro_batch, model.seq_length,
+                                    core::schedule_slots(schedule, chunk));
+  }
+  return bytes;
 }
 
 int64_t total_parameters(const spec::ModelSpec& model) {

@@ -12,7 +12,8 @@ namespace dslaunch::plan {
 // embedding splits evenly across tensor ranks.
 int64_t padded_vocab_size(const spec::ModelSpec& model, int tensor);
 
-// The transformer blocks [begin, end) of each pipeline stage, as
+// The transformer blocks [begin, end) of each pipeline stage (of each
+// virtual stage, with parallelism.virtual_stages), as
 // parallelism.pipeline_partition splits them (core/layout/pipeline_partition).
 std::vector<std::pair<int, int>> stage_layers(const spec::ModelSpec& model,
                                               const spec::ParallelismSpec& parallel);
@@ -23,11 +24,12 @@ std::vector<std::pair<int, int>> stage_layers(const spec::ModelSpec& model,
 int64_t parameters_per_rank(const spec::ModelSpec& model, const spec::ParallelismSpec& parallel,
                             int stage);
 
-// The activation bytes one rank of pipeline stage `stage` holds: the
-// model's buffers for the micro-batches its schedule keeps in flight
+// The activation bytes one rank of pipeline stage `stage` holds: each model
+// chunk's buffers for the micro-batches its schedule keeps in flight
 // (pipeline - stage under 1F1B, at most `accumulation`; 1 without a
-// pipeline), shrunk by activation checkpointing, from the same layout the
-// model allocates by (core/layout/activation_layout).
+// pipeline; what core/layout/pipeline_schedule gives the interleaved one),
+// shrunk by activation checkpointing, from the same layout the model
+// allocates by (core/layout/activation_layout).
 int64_t activation_bytes_per_rank(const spec::ModelSpec& model,
                                   const spec::ParallelismSpec& parallel,
                                   const spec::TrainingSpec& training, int64_t micro_batch,

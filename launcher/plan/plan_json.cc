@@ -91,11 +91,18 @@ void write_plan_json(std::ostream& stream, const spec::JobSpec& spec, const JobP
          plan.total_parameters, plan.padded_vocab_size);
   append(out, "  \"stages\": [");
   for (size_t stage = 0; stage < plan.stage_layers.size(); ++stage) {
-    append(out,
-           "{}{{\"stage\": {}, \"layer_begin\": {}, \"layer_end\": {}, \"activation_bytes\": "
-           "{}}}",
-           stage == 0 ? "" : ", ", stage, plan.stage_layers[stage].first,
-           plan.stage_layers[stage].second, plan.activation_bytes_by_stage[stage]);
+    const std::vector<std::pair<int, int>>& chunks = plan.stage_layers[stage];
+    std::string blocks;
+    for (const auto& [begin, end] : chunks) {
+      blocks += fmt::format("{}[{}, {}]", blocks.empty() ? "" : ", ", begin, end);
+    }
+    // layer_begin and layer_end: the stage's one range, when it has one.
+    const std::string range =
+        chunks.size() == 1 ? fmt::format("\"layer_begin\": {}, \"layer_end\": {}, ",
+                                         chunks.front().first, chunks.front().second)
+                           : "";
+    append(out, "{}{{\"stage\": {}, {}\"chunks\": [{}], \"activation_bytes\": {}}}",
+           stage == 0 ? "" : ", ", stage, range, blocks, plan.activation_bytes_by_stage[stage]);
   }
   append(out, "],\n");
 

@@ -90,9 +90,12 @@ std::string plan_to_text(const spec::JobSpec& spec, const JobPlan& plan, int max
                        "activations");
     for (size_t stage = 0; stage < plan.memory_by_stage.size(); ++stage) {
       const ModelStateBytes& bytes = plan.memory_by_stage[stage];
-      const auto [begin, end] = plan.stage_layers[stage];
+      std::string blocks;
+      for (const auto& [begin, end] : plan.stage_layers[stage]) {
+        blocks += fmt::format("{}{}-{}", blocks.empty() ? "" : ",", begin, end - 1);
+      }
       out += fmt::format("{:>6}  {:>9}  {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n", stage,
-                         fmt::format("{}-{}", begin, end - 1), gib(bytes.parameters),
+                         blocks, gib(bytes.parameters),
                          gib(bytes.gradients), gib(bytes.optimizer_states),
                          gib(bytes.device_total()),
                          gib(bytes.offloaded_to_host + bytes.offloaded_to_nvme),

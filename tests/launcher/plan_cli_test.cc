@@ -244,6 +244,24 @@ TEST_CASE("dslaunch plan prints the plan as text") {
   CHECK(std::regex_search(result.output, std::regex(R"(\n +0 +0-3 +)")));
 }
 
+TEST_CASE("dslaunch plan shows each stage's model chunks under the interleaved schedule") {
+  const std::string interleaved =
+      demo() + " --set parallelism.pipeline=2 --set parallelism.virtual_stages=2";
+  const auto result = dslaunch_cli("plan " + interleaved);
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  // The demo's 4 blocks as 4 virtual stages: stage 0 runs blocks 0 and 2.
+  CHECK(std::regex_search(result.output, std::regex(R"(\n +0 +0-0,2-2 +)")));
+  CHECK(std::regex_search(result.output, std::regex(R"(\n +1 +1-1,3-3 +)")));
+  const json plan = plan_json(interleaved);
+  CHECK(plan["stages"][0]["chunks"] == json{{0, 1}, {2, 3}});
+  CHECK(plan["stages"][1]["chunks"] == json{{1, 2}, {3, 4}});
+  CHECK_FALSE(plan["stages"][0].contains("layer_begin"));
+  const json plain = plan_json(demo() + " --set parallelism.pipeline=2");
+  CHECK(plain["stages"][0]["layer_begin"] == 0);
+  CHECK(plain["stages"][0]["chunks"] == json{{0, 2}});
+}
+
 TEST_CASE("dslaunch plan --rankfile writes the Open MPI rankfile") {
   const std::string rankfile = temp_file("demo.rankfile");
   const auto result = dslaunch_cli("plan " + demo() + " --json --rankfile " + rankfile);

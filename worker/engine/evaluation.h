@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "worker/data/token_source.h"
 #include "worker/engine/stage_links.h"
@@ -23,11 +24,12 @@ namespace dslaunch::worker::engine {
 // stage 3 needs both: it gathers each block in collectives every rank must
 // join, and releases what a forward pass leaves gathered.
 //
-// On a pipeline stage (`links`), each pass receives its input from the
-// previous stage and sends its output on; only the last stage's sum is
-// the losses' (the others return 0), and links->status() says whether the
-// links held.
-double sum_of_batch_losses(model::Gpt2Model& model, const float* params,
+// `chunks`: the model, or a pipeline stage's model chunks in order. On a
+// pipeline stage (`links`), each chunk's pass receives its input from the
+// previous virtual stage and sends its output on; only the last stage's sum
+// is the losses' (the others return 0), and links->status() says whether
+// the links held.
+double sum_of_batch_losses(const std::vector<model::Gpt2Model*>& chunks, const float* params,
                            const data::TokenRange& tokens, int64_t batch, int64_t batches,
                            int64_t first, int64_t stride,
                            const std::function<void()>& after_forward = {},

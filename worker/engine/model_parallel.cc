@@ -29,19 +29,28 @@ core::StatusOr<core::ModelShard> model_shard(const spec::ParallelismSpec& parall
         "train_micro_batch_size_per_gpu",
         stages, stages, accumulation));
   }
-  if (stages > config.num_layers) {
+  const int chunks = stages > 1 ? parallel.virtual_stages : 1;
+  if (chunks > 1 && accumulation % stages != 0) {
     return core::invalid_argument(fmt::format(
-        "{} pipeline stages for {} blocks: each stage needs one", stages, config.num_layers));
+        "the interleaved schedule (parallelism.virtual_stages {}) runs micro-batches in groups "
+        "of the {} stages, and gradient_accumulation_steps is {}: make it a multiple of {}",
+        chunks, stages, accumulation, stages));
+  }
+  if (int64_t{stages} * chunks > config.num_layers) {
+    return core::invalid_argument(fmt::format("{} pipeline stages x {} virtual stages for {} "
+                                              "blocks: each virtual stage needs one",
+                                              stages, chunks, config.num_layers));
   }
   spec::ParallelismSpec grid = parallel;
   grid.pipeline = stages;
+  grid.virtual_stages = chunks;
   if (grid.pipeline_partition == spec::PipelinePartition::kExplicit &&
-      static_cast<int>(grid.stage_layers.size()) != stages) {
+      static_cast<int>(grid.stage_layers.size()) != grid.virtual_stage_count()) {
     return core::invalid_argument(
         fmt::format("parallelism.pipeline_partition names {} stages; the job has {}",
-                    grid.stage_layers.size(), stages));
+                    grid.stage_layers.size(), grid.virtual_stage_count()));
   }
-  std::tie(shard.layer_begin, shard.layer_end) = core::stage_layer_ranges(config, grid)[shard.stage];
+  shard.chunks = core::rank_chunks(core::stage_layer_ranges(config, grid), stages, shard.stage);
   if (std::string problem = core::shard_problem(config, shard); !problem.empty()) {
     return core::invalid_argument(fmt::format("parallelism.tensor {}, pipeline {}: {}",
                                               shard.tensor_size, stages, problem));

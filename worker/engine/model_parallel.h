@@ -17,10 +17,11 @@
 namespace dslaunch::worker::engine {
 
 // This rank's slice of the model: its tensor rank in `tensor`, its stage in
-// `pipeline` and that stage's blocks by parallel.pipeline_partition (either
-// group may be null: none). An error, saying what to change, when the model
-// cannot be cut so or a step's `accumulation` micro-batches are fewer than
-// the stages (1F1B needs one per stage).
+// `pipeline` and that stage's blocks (or chunks, with
+// parallel.virtual_stages) by parallel.pipeline_partition (either group may
+// be null: none). An error, saying what to change, when the model cannot be
+// cut so, a step's `accumulation` micro-batches are fewer than the stages
+// (1F1B needs one per stage) or, interleaved, not a multiple of them.
 core::StatusOr<core::ModelShard> model_shard(const spec::ParallelismSpec& parallel,
                                              const core::Gpt2Config& config,
                                              comm::Communicator* tensor,

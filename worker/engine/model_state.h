@@ -71,8 +71,8 @@ class ModelState {
   // This rank's part of a checkpoint after `step` steps: the elements ZeRO's
   // partition over the data group gives it, whatever the stage.
   virtual CheckpointSlice checkpoint_slice(int64_t step) = 0;
-  // What this rank holds, by kind (activations from the model).
-  virtual MemoryReport memory_report(const model::Gpt2Model& model) = 0;
+  // What this rank holds, by kind (the models' activations as given).
+  virtual MemoryReport memory_report(int64_t activation_bytes) = 0;
   // The whole parameters (gathered on every rank).
   virtual core::StatusOr<std::vector<float>> final_parameters() = 0;
 };

@@ -1,17 +1,27 @@
 #include "worker/engine/stage_links.h"
 
 #include <chrono>
+#include <utility>
 
 namespace dslaunch::worker::engine {
 
-StageLinks::StageLinks(comm::Communicator* pipeline, model::Gpt2Model& model, int64_t elements)
-    : pipeline_(pipeline != nullptr && pipeline->size() > 1 ? pipeline : nullptr),
-      model_(model),
-      elements_(elements) {
-  if (pipeline_ != nullptr) {
-    stage_ = pipeline_->rank();
-    stages_ = pipeline_->size();
+StageLinks::StageLinks(comm::Communicator* pipeline, std::vector<model::Gpt2Model*> chunks,
+                       int64_t elements, kernels::Backend& backend)
+    : activations_(pipeline != nullptr && pipeline->size() > 1 ? pipeline : nullptr),
+      chunks_(std::move(chunks)),
+      elements_(elements),
+      backend_(backend),
+      output_sends_(chunks_.size()) {
+  if (activations_ == nullptr) return;
+  stage_ = activations_->rank();
+  stages_ = activations_->size();
+  core::StatusOr<std::unique_ptr<comm::Communicator>> duplicate =
+      activations_->duplicate("gradients");
+  if (!duplicate.ok()) {
+    status_ = duplicate.status().with_context("setting up the pipeline's gradient links");
+    return;
   }
+  gradients_ = std::move(*duplicate);
 }
 
 StageLinks::~StageLinks() { finish(); }
@@ -23,52 +33,73 @@ void StageLinks::wait(std::unique_ptr<comm::Work>& pending, const char* what) {
   if (!status.ok() && status_.ok()) status_ = status.with_context(what);
 }
 
-void StageLinks::receive(float* into, int peer, const char* what) {
+void StageLinks::receive(comm::Communicator& comm, float* into, int peer, const char* what) {
   const auto start = std::chrono::steady_clock::now();
-  core::Status status = pipeline_->recv(comm::buffer_of(into, elements_), peer)->wait();
+  core::Status status = comm.recv(comm::buffer_of(into, elements_), peer)->wait();
   receive_seconds_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!status.ok()) status_ = status.with_context(what);
 }
 
-void StageLinks::before_forward(int slot) {
+void StageLinks::before_forward(int chunk, int slot) {
   if (!active()) return;
-  if (static_cast<int>(output_sends_.size()) <= slot) output_sends_.resize(slot + 1);
+  std::vector<std::unique_ptr<comm::Work>>& sends = output_sends_[chunk];
+  if (static_cast<int>(sends.size()) <= slot) sends.resize(slot + 1);
   // forward() rewrites the slot, whose last output may still be on its way.
-  wait(output_sends_[slot], "sending activations to the next stage");
-  if (!first() && status_.ok()) {
-    receive(model_.stage_input(slot), stage_ - 1, "receiving activations from the previous stage");
+  wait(sends[slot], "sending activations to the next stage");
+  if (!first(chunk) && status_.ok()) {
+    receive(*activations_, chunks_[chunk]->stage_input(slot), previous_rank(),
+            "receiving activations from the previous stage");
   }
 }
 
-void StageLinks::after_forward(int slot) {
-  if (!active() || last()) return;
-  output_sends_[slot] = pipeline_->send(comm::buffer_of(model_.stage_output(slot), elements_),
-                                        stage_ + 1);
+void StageLinks::after_forward(int chunk, int slot) {
+  if (!active() || last(chunk)) return;
+  output_sends_[chunk][slot] = activations_->send(
+      comm::buffer_of(chunks_[chunk]->stage_output(slot), elements_), next_rank());
 }
 
-void StageLinks::before_backward() {
+void StageLinks::before_backward(int chunk) {
   if (!active()) return;
-  // backward() rewrites the residual gradient, which may still be on its way.
-  wait(gradient_send_, "sending gradients to the previous stage");
-  if (!last() && status_.ok()) {
-    receive(model_.residual_gradient(), stage_ + 1, "receiving gradients from the next stage");
+  if (!last(chunk)) {
+    receive(*gradients_, chunks_[chunk]->residual_gradient(), next_rank(),
+            "receiving gradients from the next stage");
   }
 }
 
-void StageLinks::after_backward() {
-  if (!active() || first()) return;
-  gradient_send_ = pipeline_->send(comm::buffer_of(model_.residual_gradient(), elements_),
-                                   stage_ - 1);
+StageLinks::GradientSend& StageLinks::free_gradient_send() {
+  for (GradientSend& send : gradient_sends_) {
+    if (send.pending && !send.pending->done()) continue;
+    wait(send.pending, "sending gradients to the previous stage");  // its status
+    return send;
+  }
+  // Moving the pool moves no buffer's memory: sends in flight keep theirs.
+  gradient_sends_.push_back({kernels::DeviceBuffer<float>(backend_, elements_), nullptr});
+  return gradient_sends_.back();
+}
+
+void StageLinks::after_backward(int chunk) {
+  if (!active() || first(chunk)) return;
+  GradientSend& send = free_gradient_send();
+  backend_.copy_device_to_device(send.buffer.data(), chunks_[chunk]->residual_gradient(),
+                                 send.buffer.bytes());
+  // The communicator reads the buffer from the host's side.
+  backend_.synchronize();
+  send.pending =
+      gradients_->send(comm::buffer_of(send.buffer.data(), elements_), previous_rank());
 }
 
 void StageLinks::finish() {
-  // Sends in flight read the model's memory: they are waited for even after
+  // Sends in flight read the models' memory: they are waited for even after
   // a failure.
-  for (std::unique_ptr<comm::Work>& pending : output_sends_) {
-    wait(pending, "sending activations to the next stage");
+  for (std::vector<std::unique_ptr<comm::Work>>& sends : output_sends_) {
+    for (std::unique_ptr<comm::Work>& pending : sends) {
+      wait(pending, "sending activations to the next stage");
+    }
   }
-  wait(gradient_send_, "sending gradients to the previous stage");
+  for (GradientSend& send : gradient_sends_) {
+    wait(send.pending, "sending gradients to the previous stage");
+  }
 }
 
 }  // namespace dslaunch::worker::engine

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -15,7 +16,7 @@
 #include "worker/data/window_sampler.h"
 #include "worker/engine/evaluation.h"
 #include "worker/engine/lr_schedule.h"
-#include "worker/engine/micro_batch_schedule.h"
+#include "core/layout/pipeline_schedule.h"
 #include "worker/engine/model_parallel.h"
 #include "worker/engine/model_state.h"
 #include "worker/engine/stage_links.h"
@@ -153,9 +154,17 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       return resume_failed(error);
     }
   }
-  const std::vector<ScheduledPass> schedule =
-      stages > 1 ? one_f_one_b_schedule(accumulation, stages, shard.stage)
-                 : accumulation_schedule(accumulation);
+  const int chunks = table.chunk_count();
+  const std::vector<core::ScheduledPass> schedule =
+      chunks > 1   ? core::interleaved_schedule(accumulation, stages, shard.stage, chunks)
+      : stages > 1 ? core::one_f_one_b_schedule(accumulation, stages, shard.stage)
+                   : core::accumulation_schedule(accumulation);
+  // The step's gradients are complete after its last backward pass: with
+  // several chunks, each reports its part in its own last one.
+  size_t last_backward = 0;
+  for (size_t i = 0; i < schedule.size(); ++i) {
+    if (schedule[i].kind == core::PassKind::kBackward) last_backward = i;
+  }
   const spec::ActivationCheckpointingSpec& checkpointing = training.activation_checkpointing;
   model::ActivationRecompute recompute;
   if (checkpointing.enabled) {
@@ -163,9 +172,31 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
         checkpointing.number_checkpoints.value_or(config.num_layers), config.num_layers));
     recompute.partition_activations = checkpointing.partition_activations;
   }
-  model::Gpt2Model model(table, backend, micro, T, tensor_comm, schedule_slots(schedule),
-                         recompute);
-  StageLinks links(pipeline_comm, model, micro * T * spec.model.hidden_size);
+  std::vector<std::unique_ptr<model::Gpt2Model>> owned_models;
+  std::vector<model::Gpt2Model*> models;
+  for (int c = 0; c < chunks; ++c) {
+    owned_models.push_back(std::make_unique<model::Gpt2Model>(
+        table, backend, micro, T, tensor_comm, core::schedule_slots(schedule, c), recompute, c));
+    models.push_back(owned_models.back().get());
+  }
+  model::Gpt2Model& model = *models.front();
+  const auto tensor_status = [&models]() -> core::Status {
+    for (const model::Gpt2Model* chunk : models) {
+      if (!chunk->tensor_status().ok()) return chunk->tensor_status();
+    }
+    return {};
+  };
+  const auto tensor_comm_seconds = [&models] {
+    double seconds = 0;
+    for (const model::Gpt2Model* chunk : models) seconds += chunk->tensor_comm_seconds();
+    return seconds;
+  };
+  const auto activation_bytes = [&models] {
+    int64_t bytes = 0;
+    for (const model::Gpt2Model* chunk : models) bytes += chunk->activation_bytes();
+    return bytes;
+  };
+  StageLinks links(pipeline_comm, models, micro * T * spec.model.hidden_size, backend);
   ModelStateInputs state_inputs;
   state_inputs.training = &training;
   state_inputs.table = &table;
@@ -202,39 +233,44 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   for (int64_t step = first_step; step < training.steps; ++step) {
     if (options.on_step_started) options.on_step_started(step + 1);
     const Clock::time_point start = Clock::now();
-    const double tensor_comm_before = model.tensor_comm_seconds();
+    const double tensor_comm_before = tensor_comm_seconds();
     const double pipeline_wait_before = links.receive_seconds();
     state.begin_step();
     double loss_sum = 0;
-    for (const ScheduledPass& pass : schedule) {
+    for (size_t i = 0; i < schedule.size(); ++i) {
+      const core::ScheduledPass& pass = schedule[i];
       const int64_t m = pass.micro_batch;
-      if (pass.kind == PassKind::kForward) {
+      model::Gpt2Model& chunk = *models[pass.chunk];
+      if (pass.kind == core::PassKind::kForward) {
         for (int64_t b = 0; b < micro; ++b) {
           const int64_t g =
               data::global_sample_index({step, global_batch, m, dp_size, dp_rank, micro, b});
           sampler.sample(g, inputs.data() + b * T, targets.data() + b * T);
         }
-        links.before_forward(pass.slot);
+        links.before_forward(pass.chunk, pass.slot);
         if (!links.status().ok()) return failed(links.status());
-        loss_sum += model.forward(state.parameters_for_model(), inputs.data(), targets.data(),
+        loss_sum += chunk.forward(state.parameters_for_model(), inputs.data(), targets.data(),
                                   micro, pass.slot);
-        if (!model.tensor_status().ok()) return failed(model.tensor_status());
-        links.after_forward(pass.slot);
+        if (!chunk.tensor_status().ok()) return failed(chunk.tensor_status());
+        links.after_forward(pass.chunk, pass.slot);
         continue;
       }
       const bool reduce = state.reduces_micro_batch(m, accumulation);
-      links.before_backward();
+      links.before_backward(pass.chunk);
       if (!links.status().ok()) return failed(links.status());
-      model.backward(state.parameters_for_model(), state.gradients_for_backward(),
+      chunk.backward(state.parameters_for_model(), state.gradients_for_backward(),
                      1.0f / static_cast<float>(accumulation),
                      reduce ? model::Gpt2Model::GradientsReady([&state](int64_t begin, int64_t end) {
                        state.grads_ready(begin, end);
                      })
                             : model::Gpt2Model::GradientsReady(),
                      pass.slot);
-      links.after_backward();
-      if (core::Status status = state.finish_backward(reduce); !status.ok()) return failed(status);
-      if (!model.tensor_status().ok()) return failed(model.tensor_status());
+      links.after_backward(pass.chunk);
+      const bool complete = chunks == 1 || i == last_backward;
+      if (core::Status status = state.finish_backward(reduce && complete); !status.ok()) {
+        return failed(status);
+      }
+      if (!chunk.tensor_status().ok()) return failed(chunk.tensor_status());
     }
     links.finish();
     if (!links.status().ok()) return failed(links.status());
@@ -306,7 +342,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       return result;
     }
     result.steps = step + 1;
-    if (step == 0 && options.on_memory) options.on_memory(state.memory_report(model));
+    if (step == 0 && options.on_memory) options.on_memory(state.memory_report(activation_bytes()));
 
     StepReport report;
     report.step = step + 1;
@@ -314,7 +350,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     report.lr = lr;
     report.grad_norm = grad_norm;
     report.step_seconds = seconds_since(start);
-    report.tensor_comm_seconds = model.tensor_comm_seconds() - tensor_comm_before;
+    report.tensor_comm_seconds = tensor_comm_seconds() - tensor_comm_before;
     report.pipeline_wait_seconds = links.receive_seconds() - pipeline_wait_before;
     if (pipeline_comm != nullptr) {
       report.stage_wait_seconds.resize(stages);
@@ -332,7 +368,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     const bool eval_step = last_step || stop_after_step ||
                            (training.eval_interval > 0 && (step + 1) % training.eval_interval == 0);
     if (eval_step) {
-      double sum = sum_of_batch_losses(model, state.parameters_for_model(), data.valid, micro,
+      double sum = sum_of_batch_losses(models, state.parameters_for_model(), data.valid, micro,
                                        training.eval_batches, dp_rank, dp_size,
                                        state.after_forward_only(), &links);
       if (!links.status().ok()) return failed(links.status());
@@ -340,10 +376,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
         result.error = status.message();
         return result;
       }
-      if (!model.tensor_status().ok()) {
-        result.error = model.tensor_status().message();
-        return result;
-      }
+      if (core::Status status = tensor_status(); !status.ok()) return failed(status);
       if (std::string error = sum_over_ranks(data_comm, &sum, 1); !error.empty()) {
         result.error = "evaluation all-reduce: " + error;
         return result;

@@ -168,12 +168,12 @@ class ReplicatedGradients final : public ZeroStateBase {
   std::function<void()> after_forward_only() override { return {}; }
   core::Status forward_only_status() override { return {}; }
 
-  MemoryReport memory_report(const model::Gpt2Model& model) override {
+  MemoryReport memory_report(int64_t activation_bytes) override {
     MemoryReport memory;
     memory.parameters = table_.total() * static_cast<int64_t>(sizeof(float));
     memory.gradients = static_cast<int64_t>(grads_.size() * sizeof(float));
     memory.optimizer_states = optimizer_.state_bytes();
-    memory.activations = model.activation_bytes();
+    memory.activations = activation_bytes;
     memory.communication_buffers = reducer_.buffer_bytes();
     return memory;
   }
@@ -274,13 +274,13 @@ class PartitionedGradients final : public ZeroStateBase {
     return {};
   }
 
-  MemoryReport memory_report(const model::Gpt2Model& model) override {
+  MemoryReport memory_report(int64_t activation_bytes) override {
     MemoryReport memory;
     memory.parameters = zero3_ ? zero3_->parameter_bytes()
                                : table_.total() * static_cast<int64_t>(sizeof(float));
     memory.gradients = static_cast<int64_t>(grads_.size() * sizeof(float));
     memory.optimizer_states = optimizer_.state_bytes();
-    memory.activations = model.activation_bytes();
+    memory.activations = activation_bytes;
     memory.communication_buffers = reducer_.buffer_bytes() + (zero3_ ? zero3_->buffer_bytes() : 0);
     memory.gradient_workspace_peak = workspace_.peak_resident_bytes();
     memory.parameter_workspace_peak = zero3_ ? zero3_->workspace_peak_bytes() : 0;

@@ -56,13 +56,14 @@ struct Gpt2Model::BlockView {
 
 Gpt2Model::Gpt2Model(const core::ParameterTable& table, kernels::Backend& backend, int64_t max_batch,
                      int64_t seq_len, comm::Communicator* tensor_comm, int activation_slots,
-                     ActivationRecompute recompute)
+                     ActivationRecompute recompute, int chunk)
     : table_(table),
       backend_(backend),
       max_batch_(max_batch),
       seq_len_(seq_len),
       slots_(activation_slots),
       recompute_(recompute),
+      chunk_(chunk),
       batch_(static_cast<size_t>(std::max(activation_slots, 1)), 0),
       tensor_comm_(table.shard().tensor_size > 1 ? tensor_comm : nullptr) {
   const core::ModelShard& shard = table.shard();
@@ -76,6 +77,10 @@ Gpt2Model::Gpt2Model(const core::ParameterTable& table, kernels::Backend& backen
   if (seq_len < 1 || seq_len > table.config().max_seq_len) {
     throw std::invalid_argument(
         fmt::format("sequence length {} is outside [1, {}]", seq_len, table.config().max_seq_len));
+  }
+  if (chunk < 0 || chunk >= table.chunk_count()) {
+    throw std::invalid_argument(
+        fmt::format("model chunk {} of a table of {}", chunk, table.chunk_count()));
   }
   if (activation_slots < 1 || recompute.blocks < 0) {
     throw std::invalid_argument(fmt::format("{} activation slots, {} recomputed blocks",
@@ -94,7 +99,7 @@ Gpt2Model::Gpt2Model(const core::ParameterTable& table, kernels::Backend& backen
 }
 
 LocalSizes Gpt2Model::local_sizes() const {
-  return LocalSizes(table_, recompute_.blocks, recompute_.partition_activations);
+  return LocalSizes(table_, chunk_, recompute_.blocks, recompute_.partition_activations);
 }
 
 int64_t Gpt2Model::activation_bytes() const {

@@ -39,10 +39,13 @@ class ParameterSource {
 // ParameterTable: token and position embeddings, pre-LayerNorm blocks
 // (causal self-attention with a fused QKV projection, a 4x MLP with GELU),
 // a final LayerNorm and the output projection tied to the token embedding.
-// A pipeline stage's table runs its blocks only: the first stage starts
-// from the embeddings, the others from an input the caller puts in
-// stage_input(); the last stage ends with the loss, the others leave their
-// output in stage_output(). Backward mirrors it through residual_gradient().
+// On a pipeline stage the model runs one chunk of the table (`chunk`: the
+// stage's blocks, or one virtual stage's under the interleaved schedule;
+// the chunks of a stage share the parameter and gradient buffers): the
+// first chunk of the first stage starts from the embeddings, the others
+// from an input the caller puts in stage_input(); the last chunk of the
+// last stage ends with the loss, the others leave their output in
+// stage_output(). Backward mirrors it through residual_gradient().
 //
 // Owns the activations of `activation_slots` micro-batches of up to
 // max_batch x seq_len tokens (a pipeline keeps several in flight); the
@@ -67,7 +70,8 @@ class Gpt2Model {
   // Called during backward() with [begin, end) float ranges of the gradient
   // buffer whose values are final for this micro-batch, in the order they
   // complete (ln_f, the blocks from last to first, then the embeddings).
-  // Every float of the buffer is reported exactly once per backward().
+  // Every float of the chunk's tensors is reported exactly once per
+  // backward(): of the whole buffer when the table has one chunk.
   using GradientsReady = std::function<void(int64_t begin, int64_t end)>;
 
   // A table cut for tensor parallelism (Megatron's: heads, MLP columns and
@@ -77,7 +81,7 @@ class Gpt2Model {
   // must call them together with the same inputs.
   Gpt2Model(const core::ParameterTable& table, kernels::Backend& backend, int64_t max_batch,
             int64_t seq_len, comm::Communicator* tensor_comm = nullptr,
-            int activation_slots = 1, ActivationRecompute recompute = {});
+            int activation_slots = 1, ActivationRecompute recompute = {}, int chunk = 0);
 
   // Runs the model on inputs (B,T) and returns the mean cross-entropy over
   // the B*T targets (B,T) (0 on a stage that is not the last). B <=
@@ -135,6 +139,7 @@ class Gpt2Model {
   int64_t seq_len_;
   int slots_;
   ActivationRecompute recompute_;
+  int chunk_;
   std::vector<int64_t> batch_;  // per slot: B of its last forward(), 0 before one
   int64_t slot_floats_ = 0;     // activations per slot
   ParameterSource* source_ = nullptr;

@@ -574,13 +574,12 @@ ParameterTable tensor_rank_table(int tensor_rank) {
 }
 
 ParameterTable stage_table(int stage, int tensor_rank = 0, int tensor_size = 1) {
-  const auto [layer_begin, layer_end] = uniform_stage_layers(small_model().num_layers, 2, stage);
-  return ParameterTable(small_model(), ModelShard{.tensor_rank = tensor_rank,
-                                                  .tensor_size = tensor_size,
-                                                  .stage = stage,
-                                                  .stages = 2,
-                                                  .layer_begin = layer_begin,
-                                                  .layer_end = layer_end});
+  return ParameterTable(small_model(),
+                        ModelShard{.tensor_rank = tensor_rank,
+                                   .tensor_size = tensor_size,
+                                   .stage = stage,
+                                   .stages = 2,
+                                   .chunks = {uniform_stage_layers(small_model().num_layers, 2, stage)}});
 }
 
 // `kind`'s values over `table`'s flat buffer: each element's is value_at of

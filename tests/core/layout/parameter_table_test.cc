@@ -122,9 +122,9 @@ TEST_CASE("pipeline stages hold their blocks, the embeddings first, ln_f and the
   CHECK(uniform_stage_layers(3, 2, 0) == std::pair{0, 2});
   CHECK(uniform_stage_layers(3, 2, 1) == std::pair{2, 3});
   CHECK(uniform_stage_layers(12, 4, 3) == std::pair{9, 12});
-  const ParameterTable first(c, ModelShard{.stage = 0, .stages = 3, .layer_begin = 0, .layer_end = 1});
-  const ParameterTable middle(c, ModelShard{.stage = 1, .stages = 3, .layer_begin = 1, .layer_end = 2});
-  const ParameterTable last(c, ModelShard{.stage = 2, .stages = 3, .layer_begin = 2, .layer_end = 3});
+  const ParameterTable first(c, ModelShard{.stage = 0, .stages = 3, .chunks = {{0, 1}}});
+  const ParameterTable middle(c, ModelShard{.stage = 1, .stages = 3, .chunks = {{1, 2}}});
+  const ParameterTable last(c, ModelShard{.stage = 2, .stages = 3, .chunks = {{2, 3}}});
   CHECK(first.has_embeddings());
   CHECK(first.find("transformer.wpe.weight") != nullptr);
   CHECK(first.find("transformer.ln_f.weight") == nullptr);
@@ -144,6 +144,28 @@ TEST_CASE("pipeline stages hold their blocks, the embeddings first, ln_f and the
         ParameterTable(c).total() + c.padded_vocab_size * C);
 }
 
+TEST_CASE("an interleaved stage holds its chunks' blocks in one buffer, embeddings and head at the "
+          "ends of the virtual pipeline") {
+  Gpt2Config c = small_config();
+  c.num_layers = 4;
+  // Two stages of two chunks each: virtual stages 0..3 hold one block each.
+  const ParameterTable first(c, ModelShard{.stage = 0, .stages = 2, .chunks = {{0, 1}, {2, 3}}});
+  const ParameterTable last(c, ModelShard{.stage = 1, .stages = 2, .chunks = {{1, 2}, {3, 4}}});
+  CHECK(first.chunk_count() == 2);
+  CHECK(first.chunk_has_embeddings(0));
+  CHECK_FALSE(first.chunk_has_embeddings(1));
+  CHECK_FALSE(first.chunk_has_head(1));
+  CHECK_FALSE(last.chunk_has_head(0));
+  CHECK(last.chunk_has_head(1));
+  CHECK_FALSE(last.chunk_has_embeddings(0));
+  // Blocks follow each other in layer order: block 2 right after block 0.
+  CHECK(first.layer_range(2).first == first.layer_range(0).second);
+  CHECK_THROWS_AS(first.layer_range(1), std::out_of_range);
+  CHECK(last.find("transformer.ln_f.weight") != nullptr);
+  CHECK(last.layer_range(3).second == last.offset(TensorRole::kLnfWeight));
+  CHECK(first.total() + last.total() == ParameterTable(c).total() + c.padded_vocab_size * c.channels);
+}
+
 TEST_CASE("a shard the model cannot be cut into is refused, saying why") {
   Gpt2Config c = small_config();
   CHECK(shard_problem(c, ModelShard{}) == "");
@@ -156,8 +178,12 @@ TEST_CASE("a shard the model cannot be cut into is refused, saying why") {
         "tensor rank 2 is outside a tensor group of 2");
   CHECK(shard_problem(small_config(), ModelShard{.stage = 1, .stages = 1}) ==
         "pipeline stage 1 is outside 1 stages");
-  CHECK(shard_problem(small_config(), ModelShard{.layer_begin = 2, .layer_end = 4}) ==
+  CHECK(shard_problem(small_config(), ModelShard{.chunks = {{2, 4}}}) ==
         "blocks [2, 4) are outside the model's 3");
+  CHECK(shard_problem(small_config(), ModelShard{.chunks = {{1, 2}, {0, 1}}}) ==
+        "model chunk [0, 1) begins before the previous one ends (2)");
+  CHECK(shard_problem(small_config(), ModelShard{.chunks = {{0, 1}, {1, 1}}}) ==
+        "model chunk [1, 1) holds no block");
   CHECK_THROWS_AS(ParameterTable(small_config(), ModelShard{.tensor_rank = 0, .tensor_size = 3}),
                   std::invalid_argument);
 }

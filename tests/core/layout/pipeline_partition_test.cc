@@ -41,8 +41,7 @@ std::vector<int64_t> stage_parameters(const Gpt2Config& config, const Ranges& ra
   for (size_t s = 0; s < ranges.size(); ++s) {
     const ModelShard shard{.stage = static_cast<int>(s),
                            .stages = static_cast<int>(ranges.size()),
-                           .layer_begin = ranges[s].first,
-                           .layer_end = ranges[s].second};
+                           .chunks = {ranges[s]}};
     out.push_back(ParameterTable(config, shard).total());
   }
   return out;

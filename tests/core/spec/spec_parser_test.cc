@@ -1159,6 +1159,46 @@ TEST_CASE("every pipeline stage needs a block; the partition is a method or the 
   CHECK_THAT(loaded.errors()[0].message, Catch::Contains("each a whole number of at least 1"));
 }
 
+TEST_CASE("parallelism.virtual_stages interleaves a pipeline's stages, each with a block") {
+  SpecFolder folder;
+  Loaded loaded = folder.load(std::string(kMinimal) +
+                              "model: {num_layers: 8}\nparallelism: {pipeline: 2, virtual_stages: 4}\n");
+  CHECK(loaded.errors().empty());
+  CHECK(loaded.spec.parallelism.virtual_stages == 4);
+  CHECK(loaded.spec.parallelism.virtual_stage_count() == 8);
+  CHECK(folder.load(std::string(kMinimal)).spec.parallelism.virtual_stages == 1);
+
+  loaded = folder.load(std::string(kMinimal) + "parallelism: {virtual_stages: 2}\n");
+  REQUIRE(loaded.errors().size() == 1);
+  CHECK(loaded.errors()[0].message ==
+        "parallelism.virtual_stages 2 interleaves the stages of a pipeline, and "
+        "parallelism.pipeline is 1; set pipeline to 2 or more, or remove virtual_stages");
+
+  loaded = folder.load(std::string(kMinimal) +
+                       "model: {num_layers: 6}\nparallelism: {pipeline: 2, virtual_stages: 4}\n");
+  REQUIRE(loaded.errors().size() == 1);
+  CHECK(loaded.errors()[0].message ==
+        "model.num_layers 6 is fewer than parallelism.pipeline 2 x virtual_stages 4: every "
+        "virtual stage needs at least one transformer block");
+
+  // An explicit partition counts the blocks of every virtual stage.
+  loaded = folder.load(std::string(kMinimal) +
+                       "model: {num_layers: 6}\n"
+                       "parallelism: {pipeline: 2, virtual_stages: 2, "
+                       "pipeline_partition: [2, 1, 1, 2]}\n");
+  CHECK(loaded.errors().empty());
+  loaded = folder.load(std::string(kMinimal) +
+                       "model: {num_layers: 6}\n"
+                       "parallelism: {pipeline: 2, virtual_stages: 2, pipeline_partition: [3, 3]}\n");
+  REQUIRE(loaded.errors().size() == 1);
+  CHECK(loaded.errors()[0].message ==
+        "parallelism.pipeline_partition gives 2 virtual stage(s) of 6 block(s) in all; the job "
+        "has parallelism.pipeline 2 x virtual_stages 2 and model.num_layers 6");
+  loaded = folder.load(std::string(kMinimal) + "parallelism: {pipeline: 2, virtual_stages: 0}\n");
+  REQUIRE(loaded.errors().size() == 1);
+  CHECK_THAT(loaded.errors()[0].message, Catch::Contains("virtual_stages"));
+}
+
 TEST_CASE("DeepSpeed's activation_checkpointing section turns block recompute on") {
   SpecFolder folder;
   Loaded loaded = folder.load(std::string(kMinimal));

@@ -307,7 +307,53 @@ data: {train: demo}
 )"));
   INFO(planned.diagnostics.format());
   REQUIRE(planned.plan.has_value());
-  CHECK(planned.plan->stage_layers == std::vector<std::pair<int, int>>{{0, 2}, {2, 6}});
+  CHECK(planned.plan->stage_layers ==
+        std::vector<std::vector<std::pair<int, int>>>{{{0, 2}}, {{2, 6}}});
+}
+
+TEST_CASE("an interleaved pipeline needs micro-batches in multiples of its stages, and the plan "
+          "shows each stage's chunks and their activations") {
+  Folder folder;
+  const Planned refused = plan_file(folder.write("odd.yaml", R"(
+cluster: {device: cpu, num_gpus: 2}
+model: {num_layers: 4}
+parallelism: {pipeline: 2, virtual_stages: 2}
+training: {train_micro_batch_size_per_gpu: 1, train_batch_size: 3, steps: 10}
+data: {train: demo}
+)"));
+  CHECK_FALSE(refused.plan.has_value());
+  CHECK_THAT(refused.diagnostics.format(),
+             Catch::Contains("the interleaved schedule (parallelism.virtual_stages 2) runs "
+                             "micro-batches in groups of the 2 stages, and "
+                             "gradient_accumulation_steps is 3") &&
+                 Catch::Contains("make the accumulation steps a multiple of 2"));
+
+  const std::string spec = R"(
+cluster: {device: cpu, num_gpus: 2}
+model: {num_layers: 8}
+parallelism: {pipeline: 2, virtual_stages: 2, pipeline_partition: uniform}
+training: {train_micro_batch_size_per_gpu: 1, train_batch_size: 4, steps: 10}
+data: {train: demo}
+)";
+  const Planned planned = plan_file(folder.write("interleaved.yaml", spec));
+  INFO(planned.diagnostics.format());
+  REQUIRE(planned.plan.has_value());
+  // Virtual stages of 2 blocks each: stage 0 runs 0 and 2, stage 1 runs 1 and 3.
+  CHECK(planned.plan->stage_layers ==
+        std::vector<std::vector<std::pair<int, int>>>{{{0, 2}, {4, 6}}, {{2, 4}, {6, 8}}});
+  // Stage 0 keeps up to 4 micro-batches of each chunk (4 of 8 forwards
+  // warm up) where 1F1B keeps 2 of the whole stage: more activation memory
+  // for a smaller bubble.
+  const Planned plain = plan_file(folder.write(
+      "plain.yaml", std::string(R"(
+cluster: {device: cpu, num_gpus: 2}
+model: {num_layers: 8}
+parallelism: {pipeline: 2, pipeline_partition: uniform}
+training: {train_micro_batch_size_per_gpu: 1, train_batch_size: 4, steps: 10}
+data: {train: demo}
+)")));
+  REQUIRE(plain.plan.has_value());
+  CHECK(planned.plan->activation_bytes_by_stage[0] > plain.plan->activation_bytes_by_stage[0]);
 }
 
 TEST_CASE("device cuda on a machine without GPUs needs num_gpus") {

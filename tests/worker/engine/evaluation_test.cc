@@ -49,19 +49,19 @@ TEST_CASE("evaluation sums its own batches; with after_forward every rank runs e
   };
 
   // Rank 1 of 2 owns batch 1 only.
-  CHECK(sum_of_batch_losses(model, params.data(), tokens, 2, 3, 1, 2) == loss_of(1));
+  CHECK(sum_of_batch_losses({&model}, params.data(), tokens, 2, 3, 1, 2) == loss_of(1));
   int calls = 0;
   const auto count = [&calls] { ++calls; };
   // With equal passes it runs ceil(3/2) = 2, the second uncounted.
-  CHECK(sum_of_batch_losses(model, params.data(), tokens, 2, 3, 1, 2, count) == loss_of(1));
+  CHECK(sum_of_batch_losses({&model}, params.data(), tokens, 2, 3, 1, 2, count) == loss_of(1));
   CHECK(calls == 2);
   // Rank 3 of 4 owns no batch: one uncounted pass, on batch 0 (batch 3
   // does not exist).
   calls = 0;
-  CHECK(sum_of_batch_losses(model, params.data(), tokens, 2, 3, 3, 4, count) == 0.0);
+  CHECK(sum_of_batch_losses({&model}, params.data(), tokens, 2, 3, 3, 4, count) == 0.0);
   CHECK(calls == 1);
   // One rank: every batch, in order.
-  CHECK(sum_of_batch_losses(model, params.data(), tokens, 2, 3, 0, 1) ==
+  CHECK(sum_of_batch_losses({&model}, params.data(), tokens, 2, 3, 0, 1) ==
         loss_of(0) + loss_of(1) + loss_of(2));
 }
 

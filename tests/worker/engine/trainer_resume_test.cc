@@ -235,31 +235,38 @@ TEST_CASE("a checkpoint resumes across tensor, pipeline and data layouts") {
   spec::JobSpec spec = layout_job(dir);
   const int64_t global = 8;
   struct Layout {
-    int pipeline, data, tensor, zero_stage;
+    int pipeline, data, tensor, zero_stage, virtual_stages;
   };
-  // The world as pipeline x data x tensor, and the same ranks regrouped.
+  // The world as pipeline x data x tensor, and the same ranks regrouped;
+  // interleaved pipelines (virtual stages) hold other blocks per stage.
   const std::vector<std::pair<Layout, Layout>> moves =
-      size >= 4 ? std::vector<std::pair<Layout, Layout>>{{{1, 2, 2, 1}, {1, 1, 4, 0}},
-                                                         {{1, 4, 1, 2}, {1, 2, 2, 3}},
-                                                         {{2, 1, 2, 0}, {1, 4, 1, 1}},
-                                                         {{2, 2, 1, 1}, {1, 2, 2, 2}}}
-                : std::vector<std::pair<Layout, Layout>>{{{1, 1, 2, 0}, {1, 2, 1, 1}},
-                                                         {{1, 2, 1, 2}, {1, 1, 2, 0}},
-                                                         {{2, 1, 1, 1}, {1, 1, 2, 0}}};
+      size >= 4 ? std::vector<std::pair<Layout, Layout>>{{{1, 2, 2, 1, 1}, {1, 1, 4, 0, 1}},
+                                                         {{1, 4, 1, 2, 1}, {1, 2, 2, 3, 1}},
+                                                         {{2, 1, 2, 0, 1}, {1, 4, 1, 1, 1}},
+                                                         {{2, 2, 1, 1, 1}, {1, 2, 2, 2, 1}},
+                                                         {{2, 1, 2, 1, 2}, {2, 2, 1, 0, 1}}}
+                : std::vector<std::pair<Layout, Layout>>{{{1, 1, 2, 0, 1}, {1, 2, 1, 1, 1}},
+                                                         {{1, 2, 1, 2, 1}, {1, 1, 2, 0, 1}},
+                                                         {{2, 1, 1, 1, 1}, {1, 1, 2, 0, 1}},
+                                                         {{2, 1, 1, 0, 2}, {2, 1, 1, 1, 1}},
+                                                         {{1, 2, 1, 1, 1}, {2, 1, 1, 0, 2}}};
   int index = 0;
   for (const auto& [from, to] : moves) {
-    INFO("pipeline " << from.pipeline << " x data " << from.data << " x tensor " << from.tensor
-                     << " (ZeRO " << from.zero_stage << ") -> pipeline " << to.pipeline
-                     << " x data " << to.data << " x tensor " << to.tensor << " (ZeRO "
+    INFO("pipeline " << from.pipeline << " (" << from.virtual_stages << " virtual) x data "
+                     << from.data << " x tensor " << from.tensor << " (ZeRO " << from.zero_stage
+                     << ") -> pipeline " << to.pipeline << " (" << to.virtual_stages
+                     << " virtual) x data " << to.data << " x tensor " << to.tensor << " (ZeRO "
                      << to.zero_stage << ")");
     const std::string root = fmt::format("{}/layout{}", dir, index++);
     comm::ProcessGroups& before = comm::testing::groups_of({from.pipeline, from.data, from.tensor});
     spec.training.zero.stage = from.zero_stage;
+    spec.parallelism.virtual_stages = from.virtual_stages;
     const Run whole = train_checkpointed(before.data(), spec, global, root, std::nullopt,
                                          &before.tensor(), &before.pipeline());
     REQUIRE_OK(world_barrier());
     comm::ProcessGroups& after = comm::testing::groups_of({to.pipeline, to.data, to.tensor});
     spec.training.zero.stage = to.zero_stage;
+    spec.parallelism.virtual_stages = to.virtual_stages;
     const Run resumed =
         train_checkpointed(after.data(), spec, global, root + "-resumed",
                            resume_point(root, 20, spec.model), &after.tensor(), &after.pipeline());

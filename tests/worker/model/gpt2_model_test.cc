@@ -64,8 +64,7 @@ TEST_CASE("every layout starts from the same weights: a slice's initialisation i
                                                         .tensor_size = size,
                                                         .stage = stage,
                                                         .stages = 2,
-                                                        .layer_begin = stage,
-                                                        .layer_end = stage + 1});
+                                                        .chunks = {{stage, stage + 1}}});
       std::vector<float> mine(slice.total());
       init_gpt2_parameters(slice, 11, mine.data());
       for (const core::TensorInfo& t : slice.tensors()) {
