@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@
 
 #include "worker/checkpoint/async_shard_writer.h"
 #include "core/checkpoint/shard_file.h"
+#include "core/file_system.h"
+#include "core/uring_file.h"
 
 namespace {
 
@@ -111,6 +114,22 @@ int main(int argc, char** argv) {
       "{} floats per array ({:.2f} GB of shard data) in {}; median of {} runs, alternating with "
       "dd\n\n",
       count, count * 12 / 1e9, dir, runs);
+  {
+    // How this folder takes large files (what write_shard uses).
+    std::unique_ptr<core::WritableFile> probe;
+    const std::string probe_path = dir + "/checkpoint-bench-probe.bin";
+    (void)core::default_file_system().remove(probe_path);
+    if (core::default_file_system().create_large_file(probe_path, 0600, probe) == 0) {
+      const core::LargeFileMode mode = core::large_file_mode(*probe);
+      const core::LargeFileOptions options;
+      std::cout << fmt::format("shard writes: {}, {}, {} MiB blocks, {} in flight\n\n",
+                               mode.io_uring ? "io_uring" : "pwrite (no io_uring here)",
+                               mode.direct ? "O_DIRECT" : "buffered (no O_DIRECT here)",
+                               options.block_bytes >> 20, options.queue_depth);
+      (void)probe->close();
+    }
+    (void)core::default_file_system().remove(probe_path);
+  }
   std::cout << fmt::format("{:<44} {:>10} {:>10} {:>12}\n", "", "GB/s", "seconds", "range");
 
   std::vector<double> write_times;
@@ -123,10 +142,12 @@ int main(int argc, char** argv) {
       std::cerr << "checkpoint_bench: " << written.error << "\n";
       return 1;
     }
+    // The same bytes, from the shard just written (put in the page cache
+    // first, untimed, as the arrays are in memory; write_shard's O_DIRECT
+    // writes leave it out): zeros could be written faster than data by a
+    // disk that compresses or skips them, as virtual disks may.
+    run_or_die(fmt::format("cat {} > /dev/null", shard_path));
     dd_write_times.push_back(seconds([&] {
-      // The same bytes, from the shard just written (in the page cache, as
-      // the arrays are in memory): zeros could be written faster than data
-      // by a disk that compresses or skips them, as virtual disks may.
       run_or_die(fmt::format("dd if={} of={} bs=8M conv=fsync status=none", shard_path, dd_path));
     }));
   }

@@ -50,6 +50,13 @@ class FileSystem {
   // `file` owns the open file.
   [[nodiscard]] virtual int create_file(const std::string& path, mode_t mode,
                                         std::unique_ptr<WritableFile>& file) = 0;
+  // create_file for a big file written front to back once (a checkpoint
+  // shard): PosixFileSystem writes it in large aligned blocks through
+  // io_uring (core/uring_file.h). By default, create_file.
+  [[nodiscard]] virtual int create_large_file(const std::string& path, mode_t mode,
+                                              std::unique_ptr<WritableFile>& file) {
+    return create_file(path, mode, file);
+  }
   // rename(2): atomically replaces `to`; durable once `to`'s folder is synced.
   [[nodiscard]] virtual int rename(const std::string& from, const std::string& to) = 0;
   // fsync of the folder `dir`: the creations, renames and removals in it

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <utility>
 
+#include "core/uring_file.h"
+
 namespace dslaunch::core {
 namespace {
 
@@ -42,20 +44,39 @@ class PosixWritableFile final : public WritableFile {
 
 }  // namespace
 
-int PosixFileSystem::create_file(const std::string& path, mode_t mode,
-                                 std::unique_ptr<WritableFile>& file) {
+namespace {
+
+// Creates `path` new with exactly `mode` (open() applies the umask): the
+// descriptor, or -1 with errno set.
+int create_new(const std::string& path, mode_t mode) {
   const int fd =
       ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
-  if (fd < 0) return errno;
-  auto created = std::make_unique<PosixWritableFile>(fd);
-  // open() applied the umask; the caller asked for `mode` exactly.
+  if (fd < 0) return -1;
   if (::fchmod(fd, mode) != 0) {
     const int failure = errno;
-    created.reset();
+    ::close(fd);
     ::unlink(path.c_str());
-    return failure;
+    errno = failure;
+    return -1;
   }
-  file = std::move(created);
+  return fd;
+}
+
+}  // namespace
+
+int PosixFileSystem::create_file(const std::string& path, mode_t mode,
+                                 std::unique_ptr<WritableFile>& file) {
+  const int fd = create_new(path, mode);
+  if (fd < 0) return errno;
+  file = std::make_unique<PosixWritableFile>(fd);
+  return 0;
+}
+
+int PosixFileSystem::create_large_file(const std::string& path, mode_t mode,
+                                       std::unique_ptr<WritableFile>& file) {
+  const int fd = create_new(path, mode);
+  if (fd < 0) return errno;
+  file = make_uring_writable_file(fd, LargeFileOptions{});
   return 0;
 }
 

@@ -524,7 +524,7 @@ WrittenShard write_shard(const std::string& path, ShardHeader header,
     return fail(failure);
   }
   std::unique_ptr<core::WritableFile> file;
-  if (const int failure = fs.create_file(temporary, 0600, file)) return fail(failure);
+  if (const int failure = fs.create_large_file(temporary, 0600, file)) return fail(failure);
 
   std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> hash(XXH64_createState(),
                                                                   XXH64_freeState);
