@@ -26,6 +26,7 @@
 #include "tools/build_info/build_info.h"
 #include "worker/commbench/commbench.h"
 #include "worker/fault_injection.h"
+#include "worker/process_memory.h"
 #include "worker/comm/mpi_process_groups.h"
 #include "worker/comm/mpi_runtime.h"
 #include "worker/rank_environment.h"
@@ -189,6 +190,8 @@ void fill_heartbeat(const RankStatus& status, v1::Heartbeat& heartbeat) {
   memory->set_communication_buffers(status.communication_bytes.load());
   memory->set_gradient_workspace_peak(status.gradient_workspace_peak_bytes.load());
   memory->set_parameter_workspace_peak(status.parameter_workspace_peak_bytes.load());
+  memory->set_rss_bytes(resident_bytes());
+  memory->set_peak_rss_bytes(peak_resident_bytes());
   if (status.transport != nullptr) {
     for (const comm::GroupProgress& group : status.transport->progress()) {
       v1::GroupProgress* out = heartbeat.add_collectives();

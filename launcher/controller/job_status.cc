@@ -37,7 +37,9 @@ nlohmann::json memory_json(const v1::MemoryUsage& memory) {
           {"activations", memory.activations()},
           {"communication_buffers", memory.communication_buffers()},
           {"gradient_workspace_peak", memory.gradient_workspace_peak()},
-          {"parameter_workspace_peak", memory.parameter_workspace_peak()}};
+          {"parameter_workspace_peak", memory.parameter_workspace_peak()},
+          {"rss_bytes", memory.rss_bytes()},
+          {"peak_rss_bytes", memory.peak_rss_bytes()}};
 }
 
 void memory_from_json(const nlohmann::json& json, v1::MemoryUsage* memory) {
@@ -48,6 +50,8 @@ void memory_from_json(const nlohmann::json& json, v1::MemoryUsage* memory) {
   memory->set_communication_buffers(get_or<int64_t>(json, "communication_buffers", 0));
   memory->set_gradient_workspace_peak(get_or<int64_t>(json, "gradient_workspace_peak", 0));
   memory->set_parameter_workspace_peak(get_or<int64_t>(json, "parameter_workspace_peak", 0));
+  memory->set_rss_bytes(get_or<int64_t>(json, "rss_bytes", 0));
+  memory->set_peak_rss_bytes(get_or<int64_t>(json, "peak_rss_bytes", 0));
 }
 
 }  // namespace

@@ -150,6 +150,16 @@ TEST_CASE("a 2-rank training job trains, exports, and evaluates to the loss it l
     CHECK(rank["memory"]["optimizer_states"].get<int64_t>() ==
           2 * rank["memory"]["parameters"].get<int64_t>());
     CHECK(rank["memory"]["activations"].get<int64_t>() > 0);
+    // The process's resident peak holds at least its model states and
+    // activations (and its libraries and buffers: not much more here).
+    const int64_t accounted = rank["memory"]["parameters"].get<int64_t>() +
+                              rank["memory"]["gradients"].get<int64_t>() +
+                              rank["memory"]["optimizer_states"].get<int64_t>() +
+                              rank["memory"]["activations"].get<int64_t>();
+    CHECK(rank["memory"]["peak_rss_bytes"].get<int64_t>() > accounted);
+    CHECK(rank["memory"]["peak_rss_bytes"].get<int64_t>() >=
+          rank["memory"]["rss_bytes"].get<int64_t>());
+    CHECK(rank["memory"]["peak_rss_bytes"].get<int64_t>() < accounted + (int64_t{2} << 30));
   }
   CHECK(metrics.front()["loss"].get<double>() == Approx(std::log(256.0)).epsilon(0.05));
   CHECK(eval_losses.back() < 0.75 * metrics.front()["loss"].get<double>());

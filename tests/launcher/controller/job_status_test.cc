@@ -27,10 +27,13 @@ TEST_CASE("state.json keeps every rank's memory by kind, workspace peaks include
   memory->set_communication_buffers(5);
   memory->set_gradient_workspace_peak(6);
   memory->set_parameter_workspace_peak(7);
+  memory->set_rss_bytes(8);
+  memory->set_peak_rss_bytes(9);
 
   const nlohmann::json json = status_to_json(status);
   CHECK(json["ranks"][0]["memory"]["gradient_workspace_peak"] == 6);
   CHECK(json["ranks"][0]["memory"]["parameter_workspace_peak"] == 7);
+  CHECK(json["ranks"][0]["memory"]["peak_rss_bytes"] == 9);
   const v1::JobStatus back = status_from_json(json);
   REQUIRE(back.ranks_size() == 1);
   const v1::MemoryUsage& read = back.ranks(0).memory();
@@ -38,6 +41,8 @@ TEST_CASE("state.json keeps every rank's memory by kind, workspace peaks include
   CHECK(read.gradients() == 2);
   CHECK(read.optimizer_states() == 3);
   CHECK(read.activations() == 4);
+  CHECK(read.rss_bytes() == 8);
+  CHECK(read.peak_rss_bytes() == 9);
   CHECK(read.communication_buffers() == 5);
   CHECK(read.gradient_workspace_peak() == 6);
   CHECK(read.parameter_workspace_peak() == 7);
