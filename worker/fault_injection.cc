@@ -27,6 +27,8 @@ const char* name_of(spec::FaultKind kind) {
       return "slow";
     case spec::FaultKind::kStallCollective:
       return "stall_collective";
+    case spec::FaultKind::kNanGradient:
+      return "nan_gradient";
   }
   return "unknown";
 }
@@ -62,8 +64,15 @@ void inject_fault(const std::optional<spec::FaultSpec>& fault, int rank, int att
       transport.stall_from_next_collective();
       return;
     case spec::FaultKind::kSlow:
+    case spec::FaultKind::kNanGradient:  // the trainer poisons the gradients (poisons_gradients)
       return;
   }
+}
+
+bool poisons_gradients(const std::optional<spec::FaultSpec>& fault, int rank, int attempt,
+                       int64_t step) {
+  return fault && fault->kind == spec::FaultKind::kNanGradient && fault->rank == rank &&
+         fault->attempt == attempt && fault->step == step;
 }
 
 }  // namespace dslaunch::worker

@@ -190,6 +190,7 @@ int run_train_workload(const TrainWorkloadContext& context) {
   options.batch = context.batch;
   options.stop_requested = context.stop_requested;
   options.on_step_started = context.on_step_started;
+  options.poison_gradients = context.poison_gradients;
   options.on_memory = [&](const engine::MemoryReport& memory) {
     if (context.on_memory) context.on_memory(memory);
     send_memory_metrics(session, memory);

@@ -25,6 +25,7 @@ struct TrainWorkloadContext {
   int compute_threads = 1;
   std::function<bool()> stop_requested;
   std::function<void(int64_t)> on_step_started;
+  std::function<bool(int64_t)> poison_gradients;  // TrainerOptions::poison_gradients
   std::function<void(const engine::StepReport&)> on_step_done;  // on every rank
   std::function<void(const engine::MemoryReport&)> on_memory;
   // Training is over and the rank waits for its last checkpoint's write.

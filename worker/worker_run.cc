@@ -450,6 +450,9 @@ int run_worker() {
       status.phase.store(v1::PHASE_TRAIN);
       inject_fault(spec.testing.fault, rank_env->rank, attempt, step, groups->transport());
     };
+    context.poison_gradients = [&spec, &rank_env, attempt](int64_t step) {
+      return poisons_gradients(spec.testing.fault, rank_env->rank, attempt, step);
+    };
     context.on_step_done = [&status](const engine::StepReport& report) {
       status.loss.store(report.loss);
       status.tokens_per_s.store(report.tokens_per_second);

@@ -211,7 +211,15 @@ struct FaultToleranceSpec {
   double collective_timeout_s = 600;
 };
 
-enum class FaultKind { kExit, kAbort, kHang, kStallStep, kSlow, kStallCollective };
+enum class FaultKind {
+  kExit,
+  kAbort,
+  kHang,
+  kStallStep,
+  kSlow,
+  kStallCollective,
+  kNanGradient,  // the rank's gradients of the step become NaN: "one rank overflows"
+};
 
 // testing.fault: a failure injected on purpose, to rehearse recovery. It
 // strikes rank `rank` as step `step` begins, in attempt `attempt` only, so

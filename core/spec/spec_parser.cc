@@ -682,12 +682,12 @@ void read_fault_tolerance(MapReader fault, FaultToleranceSpec& out) {
 void read_fault(MapReader fault, FaultSpec& out) {
   if (!fault.has("kind")) {
     fault.error("kind",
-                "testing.fault.kind is required: exit, abort, hang, stall_step, slow or "
-                "stall_collective");
+                "testing.fault.kind is required: exit, abort, hang, stall_step, slow, "
+                "stall_collective or nan_gradient");
   }
   // In FaultKind's order.
-  const std::vector<std::string> kinds = {"exit", "abort", "hang", "stall_step", "slow",
-                                          "stall_collective"};
+  const std::vector<std::string> kinds = {"exit",  "abort",           "hang",        "stall_step",
+                                          "slow",  "stall_collective", "nan_gradient"};
   int kind = static_cast<int>(out.kind);
   fault.choice("kind", kinds, kind);
   out.kind = static_cast<FaultKind>(kind);

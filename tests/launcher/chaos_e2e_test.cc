@@ -431,6 +431,26 @@ TEST_CASE("a rank that exits at a step (injected) fails the attempt, and the job
   check_recovered(w, job);
 }
 
+TEST_CASE("NaN gradients on one rank (injected) fail the step everywhere, and the job restarts "
+          "clean") {
+  const Workspace w;
+  w.reference();
+  const fs::path job = w.dir / "jobs" / "nan-gradient";
+  const fs::path log = w.dir / "nan-gradient.log";
+  const int code = w.run({"run", write_spec(w.dir, "nan", default_checkpoint()).string(),
+                          "--job-dir", job.string(), "--progress", "off", "--set",
+                          "testing={fault: {kind: nan_gradient, rank: 1, step: 50}}"},
+                         log);
+  INFO(Workspace::log_text(log));
+  REQUIRE(code == 0);
+  const nlohmann::json state = read_state(job);
+  CHECK(state["restarts"] == 1);
+  REQUIRE(state["attempts"].size() == 2);
+  CHECK_THAT(state["attempts"][0]["reason"].get<std::string>(),
+             Catch::Contains("step 50: the gradient norm is not finite"));
+  check_recovered(w, job);
+}
+
 TEST_CASE("a rank killed while it writes a checkpoint: the partial one is ignored") {
   const Workspace w;
   w.reference();

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -236,6 +237,9 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     const double tensor_comm_before = tensor_comm_seconds();
     const double pipeline_wait_before = links.receive_seconds();
     state.begin_step();
+    // The injected overflow: this rank's first backward pass of the step
+    // scales its gradients by NaN, and the reduction spreads them.
+    bool poison = options.poison_gradients && options.poison_gradients(step + 1);
     double loss_sum = 0;
     for (size_t i = 0; i < schedule.size(); ++i) {
       const core::ScheduledPass& pass = schedule[i];
@@ -258,8 +262,9 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       const bool reduce = state.reduces_micro_batch(m, accumulation);
       links.before_backward(pass.chunk);
       if (!links.status().ok()) return failed(links.status());
-      chunk.backward(state.parameters_for_model(), state.gradients_for_backward(),
-                     1.0f / static_cast<float>(accumulation),
+      const float scale = std::exchange(poison, false) ? std::numeric_limits<float>::quiet_NaN()
+                                                      : 1.0f / static_cast<float>(accumulation);
+      chunk.backward(state.parameters_for_model(), state.gradients_for_backward(), scale,
                      reduce ? model::Gpt2Model::GradientsReady([&state](int64_t begin, int64_t end) {
                        state.grads_ready(begin, end);
                      })
@@ -325,9 +330,9 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     const double grad_norm = std::sqrt(model_sums[2]);
     if (!std::isfinite(grad_norm) || !std::isfinite(loss)) {
       result.error = fmt::format(
-          "step {}: the loss ({}) or gradient norm ({}) is not finite; "
-          "lower the learning rate or enable gradient_clipping",
-          step + 1, loss, grad_norm);
+          "step {}: the {} is not finite (loss {}, gradient norm {}); lower the learning rate "
+          "or enable gradient_clipping",
+          step + 1, std::isfinite(loss) ? "gradient norm" : "loss", loss, grad_norm);
       return result;
     }
     // DeepSpeed's and PyTorch's clip_grad_norm_: scale by max/(norm + 1e-6)

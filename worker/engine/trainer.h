@@ -103,6 +103,9 @@ struct TrainerOptions {
   std::function<bool()> stop_requested;
   std::function<void(const StepReport&)> on_step;  // called on every rank
   std::function<void(int64_t)> on_step_started;    // the step about to run
+  // Whether this rank's gradients of a step (from 1) are to be NaN: the
+  // drill for one rank overflowing (testing.fault nan_gradient). Unset: never.
+  std::function<bool(int64_t)> poison_gradients;
   // Once, after the first step, when the gradient workspace's peak is measured.
   std::function<void(const MemoryReport&)> on_memory;
   // Unset: start from the spec's initialisation at step 0.

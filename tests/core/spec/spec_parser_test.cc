@@ -1343,8 +1343,8 @@ TEST_CASE("testing.fault is read with its defaults: attempt 0, so a restarted jo
 TEST_CASE("testing.fault needs a kind, a step from 1, and seconds for slow") {
   SpecFolder folder;
   CHECK(folder.load(minimal_and("testing: {fault: {rank: 0, step: 3}}\n")).only("kind").message ==
-        "testing.fault.kind is required: exit, abort, hang, stall_step, slow or "
-        "stall_collective");
+        "testing.fault.kind is required: exit, abort, hang, stall_step, slow, "
+        "stall_collective or nan_gradient");
   CHECK_THAT(folder.load(minimal_and("testing: {fault: {kind: exit, step: 0}}\n"))
                  .only("step")
                  .message,
@@ -1360,6 +1360,17 @@ TEST_CASE("testing.fault needs a kind, a step from 1, and seconds for slow") {
         "slow");
   CHECK_THAT(folder.load(minimal_and("testing: {fault: {kind: crash}}\n")).only("kind").message,
              Catch::StartsWith("testing.fault.kind must be one of exit, abort"));
+}
+
+TEST_CASE("testing.fault nan_gradient is read") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(
+      minimal_and("testing: {fault: {kind: nan_gradient, rank: 1, step: 4, attempt: 1}}\n"));
+  CHECK(loaded.diagnostics.all().empty());
+  REQUIRE(loaded.spec.testing.fault.has_value());
+  CHECK(loaded.spec.testing.fault->kind == FaultKind::kNanGradient);
+  CHECK(loaded.spec.testing.fault->step == 4);
+  CHECK(loaded.spec.testing.fault->attempt == 1);
 }
 
 TEST_CASE("testing.fault stall_collective is read") {

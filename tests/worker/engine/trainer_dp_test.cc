@@ -378,5 +378,36 @@ TEST_CASE("a stop seen by one rank only stops every rank after the same step") {
   if (rank == 0) std::filesystem::remove_all(dir);
 }
 
+// The drill for one rank overflowing (testing.fault nan_gradient): its NaN
+// gradients reach every rank through the reduction, at every ZeRO stage, and
+// every rank fails that step with the same message; none waits for another.
+TEST_CASE("NaN gradients on one rank fail the step on every rank, at every ZeRO stage") {
+  const int rank = world_data().rank();
+  const int size = world_data().size();
+  const std::string dir = testing::shared_token_files(world_data());
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  spec.training.batch.micro_batch_per_gpu = 2;
+  spec.training.batch.gradient_accumulation_steps = 2;
+  const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
+  REQUIRE(data.error == "");
+  auto backend = kernels::make_cpu_backend(1);
+  for (const int stage : {0, 1, 2, 3}) {
+    INFO("ZeRO stage " << stage);
+    spec.training.zero.stage = stage;
+    int64_t reported = 0;
+    TrainerOptions options;
+    options.data_comm = &world_data();
+    options.on_step = [&reported](const StepReport& report) { reported = report.step; };
+    options.poison_gradients = [rank, size](int64_t step) { return rank == size - 1 && step == 3; };
+    const TrainResult result = train(spec, data, *backend, options);
+    CHECK(reported == 2);
+    CHECK(result.steps == 2);
+    CHECK_THAT(result.error, Catch::StartsWith("step 3: the gradient norm is not finite (loss ") &&
+                                 Catch::Contains("gradient norm nan"));
+    REQUIRE_OK(world_barrier());
+  }
+  if (rank == 0) std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace dslaunch::worker::engine
