@@ -82,6 +82,7 @@ EnvironmentReport collect_environment_report() {
   __builtin_cpu_init();
   report.cpu_has_avx2 = __builtin_cpu_supports("avx2");
   report.cpu_has_avx512f = __builtin_cpu_supports("avx512f");
+  report.cpu_has_avx512_bf16 = __builtin_cpu_supports("avx512bf16");
   report.blas = kernels::query_blas_info();
   report.mpirun_path = find_on_path("mpirun");
   if (!report.mpirun_path.empty()) {
@@ -137,6 +138,7 @@ nlohmann::json to_json(const EnvironmentReport& report) {
            {"memory_bytes", report.machine.memory_bytes},
            {"avx2", report.cpu_has_avx2},
            {"avx512f", report.cpu_has_avx512f},
+           {"avx512_bf16", report.cpu_has_avx512_bf16},
        }},
       {"openblas",
        {
@@ -172,8 +174,9 @@ std::string to_text(const EnvironmentReport& report) {
   out += fmt::format("{:<18}{} package(s), {} NUMA node(s), {} cores, {} hardware threads\n",
                      "cpu layout", report.machine.packages, report.machine.numa_nodes,
                      report.machine.cores, report.machine.hardware_threads);
-  out += fmt::format("{:<18}avx2 {}, avx512f {}\n", "cpu features",
-                     report.cpu_has_avx2 ? "yes" : "no", report.cpu_has_avx512f ? "yes" : "no");
+  out += fmt::format("{:<18}avx2 {}, avx512f {}, avx512_bf16 {}\n", "cpu features",
+                     report.cpu_has_avx2 ? "yes" : "no", report.cpu_has_avx512f ? "yes" : "no",
+                     report.cpu_has_avx512_bf16 ? "yes" : "no");
   out += fmt::format("{:<18}{}\n", "memory", gib(report.machine.memory_bytes));
   out += fmt::format("{:<18}{} kernels, {} threads{}\n", "openblas", report.blas.core_name,
                      report.blas.threads,

@@ -15,7 +15,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libyaml-cpp-dev libspdlog-dev libfmt-dev libopenblas-openmp-dev
   catch2 libcli11-dev nlohmann-json3-dev libxxhash-dev libhwloc-dev
-  liburing-dev
+  liburing-dev libdnnl-dev
   # the independent PyTorch reference (tools/reference) for tests and benchmarks
   python3-torch python3-numpy
 )

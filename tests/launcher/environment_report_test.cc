@@ -1,5 +1,7 @@
 #include "launcher/environment_report.h"
 
+#include <fstream>
+#include <iterator>
 #include <regex>
 
 #include <catch2/catch.hpp>
@@ -62,6 +64,14 @@ TEST_CASE("the report describes this machine") {
   REQUIRE(shell_lookup.exit_code == 0);
   CHECK(report.mpirun_path + "\n" == shell_lookup.output);
   CHECK(report.mpirun_version.find("Open MPI") != std::string::npos);
+  // What the kernel says this CPU can do.
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  const std::string flags((std::istreambuf_iterator<char>(cpuinfo)),
+                          std::istreambuf_iterator<char>());
+  CHECK(report.cpu_has_avx512_bf16 == (flags.find(" avx512_bf16") != std::string::npos));
+  CHECK(dslaunch::launcher::to_text(report).find(
+            std::string("avx512_bf16 ") + (report.cpu_has_avx512_bf16 ? "yes" : "no")) !=
+        std::string::npos);
 }
 
 TEST_CASE("the CPU-only build says the CUDA backend is not built in") {
