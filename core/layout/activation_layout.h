@@ -186,9 +186,11 @@ struct GradientLayout {
   }
 };
 
-// The bytes of activations one rank holds: `slots` micro-batches of up to
-// max_batch sequences, the recompute buffer, the backward pass's
-// temporaries, and the token ids (what Gpt2Model::activation_bytes() reports).
-int64_t activation_bytes(const LocalSizes& sizes, int64_t max_batch, int64_t seq_len, int slots);
+// The bytes of activations one model (chunk) holds: `slots` micro-batches of
+// up to max_batch sequences and their token ids, and, `with_scratch`, the
+// recompute buffer and the backward pass's temporaries, which a stage's
+// chunks share (what Gpt2Model::activation_bytes() reports).
+int64_t activation_bytes(const LocalSizes& sizes, int64_t max_batch, int64_t seq_len, int slots,
+                         bool with_scratch = true);
 
 }  // namespace dslaunch::core

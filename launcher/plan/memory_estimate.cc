@@ -62,7 +62,8 @@ int64_t activation_bytes_per_rank(const spec::ModelSpec& model,
   for (int chunk = 0; chunk < chunks; ++chunk) {
     const core::LocalSizes sizes(table, chunk, recomputed, checkpointing.partition_activations);
     bytes += core::activation_bytes(sizes, micro_batch, model.seq_length,
-                                    core::schedule_slots(schedule, chunk));
+                                    core::schedule_slots(schedule, chunk),
+                                    /*with_scratch=*/chunk == 0);  // the chunks share it
   }
   return bytes;
 }

@@ -129,19 +129,24 @@ core::StatusOr<std::vector<float>> gather_whole_model(comm::Communicator* tensor
 
 core::Status sum_tied_embedding_gradients(comm::Communicator& pipeline,
                                           const core::ParameterTable& table,
-                                          kernels::Backend& backend, float* grads) {
+                                          kernels::Backend& backend, float* grads,
+                                          TiedEmbeddingBuffers& buffers) {
   const core::TensorInfo& wte = table.tensor(core::TensorRole::kWte);
   const int other = table.has_embeddings() ? pipeline.size() - 1 : 0;
-  std::vector<float> theirs(wte.numel);
+  std::vector<float>& theirs = buffers.received;
+  theirs.resize(wte.numel);
+  if (buffers.on_device.size() != wte.numel) {
+    buffers.on_device = kernels::DeviceBuffer<float>(backend, wte.numel);
+  }
   backend.synchronize();
   auto sent = pipeline.send(comm::buffer_of(grads + wte.offset, wte.numel), other);
   core::Status received = pipeline.recv(comm::buffer_of(theirs.data(), wte.numel), other)->wait();
   core::Status status = sent->wait();
   if (!received.ok()) status = received;
   if (!status.ok()) return status.with_context("summing the tied embedding's gradients");
-  kernels::DeviceBuffer<float> device(backend, wte.numel);
-  backend.copy_host_to_device(device.data(), theirs.data(), wte.numel * sizeof(float));
-  backend.residual_forward(grads + wte.offset, grads + wte.offset, device.data(), wte.numel);
+  backend.copy_host_to_device(buffers.on_device.data(), theirs.data(), wte.numel * sizeof(float));
+  backend.residual_forward(grads + wte.offset, grads + wte.offset, buffers.on_device.data(),
+                           wte.numel);
   return {};
 }
 

@@ -12,6 +12,7 @@
 #include "core/spec/job_spec.h"
 #include "core/status.h"
 #include "kernels/backend.h"
+#include "kernels/device_buffer.h"
 #include "worker/comm/communicator.h"
 
 namespace dslaunch::worker::engine {
@@ -46,6 +47,13 @@ core::StatusOr<std::vector<float>> gather_whole_model(comm::Communicator* tensor
                                                       std::vector<float> local,
                                                       const core::ParameterTable& whole_table);
 
+// Where the other end's gradient of the tied embedding arrives: kept from
+// step to step (it is as large as the embedding).
+struct TiedEmbeddingBuffers {
+  std::vector<float> received;                // host memory, for the communicator
+  kernels::DeviceBuffer<float> on_device;     // the same, for the backend
+};
+
 // The tied embedding's two copies, on the first and the last stage, get the
 // sum of both gradients (Megatron's embedding group), so that they stay
 // equal. a + b and b + a are the same float: both ends get the same bits.
@@ -53,6 +61,7 @@ core::StatusOr<std::vector<float>> gather_whole_model(comm::Communicator* tensor
 // reduced gradients.
 core::Status sum_tied_embedding_gradients(comm::Communicator& pipeline,
                                           const core::ParameterTable& table,
-                                          kernels::Backend& backend, float* grads);
+                                          kernels::Backend& backend, float* grads,
+                                          TiedEmbeddingBuffers& buffers);
 
 }  // namespace dslaunch::worker::engine

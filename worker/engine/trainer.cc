@@ -176,8 +176,10 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   std::vector<std::unique_ptr<model::Gpt2Model>> owned_models;
   std::vector<model::Gpt2Model*> models;
   for (int c = 0; c < chunks; ++c) {
+    // One pass runs at a time: the chunks share their scratch.
     owned_models.push_back(std::make_unique<model::Gpt2Model>(
-        table, backend, micro, T, tensor_comm, core::schedule_slots(schedule, c), recompute, c));
+        table, backend, micro, T, tensor_comm, core::schedule_slots(schedule, c), recompute, c,
+        c == 0 ? nullptr : models.front()->scratch()));
     models.push_back(owned_models.back().get());
   }
   model::Gpt2Model& model = *models.front();
@@ -198,6 +200,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     return bytes;
   };
   StageLinks links(pipeline_comm, models, micro * T * spec.model.hidden_size, backend);
+  TiedEmbeddingBuffers tied_embedding;
   ModelStateInputs state_inputs;
   state_inputs.training = &training;
   state_inputs.table = &table;
@@ -285,8 +288,8 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
         return failed(core::Status(core::StatusCode::kInternal,
                                    "pipeline parallelism needs whole gradients (ZeRO stage 0 or 1)"));
       }
-      if (core::Status status =
-              sum_tied_embedding_gradients(*pipeline_comm, table, backend, reduced);
+      if (core::Status status = sum_tied_embedding_gradients(*pipeline_comm, table, backend,
+                                                             reduced, tied_embedding);
           !status.ok()) {
         return failed(status);
       }

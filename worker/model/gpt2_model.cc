@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -56,7 +57,8 @@ struct Gpt2Model::BlockView {
 
 Gpt2Model::Gpt2Model(const core::ParameterTable& table, kernels::Backend& backend, int64_t max_batch,
                      int64_t seq_len, comm::Communicator* tensor_comm, int activation_slots,
-                     ActivationRecompute recompute, int chunk)
+                     ActivationRecompute recompute, int chunk,
+                     std::shared_ptr<Gpt2Scratch> scratch)
     : table_(table),
       backend_(backend),
       max_batch_(max_batch),
@@ -89,10 +91,19 @@ Gpt2Model::Gpt2Model(const core::ParameterTable& table, kernels::Backend& backen
   const LocalSizes sizes = local_sizes();
   slot_floats_ = ActivationLayout(sizes, max_batch, seq_len).total;
   activations_ = kernels::DeviceBuffer<float>(backend, slot_floats_ * slots_);
-  recompute_buffer_ =
-      kernels::DeviceBuffer<float>(backend, RecomputeLayout(sizes, max_batch, seq_len).total);
-  activation_grads_ =
-      kernels::DeviceBuffer<float>(backend, GradientLayout(sizes, max_batch, seq_len).total);
+  const int64_t recompute_floats = RecomputeLayout(sizes, max_batch, seq_len).total;
+  const int64_t gradient_floats = GradientLayout(sizes, max_batch, seq_len).total;
+  if (scratch != nullptr && (scratch->recompute.size() != recompute_floats ||
+                             scratch->gradients.size() != gradient_floats)) {
+    throw std::invalid_argument("a shared scratch of another size");
+  }
+  if (scratch == nullptr) {
+    scratch = std::make_shared<Gpt2Scratch>();
+    scratch->recompute = kernels::DeviceBuffer<float>(backend, recompute_floats);
+    scratch->gradients = kernels::DeviceBuffer<float>(backend, gradient_floats);
+    owns_scratch_ = true;
+  }
+  scratch_ = std::move(scratch);
   inputs_ = kernels::DeviceBuffer<int32_t>(backend, max_batch * seq_len * slots_);
   targets_ = kernels::DeviceBuffer<int32_t>(backend, max_batch * seq_len * slots_);
   mean_loss_ = kernels::DeviceBuffer<float>(backend, 1);
@@ -103,7 +114,8 @@ LocalSizes Gpt2Model::local_sizes() const {
 }
 
 int64_t Gpt2Model::activation_bytes() const {
-  return activations_.bytes() + recompute_buffer_.bytes() + activation_grads_.bytes() +
+  const int64_t scratch = owns_scratch_ ? scratch_->recompute.bytes() + scratch_->gradients.bytes() : 0;
+  return activations_.bytes() + scratch +
          inputs_.bytes() + targets_.bytes();
 }
 
@@ -130,7 +142,7 @@ const float* Gpt2Model::stage_output(int slot) {
 }
 
 float* Gpt2Model::residual_gradient() {
-  return activation_grads_.data() + GradientLayout(local_sizes(), max_batch_, seq_len_).dresidual;
+  return scratch_->gradients.data() + GradientLayout(local_sizes(), max_batch_, seq_len_).dresidual;
 }
 
 void Gpt2Model::tensor_all_reduce(float* x, int64_t n, comm::ReduceOp op) {
@@ -169,7 +181,7 @@ Gpt2Model::BlockView Gpt2Model::block_view(int layer, float* slot) {
   float* output = slot + a.outputs[index];
   if (z.recomputes(layer)) {
     const RecomputeLayout r(z, max_batch_, seq_len_);
-    base = recompute_buffer_.data();
+    base = scratch_->recompute.data();
     b = r.block;
     // A partitioned output is computed whole in the shared buffer; the two
     // buffers alternate so that a block reads the previous one's output
@@ -190,7 +202,7 @@ const float* Gpt2Model::block_input(int layer, float* slot, int64_t B) {
   if (!z.partitions_output(layer - 1)) return slot + a.outputs[previous];
   // The previous block kept this rank's slice of its output: the tensor
   // group's slices make it whole again.
-  float* whole = recompute_buffer_.data() + RecomputeLayout(z, max_batch_, seq_len_).gathered;
+  float* whole = scratch_->recompute.data() + RecomputeLayout(z, max_batch_, seq_len_).gathered;
   tensor_all_gather(slot + a.outputs[previous], whole, B * seq_len_ * z.C);
   return whole;
 }
@@ -306,7 +318,7 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
   const int64_t B = batch_[slot], T = seq_len_, C = c.channels, N = B * T;
   const ActivationLayout a(z, max_batch_, T);
   const GradientLayout g(z, max_batch_, T);
-  float* d = activation_grads_.data();
+  float* d = scratch_->gradients.data();
   const int32_t* slot_inputs = inputs_.data() + slot * max_batch_ * T;
   const int32_t* slot_targets = targets_.data() + slot * max_batch_ * T;
   auto report = [&](int64_t begin, int64_t end) {

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -64,6 +65,15 @@ struct ActivationRecompute {
 };
 
 
+// What a model needs only while one of its passes runs: the recomputed
+// blocks' activations and the backward pass's temporaries (the residual
+// stream's gradient among them). A pipeline stage's model chunks run one
+// pass at a time, so they share one (Gpt2Model's `scratch` argument).
+struct Gpt2Scratch {
+  kernels::DeviceBuffer<float> recompute;
+  kernels::DeviceBuffer<float> gradients;
+};
+
 class Gpt2Model {
  public:
 
@@ -81,7 +91,12 @@ class Gpt2Model {
   // must call them together with the same inputs.
   Gpt2Model(const core::ParameterTable& table, kernels::Backend& backend, int64_t max_batch,
             int64_t seq_len, comm::Communicator* tensor_comm = nullptr,
-            int activation_slots = 1, ActivationRecompute recompute = {}, int chunk = 0);
+            int activation_slots = 1, ActivationRecompute recompute = {}, int chunk = 0,
+            std::shared_ptr<Gpt2Scratch> scratch = nullptr);
+
+  // This model's scratch, for the table's other chunks to share (they have
+  // the same widths, hence the same scratch sizes).
+  const std::shared_ptr<Gpt2Scratch>& scratch() const { return scratch_; }
 
   // Runs the model on inputs (B,T) and returns the mean cross-entropy over
   // the B*T targets (B,T) (0 on a stage that is not the last). B <=
@@ -122,6 +137,8 @@ class Gpt2Model {
   void set_parameter_source(ParameterSource* source) { source_ = source; }
 
   int64_t seq_len() const { return seq_len_; }
+  // Its slots' activations and token ids, and the scratch when this model
+  // made it (a shared scratch counts once, with the chunk that made it).
   int64_t activation_bytes() const;
 
   // The first failure of a tensor-group all-reduce since construction; after
@@ -148,8 +165,8 @@ class Gpt2Model {
   double tensor_comm_seconds_ = 0;
   // In the backend's memory: the model touches them only through kernels.
   kernels::DeviceBuffer<float> activations_;
-  kernels::DeviceBuffer<float> recompute_buffer_;  // what recomputed blocks share
-  kernels::DeviceBuffer<float> activation_grads_;
+  std::shared_ptr<Gpt2Scratch> scratch_;
+  bool owns_scratch_ = false;
   kernels::DeviceBuffer<int32_t> inputs_;
   kernels::DeviceBuffer<int32_t> targets_;
   kernels::DeviceBuffer<float> mean_loss_;
