@@ -89,7 +89,8 @@ Throughput ours(const BenchConfig& c, int threads, int warmup, int steps) {
     std::fill(grads.begin(), grads.end(), 0.0f);
     model.forward(params.data(), inputs.data(), targets.data(), c.batch);
     model.backward(params.data(), grads.data(), 1.0f, {});
-    optimizer.step(*backend, params.data(), grads.data(), 1e-4);
+    // Moments in memory: the step cannot fail.
+    if (!optimizer.step(*backend, params.data(), grads.data(), 1e-4).ok()) std::abort();
   };
   for (int i = 0; i < warmup; ++i) step();
   Throughput t;

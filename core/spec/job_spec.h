@@ -115,6 +115,7 @@ struct OffloadSpec {
   OffloadDevice device = OffloadDevice::kNone;
   std::string nvme_path;
   bool pin_memory = false;
+  int buffer_count = 4;  // swap buffers in memory (nvme)
 };
 
 // DeepSpeed's zero_optimization section and defaults.
@@ -129,6 +130,9 @@ struct ZeroSpec {
   int64_t max_live_parameters = 1'000'000'000;    // stage3_max_live_parameters
   OffloadSpec offload_optimizer;
   OffloadSpec offload_param;  // stage 3 only
+  // Elements the optimizer updates at a time; with offload to NVMe, what
+  // one swap buffer holds.
+  int64_t sub_group_size = 1'000'000'000;
 };
 
 enum class OptimizerType { kAdam, kAdamW };

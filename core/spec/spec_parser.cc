@@ -334,6 +334,7 @@ void read_offload(MapReader offload, OffloadSpec& out) {
   offload.string("nvme_path", out.nvme_path);
   out.nvme_path = resolve_path(out.nvme_path, offload.location_of("nvme_path"));
   offload.boolean("pin_memory", out.pin_memory);
+  offload.integer("buffer_count", out.buffer_count, 1, 1024);
   if (out.device == OffloadDevice::kNvme && out.nvme_path.empty()) {
     offload.error("device", offload.path() +
                                 ".device is nvme: give nvme_path, a folder on "
@@ -364,6 +365,8 @@ void read_zero(MapReader zero, ZeroSpec& out) {
   read_zero_alias(zero, "prefetch_bucket_size", out.prefetch_bucket_size);
   read_zero_alias(zero, "param_persistence_threshold", out.param_persistence_threshold);
   read_zero_alias(zero, "max_live_parameters", out.max_live_parameters);
+  // Hugging Face's ZeRO-3 example sets 1e14: any size is a valid "all at once".
+  zero.integer("sub_group_size", out.sub_group_size, 1, kNoLimit);
   read_offload(zero.map("offload_optimizer"), out.offload_optimizer);
   read_offload(zero.map("offload_param"), out.offload_param);
   // A stage that could not be read is not 0: the rules below would blame

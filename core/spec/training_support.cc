@@ -10,9 +10,13 @@ std::string training_support_problem(const spec::JobSpec& spec) {
     return "the training engine runs on CPU so far (cluster.device: cpu); the CUDA backend is "
            "not built yet";
   }
-  if (training.zero.offload_optimizer.device != spec::OffloadDevice::kNone ||
-      training.zero.offload_param.device != spec::OffloadDevice::kNone) {
-    return "ZeRO offload is not implemented yet; remove offload_optimizer and offload_param";
+  if (training.zero.offload_optimizer.device == spec::OffloadDevice::kCpu) {
+    return "offload_optimizer device cpu: on the CPU engine the optimizer states already live in "
+           "host memory; it means something with the CUDA backend, not built yet. Use device "
+           "nvme to take them out of memory, or remove offload_optimizer";
+  }
+  if (training.zero.offload_param.device != spec::OffloadDevice::kNone) {
+    return "offload_param is not implemented yet; remove it (offload_optimizer device nvme is)";
   }
   if (training.fp16.enabled || training.bf16) {
     return "fp16 and bf16 training are not implemented yet; the CPU engine trains in fp32";

@@ -70,7 +70,8 @@ class ModelState {
 
   // This rank's part of a checkpoint after `step` steps: the elements ZeRO's
   // partition over the data group gives it, whatever the stage.
-  virtual CheckpointSlice checkpoint_slice(int64_t step) = 0;
+  // Offloaded moments are read back into memory held until the next step.
+  virtual core::StatusOr<CheckpointSlice> checkpoint_slice(int64_t step) = 0;
   // What this rank holds, by kind (the models' activations as given).
   virtual MemoryReport memory_report(int64_t activation_bytes) = 0;
   // The whole parameters (gathered on every rank).

@@ -1,12 +1,81 @@
 #include "worker/engine/optimizer.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 namespace dslaunch::worker::engine {
+namespace {
+
+int64_t aligned_bytes(int64_t floats) {
+  const int64_t a = core::SwapFile::kSwapAlignment;
+  return (floats * static_cast<int64_t>(sizeof(float)) + a - 1) / a * a;
+}
+
+struct AlignedFree {
+  void operator()(float* p) const { std::free(p); }
+};
+using AlignedFloats = std::unique_ptr<float, AlignedFree>;
+
+AlignedFloats aligned_floats(int64_t bytes) {
+  void* memory = nullptr;
+  if (posix_memalign(&memory, core::SwapFile::kSwapAlignment, static_cast<size_t>(bytes)) != 0) {
+    return nullptr;
+  }
+  std::memset(memory, 0, static_cast<size_t>(bytes));
+  return AlignedFloats(static_cast<float*>(memory));
+}
+
+}  // namespace
+
+// The moments in a swap file, group by group: group g's first moment at
+// g * 2 * group_bytes, its second right after. `buffers` hold a group's two
+// moments each, reused round-robin.
+struct AdamW::Swap {
+  std::unique_ptr<core::SwapFile> file;
+  int64_t group_elements = 0;
+  int64_t group_bytes = 0;  // one moment of a whole group, aligned
+  int64_t groups = 0;
+  struct Buffer {
+    AlignedFloats m, v;
+    core::SwapFile::Ticket read_m = -1, read_v = -1, write_m = -1, write_v = -1;
+  };
+  std::vector<Buffer> buffers;
+  // moments(): the whole moments read back, until the next step.
+  std::vector<float> staged_m, staged_v;
+
+  int64_t offset(int64_t group, bool second) const {
+    return (2 * group + (second ? 1 : 0)) * group_bytes;
+  }
+  // Floats of group g (the last may be short).
+  int64_t length(int64_t group, int64_t total) const {
+    return std::min(group_elements, total - group * group_elements);
+  }
+  core::Status wait_writes(Buffer& buffer) {
+    core::Status status;
+    for (core::SwapFile::Ticket* ticket : {&buffer.write_m, &buffer.write_v}) {
+      if (*ticket >= 0) status = file->wait(std::exchange(*ticket, -1));
+    }
+    return status;
+  }
+  void start_read(int64_t group, Buffer& buffer) {
+    buffer.read_m = file->start_read(buffer.m.get(), group_bytes, offset(group, false));
+    buffer.read_v = file->start_read(buffer.v.get(), group_bytes, offset(group, true));
+  }
+  core::Status wait_reads(Buffer& buffer) {
+    core::Status status = file->wait(std::exchange(buffer.read_m, -1));
+    if (status.ok()) status = file->wait(std::exchange(buffer.read_v, -1));
+    return status;
+  }
+  void start_write(int64_t group, Buffer& buffer) {
+    buffer.write_m = file->start_write(buffer.m.get(), group_bytes, offset(group, false));
+    buffer.write_v = file->start_write(buffer.v.get(), group_bytes, offset(group, true));
+  }
+};
 
 AdamW::AdamW(const spec::OptimizerSpec& spec, const core::ParameterTable& table, int64_t begin,
              int64_t end)
-    : spec_(spec), begin_(begin), m_(end - begin, 0.0f), v_(end - begin, 0.0f) {
+    : spec_(spec), begin_(begin), end_(end) {
   for (const core::TensorInfo& tensor : table.tensors()) {
     const int64_t from = std::max(begin, tensor.offset);
     const int64_t to = std::min(end, tensor.offset + tensor.numel);
@@ -14,17 +83,138 @@ AdamW::AdamW(const spec::OptimizerSpec& spec, const core::ParameterTable& table,
   }
 }
 
-void AdamW::step(kernels::Backend& backend, float* params, const float* grads, double lr) {
-  update(backend, params, grads + begin_, lr);
+AdamW::~AdamW() = default;
+
+void AdamW::ensure_in_memory() {
+  if (swap_ || !m_.empty()) return;
+  m_.assign(end_ - begin_, 0.0f);
+  v_.assign(end_ - begin_, 0.0f);
 }
 
-void AdamW::step_partition(kernels::Backend& backend, float* params, const float* partition_grads,
-                           double lr) {
-  update(backend, params, partition_grads, lr);
+int64_t AdamW::moment_group() const {
+  return swap_ ? swap_->group_elements : std::max<int64_t>(end_ - begin_, 1);
 }
 
-void AdamW::update(kernels::Backend& backend, float* params, const float* grads_from_begin,
-                   double lr) {
+core::Status AdamW::swap_moments(const MomentSwap& options) {
+  auto swap = std::make_unique<Swap>();
+  const int64_t n = end_ - begin_;
+  swap->group_elements = std::max<int64_t>(1, std::min(options.group_elements, n));
+  swap->group_bytes = aligned_bytes(swap->group_elements);
+  swap->groups = n > 0 ? (n + swap->group_elements - 1) / swap->group_elements : 0;
+  const int count = static_cast<int>(
+      std::clamp<int64_t>(options.buffer_count, 1, std::max<int64_t>(1, swap->groups)));
+  core::StatusOr<std::unique_ptr<core::SwapFile>> file =
+      core::SwapFile::create(options.folder, 4 * count);
+  if (!file.ok()) return file.status();
+  swap->file = std::move(*file);
+  for (int i = 0; i < count; ++i) {
+    Swap::Buffer buffer;
+    buffer.m = aligned_floats(swap->group_bytes);
+    buffer.v = aligned_floats(swap->group_bytes);
+    if (buffer.m == nullptr || buffer.v == nullptr) {
+      return core::Status(core::StatusCode::kResourceExhausted,
+                          "cannot allocate the optimizer's swap buffers");
+    }
+    swap->buffers.push_back(std::move(buffer));
+  }
+  // Every group written once, from the moments in memory (zeros when they
+  // were never allocated).
+  const bool in_memory = !m_.empty();
+  std::vector<float> first = std::move(m_);
+  std::vector<float> second = std::move(v_);
+  swap_ = std::move(swap);
+  for (int64_t from = 0; from < n; from += swap_->group_elements) {
+    const int64_t count = std::min(swap_->group_elements, n - from);
+    if (core::Status status = set_moments(from, count, in_memory ? first.data() + from : nullptr,
+                                          in_memory ? second.data() + from : nullptr);
+        !status.ok()) {
+      return status.with_context("moving the optimizer's moments to its swap file");
+    }
+  }
+  return swap_->file->wait_all().with_context("moving the optimizer's moments to its swap file");
+}
+
+core::Status AdamW::set_moments(int64_t from, int64_t count, const float* first,
+                                const float* second) {
+  const auto fill = [count](float* to, const float* values) {
+    if (values != nullptr) {
+      std::copy_n(values, count, to);
+    } else {
+      std::fill_n(to, count, 0.0f);
+    }
+  };
+  if (!swap_) {
+    ensure_in_memory();
+    fill(m_.data() + from, first);
+    fill(v_.data() + from, second);
+    return {};
+  }
+  Swap& s = *swap_;
+  const int64_t g = from / s.group_elements;
+  if (from % s.group_elements != 0 || count != s.length(g, end_ - begin_)) {
+    return core::Status(core::StatusCode::kInvalidArgument,
+                        "optimizer moments are set a whole swap group at a time");
+  }
+  Swap::Buffer& buffer = s.buffers[g % s.buffers.size()];
+  if (core::Status status = s.wait_writes(buffer); !status.ok()) return status;
+  fill(buffer.m.get(), first);
+  fill(buffer.v.get(), second);
+  s.start_write(g, buffer);
+  return {};
+}
+
+core::StatusOr<AdamW::Moments> AdamW::moments() {
+  if (!swap_) {
+    ensure_in_memory();
+    return Moments{m_.data(), v_.data()};
+  }
+  Swap& s = *swap_;
+  const int64_t n = end_ - begin_;
+  s.staged_m.resize(n);
+  s.staged_v.resize(n);
+  for (int64_t g = 0; g < s.groups; ++g) {
+    Swap::Buffer& buffer = s.buffers[g % s.buffers.size()];
+    if (core::Status status = s.wait_writes(buffer); !status.ok()) return status;
+    s.start_read(g, buffer);
+    if (core::Status status = s.wait_reads(buffer); !status.ok()) return status;
+    const int64_t length = s.length(g, n);
+    std::copy_n(buffer.m.get(), length, s.staged_m.data() + g * s.group_elements);
+    std::copy_n(buffer.v.get(), length, s.staged_v.data() + g * s.group_elements);
+  }
+  return Moments{s.staged_m.data(), s.staged_v.data()};
+}
+
+int64_t AdamW::state_bytes() const {
+  if (!swap_) return 2 * (end_ - begin_) * static_cast<int64_t>(sizeof(float));
+  return static_cast<int64_t>(swap_->buffers.size()) * 2 * swap_->group_bytes;
+}
+
+core::Status AdamW::step(kernels::Backend& backend, float* params, const float* grads,
+                         double lr) {
+  return update(backend, params, grads + begin_, lr);
+}
+
+core::Status AdamW::step_partition(kernels::Backend& backend, float* params,
+                                   const float* partition_grads, double lr) {
+  return update(backend, params, partition_grads, lr);
+}
+
+void AdamW::update_range(kernels::Backend& backend, float* params, const float* grads_from_begin,
+                         const kernels::Backend::AdamWParams& hyper, int64_t from, int64_t to,
+                         float* m, float* v) const {
+  kernels::Backend::AdamWParams span_hyper = hyper;
+  for (const Span& span : spans_) {
+    const int64_t begin = std::max(span.begin, from);
+    const int64_t end = std::min(span.end, to);
+    if (begin >= end) continue;
+    span_hyper.weight_decay = span.decay ? spec_.weight_decay : 0.0;
+    backend.adamw_update(params + begin, grads_from_begin + (begin - begin_), m + (begin - from),
+                         v + (begin - from), end - begin, span_hyper);
+  }
+}
+
+core::Status AdamW::update(kernels::Backend& backend, float* params,
+                           const float* grads_from_begin, double lr) {
   ++step_;
   kernels::Backend::AdamWParams hyper;
   hyper.lr = lr;
@@ -33,12 +223,45 @@ void AdamW::update(kernels::Backend& backend, float* params, const float* grads_
   hyper.eps = spec_.eps;
   hyper.decoupled = spec_.decoupled_weight_decay;
   hyper.step = step_;
-  for (const Span& span : spans_) {
-    hyper.weight_decay = span.decay ? spec_.weight_decay : 0.0;
-    const int64_t offset = span.begin - begin_;
-    backend.adamw_update(params + span.begin, grads_from_begin + offset, m_.data() + offset,
-                         v_.data() + offset, span.end - span.begin, hyper);
+  if (!swap_) {
+    ensure_in_memory();
+    update_range(backend, params, grads_from_begin, hyper, begin_, end_, m_.data(), v_.data());
+    return {};
   }
+  Swap& s = *swap_;
+  std::vector<float>().swap(s.staged_m);  // the last checkpoint's copy
+  std::vector<float>().swap(s.staged_v);
+  const int64_t n = end_ - begin_;
+  const int64_t count = static_cast<int64_t>(s.buffers.size());
+  // Groups are read up to count - 1 ahead; a buffer is read into only once
+  // the write of the group it held is done.
+  const int64_t ahead = std::max<int64_t>(count - 1, 0);
+  const auto load = [&](int64_t g) -> core::Status {
+    Swap::Buffer& buffer = s.buffers[g % count];
+    if (core::Status status = s.wait_writes(buffer); !status.ok()) return status;
+    s.start_read(g, buffer);
+    return {};
+  };
+  for (int64_t g = 0; g < std::min(ahead, s.groups); ++g) {
+    if (core::Status status = load(g); !status.ok()) return status;
+  }
+  for (int64_t g = 0; g < s.groups; ++g) {
+    if (ahead == 0) {
+      if (core::Status status = load(g); !status.ok()) return status;
+    }
+    Swap::Buffer& buffer = s.buffers[g % count];
+    if (core::Status status = s.wait_reads(buffer); !status.ok()) {
+      return status.with_context("reading the optimizer's moments");
+    }
+    const int64_t from = begin_ + g * s.group_elements;
+    update_range(backend, params, grads_from_begin, hyper, from, from + s.length(g, n),
+                 buffer.m.get(), buffer.v.get());
+    s.start_write(g, buffer);
+    if (ahead > 0 && g + ahead < s.groups) {
+      if (core::Status status = load(g + ahead); !status.ok()) return status;
+    }
+  }
+  return s.file->wait_all().with_context("writing the optimizer's moments");
 }
 
 }  // namespace dslaunch::worker::engine

@@ -1,60 +1,104 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
-#include "kernels/backend.h"
-#include "core/spec/job_spec.h"
 #include "core/layout/gpt2_config.h"
 #include "core/layout/parameter_table.h"
+#include "core/spec/job_spec.h"
+#include "core/status.h"
+#include "core/swap_file.h"
+#include "kernels/backend.h"
 
 namespace dslaunch::worker::engine {
+
+// Where Adam's moments go when they leave memory (ZeRO-Infinity's
+// offload_optimizer device nvme): a swap file in `folder`, streamed through
+// in groups of `group_elements` (DeepSpeed's sub_group_size) with
+// `buffer_count` groups' buffers in memory, so that reading the next groups
+// and writing the last back overlap the update of this one.
+struct MomentSwap {
+  std::string folder;
+  int64_t group_elements = 1'000'000'000;
+  int buffer_count = 4;
+};
 
 // AdamW (or Adam with an L2 penalty) over the parameters of a tensor table,
 // with DeepSpeed's hyperparameters from the spec. Weight decay applies to
 // matrices and embeddings only, never to biases and LayerNorm parameters, as
 // Megatron-LM, nanoGPT and Hugging Face's Trainer set up their parameter
 // groups. Owns the two moment buffers (same layout as the parameters, or a
-// slice of it); not thread-safe.
+// slice of it), in memory or, after swap_moments(), on a drive; not
+// thread-safe.
 class AdamW {
  public:
   // Updates the floats [begin, end) of the table's layout: a whole buffer,
   // or the slice one rank owns.
   AdamW(const spec::OptimizerSpec& spec, const core::ParameterTable& table, int64_t begin,
         int64_t end);
+  ~AdamW();
+
+  // Moves the moments into a swap file (they keep their values); from now
+  // on every step streams them through the file. The same results, bit for
+  // bit: only where the moments wait between steps changes.
+  core::Status swap_moments(const MomentSwap& swap);
 
   // One step at learning rate `lr` on params[begin, end) with the matching
   // gradients; both pointers address the start of the whole layout.
-  void step(kernels::Backend& backend, float* params, const float* grads, double lr);
+  core::Status step(kernels::Backend& backend, float* params, const float* grads, double lr);
 
   // The same step with only the gradients of [begin, end): partition_grads
   // holds end - begin floats, its first the gradient of params[begin] (ZeRO
   // stage 2, where a rank holds no other gradients).
-  void step_partition(kernels::Backend& backend, float* params, const float* partition_grads,
-                      double lr);
+  core::Status step_partition(kernels::Backend& backend, float* params,
+                              const float* partition_grads, double lr);
 
   int64_t steps_taken() const { return step_; }
-  // The two moments of the floats [begin, end) given to the constructor:
-  // element 0 belongs to params[begin]. For checkpoints, and for resuming
-  // from one (with set_steps_taken, as Adam's bias correction counts steps).
-  float* first_moment() { return m_.data(); }
-  float* second_moment() { return v_.data(); }
   void set_steps_taken(int64_t steps) { step_ = steps; }
-  int64_t state_bytes() const { return static_cast<int64_t>(2 * m_.size() * sizeof(float)); }
+
+  // The two moments of the floats [begin, end) given to the constructor
+  // (element 0 belongs to params[begin]), for checkpoints: in memory, or
+  // read back from the swap file into buffers held until the next step.
+  struct Moments {
+    const float* first = nullptr;
+    const float* second = nullptr;
+  };
+  core::StatusOr<Moments> moments();
+  // Sets both moments of the floats [from, from + count) of [begin, end)
+  // (resuming), in pieces of moment_group() floats at most, each starting
+  // at a multiple of it; null: zeros.
+  core::Status set_moments(int64_t from, int64_t count, const float* first, const float* second);
+  int64_t moment_group() const;
+
+  // Bytes the moments hold in memory (the swap buffers, once swapped).
+  int64_t state_bytes() const;
+  bool swapped() const { return swap_ != nullptr; }
 
  private:
   struct Span {
     int64_t begin, end;  // in the whole layout
     bool decay;
   };
+  struct Swap;
   // grads_from_begin[0] is the gradient of params[begin_].
-  void update(kernels::Backend& backend, float* params, const float* grads_from_begin, double lr);
+  core::Status update(kernels::Backend& backend, float* params, const float* grads_from_begin,
+                      double lr);
+  // The update of the layout's floats [from, to), whose moments are at m, v.
+  void update_range(kernels::Backend& backend, float* params, const float* grads_from_begin,
+                    const kernels::Backend::AdamWParams& hyper, int64_t from, int64_t to,
+                    float* m, float* v) const;
 
   spec::OptimizerSpec spec_;
   int64_t begin_;
+  int64_t end_;
   std::vector<Span> spans_;
+  // In memory, allocated at the first use unless swapped first.
+  void ensure_in_memory();
   std::vector<float> m_;
   std::vector<float> v_;
+  std::unique_ptr<Swap> swap_;
   int64_t step_ = 0;
 };
 

@@ -401,7 +401,9 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     if (options.save_checkpoint &&
         (last_step || stop_after_step || checkpoint_requested ||
          (interval > 0 && (step + 1) % interval == 0))) {
-      CheckpointSlice slice = state.checkpoint_slice(step + 1);
+      core::StatusOr<CheckpointSlice> saved = state.checkpoint_slice(step + 1);
+      if (!saved.ok()) return failed(saved.status().with_context("saving a checkpoint"));
+      CheckpointSlice& slice = *saved;
       slice.tensor_rank = shard.tensor_rank;
       slice.stage = shard.stage;
       slice.model_parameters = model_parameters;

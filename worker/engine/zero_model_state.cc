@@ -63,21 +63,45 @@ class ZeroStateBase : public ModelState {
     params_.resize(partition_.padded_total(), 0.0f);
   }
 
-  // Reads the optimizer's moments of this rank's partition from a checkpoint.
+  // ZeRO-Infinity's offload_optimizer nvme: the moments go to a swap file.
+  core::Status swap_moments() {
+    const spec::ZeroSpec& zero = training_.zero;
+    MomentSwap swap;
+    swap.folder = zero.offload_optimizer.nvme_path;
+    swap.group_elements = zero.sub_group_size;
+    swap.buffer_count = zero.offload_optimizer.buffer_count;
+    return optimizer_.swap_moments(swap).with_context(
+        "zero_optimization.offload_optimizer.nvme_path");
+  }
+
+  // Reads the optimizer's moments of this rank's partition from a
+  // checkpoint, a swap group at a time (never the whole moments at once).
   core::Status resume(const std::vector<core::ShardLocation>& shards, int64_t optimizer_steps) {
-    for (const auto& [kind, moment] :
-         {std::pair{core::StateKind::kAdamM, optimizer_.first_moment()},
-          std::pair{core::StateKind::kAdamV, optimizer_.second_moment()}}) {
-      if (std::string error; !core::read_flat_range(shards, layout_, kind, own_begin_,
-                                                    own_begin_ + own_count_, moment, error)) {
-        return core::Status(core::StatusCode::kDataLoss, error);
+    const int64_t group = optimizer_.moment_group();
+    std::vector<float> first(std::min(group, own_count_));
+    std::vector<float> second(first.size());
+    for (int64_t from = 0; from < own_count_; from += group) {
+      const int64_t count = std::min(group, own_count_ - from);
+      for (const auto& [kind, moment] : {std::pair{core::StateKind::kAdamM, first.data()},
+                                         std::pair{core::StateKind::kAdamV, second.data()}}) {
+        if (std::string error;
+            !core::read_flat_range(shards, layout_, kind, own_begin_ + from,
+                                   own_begin_ + from + count, moment, error)) {
+          return core::Status(core::StatusCode::kDataLoss, error);
+        }
+      }
+      if (core::Status status = optimizer_.set_moments(from, count, first.data(), second.data());
+          !status.ok()) {
+        return status;
       }
     }
     optimizer_.set_steps_taken(optimizer_steps);
     return {};
   }
 
-  CheckpointSlice checkpoint_slice(int64_t step) override {
+  core::StatusOr<CheckpointSlice> checkpoint_slice(int64_t step) override {
+    core::StatusOr<AdamW::Moments> moments = optimizer_.moments();
+    if (!moments.ok()) return moments.status().with_context("reading the optimizer's moments");
     CheckpointSlice slice;
     slice.step = step;
     slice.rank = comm_.rank();
@@ -92,9 +116,9 @@ class ZeroStateBase : public ModelState {
     // the optimizer's first element (own_begin_).
     slice.arrays = {{{core::StateKind::kParameter, core::DType::kF32}, master() + slice.begin},
                     {{core::StateKind::kAdamM, core::DType::kF32},
-                     optimizer_.first_moment() + (slice.begin - own_begin_)},
+                     moments->first + (slice.begin - own_begin_)},
                     {{core::StateKind::kAdamV, core::DType::kF32},
-                     optimizer_.second_moment() + (slice.begin - own_begin_)}};
+                     moments->second + (slice.begin - own_begin_)}};
     return slice;
   }
 
@@ -158,7 +182,10 @@ class ReplicatedGradients final : public ZeroStateBase {
     backend_.scale(grads_.data(), static_cast<int64_t>(grads_.size()), factor);
   }
   core::Status optimizer_step(double lr) override {
-    optimizer_.step(backend_, params_.data(), grads_.data(), lr);
+    if (core::Status status = optimizer_.step(backend_, params_.data(), grads_.data(), lr);
+        !status.ok()) {
+      return status;
+    }
     if (!sharded_) return {};
     return all_gather_partitions(comm_, partition_, training_.zero.allgather_bucket_size,
                                  params_.data())
@@ -247,7 +274,10 @@ class PartitionedGradients final : public ZeroStateBase {
     backend_.scale(grads_.data(), static_cast<int64_t>(grads_.size()), factor);
   }
   core::Status optimizer_step(double lr) override {
-    optimizer_.step_partition(backend_, master(), grads_.data(), lr);
+    if (core::Status status = optimizer_.step_partition(backend_, master(), grads_.data(), lr);
+        !status.ok()) {
+      return status;
+    }
     // Stage 3 gathers no parameters after the step but the persistent ones.
     if (zero3_) {
       if (std::string error = zero3_->refresh_persistent(); !error.empty()) {
@@ -322,6 +352,9 @@ core::StatusOr<std::unique_ptr<ModelState>> make_zero_model_state(ModelStateInpu
     state = std::move(partitioned);
   } else {
     state = std::make_unique<ReplicatedGradients>(inputs);
+  }
+  if (inputs.training->zero.offload_optimizer.device == spec::OffloadDevice::kNvme) {
+    if (core::Status status = state->swap_moments(); !status.ok()) return status;
   }
   if (inputs.resume_shards != nullptr) {
     if (core::Status status = state->resume(*inputs.resume_shards, inputs.resume_optimizer_steps);

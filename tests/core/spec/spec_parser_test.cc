@@ -86,6 +86,8 @@ TEST_CASE("a minimal spec gets every default from job_spec.h") {
   CHECK(training.zero.param_persistence_threshold == 100'000);
   CHECK(training.zero.max_live_parameters == 1'000'000'000);
   CHECK(training.zero.offload_optimizer.device == OffloadDevice::kNone);
+  CHECK(training.zero.offload_optimizer.buffer_count == 4);
+  CHECK(training.zero.sub_group_size == 1'000'000'000);
   CHECK(training.zero.offload_param.device == OffloadDevice::kNone);
   CHECK(training.optimizer.type == OptimizerType::kAdamW);
   CHECK(training.optimizer.lr == 1e-3);
@@ -382,7 +384,8 @@ training:
   zero_optimization:
     stage: 3
     offload_param: {device: nvme, nvme_path: nvme}
-    offload_optimizer: {device: nvme, nvme_path: /local_nvme}
+    offload_optimizer: {device: nvme, nvme_path: /local_nvme, buffer_count: 2}
+    sub_group_size: 1000000
 checkpoint:
   dir: ./ckpt/../checkpoints
 )",
@@ -395,6 +398,8 @@ checkpoint:
   CHECK(spec.data.train == normal(folder.dir() / "data/tokens.bin"));
   CHECK(spec.training.zero.offload_param.nvme_path == normal(folder.dir() / "jobs/nvme"));
   CHECK(spec.training.zero.offload_optimizer.nvme_path == "/local_nvme");
+  CHECK(spec.training.zero.offload_optimizer.buffer_count == 2);
+  CHECK(spec.training.zero.sub_group_size == 1'000'000);
   CHECK(spec.checkpoint.dir == normal(folder.dir() / "jobs/checkpoints"));
 }
 

@@ -115,7 +115,7 @@ StepValues train_with_engine(const core::ParameterTable& table, std::vector<floa
     if (clip > 0 && factor < 1) {
       backend->scale(grads.data(), table.total(), static_cast<float>(factor));
     }
-    adamw.step(*backend, params.data(), grads.data(), kLr);
+    REQUIRE(adamw.step(*backend, params.data(), grads.data(), kLr).ok());
   }
   return values;
 }

@@ -381,6 +381,67 @@ TEST_CASE("a stop seen by one rank only stops every rank after the same step") {
 // The drill for one rank overflowing (testing.fault nan_gradient): its NaN
 // gradients reach every rank through the reduction, at every ZeRO stage, and
 // every rank fails that step with the same message; none waits for another.
+// ZeRO-Infinity's optimizer offload: Adam's moments stream through a swap
+// file in groups; only where they wait between steps changes, so every loss
+// and parameter has the same bits, at every stage, whatever the groups and
+// buffers; memory holds the buffers only.
+TEST_CASE("offload_optimizer nvme trains to the same bits as memory at ZeRO 1, 2 and 3") {
+  const int rank = world_data().rank();
+  const std::string dir = testing::shared_token_files(world_data());
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  spec.training.steps = 12;
+  spec.training.scheduler.total_num_steps = 12;
+  const std::string nvme = dir + "/nvme-" + std::to_string(rank);
+  std::filesystem::create_directories(nvme);
+  struct Case {
+    int stage;
+    int64_t sub_group_size;
+    int buffer_count;
+  };
+  for (const Case& c : {Case{1, 4096, 4}, Case{2, 1000, 1}, Case{3, 30000, 2}, Case{1, 1 << 30, 4}}) {
+    INFO("ZeRO " << c.stage << ", sub_group_size " << c.sub_group_size << ", buffer_count "
+                 << c.buffer_count);
+    spec.training.zero.stage = c.stage;
+    spec.training.zero.offload_optimizer = {};
+    MemoryReport in_memory_report;
+    const Run in_memory = train_on(world_data(), spec, 2, 2, &in_memory_report);
+    spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kNvme;
+    spec.training.zero.offload_optimizer.nvme_path = nvme;
+    spec.training.zero.offload_optimizer.buffer_count = c.buffer_count;
+    spec.training.zero.sub_group_size = c.sub_group_size;
+    MemoryReport offloaded_report;
+    const Run offloaded = train_on(world_data(), spec, 2, 2, &offloaded_report);
+    CHECK(offloaded.losses == in_memory.losses);
+    CHECK(offloaded.eval_losses == in_memory.eval_losses);
+    CHECK(offloaded.params == in_memory.params);
+    // The buffers: buffer_count groups of both moments (4 KiB-aligned), or
+    // fewer when the partition has fewer groups.
+    const int64_t partition = in_memory_report.optimizer_states / 8;
+    const int64_t group = std::min<int64_t>(c.sub_group_size, partition);
+    const int64_t groups = (partition + group - 1) / group;
+    const int64_t group_bytes = (group * 4 + 4095) / 4096 * 4096;
+    CHECK(offloaded_report.optimizer_states ==
+          std::min<int64_t>(c.buffer_count, groups) * 2 * group_bytes);
+    // The swap file is gone from the folder (unlinked at once).
+    CHECK(std::filesystem::is_empty(nvme));
+    REQUIRE_OK(world_barrier());
+  }
+  spec.training.zero.offload_optimizer.nvme_path = dir + "/no-such-folder";
+  spec.training.batch = {};
+  spec.training.batch.micro_batch_per_gpu = 2;
+  spec.training.batch.gradient_accumulation_steps = 1;
+  const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
+  auto backend = kernels::make_cpu_backend(1);
+  TrainerOptions options;
+  options.data_comm = &world_data();
+  const TrainResult missing = train(spec, data, *backend, options);
+  CHECK_THAT(missing.error,
+             Catch::Contains("zero_optimization.offload_optimizer.nvme_path") &&
+                 Catch::Contains("no-such-folder': No such file or directory"));
+  REQUIRE_OK(world_barrier());
+  if (rank == 0) std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("NaN gradients on one rank fail the step on every rank, at every ZeRO stage") {
   const int rank = world_data().rank();
   const int size = world_data().size();

@@ -136,14 +136,22 @@ TEST_CASE("a run resumed from a checkpoint continues bit for bit at every ZeRO s
   const int rank = world_data().rank();
   const std::string dir = testing::shared_token_files(world_data());
   const int stage = GENERATE(0, 1, 2, 3);
-  INFO("ZeRO stage " << stage);
+  // With the optimizer's moments offloaded to a swap file (ZeRO 1-3), they
+  // are saved from it and resumed into it.
+  const bool offload = stage > 0 ? GENERATE(false, true) : false;
+  INFO("ZeRO stage " << stage << (offload ? ", offload_optimizer nvme" : ""));
   spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
   spec.training.zero.stage = stage;
   spec.training.zero.param_persistence_threshold = 0;
   spec.checkpoint.interval = 10;
+  if (offload) {
+    spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kNvme;
+    spec.training.zero.offload_optimizer.nvme_path = dir;
+    spec.training.zero.sub_group_size = 5000;
+  }
   const int size = world_data().size();
   const int64_t global = 4 * size;  // accumulation 2
-  const std::string root = fmt::format("{}/stage{}", dir, stage);
+  const std::string root = fmt::format("{}/stage{}{}", dir, stage, offload ? "-offload" : "");
   const Run whole = train_checkpointed(world_data(), spec, global, root);
   const Run resumed =
       train_checkpointed(world_data(), spec, global, root + "-resumed", resume_point(root, 20, spec.model));

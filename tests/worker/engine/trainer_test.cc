@@ -92,6 +92,18 @@ TEST_CASE("what the engine cannot do yet is refused before training starts") {
   spec = testing::tiny_job("a", "b");
   spec.cluster.device = spec::Device::kCuda;
   CHECK_THAT(training_support_problem(spec), Catch::Contains("cpu"));
+  // Optimizer offload to NVMe runs; to the CPU it would change nothing here.
+  spec = testing::tiny_job("a", "b");
+  spec.training.zero.stage = 2;
+  spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kNvme;
+  CHECK(training_support_problem(spec) == "");
+  spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kCpu;
+  CHECK_THAT(training_support_problem(spec),
+             Catch::StartsWith("offload_optimizer device cpu: on the CPU engine"));
+  spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kNone;
+  spec.training.zero.stage = 3;
+  spec.training.zero.offload_param.device = spec::OffloadDevice::kNvme;
+  CHECK_THAT(training_support_problem(spec), Catch::StartsWith("offload_param is not implemented"));
 }
 
 }  // namespace

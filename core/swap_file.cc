@@ -1,0 +1,175 @@
+#include "core/swap_file.h"
+
+#include <fcntl.h>
+#include <liburing.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <map>
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/errno_status.h"
+
+namespace dslaunch::core {
+
+struct SwapFile::Ring {
+  ::io_uring ring{};
+  unsigned depth = 0;
+  struct Transfer {
+    bool write = false;
+    char* buffer = nullptr;
+    int64_t bytes = 0;
+    int64_t offset = 0;
+  };
+  std::map<Ticket, Transfer> in_flight;
+  std::set<Ticket> done;  // completed out of order, above completed_below_
+  ~Ring() { io_uring_queue_exit(&ring); }
+};
+
+StatusOr<std::unique_ptr<SwapFile>> SwapFile::create(const std::string& folder,
+                                                     int queue_depth) {
+  std::string path = folder + "/dslaunch-swap-XXXXXX";
+  const int fd = ::mkostemp(path.data(), O_CLOEXEC);
+  if (fd < 0) {
+    return Status(StatusCode::kIoError,
+                  fmt::format("cannot create a swap file in '{}': {}", folder, errno_text(errno)));
+  }
+  // Gone from the folder at once: the space returns when the process ends.
+  ::unlink(path.c_str());
+  const int flags = ::fcntl(fd, F_GETFL);
+  const bool direct = flags >= 0 && ::fcntl(fd, F_SETFL, flags | O_DIRECT) == 0;
+  auto ring = std::make_unique<Ring>();
+  ring->depth = static_cast<unsigned>(std::max(1, queue_depth));
+  if (io_uring_queue_init(ring->depth, &ring->ring, 0) != 0) {
+    ring.release();  // never initialised: nothing to exit
+    ring = nullptr;
+  }
+  return std::unique_ptr<SwapFile>(new SwapFile(fd, direct, std::move(ring), folder));
+}
+
+SwapFile::SwapFile(int fd, bool direct, std::unique_ptr<Ring> ring, std::string folder)
+    : fd_(fd), direct_(direct), ring_(std::move(ring)), folder_(std::move(folder)) {}
+
+SwapFile::~SwapFile() {
+  (void)wait_all();
+  ring_.reset();
+  ::close(fd_);
+}
+
+void SwapFile::fail(int error_number, const char* what) {
+  if (error_.ok()) {
+    error_ = Status(StatusCode::kIoError,
+                    fmt::format("{} the swap file in '{}': {}", what, folder_,
+                                errno_text(error_number)));
+  }
+}
+
+SwapFile::Ticket SwapFile::start_read(void* buffer, int64_t bytes, int64_t offset) {
+  return start(false, buffer, bytes, offset);
+}
+
+SwapFile::Ticket SwapFile::start_write(const void* buffer, int64_t bytes, int64_t offset) {
+  return start(true, const_cast<void*>(buffer), bytes, offset);
+}
+
+SwapFile::Ticket SwapFile::start(bool write, void* buffer, int64_t bytes, int64_t offset) {
+  const Ticket ticket = next_ticket_++;
+  char* data = static_cast<char*>(buffer);
+  // Without io_uring, or after a failure, the transfer happens now.
+  const auto transfer_now = [&](int64_t done) {
+    while (done < bytes && error_.ok()) {
+      const ssize_t n = write ? ::pwrite(fd_, data + done, bytes - done, offset + done)
+                              : ::pread(fd_, data + done, bytes - done, offset + done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        fail(n < 0 ? errno : EIO, write ? "writing" : "reading");
+        break;
+      }
+      done += n;
+    }
+  };
+  if (ring_ == nullptr || !error_.ok()) {
+    transfer_now(0);
+    if (ring_ != nullptr) ring_->done.insert(ticket);
+    if (ring_ == nullptr) completed_below_ = next_ticket_;
+    return ticket;
+  }
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring);
+  while (sqe == nullptr && in_flight_ > 0) {
+    reap_one();
+    sqe = io_uring_get_sqe(&ring_->ring);
+  }
+  if (write) {
+    io_uring_prep_write(sqe, fd_, data, static_cast<unsigned>(bytes), static_cast<__u64>(offset));
+  } else {
+    io_uring_prep_read(sqe, fd_, data, static_cast<unsigned>(bytes), static_cast<__u64>(offset));
+  }
+  io_uring_sqe_set_data64(sqe, static_cast<__u64>(ticket));
+  ring_->in_flight[ticket] = {write, data, bytes, offset};
+  ++in_flight_;
+  if (const int submitted = io_uring_submit(&ring_->ring); submitted < 0) {
+    fail(-submitted, "submitting to");
+  }
+  return ticket;
+}
+
+void SwapFile::reap_one() {
+  io_uring_cqe* cqe = nullptr;
+  int waited = io_uring_wait_cqe(&ring_->ring, &cqe);
+  while (waited == -EINTR) waited = io_uring_wait_cqe(&ring_->ring, &cqe);
+  if (waited < 0) {
+    // Nothing more completes through the ring: the transfers in flight are
+    // lost, and the file's contents with them.
+    fail(-waited, "waiting on");
+    for (const auto& [ticket, transfer] : ring_->in_flight) ring_->done.insert(ticket);
+    ring_->in_flight.clear();
+    in_flight_ = 0;
+    return;
+  }
+  const Ticket ticket = static_cast<Ticket>(io_uring_cqe_get_data64(cqe));
+  const int result = cqe->res;
+  io_uring_cqe_seen(&ring_->ring, cqe);
+  const Ring::Transfer transfer = ring_->in_flight.at(ticket);
+  ring_->in_flight.erase(ticket);
+  --in_flight_;
+  if (result < 0) {
+    fail(-result, transfer.write ? "writing" : "reading");
+  } else if (result < transfer.bytes) {
+    // A short transfer: the rest now, in place.
+    int64_t done = result;
+    while (done < transfer.bytes && error_.ok()) {
+      const ssize_t n =
+          transfer.write
+              ? ::pwrite(fd_, transfer.buffer + done, transfer.bytes - done, transfer.offset + done)
+              : ::pread(fd_, transfer.buffer + done, transfer.bytes - done, transfer.offset + done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        fail(n < 0 ? errno : EIO, transfer.write ? "writing" : "reading");
+        break;
+      }
+      done += n;
+    }
+  }
+  ring_->done.insert(ticket);
+}
+
+Status SwapFile::wait(Ticket ticket) {
+  if (ring_ != nullptr) {
+    const auto finished = [&] {
+      while (ring_->done.count(completed_below_) != 0) ring_->done.erase(completed_below_++);
+      return ticket < completed_below_;
+    };
+    while (!finished() && in_flight_ > 0) reap_one();
+  }
+  return error_;
+}
+
+Status SwapFile::wait_all() {
+  while (ring_ != nullptr && in_flight_ > 0) reap_one();
+  return error_;
+}
+
+}  // namespace dslaunch::core
