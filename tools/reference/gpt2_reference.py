@@ -17,6 +17,9 @@ GPT-2 and dslaunch's parameter table.
                token file with torch.optim.AdamW and gradient clipping, and
                reports the loss and gradient norm of every step; the check of
                the engine's gradients and optimizer.
+  adam-bench   times torch.optim.AdamW steps (foreach) on one tensor of N
+               parameters and reports parameters/s; the reference of
+               bench/offload_bench's CPU Adam.
   write-foreign
                rewrites GPT-2 safetensors weights the way other tools lay a
                file out (no "transformer." prefix, other tensor order,
@@ -328,6 +331,23 @@ def command_eval(args):
                       "batch_losses": losses, **shape}))
 
 
+def command_adam_bench(args):
+    torch = import_torch(args.threads, args.openblas_coretype)
+    torch.manual_seed(1)
+    params = torch.nn.Parameter(torch.randn(args.params) * 0.02)
+    params.grad = torch.randn(args.params) * 1e-3
+    optimizer = torch.optim.AdamW([params], lr=1e-4, betas=(0.9, 0.999), eps=1e-8,
+                                  weight_decay=0.1, foreach=True)
+    optimizer.step()  # allocates the moments
+    times = []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        optimizer.step()
+        times.append(time.perf_counter() - start)
+    times.sort()
+    print(json.dumps({"params_per_s": args.params / times[len(times) // 2]}))
+
+
 def command_train_bench(args):
     torch = import_torch(args.threads, args.openblas_coretype)
     torch.manual_seed(args.seed)
@@ -554,6 +574,12 @@ def main():
     tb.add_argument("--weight-decay", type=float, default=0.1)
     tb.add_argument("--seed", type=int, default=1)
     tb.set_defaults(run=command_train_bench)
+
+    ab = commands.add_parser("adam-bench", parents=[common],
+                             help="parameters/s of torch.optim.AdamW steps")
+    ab.add_argument("--params", type=int, required=True)
+    ab.add_argument("--steps", type=int, default=3, help="timed steps (median reported)")
+    ab.set_defaults(run=command_adam_bench)
 
     ts = commands.add_parser("train-steps", parents=[common],
                              help="losses and gradient norms training weights with AdamW")
