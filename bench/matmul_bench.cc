@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <cblas.h>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "bench/median_time.h"
@@ -92,7 +92,8 @@ struct DnnlMatmul {
   }
 
   void run(dnnl::stream& stream) {
-    product.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
+    product.execute(stream,
+                    {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
     stream.wait();
   }
 };
@@ -120,8 +121,8 @@ int main(int argc, char** argv) {
       "of {}\n\n",
       machine.cpu_model.empty() ? "an unnamed CPU" : machine.cpu_model, threads,
       dslaunch::kernels::query_blas_info().core_name, dnnl::version()->major,
-      dnnl::version()->minor, dnnl::version()->patch, isa_name(dnnl::get_effective_cpu_isa()),
-      rows, runs);
+      dnnl::version()->minor, dnnl::version()->patch, isa_name(dnnl::get_effective_cpu_isa()), rows,
+      runs);
   std::cout << fmt::format("{:<18} {:>16} {:>16} {:>16} {:>22}\n", "product (GFLOP/s)",
                            "OpenBLAS fp32", "oneDNN fp32", "oneDNN bf16", "bf16 + converting x");
   double total_flops = 0, blas_ms = 0, dnnl_ms = 0, bf16_ms = 0, bf16_convert_ms = 0;
@@ -166,8 +167,9 @@ int main(int argc, char** argv) {
     bf16_convert_ms += t_bf16 + t_convert;
   }
   const auto rate = [total_flops](double ms) { return total_flops / (ms * 1e6); };
-  std::cout << fmt::format("{:<18} {:>16.1f} {:>16.1f} {:>16.1f} {:>22.1f}\n", "all (time-weighted)",
-                           rate(blas_ms), rate(dnnl_ms), rate(bf16_ms), rate(bf16_convert_ms));
+  std::cout << fmt::format("{:<18} {:>16.1f} {:>16.1f} {:>16.1f} {:>22.1f}\n",
+                           "all (time-weighted)", rate(blas_ms), rate(dnnl_ms), rate(bf16_ms),
+                           rate(bf16_convert_ms));
   std::cout << fmt::format(
       "\noneDNN bf16 vs OpenBLAS fp32: {:.2f}x ({:.2f}x converting the activations); oneDNN fp32 "
       "vs OpenBLAS: {:.2f}x\n",

@@ -22,11 +22,12 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "bench/median_time.h"
+#include "bench/runfile.h"
 #include "core/layout/model_config.h"
 #include "core/layout/parameter_table.h"
 #include "core/spec/job_spec.h"
@@ -39,11 +40,6 @@
 namespace {
 
 using dslaunch::bench::median_ms;
-
-std::string runfile(const char* argv0, const std::string& path) {
-  if (const char* dir = std::getenv("RUNFILES_DIR")) return std::string(dir) + "/dslaunch/" + path;
-  return std::string(argv0) + ".runfiles/dslaunch/" + path;
-}
 
 std::string run(const std::string& command) {
   FILE* pipe = popen(command.c_str(), "r");
@@ -106,8 +102,8 @@ int main(int argc, char** argv) {
   // extra write-allocate traffic) moves 12 bytes an element. Adam moves 28
   // a parameter (parameters, gradients and both moments read, three of them
   // written), so at the bus's rate a step takes no less than 28/12 of it.
-  const double add_ms =
-      median_ms(runs, [&] { backend->residual_forward(grads.data(), grads.data(), params.data(), n); });
+  const double add_ms = median_ms(
+      runs, [&] { backend->residual_forward(grads.data(), grads.data(), params.data(), n); });
   const double bus_gb_s = 12.0 * static_cast<double>(n) / (add_ms * 1e6);
   const double bound_ms = 28.0 * static_cast<double>(n) / (bus_gb_s * 1e6);
   // The gradients grew by the parameters each time: back to small values.
@@ -139,7 +135,8 @@ int main(int argc, char** argv) {
   }
   (void)run(fmt::format("cat {} > /dev/null", source));
   const double dd_write_ms = median_ms(runs, [&] {
-    (void)run(fmt::format("dd if={} of={} bs=8M oflag=direct conv=fsync status=none", source, target));
+    (void)run(
+        fmt::format("dd if={} of={} bs=8M oflag=direct conv=fsync status=none", source, target));
   });
   const double dd_read_ms = median_ms(runs, [&] {
     (void)run(fmt::format("dd if={} of=/dev/null bs=8M iflag=direct status=none", target));
@@ -149,9 +146,10 @@ int main(int argc, char** argv) {
   const double moment_bytes = 8.0 * static_cast<double>(n);
   const double dd_gb_s = 2 * moment_bytes / ((dd_write_ms + dd_read_ms) * 1e6);
 
-  const std::string script = runfile(argv[0], "tools/reference/gpt2_reference.py");
-  const std::string torch_output = run(fmt::format(
-      "/usr/bin/python3 {} adam-bench --params {} --threads {} --steps {}", script, n, threads, runs));
+  const std::string script = dslaunch::bench::runfile(argv[0], "tools/reference/gpt2_reference.py");
+  const std::string torch_output =
+      run(fmt::format("/usr/bin/python3 {} adam-bench --params {} --threads {} --steps {}", script,
+                      n, threads, runs));
   const nlohmann::json torch = nlohmann::json::parse(
       torch_output.substr(std::min(torch_output.rfind('{'), torch_output.size())), nullptr, false);
 
@@ -172,11 +170,12 @@ int main(int argc, char** argv) {
     std::cout << "PyTorch AdamW: not measured (/usr/bin/python3 with torch is missing)\n";
   }
   std::cout << fmt::format("{:<46} {:>10.1f} {:>14.1f}   ({:.1f} GB/s; Adam at {:.0f}%)\n",
-                           "its 28 bytes/param through an in-place add", bound_ms,
-                           per_s(bound_ms), bus_gb_s, 100 * bound_ms / memory_ms);
-  std::cout << fmt::format("{:<46} {:>10.1f} {:>14.1f}   ({:.2f}x in memory)\n",
-                           fmt::format("dslaunch, moments swapped ({} x {}M)", buffers, group >> 20),
-                           swap_ms, per_s(swap_ms), swap_ms / memory_ms);
+                           "its 28 bytes/param through an in-place add", bound_ms, per_s(bound_ms),
+                           bus_gb_s, 100 * bound_ms / memory_ms);
+  std::cout << fmt::format(
+      "{:<46} {:>10.1f} {:>14.1f}   ({:.2f}x in memory)\n",
+      fmt::format("dslaunch, moments swapped ({} x {}M)", buffers, group >> 20), swap_ms,
+      per_s(swap_ms), swap_ms / memory_ms);
   std::cout << fmt::format(
       "\nswap traffic {:.2f} GB/s (both moments read and written each step) beside dd's "
       "{:.2f} GB/s (direct write {:.2f}, read {:.2f}) in {}: {:.0f}%\n",

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/median_time.h"
+#include "bench/runfile.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/blas_info.h"
 #include "kernels/cpu/blas_setup.h"
@@ -134,11 +135,6 @@ std::optional<Throughput> pytorch(const BenchConfig& c, int threads, int warmup,
   return t;
 }
 
-std::string runfile(const char* argv0, const std::string& path) {
-  if (const char* dir = std::getenv("RUNFILES_DIR")) return std::string(dir) + "/dslaunch/" + path;
-  return std::string(argv0) + ".runfiles/dslaunch/" + path;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -163,7 +159,7 @@ int main(int argc, char** argv) {
   std::cout << fmt::format("{:<20} {:>11} {:>12} {:>7} {:>13} {:>14} {:>13}\n", "config",
                            "ours tok/s", "torch tok/s", "ratio", "ours TFLOP/s", "torch TFLOP/s",
                            "ours of peak");
-  const std::string script = runfile(argv[0], "tools/reference/gpt2_reference.py");
+  const std::string script = dslaunch::bench::runfile(argv[0], "tools/reference/gpt2_reference.py");
   for (const BenchConfig& config : kConfigs) {
     const Throughput mine = ours(config, threads, warmup, steps);
     std::string error;

@@ -29,8 +29,7 @@ struct SwapFile::Ring {
   ~Ring() { io_uring_queue_exit(&ring); }
 };
 
-StatusOr<std::unique_ptr<SwapFile>> SwapFile::create(const std::string& folder,
-                                                     int queue_depth) {
+StatusOr<std::unique_ptr<SwapFile>> SwapFile::create(const std::string& folder, int queue_depth) {
   std::string path = folder + "/dslaunch-swap-XXXXXX";
   const int fd = ::mkostemp(path.data(), O_CLOEXEC);
   if (fd < 0) {
@@ -61,9 +60,8 @@ SwapFile::~SwapFile() {
 
 void SwapFile::fail(int error_number, const char* what) {
   if (error_.ok()) {
-    error_ = Status(StatusCode::kIoError,
-                    fmt::format("{} the swap file in '{}': {}", what, folder_,
-                                errno_text(error_number)));
+    error_ = Status(StatusCode::kIoError, fmt::format("{} the swap file in '{}': {}", what, folder_,
+                                                      errno_text(error_number)));
   }
 }
 

@@ -27,8 +27,8 @@ class UringWritableFile final : public WritableFile {
  public:
   UringWritableFile(int fd, const LargeFileOptions& options)
       : fd_(fd),
-        block_(std::max<int64_t>(
-            kDirectAlignment, options.block_bytes / kDirectAlignment * kDirectAlignment)),
+        block_(std::max<int64_t>(kDirectAlignment,
+                                 options.block_bytes / kDirectAlignment * kDirectAlignment)),
         depth_(std::max(1, options.queue_depth)) {
     // Direct I/O where the file system takes it (tmpfs does not).
     const int flags = ::fcntl(fd_, F_GETFL);
@@ -207,9 +207,9 @@ class UringWritableFile final : public WritableFile {
   std::vector<int> free_;
   std::vector<InFlight> writes_;  // per buffer: its write in flight
   int pending_ = 0;
-  int current_ = -1;     // the buffer being filled
-  int64_t filled_ = 0;   // bytes in it
-  int64_t offset_ = 0;   // where the next submitted block goes
+  int current_ = -1;    // the buffer being filled
+  int64_t filled_ = 0;  // bytes in it
+  int64_t offset_ = 0;  // where the next submitted block goes
   int error_ = 0;
 };
 

@@ -68,10 +68,10 @@ std::vector<ScheduledPass> interleaved_schedule(int64_t micro_batches, int stage
     const int chunk = kind == PassKind::kForward ? in_group : chunks - 1 - in_group;
     return ScheduledPass{kind, (k / group) * stages + k % stages, chunk};
   };
-  const int64_t warmup =
-      micro_batches == stages
-          ? total
-          : std::min<int64_t>(total, int64_t{stages - stage - 1} * 2 + int64_t{chunks - 1} * stages);
+  const int64_t warmup = micro_batches == stages
+                             ? total
+                             : std::min<int64_t>(total, int64_t{stages - stage - 1} * 2 +
+                                                            int64_t{chunks - 1} * stages);
   std::vector<ScheduledPass> passes;
   passes.reserve(static_cast<size_t>(2 * total));
   int64_t forward = 0;

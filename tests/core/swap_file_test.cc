@@ -32,11 +32,12 @@ std::string folder_for(const char* name) {
   return folder.string();
 }
 
-TEST_CASE("a swap file gives back what was written at each offset, whatever order the waits "
-          "come in, and leaves nothing in its folder") {
+TEST_CASE(
+    "a swap file gives back what was written at each offset, whatever order the waits "
+    "come in, and leaves nothing in its folder") {
   for (const char* root : {"disk", "shm"}) {
-    const std::string folder =
-        std::string(root) == "shm" ? (fs::create_directories("/dev/shm/swap_file_test"),
+    const std::string folder = std::string(root) == "shm"
+                                   ? (fs::create_directories("/dev/shm/swap_file_test"),
                                       std::string("/dev/shm/swap_file_test"))
                                    : folder_for(root);
     INFO(folder);

@@ -70,8 +70,8 @@ TEST_CASE("a large file holds exactly the bytes written, whatever their sizes an
   for (const fs::path& root : {test_tmpdir(), fs::path("/dev/shm")}) {
     const std::string folder = fresh_folder(root, "sizes");
     const int64_t block = small_blocks.block_bytes;
-    for (const int64_t size : {int64_t{0}, int64_t{1}, int64_t{4095}, int64_t{4096},
-                               int64_t{4097}, block - 1, block, block + 1, 7 * block + 12345}) {
+    for (const int64_t size : {int64_t{0}, int64_t{1}, int64_t{4095}, int64_t{4096}, int64_t{4097},
+                               block - 1, block, block + 1, 7 * block + 12345}) {
       INFO(root << ", " << size << " bytes");
       const std::string path = folder + "/" + std::to_string(size);
       const std::string data = random_bytes(static_cast<size_t>(size), static_cast<uint32_t>(size));

@@ -189,8 +189,7 @@ int64_t AdamW::state_bytes() const {
   return static_cast<int64_t>(swap_->buffers.size()) * 2 * swap_->group_bytes;
 }
 
-core::Status AdamW::step(kernels::Backend& backend, float* params, const float* grads,
-                         double lr) {
+core::Status AdamW::step(kernels::Backend& backend, float* params, const float* grads, double lr) {
   return update(backend, params, grads + begin_, lr);
 }
 
@@ -213,8 +212,8 @@ void AdamW::update_range(kernels::Backend& backend, float* params, const float* 
   }
 }
 
-core::Status AdamW::update(kernels::Backend& backend, float* params,
-                           const float* grads_from_begin, double lr) {
+core::Status AdamW::update(kernels::Backend& backend, float* params, const float* grads_from_begin,
+                           double lr) {
   ++step_;
   kernels::Backend::AdamWParams hyper;
   hyper.lr = lr;

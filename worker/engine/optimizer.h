@@ -87,8 +87,8 @@ class AdamW {
                       double lr);
   // The update of the layout's floats [from, to), whose moments are at m, v.
   void update_range(kernels::Backend& backend, float* params, const float* grads_from_begin,
-                    const kernels::Backend::AdamWParams& hyper, int64_t from, int64_t to,
-                    float* m, float* v) const;
+                    const kernels::Backend::AdamWParams& hyper, int64_t from, int64_t to, float* m,
+                    float* v) const;
 
   spec::OptimizerSpec spec_;
   int64_t begin_;

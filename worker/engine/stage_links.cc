@@ -85,8 +85,7 @@ void StageLinks::after_backward(int chunk) {
                                  send.buffer.bytes());
   // The communicator reads the buffer from the host's side.
   backend_.synchronize();
-  send.pending =
-      gradients_->send(comm::buffer_of(send.buffer.data(), elements_), previous_rank());
+  send.pending = gradients_->send(comm::buffer_of(send.buffer.data(), elements_), previous_rank());
 }
 
 void StageLinks::finish() {

@@ -36,8 +36,8 @@ class StageLinks {
   // `elements`: one micro-batch's activations, B x T x C floats; the send
   // buffers live in `backend`'s memory, as the models' activations do.
   // Duplicating the communicator is collective over the pipeline group.
-  StageLinks(comm::Communicator* pipeline, std::vector<model::Gpt2Model*> chunks,
-             int64_t elements, kernels::Backend& backend);
+  StageLinks(comm::Communicator* pipeline, std::vector<model::Gpt2Model*> chunks, int64_t elements,
+             kernels::Backend& backend);
   ~StageLinks();
   StageLinks(const StageLinks&) = delete;
   StageLinks& operator=(const StageLinks&) = delete;
@@ -84,7 +84,7 @@ class StageLinks {
   int stage_ = 0;
   int stages_ = 1;
   std::vector<std::vector<std::unique_ptr<comm::Work>>> output_sends_;  // per chunk and slot
-  std::vector<GradientSend> gradient_sends_;  // the pool
+  std::vector<GradientSend> gradient_sends_;                            // the pool
   double receive_seconds_ = 0;
   core::Status status_;
 };

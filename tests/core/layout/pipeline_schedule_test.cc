@@ -38,7 +38,8 @@ std::optional<std::vector<double>> run_pipeline(int64_t micro_batches, int stage
                                                 double forward, double backward) {
   const int virtual_stages = stages * chunks;
   std::vector<std::vector<ScheduledPass>> schedules;
-  for (int s = 0; s < stages; ++s) schedules.push_back(schedule_of(micro_batches, stages, s, chunks));
+  for (int s = 0; s < stages; ++s)
+    schedules.push_back(schedule_of(micro_batches, stages, s, chunks));
   // A message: (is a gradient, from virtual stage, micro-batch).
   using Message = std::tuple<bool, int, int64_t>;
   std::map<Message, double> sent;
@@ -101,8 +102,9 @@ TEST_CASE("1F1B warms up with stages - stage - 1 forwards and cycles stages - st
   CHECK(describe(accumulation_schedule(2)) == "F0.0 B0.0 F0.1 B0.1 ");
 }
 
-TEST_CASE("the interleaved schedule runs Megatron's order: groups of `stages` micro-batches "
-          "through each chunk, backward from the last chunk") {
+TEST_CASE(
+    "the interleaved schedule runs Megatron's order: groups of `stages` micro-batches "
+    "through each chunk, backward from the last chunk") {
   // Two stages of two chunks, four micro-batches, stage 0: warm-up of
   // (2 - 0 - 1) * 2 + (2 - 1) * 2 = 4 forwards.
   CHECK(describe(interleaved_schedule(4, 2, 0, 2)) ==
@@ -114,8 +116,9 @@ TEST_CASE("the interleaved schedule runs Megatron's order: groups of `stages` mi
   CHECK(describe(interleaved_schedule(2, 2, 1, 2)) == "F0.0 F0.1 F1.0 F1.1 B1.0 B1.1 B0.0 B0.1 ");
 }
 
-TEST_CASE("every schedule runs each chunk's micro-batches once forward, then once backward, in "
-          "order, keeping each in its slot until its backward") {
+TEST_CASE(
+    "every schedule runs each chunk's micro-batches once forward, then once backward, in "
+    "order, keeping each in its slot until its backward") {
   for (int stages : {2, 3, 4}) {
     for (int chunks : {1, 2, 3}) {
       for (int64_t groups : {1, 2, 3}) {
@@ -154,8 +157,9 @@ TEST_CASE("every schedule runs each chunk's micro-batches once forward, then onc
   }
 }
 
-TEST_CASE("the stages' schedules never deadlock under the links' rules, and their bubble is the "
-          "ideal (p - 1) / (v m + p - 1)") {
+TEST_CASE(
+    "the stages' schedules never deadlock under the links' rules, and their bubble is the "
+    "ideal (p - 1) / (v m + p - 1)") {
   for (int stages : {2, 3, 4}) {
     for (int chunks : {1, 2, 3}) {
       for (int64_t groups : {1, 2, 4}) {
@@ -164,8 +168,8 @@ TEST_CASE("the stages' schedules never deadlock under the links' rules, and thei
         const std::optional<std::vector<double>> idle =
             run_pipeline(micro_batches, stages, chunks, 1.0, 2.0);
         REQUIRE(idle.has_value());
-        const double ideal =
-            static_cast<double>(stages - 1) / static_cast<double>(chunks * micro_batches + stages - 1);
+        const double ideal = static_cast<double>(stages - 1) /
+                             static_cast<double>(chunks * micro_batches + stages - 1);
         for (const double fraction : *idle) CHECK(fraction == Approx(ideal).margin(1e-12));
       }
     }

@@ -98,6 +98,24 @@ void check_matches(const Run& parallel, const Run& single, const spec::ModelSpec
   CHECK(worst_param < 1e-5);
 }
 
+// The model states a rank of pipeline stage `stage` holds are what `dslaunch
+// plan` estimates for it (within ZeRO's partition padding), and its
+// activations what the plan counts, to the byte (micro-batches of 1, a
+// global batch of 8).
+void check_memory_as_planned(const MemoryReport& memory, const spec::JobSpec& spec, int stage,
+                             int data) {
+  const double estimate = static_cast<double>(
+      plan::model_state_bytes(plan::parameters_per_rank(spec.model, spec.parallelism, stage),
+                              spec.training, data)
+          .device_total());
+  const double measured =
+      static_cast<double>(memory.parameters + memory.gradients + memory.optimizer_states);
+  INFO("stage " << stage << ": measured " << measured << " bytes, estimated " << estimate);
+  CHECK(measured == Approx(estimate).epsilon(0.02));
+  CHECK(memory.activations == plan::activation_bytes_per_rank(spec.model, spec.parallelism,
+                                                              spec.training, 1, 8 / data, stage));
+}
+
 struct Layout {
   int pipeline, data, tensor, zero_stage;
   spec::PipelinePartition partition;
@@ -158,21 +176,7 @@ TEST_CASE("tensor, pipeline and data layouts, with and without activation checkp
     REQUIRE(parallel.stage_waits.size() ==
             static_cast<size_t>(layout.pipeline > 1 ? layout.pipeline : 0));
     for (const double wait : parallel.stage_waits) CHECK(wait > 0);
-    // The model states this rank holds are what `dslaunch plan` estimates
-    // for its stage (within ZeRO's partition padding).
-    const int stage = groups.coord().pipeline;
-    const double estimate = static_cast<double>(
-        plan::model_state_bytes(plan::parameters_per_rank(spec.model, spec.parallelism, stage),
-                                spec.training, layout.data)
-            .device_total());
-    const double measured = static_cast<double>(
-        parallel.memory.parameters + parallel.memory.gradients + parallel.memory.optimizer_states);
-    INFO("stage " << stage << ": measured " << measured << " bytes, estimated " << estimate);
-    CHECK(measured == Approx(estimate).epsilon(0.02));
-    // And the activations it holds, to the byte.
-    CHECK(parallel.memory.activations ==
-          plan::activation_bytes_per_rank(spec.model, spec.parallelism, spec.training, 1,
-                                          8 / layout.data, stage));
+    check_memory_as_planned(parallel.memory, spec, groups.coord().pipeline, layout.data);
   }
   REQUIRE(comm::testing::world_groups().world().barrier()->wait().ok());
   if (comm::testing::world_rank() == 0) std::filesystem::remove_all(dir);
@@ -228,17 +232,7 @@ TEST_CASE("interleaved pipelines (virtual stages), with data and tensor groups, 
     check_matches(parallel, single, spec.model);
     REQUIRE(parallel.stage_waits.size() == static_cast<size_t>(layout.pipeline));
     for (const double wait : parallel.stage_waits) CHECK(wait > 0);
-    const int stage = groups.coord().pipeline;
-    const double estimate = static_cast<double>(
-        plan::model_state_bytes(plan::parameters_per_rank(spec.model, spec.parallelism, stage),
-                                spec.training, layout.data)
-            .device_total());
-    const double measured = static_cast<double>(
-        parallel.memory.parameters + parallel.memory.gradients + parallel.memory.optimizer_states);
-    CHECK(measured == Approx(estimate).epsilon(0.02));
-    CHECK(parallel.memory.activations ==
-          plan::activation_bytes_per_rank(spec.model, spec.parallelism, spec.training, 1,
-                                          8 / layout.data, stage));
+    check_memory_as_planned(parallel.memory, spec, groups.coord().pipeline, layout.data);
   }
   REQUIRE(comm::testing::world_groups().world().barrier()->wait().ok());
   if (comm::testing::world_rank() == 0) std::filesystem::remove_all(dir);
