@@ -95,6 +95,16 @@ ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& trainin
   };
   offload(training.zero.offload_optimizer.device, bytes.optimizer_states);
   offload(training.zero.offload_param.device, bytes.parameters);
+  if (training.zero.offload_optimizer.device == spec::OffloadDevice::kNvme) {
+    // As worker/engine/optimizer lays them out: each buffer holds one group
+    // of both moments, each moment 4 KiB-aligned for O_DIRECT.
+    const int64_t elements = stage >= 1 ? partition : psi;
+    const int64_t group = std::max<int64_t>(1, std::min(training.zero.sub_group_size, elements));
+    const int64_t groups = ceil_div(elements, group);
+    const int64_t buffers =
+        std::min<int64_t>(std::max(1, training.zero.offload_optimizer.buffer_count), groups);
+    bytes.swap_buffers = buffers * 2 * ceil_div(group * 4, 4096) * 4096;
+  }
   return bytes;
 }
 

@@ -46,7 +46,10 @@ struct ModelStateBytes {
   int64_t optimizer_states = 0;   // on the device
   int64_t offloaded_to_host = 0;  // optimizer states (and stage-3 parameters) moved to CPU memory
   int64_t offloaded_to_nvme = 0;
-  int64_t device_total() const { return parameters + gradients + optimizer_states; }
+  // In memory for offloaded optimizer states: offload_optimizer nvme's swap
+  // buffers (buffer_count groups of sub_group_size elements, both moments).
+  int64_t swap_buffers = 0;
+  int64_t device_total() const { return parameters + gradients + optimizer_states + swap_buffers; }
 };
 
 // The ZeRO paper's accounting for Ψ parameters: mixed precision (fp16/bf16)
@@ -54,7 +57,8 @@ struct ModelStateBytes {
 // weights, momentum, variance); fp32 Adam 4Ψ + 4Ψ + 8Ψ. Stage 1 divides the
 // optimizer states by the data-parallel size, stage 2 the gradients too,
 // stage 3 the parameters too (partitions rounded up). Offload moves the
-// optimizer states (and, at stage 3, the parameters) to host memory or NVMe.
+// optimizer states (and, at stage 3, the parameters) to host memory or NVMe;
+// optimizer states on NVMe stream through swap buffers that stay in memory.
 ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& training,
                                   int data_parallel);
 

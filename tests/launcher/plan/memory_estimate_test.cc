@@ -141,6 +141,24 @@ TEST_CASE("optimizer offload to the CPU moves the optimizer partition to host me
   CHECK(bytes.device_total() == 2'500'000);
 }
 
+TEST_CASE("optimizer offload to NVMe keeps its swap buffers in memory") {
+  spec::TrainingSpec offload = training(Precision::kFp32, 2);
+  offload.zero.offload_optimizer.device = spec::OffloadDevice::kNvme;
+  offload.zero.sub_group_size = 100'000;
+  offload.zero.offload_optimizer.buffer_count = 3;
+  // 1M parameters over 4 ranks: 250,000 each, three groups of 100,000.
+  ModelStateBytes bytes = model_state_bytes(1'000'000, offload, 4);
+  CHECK(bytes.optimizer_states == 0);
+  CHECK(bytes.offloaded_to_nvme == 2'000'000);
+  const int64_t moment = (400'000 + 4095) / 4096 * 4096;  // 100,000 floats, aligned
+  CHECK(bytes.swap_buffers == 3 * 2 * moment);
+  CHECK(bytes.device_total() == bytes.parameters + bytes.gradients + 3 * 2 * moment);
+  // No more buffers than groups, and no group larger than the partition.
+  offload.zero.sub_group_size = 1'000'000'000;
+  bytes = model_state_bytes(1'000'000, offload, 4);
+  CHECK(bytes.swap_buffers == 2 * ((1'000'000 + 4095) / 4096 * 4096));
+}
+
 TEST_CASE("parameter offload to NVMe at stage 3 moves the parameter partition to NVMe") {
   spec::TrainingSpec offload = training(Precision::kFp16, 3);
   offload.zero.offload_param.device = spec::OffloadDevice::kNvme;
