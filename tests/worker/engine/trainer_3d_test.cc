@@ -238,18 +238,19 @@ TEST_CASE("interleaved pipelines (virtual stages), with data and tensor groups, 
   if (comm::testing::world_rank() == 0) std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("an interleaved pipeline whose micro-batches are no multiple of its stages is refused "
-          "with the fix") {
+// The error of training a pipeline of `pipeline` stages (with
+// `virtual_stages`) over the world, the rest data parallel, with
+// `accumulation` micro-batches of 1 a step.
+std::string pipeline_error(int pipeline, int virtual_stages, int64_t accumulation) {
   const std::string dir = testing::shared_token_files(comm::testing::world_groups().data());
   spec::JobSpec spec = job_3d(dir);
-  const int world = comm::testing::world_size();
-  if (world != 2) return;  // one layout shows it
-  comm::ProcessGroups& groups = comm::testing::groups_of({2, 1, 1});
-  spec.parallelism.pipeline = 2;
-  spec.parallelism.virtual_stages = 2;
+  const int data = comm::testing::world_size() / pipeline;
+  comm::ProcessGroups& groups = comm::testing::groups_of({pipeline, data, 1});
+  spec.parallelism.pipeline = pipeline;
+  spec.parallelism.virtual_stages = virtual_stages;
   spec.training.batch.micro_batch_per_gpu = 1;
-  spec.training.batch.train_batch_size = 3;
-  spec.training.batch.gradient_accumulation_steps = 3;
+  spec.training.batch.gradient_accumulation_steps = accumulation;
+  spec.training.batch.train_batch_size = accumulation * data;
   const data::TrainingData training_data =
       data::open_training_data(spec.data, spec.model.seq_length, "");
   auto backend = kernels::make_cpu_backend(1);
@@ -257,32 +258,20 @@ TEST_CASE("an interleaved pipeline whose micro-batches are no multiple of its st
   options.data_comm = &groups.data();
   options.pipeline_comm = &groups.pipeline();
   const TrainResult result = train(spec, training_data, *backend, options);
-  CHECK_THAT(result.error, Catch::Contains("virtual_stages 2") &&
-                               Catch::Contains("make it a multiple of 2"));
   REQUIRE(comm::testing::world_groups().world().barrier()->wait().ok());
   if (comm::testing::world_rank() == 0) std::filesystem::remove_all(dir);
+  return result.error;
 }
 
 TEST_CASE("a pipeline with fewer micro-batches per step than stages is refused with the fix") {
-  const std::string dir = testing::shared_token_files(comm::testing::world_groups().data());
-  spec::JobSpec spec = job_3d(dir);
-  const int world = comm::testing::world_size();
-  comm::ProcessGroups& groups = comm::testing::groups_of({world, 1, 1});
-  spec.parallelism.pipeline = world;
-  spec.training.batch.micro_batch_per_gpu = 2;
-  spec.training.batch.train_batch_size = 2;
-  spec.training.batch.gradient_accumulation_steps = 1;
-  const data::TrainingData training_data =
-      data::open_training_data(spec.data, spec.model.seq_length, "");
-  auto backend = kernels::make_cpu_backend(1);
-  TrainerOptions options;
-  options.data_comm = &groups.data();
-  options.pipeline_comm = &groups.pipeline();
-  const TrainResult result = train(spec, training_data, *backend, options);
-  CHECK_THAT(result.error, Catch::Contains("needs at least") &&
-                               Catch::Contains("raise train_batch_size"));
-  REQUIRE(comm::testing::world_groups().world().barrier()->wait().ok());
-  if (comm::testing::world_rank() == 0) std::filesystem::remove_all(dir);
+  CHECK_THAT(pipeline_error(comm::testing::world_size(), 1, 1),
+             Catch::Contains("needs at least") && Catch::Contains("raise train_batch_size"));
+}
+
+TEST_CASE("an interleaved pipeline whose micro-batches are no multiple of its stages is refused "
+          "with the fix") {
+  CHECK_THAT(pipeline_error(2, 2, 3),
+             Catch::Contains("virtual_stages 2") && Catch::Contains("make it a multiple of 2"));
 }
 
 }  // namespace
