@@ -26,7 +26,10 @@ struct SwapFile::Ring {
   };
   std::map<Ticket, Transfer> in_flight;
   std::set<Ticket> done;  // completed out of order, above completed_below_
-  ~Ring() { io_uring_queue_exit(&ring); }
+  bool initialised = false;
+  ~Ring() {
+    if (initialised) io_uring_queue_exit(&ring);
+  }
 };
 
 StatusOr<std::unique_ptr<SwapFile>> SwapFile::create(const std::string& folder, int queue_depth) {
@@ -42,10 +45,8 @@ StatusOr<std::unique_ptr<SwapFile>> SwapFile::create(const std::string& folder, 
   const bool direct = flags >= 0 && ::fcntl(fd, F_SETFL, flags | O_DIRECT) == 0;
   auto ring = std::make_unique<Ring>();
   ring->depth = static_cast<unsigned>(std::max(1, queue_depth));
-  if (io_uring_queue_init(ring->depth, &ring->ring, 0) != 0) {
-    ring.release();  // never initialised: nothing to exit
-    ring = nullptr;
-  }
+  ring->initialised = io_uring_queue_init(ring->depth, &ring->ring, 0) == 0;
+  if (!ring->initialised) ring = nullptr;  // pread and pwrite instead
   return std::unique_ptr<SwapFile>(new SwapFile(fd, direct, std::move(ring), folder));
 }
 

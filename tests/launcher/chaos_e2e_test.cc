@@ -411,44 +411,40 @@ TEST_CASE("a rank that never enters a collective (injected) is reported by its p
   check_recovered(w, job);
 }
 
-TEST_CASE("a rank that exits at a step (injected) fails the attempt, and the job restarts clean") {
+// Runs the chaos job with `fault` injected in its first attempt: it
+// succeeds after one restart, the first attempt's reason is checked by
+// `reason`, and the run recovers the reference's results.
+template <typename Matcher>
+void check_injected_fault_recovers(const std::string& name, const std::string& fault,
+                                   const Matcher& reason) {
   const Workspace w;
   w.reference();
-  const fs::path job = w.dir / "jobs" / "exit-step";
-  const fs::path log = w.dir / "exit-step.log";
-  const int code = w.run({"run", write_spec(w.dir, "exit", default_checkpoint()).string(),
+  const fs::path job = w.dir / "jobs" / name;
+  const fs::path log = w.dir / (name + ".log");
+  const int code = w.run({"run", write_spec(w.dir, name, default_checkpoint()).string(),
                           "--job-dir", job.string(), "--progress", "off", "--set",
-                          "testing={fault: {kind: exit, rank: 0, step: 50}}"},
+                          "testing={fault: " + fault + "}"},
                          log);
   INFO(Workspace::log_text(log));
   REQUIRE(code == 0);
   const nlohmann::json state = read_state(job);
   CHECK(state["restarts"] == 1);
   REQUIRE(state["attempts"].size() == 2);
-  CHECK_THAT(state["attempts"][0]["reason"].get<std::string>(),
-             Catch::Contains("rank 0") && Catch::Contains("exited with code 1") &&
-                 Catch::Contains("testing.fault exit injected at step 50"));
+  CHECK_THAT(state["attempts"][0]["reason"].get<std::string>(), reason);
   check_recovered(w, job);
+}
+
+TEST_CASE("a rank that exits at a step (injected) fails the attempt, and the job restarts clean") {
+  check_injected_fault_recovers(
+      "exit-step", "{kind: exit, rank: 0, step: 50}",
+      Catch::Contains("rank 0") && Catch::Contains("exited with code 1") &&
+          Catch::Contains("testing.fault exit injected at step 50"));
 }
 
 TEST_CASE("NaN gradients on one rank (injected) fail the step everywhere, and the job restarts "
           "clean") {
-  const Workspace w;
-  w.reference();
-  const fs::path job = w.dir / "jobs" / "nan-gradient";
-  const fs::path log = w.dir / "nan-gradient.log";
-  const int code = w.run({"run", write_spec(w.dir, "nan", default_checkpoint()).string(),
-                          "--job-dir", job.string(), "--progress", "off", "--set",
-                          "testing={fault: {kind: nan_gradient, rank: 1, step: 50}}"},
-                         log);
-  INFO(Workspace::log_text(log));
-  REQUIRE(code == 0);
-  const nlohmann::json state = read_state(job);
-  CHECK(state["restarts"] == 1);
-  REQUIRE(state["attempts"].size() == 2);
-  CHECK_THAT(state["attempts"][0]["reason"].get<std::string>(),
-             Catch::Contains("step 50: the gradient norm is not finite"));
-  check_recovered(w, job);
+  check_injected_fault_recovers("nan-gradient", "{kind: nan_gradient, rank: 1, step: 50}",
+                                Catch::Contains("step 50: the gradient norm is not finite"));
 }
 
 TEST_CASE("a rank killed while it writes a checkpoint: the partial one is ignored") {
