@@ -90,6 +90,19 @@ class Backend {
   // std::invalid_argument for another dtype.
   virtual void convert(void* out, core::DType out_dtype, const void* in, core::DType in_dtype,
                        int64_t n) = 0;
+  // x[i] = x[i] rounded to `dtype` (bf16 or fp16, nearest even) and widened
+  // back to fp32: the value a 16-bit copy holds (past fp16's range, ±inf).
+  // kF32 leaves x as it is.
+  virtual void round_to(float* x, int64_t n, core::DType dtype) = 0;
+
+  // The precision of the matrix products (matmul_*, logits_*): kF32 (the
+  // default), or kBF16/kF16, where each product's two operands are rounded
+  // to that format and multiplied with fp32 accumulation, as tensor cores
+  // do in 16-bit training. Other kernels stay fp32.
+  virtual void set_matmul_precision(core::DType dtype) = 0;
+  // What runs the products at that precision, for reports
+  // (e.g. "oneDNN bf16 (AVX512_BF16)", "OpenBLAS sgemm").
+  virtual std::string matmul_kernel() const = 0;
 
   // x[i] = value for i in [0, n).
   virtual void fill(float* x, int64_t n, float value) = 0;

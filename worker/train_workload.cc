@@ -43,6 +43,11 @@ void send_step_metrics(proto::Session& session, const engine::StepReport& report
   metrics["tokens_per_s"] = report.tokens_per_second;
   metrics["tflops"] = report.tflops;
   if (report.eval_loss) metrics["eval_loss"] = *report.eval_loss;
+  if (report.loss_scale) {
+    metrics["loss_scale"] = *report.loss_scale;
+    metrics["skipped"] = report.skipped ? 1 : 0;
+    metrics["skipped_steps"] = static_cast<double>(report.skipped_steps);
+  }
   if (report.tensor_comm_seconds > 0) metrics["tensor_comm_s"] = report.tensor_comm_seconds;
   for (size_t stage = 0; stage < report.stage_wait_seconds.size(); ++stage) {
     metrics[fmt::format("stage{}_wait_s", stage)] = report.stage_wait_seconds[stage];
@@ -123,6 +128,7 @@ void save_in_background(checkpoint::AsyncShardWriter& writer, proto::Session& se
   header.begin = slice.begin;
   header.end = slice.end;
   header.optimizer_step = slice.optimizer_steps;
+  header.loss_scaler = slice.loss_scaler;
   header.layout = *slice.layout;
   // The callback runs on the writer's thread, after `slice`'s pointers are
   // gone: it uses only the slice's numbers.
@@ -144,6 +150,10 @@ std::string format_step(const engine::StepReport& r, int64_t total_steps) {
       "TFLOP/s",
       r.step, fmt::format("{}", total_steps).size(), total_steps, r.loss, r.lr, r.grad_norm,
       r.tokens_per_second, r.tflops);
+  if (r.loss_scale) {
+    line += fmt::format(" | loss_scale {:g}{}", *r.loss_scale,
+                        r.skipped ? " (gradients overflowed: step skipped)" : "");
+  }
   if (r.eval_loss) line += fmt::format(" | eval_loss {:.4f}", *r.eval_loss);
   return line;
 }

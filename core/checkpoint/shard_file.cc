@@ -184,6 +184,14 @@ nlohmann::json header_fields(const ShardHeader& header) {
                            {"begin", header.begin},
                            {"end", header.end},
                            {"optimizer_step", header.optimizer_step}};
+  if (header.loss_scaler) {
+    const LossScalerState& scaler = *header.loss_scaler;
+    fields["loss_scaler"] = {{"scale", scaler.scale},
+                             {"iteration", scaler.iteration},
+                             {"last_overflow_iteration", scaler.last_overflow_iteration},
+                             {"hysteresis_left", scaler.hysteresis_left},
+                             {"skipped_steps", scaler.skipped_steps}};
+  }
   if (header.format_version >= 2) {
     nlohmann::json arrays = nlohmann::json::array();
     for (const ShardArrayInfo& array : header.arrays) {
@@ -373,6 +381,22 @@ std::optional<ShardHeader> parse_header(const std::string& text, uint32_t versio
   } else if (!parse_arrays(fields, header.arrays, problem) ||
              !parse_layout(fields, header.layout, problem)) {
     return std::nullopt;
+  }
+  if (const auto scaler = fields.find("loss_scaler"); scaler != fields.end()) {
+    LossScalerState state;
+    const auto scale = scaler->find("scale");
+    if (scale == scaler->end() || !scale->is_number() || !(scale->get<double>() > 0)) {
+      problem = "its header's loss_scaler has no positive \"scale\"";
+      return std::nullopt;
+    }
+    state.scale = scale->get<double>();
+    if (!header_int(*scaler, "iteration", state.iteration, problem) ||
+        !header_int(*scaler, "last_overflow_iteration", state.last_overflow_iteration, problem) ||
+        !header_int(*scaler, "hysteresis_left", state.hysteresis_left, problem) ||
+        !header_int(*scaler, "skipped_steps", state.skipped_steps, problem)) {
+      return std::nullopt;
+    }
+    header.loss_scaler = state;
   }
   if (const std::string inconsistent = header_problem(header); !inconsistent.empty()) {
     problem = "its header's " + inconsistent;

@@ -48,6 +48,16 @@ struct ShardArrayInfo {
   StateKind kind = StateKind::kParameter;
   DType dtype = DType::kF32;
 };
+// fp16 training's dynamic loss scaler as the step left it (the same on every
+// rank), so a resumed run scales, skips and grows exactly as it would have.
+struct LossScalerState {
+  double scale = 1;
+  int64_t iteration = 0;  // steps seen, skipped ones included
+  int64_t last_overflow_iteration = -1;
+  int64_t hysteresis_left = 1;
+  int64_t skipped_steps = 0;
+};
+
 struct ShardHeader {
   uint32_t format_version = 2;
   int64_t step = 0;
@@ -56,7 +66,8 @@ struct ShardHeader {
   int64_t total_parameters = 0;
   int64_t begin = 0;
   int64_t end = 0;
-  int64_t optimizer_step = 0;
+  int64_t optimizer_step = 0;  // steps the optimizer took (fp16's skipped steps not counted)
+  std::optional<LossScalerState> loss_scaler;  // fp16 training only ("loss_scaler")
   std::vector<LayoutTensor> layout;    // empty in a format-1 file (the whole model)
   std::vector<ShardArrayInfo> arrays;  // format 1: param, adam_m, adam_v in fp32
 };

@@ -80,7 +80,6 @@ const std::set<std::string, std::less<>>& ignored_deepspeed_keys() {
       "zero_optimization.offload_param.pipeline_write",
       // Precision and optimizer knobs of DeepSpeed's implementation.
       "fp16.auto_cast",
-      "fp16.consecutive_hysteresis",
       "bf16.immediate_grad_update",
       "optimizer.params.torch_adam",
   };

@@ -106,7 +106,11 @@ struct Fp16Spec {
   int initial_scale_power = 16;
   int loss_scale_window = 1000;
   int hysteresis = 2;
+  bool consecutive_hysteresis = false;
   double min_loss_scale = 1;
+  // DeepSpeed's DynamicLossScaler argument (ZeRO stages 1-3): an overflow
+  // with the scale at min_loss_scale ends the run.
+  bool raise_error_at_min_scale = true;
 };
 
 enum class OffloadDevice { kNone, kCpu, kNvme };

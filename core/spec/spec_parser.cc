@@ -477,6 +477,8 @@ void read_training(MapReader training, TrainingSpec& out, const ParallelismSpec&
   fp16.integer("initial_scale_power", out.fp16.initial_scale_power, 0, 64);
   fp16.integer("loss_scale_window", out.fp16.loss_scale_window, 1, kNoLimit);
   fp16.integer("hysteresis", out.fp16.hysteresis, 1, kNoLimit);
+  fp16.boolean("consecutive_hysteresis", out.fp16.consecutive_hysteresis);
+  fp16.boolean("raise_error_at_min_scale", out.fp16.raise_error_at_min_scale);
   fp16.number("min_loss_scale", out.fp16.min_loss_scale, 0, kUnbounded);
   fp16.finish();
   MapReader bf16 = training.map("bf16");

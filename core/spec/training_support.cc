@@ -18,9 +18,6 @@ std::string training_support_problem(const spec::JobSpec& spec) {
   if (training.zero.offload_param.device != spec::OffloadDevice::kNone) {
     return "offload_param is not implemented yet; remove it (offload_optimizer device nvme is)";
   }
-  if (training.fp16.enabled || training.bf16) {
-    return "fp16 and bf16 training are not implemented yet; the CPU engine trains in fp32";
-  }
   if (spec.model.dropout != 0) {
     return "dropout is not implemented yet; set model.dropout: 0";
   }

@@ -68,4 +68,22 @@ void convert(void* out, core::DType out_dtype, const void* in, core::DType in_dt
   }
 }
 
+void round_to(float* x, int64_t n, core::DType dtype) {
+  switch (dtype) {
+    case core::DType::kBF16:
+      convert_loop(n, [x](int64_t i) { return x[i]; },
+                   [x](int64_t i, float v) { x[i] = bf16_to_float(float_to_bf16(v)); });
+      break;
+    case core::DType::kF16:
+      convert_loop(n, [x](int64_t i) { return x[i]; },
+                   [x](int64_t i, float v) { x[i] = fp16_to_float(float_to_fp16(v)); });
+      break;
+    case core::DType::kF32:
+      break;
+    default:
+      throw std::invalid_argument("round_to: " + std::string(core::dtype_name(dtype)) +
+                                  " is not fp32, bf16 or fp16");
+  }
+}
+
 }  // namespace dslaunch::kernels::cpu

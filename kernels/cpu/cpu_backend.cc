@@ -13,6 +13,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/blas_setup.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/rounded_gemm.h"
 
 namespace dslaunch::kernels {
 namespace {
@@ -63,6 +64,20 @@ class CpuBackend final : public Backend {
     prepare_calling_thread();
     cpu::convert(out, out_dtype, in, in_dtype, n);
   }
+  void round_to(float* x, int64_t n, core::DType dtype) override {
+    prepare_calling_thread();
+    cpu::round_to(x, n, dtype);
+  }
+  void set_matmul_precision(core::DType dtype) override {
+    if (dtype == core::DType::kF32) {
+      rounded_.reset();
+    } else if (!rounded_ || rounded_->dtype() != dtype) {
+      rounded_ = std::make_unique<cpu::RoundedGemm>(dtype);
+    }
+  }
+  std::string matmul_kernel() const override {
+    return rounded_ ? rounded_->kernel_name() : "OpenBLAS sgemm";
+  }
   void fill(float* x, int64_t n, float value) override {
     prepare_calling_thread();
     cpu::fill(x, n, value);
@@ -96,24 +111,24 @@ class CpuBackend final : public Backend {
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                       int64_t N, int64_t C, int64_t OC) override {
     prepare_calling_thread();
-    cpu::matmul_forward(out, inp, weight, bias, N, C, OC);
+    cpu::matmul_forward(out, inp, weight, bias, N, C, OC, rounded_.get());
   }
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, int64_t N, int64_t C,
                        int64_t OC) override {
     prepare_calling_thread();
-    cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, rounded_.get());
   }
 
   void logits_forward(float* logits, const float* inp, const float* wte, int64_t N, int64_t C,
                       int64_t Vp) override {
     prepare_calling_thread();
-    cpu::logits_forward(logits, inp, wte, N, C, Vp);
+    cpu::logits_forward(logits, inp, wte, N, C, Vp, rounded_.get());
   }
   void logits_backward(float* dinp, float* dwte, const float* dlogits, const float* inp,
                        const float* wte, int64_t N, int64_t C, int64_t Vp) override {
     prepare_calling_thread();
-    cpu::logits_backward(dinp, dwte, dlogits, inp, wte, N, C, Vp);
+    cpu::logits_backward(dinp, dwte, dlogits, inp, wte, N, C, Vp, rounded_.get());
   }
 
   void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
@@ -208,6 +223,7 @@ class CpuBackend final : public Backend {
   const int threads_;
   std::thread::id prepared_thread_;
   std::vector<double> layernorm_partials_;
+  std::unique_ptr<cpu::RoundedGemm> rounded_;  // null: fp32 products
 };
 
 }  // namespace

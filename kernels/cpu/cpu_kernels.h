@@ -29,15 +29,17 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int64_t N, int64_t C, std::vector<double>& partials);
 
-// matmul.cc: the linear layers and the tied output projection.
+// matmul.cc: the linear layers and the tied output projection, in fp32, or
+// with 16-bit operands through `rounded` when it is not null.
+class RoundedGemm;
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
-                    int64_t C, int64_t OC);
+                    int64_t C, int64_t OC, RoundedGemm* rounded);
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int64_t N, int64_t C, int64_t OC);
+                     const float* weight, int64_t N, int64_t C, int64_t OC, RoundedGemm* rounded);
 void logits_forward(float* logits, const float* inp, const float* wte, int64_t N, int64_t C,
-                    int64_t Vp);
+                    int64_t Vp, RoundedGemm* rounded);
 void logits_backward(float* dinp, float* dwte, const float* dlogits, const float* inp,
-                     const float* wte, int64_t N, int64_t C, int64_t Vp);
+                     const float* wte, int64_t N, int64_t C, int64_t Vp, RoundedGemm* rounded);
 
 // attention.cc
 void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
@@ -76,6 +78,7 @@ void fill(float* x, int64_t n, float value);
 
 // convert.cc
 void convert(void* out, core::DType out_dtype, const void* in, core::DType in_dtype, int64_t n);
+void round_to(float* x, int64_t n, core::DType dtype);
 void mean(float* result, const float* x, int64_t n);
 
 }  // namespace dslaunch::kernels::cpu

@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/rounded_gemm.h"
 #include "kernels/cpu/sgemm.h"
 #include "kernels/cpu/vectorize.h"
 
@@ -32,35 +33,47 @@ void accumulate_column_sums(float* dbias, const float* dout, int64_t N, int64_t 
   }
 }
 
+// C = op(A) · op(B) + beta · C (beta 0 or 1): fp32, or with operands
+// rounded to 16 bits when `rounded` is given.
+void gemm(RoundedGemm* rounded, Transpose trans_a, Transpose trans_b, int64_t M, int64_t N,
+          int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc) {
+  if (rounded != nullptr) {
+    rounded->run(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta != 0.0f, C, ldc);
+  } else {
+    sgemm(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+  }
+}
+
 }  // namespace
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
-                    int64_t C, int64_t OC) {
+                    int64_t C, int64_t OC, RoundedGemm* rounded) {
   if (bias != nullptr) {
     // Starting from the bias and accumulating the product (beta = 1) writes
     // out once instead of adding the bias in a second pass.
 #pragma omp parallel for schedule(static)
     for (int64_t row = 0; row < N; ++row) std::memcpy(out + row * OC, bias, OC * sizeof(float));
   }
-  sgemm(kNo, kNo, N, OC, C, 1.0f, inp, C, weight, OC, bias != nullptr ? 1.0f : 0.0f, out, OC);
+  gemm(rounded, kNo, kNo, N, OC, C, inp, C, weight, OC, bias != nullptr ? 1.0f : 0.0f, out, OC);
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int64_t N, int64_t C, int64_t OC) {
-  if (dinp != nullptr) sgemm(kNo, kYes, N, C, OC, 1.0f, dout, OC, weight, OC, 1.0f, dinp, C);
-  sgemm(kYes, kNo, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dweight, OC);
+                     const float* weight, int64_t N, int64_t C, int64_t OC, RoundedGemm* rounded) {
+  if (dinp != nullptr) gemm(rounded, kNo, kYes, N, C, OC, dout, OC, weight, OC, 1.0f, dinp, C);
+  gemm(rounded, kYes, kNo, C, OC, N, inp, C, dout, OC, 1.0f, dweight, OC);
   if (dbias != nullptr) accumulate_column_sums(dbias, dout, N, OC);
 }
 
 void logits_forward(float* logits, const float* inp, const float* wte, int64_t N, int64_t C,
-                    int64_t Vp) {
-  sgemm(kNo, kYes, N, Vp, C, 1.0f, inp, C, wte, C, 0.0f, logits, Vp);
+                    int64_t Vp, RoundedGemm* rounded) {
+  gemm(rounded, kNo, kYes, N, Vp, C, inp, C, wte, C, 0.0f, logits, Vp);
 }
 
 void logits_backward(float* dinp, float* dwte, const float* dlogits, const float* inp,
-                     const float* wte, int64_t N, int64_t C, int64_t Vp) {
-  sgemm(kNo, kNo, N, C, Vp, 1.0f, dlogits, Vp, wte, C, 1.0f, dinp, C);
-  sgemm(kYes, kNo, Vp, C, N, 1.0f, dlogits, Vp, inp, C, 1.0f, dwte, C);
+                     const float* wte, int64_t N, int64_t C, int64_t Vp, RoundedGemm* rounded) {
+  gemm(rounded, kNo, kNo, N, C, Vp, dlogits, Vp, wte, C, 1.0f, dinp, C);
+  gemm(rounded, kYes, kNo, Vp, C, N, dlogits, Vp, inp, C, 1.0f, dwte, C);
 }
 
 }  // namespace dslaunch::kernels::cpu

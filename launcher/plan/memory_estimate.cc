@@ -75,26 +75,36 @@ int64_t total_parameters(const spec::ModelSpec& model) {
 }
 
 ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& training,
-                                  int data_parallel) {
+                                  int data_parallel, spec::Device device) {
+  // 16-bit training keeps fp32 masters beside Adam's two moments (DeepSpeed's
+  // 12 bytes per parameter).
   const bool mixed = training.fp16.enabled || training.bf16;
-  const int64_t param_bytes = mixed ? 2 : 4;
-  const int64_t grad_bytes = mixed ? 2 : 4;
-  const int64_t optimizer_bytes = mixed ? 12 : 8;
+  const int64_t param_bytes = mixed && device == spec::Device::kCuda ? 2 : 4;
+  const int64_t grad_bytes = param_bytes;
+  const int64_t moment_bytes = 8;
+  const int64_t master_bytes = mixed ? 4 : 0;
   const int stage = training.zero.stage;
   const int64_t partition = ceil_div(psi, data_parallel);
+  const int64_t optimizer_elements = stage >= 1 ? partition : psi;
 
   ModelStateBytes bytes;
   bytes.parameters = (stage >= 3 ? partition : psi) * param_bytes;
   bytes.gradients = (stage >= 2 ? partition : psi) * grad_bytes;
-  bytes.optimizer_states = (stage >= 1 ? partition : psi) * optimizer_bytes;
+  bytes.optimizer_states = optimizer_elements * (moment_bytes + master_bytes);
 
-  const auto offload = [&bytes](spec::OffloadDevice device, int64_t& on_device) {
-    if (device == spec::OffloadDevice::kCpu) bytes.offloaded_to_host += on_device;
-    if (device == spec::OffloadDevice::kNvme) bytes.offloaded_to_nvme += on_device;
-    if (device != spec::OffloadDevice::kNone) on_device = 0;
+  const auto offload = [&bytes](spec::OffloadDevice device, int64_t& on_device, int64_t moved) {
+    if (device == spec::OffloadDevice::kCpu) bytes.offloaded_to_host += moved;
+    if (device == spec::OffloadDevice::kNvme) bytes.offloaded_to_nvme += moved;
+    if (device != spec::OffloadDevice::kNone) on_device -= moved;
   };
-  offload(training.zero.offload_optimizer.device, bytes.optimizer_states);
-  offload(training.zero.offload_param.device, bytes.parameters);
+  // Offloaded to host memory, the masters go with the moments (DeepSpeed's
+  // ZeRO-Offload); to NVMe, the swap file takes the moments and the masters
+  // stay in memory (issue 15 notes the rest).
+  const spec::OffloadDevice optimizer_device = training.zero.offload_optimizer.device;
+  offload(optimizer_device, bytes.optimizer_states,
+          optimizer_device == spec::OffloadDevice::kNvme ? optimizer_elements * moment_bytes
+                                                         : bytes.optimizer_states);
+  offload(training.zero.offload_param.device, bytes.parameters, bytes.parameters);
   if (training.zero.offload_optimizer.device == spec::OffloadDevice::kNvme) {
     // As worker/engine/optimizer lays them out: each buffer holds one group
     // of both moments, each moment 4 KiB-aligned for O_DIRECT.

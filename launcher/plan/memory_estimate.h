@@ -59,7 +59,9 @@ struct ModelStateBytes {
 // stage 3 the parameters too (partitions rounded up). Offload moves the
 // optimizer states (and, at stage 3, the parameters) to host memory or NVMe;
 // optimizer states on NVMe stream through swap buffers that stay in memory.
+// 16-bit weights and gradients take 2 bytes each on a GPU; the CPU backend
+// holds them widened to fp32 (their values exactly), 4 bytes each.
 ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& training,
-                                  int data_parallel);
+                                  int data_parallel, spec::Device device = spec::Device::kCuda);
 
 }  // namespace dslaunch::plan

@@ -86,6 +86,9 @@ struct ModelStateInputs {
   kernels::Backend* backend = nullptr;
   model::Gpt2Model* model = nullptr;  // gets stage 3's parameter source
   std::vector<float> params;          // the whole parameters to start from
+  // kF32, or kBF16/kF16 for 16-bit training: fp32 masters, the model's
+  // weights and gradients rounded to this format.
+  core::DType precision = core::DType::kF32;
   // The element ranges of the layout whose gradients count in this rank's
   // part of the global norm, in increasing order; empty: all. Under tensor
   // parallelism, the split tensors everywhere and the replicated ones on

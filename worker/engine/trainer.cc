@@ -16,6 +16,7 @@
 #include "worker/data/consecutive_batch.h"
 #include "worker/data/window_sampler.h"
 #include "worker/engine/evaluation.h"
+#include "worker/engine/loss_scaler.h"
 #include "worker/engine/lr_schedule.h"
 #include "core/layout/pipeline_schedule.h"
 #include "worker/engine/model_parallel.h"
@@ -71,6 +72,27 @@ std::string data_problem(const spec::JobSpec& spec, const data::TrainingData& da
   }
   return "";
 }
+
+core::DType training_precision(const spec::TrainingSpec& training) {
+  if (training.bf16) return core::DType::kBF16;
+  if (training.fp16.enabled) return core::DType::kF16;
+  return core::DType::kF32;
+}
+
+// Sets the backend's matrix products to the training's precision for the
+// run, and back to fp32 after it (the backend outlives the run).
+class MatmulPrecision {
+ public:
+  MatmulPrecision(kernels::Backend& backend, core::DType dtype) : backend_(backend) {
+    backend_.set_matmul_precision(dtype);
+  }
+  ~MatmulPrecision() { backend_.set_matmul_precision(core::DType::kF32); }
+  MatmulPrecision(const MatmulPrecision&) = delete;
+  MatmulPrecision& operator=(const MatmulPrecision&) = delete;
+
+ private:
+  kernels::Backend& backend_;
+};
 
 }  // namespace
 
@@ -140,6 +162,21 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     result.error = fmt::format("resuming from the checkpoint of step {}: {}", first_step, error);
     return result;
   };
+  const core::DType precision = training_precision(training);
+  const MatmulPrecision matmul_precision(backend, precision);
+  LossScaler scaler(training.fp16, training.zero.stage);
+  int64_t optimizer_steps = first_step;
+  if (options.resume) {
+    // The optimizer's step count and the loss scaler, from any shard's header
+    // (every rank writes the same).
+    if (options.resume->shards.empty()) return resume_failed("the checkpoint names no shards");
+    std::string error;
+    const std::optional<core::ShardHeader> header =
+        core::read_shard_header(options.resume->shards.front().path, error);
+    if (!header) return resume_failed(error);
+    optimizer_steps = header->optimizer_step;
+    if (header->loss_scaler && scaler.skips_overflow()) scaler.restore(*header->loss_scaler);
+  }
   if (options.resume) {
     if (options.resume->total_parameters != model_parameters) {
       result.error = fmt::format(
@@ -209,10 +246,11 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   state_inputs.backend = &backend;
   state_inputs.model = &model;
   state_inputs.params = std::move(params);
+  state_inputs.precision = precision;
   state_inputs.norm_ranges = norm_ranges(table);
   if (options.resume) {
     state_inputs.resume_shards = &options.resume->shards;
-    state_inputs.resume_optimizer_steps = first_step;
+    state_inputs.resume_optimizer_steps = optimizer_steps;
   }
   core::StatusOr<std::unique_ptr<ModelState>> made = make_zero_model_state(std::move(state_inputs));
   if (!made.ok()) {
@@ -265,8 +303,9 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       const bool reduce = state.reduces_micro_batch(m, accumulation);
       links.before_backward(pass.chunk);
       if (!links.status().ok()) return failed(links.status());
-      const float scale = std::exchange(poison, false) ? std::numeric_limits<float>::quiet_NaN()
-                                                      : 1.0f / static_cast<float>(accumulation);
+      const float scale = std::exchange(poison, false)
+                              ? std::numeric_limits<float>::quiet_NaN()
+                              : static_cast<float>(scaler.scale() / static_cast<double>(accumulation));
       chunk.backward(state.parameters_for_model(), state.gradients_for_backward(), scale,
                      reduce ? model::Gpt2Model::GradientsReady([&state](int64_t begin, int64_t end) {
                        state.grads_ready(begin, end);
@@ -330,24 +369,37 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     const double loss = model_sums[0] / dp_size;
     const bool stop_after_step = model_sums[1] > 0;
     const bool checkpoint_requested = model_sums[3] > 0;
-    const double grad_norm = std::sqrt(model_sums[2]);
-    if (!std::isfinite(grad_norm) || !std::isfinite(loss)) {
+    // The norm of the scaled gradients (fp16), and the true one.
+    const double loss_scale = scaler.scale();
+    const double grad_norm = std::sqrt(model_sums[2]) / loss_scale;
+    // fp16: overflowing gradients skip the step on every rank (all saw the
+    // same norm) and the scaler adapts.
+    const bool skipped = scaler.skips_overflow() && std::isfinite(loss) && !std::isfinite(grad_norm);
+    const double lr = learning_rate(training.scheduler, training.optimizer.lr,
+                                    step - scaler.state().skipped_steps);
+    if (std::string error = scaler.update(skipped); !error.empty()) {
+      result.error = error;
+      return result;
+    }
+    if (!skipped && (!std::isfinite(grad_norm) || !std::isfinite(loss))) {
       result.error = fmt::format(
           "step {}: the {} is not finite (loss {}, gradient norm {}); lower the learning rate "
           "or enable gradient_clipping",
           step + 1, std::isfinite(loss) ? "gradient norm" : "loss", loss, grad_norm);
       return result;
     }
-    // DeepSpeed's and PyTorch's clip_grad_norm_: scale by max/(norm + 1e-6)
-    // when that is below 1.
-    if (training.gradient_clipping > 0) {
-      const double factor = training.gradient_clipping / (grad_norm + 1e-6);
-      if (factor < 1) state.clip(static_cast<float>(factor));
-    }
-    const double lr = learning_rate(training.scheduler, training.optimizer.lr, step);
-    if (core::Status status = state.optimizer_step(lr); !status.ok()) {
-      result.error = status.message();
-      return result;
+    if (!skipped) {
+      // Unscaling (fp16) and DeepSpeed's and PyTorch's clip_grad_norm_
+      // (scale by max/(norm + 1e-6) when that is below 1) in one pass.
+      double factor = 1.0 / loss_scale;
+      if (training.gradient_clipping > 0) {
+        factor *= std::min(1.0, training.gradient_clipping / (grad_norm + 1e-6));
+      }
+      if (factor != 1.0) state.clip(static_cast<float>(factor));
+      if (core::Status status = state.optimizer_step(lr); !status.ok()) {
+        result.error = status.message();
+        return result;
+      }
     }
     result.steps = step + 1;
     if (step == 0 && options.on_memory) options.on_memory(state.memory_report(activation_bytes()));
@@ -356,7 +408,12 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     report.step = step + 1;
     report.loss = loss;
     report.lr = lr;
-    report.grad_norm = grad_norm;
+    report.grad_norm = skipped ? -1 : grad_norm;
+    if (training.fp16.enabled) {
+      report.loss_scale = loss_scale;
+      report.skipped = skipped;
+      report.skipped_steps = scaler.state().skipped_steps;
+    }
     report.step_seconds = seconds_since(start);
     report.tensor_comm_seconds = tensor_comm_seconds() - tensor_comm_before;
     report.pipeline_wait_seconds = links.receive_seconds() - pipeline_wait_before;
@@ -407,6 +464,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       slice.tensor_rank = shard.tensor_rank;
       slice.stage = shard.stage;
       slice.model_parameters = model_parameters;
+      if (training.fp16.enabled) slice.loss_scaler = scaler.state();
       options.save_checkpoint(slice);
     }
     if (options.on_step) options.on_step(report);

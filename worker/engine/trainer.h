@@ -34,6 +34,12 @@ struct StepReport {
   double tokens_per_second = 0;  // the whole job's
   double tflops = 0;             // achieved by the whole job (matrix products, as Megatron counts)
   std::optional<double> eval_loss;  // set on evaluation steps
+  // fp16 training: the loss scale the step ran with, whether its gradients
+  // overflowed (the step was skipped on every rank: no update, the learning
+  // rate schedule held) and how many steps were skipped so far.
+  std::optional<double> loss_scale;
+  bool skipped = false;
+  int64_t skipped_steps = 0;
 };
 
 // Bytes one rank holds for training, by kind (the ZeRO paper's accounting).
@@ -70,6 +76,7 @@ struct CheckpointSlice {
   int64_t begin = 0;
   int64_t end = 0;
   int64_t optimizer_steps = 0;
+  std::optional<core::LossScalerState> loss_scaler;  // fp16 training
   const std::vector<core::LayoutTensor>* layout = nullptr;  // of the whole parameter buffer
   std::vector<core::ShardArrayData> arrays;  // param, adam_m, adam_v: end - begin fp32 each
 };

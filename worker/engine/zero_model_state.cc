@@ -59,8 +59,25 @@ class ZeroStateBase : public ModelState {
         own_count_(partition_.end(owner_) - own_begin_),
         optimizer_(training_.optimizer, table_, own_begin_, partition_.end(owner_)),
         norm_ranges_(std::move(inputs.norm_ranges)),
+        precision_(inputs.precision),
         params_(std::move(inputs.params)) {
     params_.resize(partition_.padded_total(), 0.0f);
+    if (precision_ == core::DType::kF32) return;
+    // 16-bit training: the optimizer updates fp32 masters of this rank's
+    // partition (a mapping of the whole layout, of which only the
+    // partition's pages are touched); the model reads their rounding.
+    masters_ = std::make_unique<ReleasableBuffer>(partition_.padded_total());
+    if (masters_->data() == nullptr) return;
+    backend_.copy_device_to_device(masters_->data() + own_begin_, params_.data() + own_begin_,
+                                   own_count_ * static_cast<int64_t>(sizeof(float)));
+    backend_.round_to(params_.data(), table_.total(), precision_);
+  }
+
+  core::Status init_status() const {
+    if (masters_ && !masters_->status().ok()) {
+      return masters_->status().with_context("the fp32 master weights");
+    }
+    return {};
   }
 
   // ZeRO-Infinity's offload_optimizer nvme: the moments go to a swap file.
@@ -123,8 +140,31 @@ class ZeroStateBase : public ModelState {
   }
 
  protected:
-  // The fp32 weights the optimizer updates, addressed from the layout's start.
-  virtual float* master() = 0;
+  // The weights the model reads (of which this rank's partition is what the
+  // others gather), addressed from the layout's start.
+  virtual float* model_weights() = 0;
+  // The fp32 weights the optimizer updates (and checkpoints keep): the
+  // model's own in fp32 training, the masters in 16-bit training.
+  float* master() { return masters_ ? masters_->data() : model_weights(); }
+
+  // 16-bit training: each rank's gradients are rounded to the 16-bit format
+  // before they are reduced (in fp32), as DeepSpeed's model holds them in
+  // it; an fp16 gradient past 65504 becomes inf, which the loss scaler sees.
+  void round_gradients(float* grads, int64_t begin, int64_t end) {
+    if (masters_) backend_.round_to(grads + begin, end - begin, precision_);
+  }
+  // After the optimizer's step: the model's partition becomes the masters'
+  // rounding, ready to be gathered.
+  void publish_masters() {
+    if (!masters_) return;
+    float* weights = model_weights() + own_begin_;
+    backend_.copy_device_to_device(weights, masters_->data() + own_begin_,
+                                   own_count_ * static_cast<int64_t>(sizeof(float)));
+    backend_.round_to(weights, own_count_, precision_);
+  }
+  int64_t master_bytes() const {
+    return masters_ ? own_count_ * static_cast<int64_t>(sizeof(float)) : 0;
+  }
 
   const spec::TrainingSpec& training_;
   const core::ParameterTable& table_;
@@ -139,7 +179,9 @@ class ZeroStateBase : public ModelState {
   const int64_t own_count_;
   AdamW optimizer_;
   const Ranges norm_ranges_;
+  const core::DType precision_;
   std::vector<float> params_;  // whole (padded to the partition), or empty under stage 3
+  std::unique_ptr<ReleasableBuffer> masters_;  // 16-bit training only
 };
 
 // Stages 0 and 1: whole gradients on every rank, all-reduced in buckets
@@ -161,7 +203,10 @@ class ReplicatedGradients final : public ZeroStateBase {
   bool reduces_micro_batch(int64_t index, int64_t count) const override {
     return index + 1 == count;
   }
-  void grads_ready(int64_t begin, int64_t end) override { reducer_.ready(begin, end); }
+  void grads_ready(int64_t begin, int64_t end) override {
+    round_gradients(grads_.data(), begin, end);
+    reducer_.ready(begin, end);
+  }
   core::Status finish_backward(bool reduced) override {
     if (!reduced) return {};
     return reducer_.finish().with_context("gradient all-reduce");
@@ -182,10 +227,11 @@ class ReplicatedGradients final : public ZeroStateBase {
     backend_.scale(grads_.data(), static_cast<int64_t>(grads_.size()), factor);
   }
   core::Status optimizer_step(double lr) override {
-    if (core::Status status = optimizer_.step(backend_, params_.data(), grads_.data(), lr);
+    if (core::Status status = optimizer_.step(backend_, master(), grads_.data(), lr);
         !status.ok()) {
       return status;
     }
+    publish_masters();
     if (!sharded_) return {};
     return all_gather_partitions(comm_, partition_, training_.zero.allgather_bucket_size,
                                  params_.data())
@@ -199,7 +245,7 @@ class ReplicatedGradients final : public ZeroStateBase {
     MemoryReport memory;
     memory.parameters = table_.total() * static_cast<int64_t>(sizeof(float));
     memory.gradients = static_cast<int64_t>(grads_.size() * sizeof(float));
-    memory.optimizer_states = optimizer_.state_bytes();
+    memory.optimizer_states = optimizer_.state_bytes() + master_bytes();
     memory.activations = activation_bytes;
     memory.communication_buffers = reducer_.buffer_bytes();
     return memory;
@@ -212,7 +258,7 @@ class ReplicatedGradients final : public ZeroStateBase {
   }
 
  private:
-  float* master() override { return params_.data(); }
+  float* model_weights() override { return params_.data(); }
 
   std::vector<float> grads_;
   GradientReducer reducer_;
@@ -259,7 +305,10 @@ class PartitionedGradients final : public ZeroStateBase {
     backend_.memset_zero(grads_.data(), static_cast<int64_t>(grads_.size() * sizeof(float)));
   }
   bool reduces_micro_batch(int64_t, int64_t) const override { return true; }
-  void grads_ready(int64_t begin, int64_t end) override { reducer_.ready(begin, end); }
+  void grads_ready(int64_t begin, int64_t end) override {
+    round_gradients(workspace_.data(), begin, end);
+    reducer_.ready(begin, end);
+  }
   core::Status finish_backward(bool) override {
     if (core::Status gathered = forward_only_status(); !gathered.ok()) return gathered;
     return reducer_.finish().with_context("gradient reduce-scatter");
@@ -278,6 +327,7 @@ class PartitionedGradients final : public ZeroStateBase {
         !status.ok()) {
       return status;
     }
+    publish_masters();
     // Stage 3 gathers no parameters after the step but the persistent ones.
     if (zero3_) {
       if (std::string error = zero3_->refresh_persistent(); !error.empty()) {
@@ -309,7 +359,7 @@ class PartitionedGradients final : public ZeroStateBase {
     memory.parameters = zero3_ ? zero3_->parameter_bytes()
                                : table_.total() * static_cast<int64_t>(sizeof(float));
     memory.gradients = static_cast<int64_t>(grads_.size() * sizeof(float));
-    memory.optimizer_states = optimizer_.state_bytes();
+    memory.optimizer_states = optimizer_.state_bytes() + master_bytes();
     memory.activations = activation_bytes;
     memory.communication_buffers = reducer_.buffer_bytes() + (zero3_ ? zero3_->buffer_bytes() : 0);
     memory.gradient_workspace_peak = workspace_.peak_resident_bytes();
@@ -331,7 +381,7 @@ class PartitionedGradients final : public ZeroStateBase {
   }
 
  private:
-  float* master() override { return zero3_ ? zero3_->master() : params_.data(); }
+  float* model_weights() override { return zero3_ ? zero3_->master() : params_.data(); }
 
   std::vector<float> grads_;  // this rank's partition
   ReleasableBuffer workspace_;
@@ -346,12 +396,14 @@ core::StatusOr<std::unique_ptr<ModelState>> make_zero_model_state(ModelStateInpu
   std::unique_ptr<ZeroStateBase> state;
   if (partitioned_grads) {
     auto partitioned = std::make_unique<PartitionedGradients>(inputs);
+    if (core::Status status = partitioned->init_status(); !status.ok()) return status;
     if (core::Status status = partitioned->partition_parameters(*inputs.model); !status.ok()) {
       return status;
     }
     state = std::move(partitioned);
   } else {
     state = std::make_unique<ReplicatedGradients>(inputs);
+    if (core::Status status = state->init_status(); !status.ok()) return status;
   }
   if (inputs.training->zero.offload_optimizer.device == spec::OffloadDevice::kNvme) {
     if (core::Status status = state->swap_moments(); !status.ok()) return status;

@@ -39,6 +39,7 @@ ShardHeader header_for(int rank, int ranks, int64_t total, int64_t begin, int64_
           .begin = begin,
           .end = end,
           .optimizer_step = 39,
+          .loss_scaler = std::nullopt,
           .layout = flat_layout(total),
           .arrays = {}};  // write_shard fills it in
 }
@@ -132,6 +133,36 @@ TEST_CASE("A shard reads back bit for bit, with its size and checksum") {
   CHECK_FALSE(read_flat_range({{path, 300, 550}}, flat_layout(1000), StateKind::kParameter, 545,
                               555, out.data(), error));
   CHECK_THAT(error, Equals("no checkpoint shard holds element 550 of flat (its slice 0 of 1)"));
+}
+
+TEST_CASE("An fp16 run's loss scaler travels in the header, and only there") {
+  TempDir dir;
+  ShardHeader header = header_for(0, 1, 1000, 0, 1000);
+  CHECK_FALSE(header.loss_scaler);
+  header.loss_scaler = LossScalerState{.scale = 0.25,
+                                       .iteration = 41,
+                                       .last_overflow_iteration = 37,
+                                       .hysteresis_left = 1,
+                                       .skipped_steps = 5};
+  ShardData data(0, 1000);
+  const std::string path = dir.file("scaled.bin");
+  REQUIRE(write_shard(path, header, data.arrays()).ok());
+  std::string error;
+  const std::optional<ShardHeader> read = read_shard_header(path, error);
+  INFO(error);
+  REQUIRE(read);
+  REQUIRE(read->loss_scaler);
+  CHECK(read->loss_scaler->scale == 0.25);
+  CHECK(read->loss_scaler->iteration == 41);
+  CHECK(read->loss_scaler->last_overflow_iteration == 37);
+  CHECK(read->loss_scaler->hysteresis_left == 1);
+  CHECK(read->loss_scaler->skipped_steps == 5);
+
+  const std::string plain = dir.file("plain.bin");
+  REQUIRE(write_shard(plain, header_for(0, 1, 1000, 0, 1000), data.arrays()).ok());
+  const std::optional<ShardHeader> without = read_shard_header(plain, error);
+  REQUIRE(without);
+  CHECK_FALSE(without->loss_scaler);
 }
 
 TEST_CASE("A rank that owns nothing writes a shard with empty arrays") {
@@ -616,6 +647,7 @@ ShardLocation write_table_shard(const TempDir& dir, const std::string& name,
                            .begin = begin,
                            .end = end,
                            .optimizer_step = 39,
+                           .loss_scaler = std::nullopt,
                            .layout = layout_of(table),
                            .arrays = {}};
   const std::string path = dir.file(name);

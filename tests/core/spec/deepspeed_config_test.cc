@@ -435,7 +435,7 @@ training:
     stage3_gather_16bit_weights_on_model_save: true
     offload_param: {device: cpu, buffer_count: 4, max_in_cpu: 1e9}
     offload_optimizer: {device: cpu, fast_init: true}
-  fp16: {enabled: true, auto_cast: false, consecutive_hysteresis: true}
+  fp16: {enabled: true, auto_cast: false}
   bf16: {immediate_grad_update: true}
   optimizer: {type: Adam, params: {torch_adam: true}}
 )");
@@ -450,7 +450,6 @@ training:
            ":9:51: warning: DeepSpeed key 'zero_optimization.offload_param.max_in_cpu'",
            ":10:38: warning: DeepSpeed key 'zero_optimization.offload_optimizer.fast_init'",
            ":11:25: warning: DeepSpeed key 'fp16.auto_cast'",
-           ":11:43: warning: DeepSpeed key 'fp16.consecutive_hysteresis'",
            ":12:10: warning: DeepSpeed key 'bf16.immediate_grad_update'",
            ":13:36: warning: DeepSpeed key 'optimizer.params.torch_adam'",
        }) {

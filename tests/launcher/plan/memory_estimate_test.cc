@@ -110,6 +110,18 @@ TEST_CASE("mixed-precision Adam holds 2+2+12 bytes per parameter, fp16 and bf16 
   }
 }
 
+TEST_CASE("on the CPU backend 16-bit weights and gradients are held widened to fp32") {
+  const int64_t psi = 1'000'000;
+  for (const Precision precision : {Precision::kFp16, Precision::kBf16}) {
+    check_bytes(model_state_bytes(psi, training(precision, 1), 4, spec::Device::kCpu), 4'000'000,
+                4'000'000, 3'000'000);
+    check_bytes(model_state_bytes(psi, training(precision, 3), 4, spec::Device::kCpu), 1'000'000,
+                1'000'000, 3'000'000);
+  }
+  check_bytes(model_state_bytes(psi, training(Precision::kFp32, 1), 4, spec::Device::kCpu),
+              4'000'000, 4'000'000, 2'000'000);
+}
+
 TEST_CASE("ZeRO partitions round up") {
   // 10 parameters over 4 ranks: partitions of 3.
   check_bytes(model_state_bytes(10, training(Precision::kFp32, 1), 4), 40, 40, 24);
@@ -157,6 +169,13 @@ TEST_CASE("optimizer offload to NVMe keeps its swap buffers in memory") {
   offload.zero.sub_group_size = 1'000'000'000;
   bytes = model_state_bytes(1'000'000, offload, 4);
   CHECK(bytes.swap_buffers == 2 * ((1'000'000 + 4095) / 4096 * 4096));
+
+  // 16-bit training: the fp32 masters stay in memory, the moments go.
+  spec::TrainingSpec mixed = training(Precision::kBf16, 2);
+  mixed.zero.offload_optimizer.device = spec::OffloadDevice::kNvme;
+  bytes = model_state_bytes(1'000'000, mixed, 4, spec::Device::kCpu);
+  CHECK(bytes.optimizer_states == 1'000'000);
+  CHECK(bytes.offloaded_to_nvme == 2'000'000);
 }
 
 TEST_CASE("parameter offload to NVMe at stage 3 moves the parameter partition to NVMe") {

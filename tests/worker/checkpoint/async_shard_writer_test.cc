@@ -27,6 +27,7 @@ core::ShardHeader header_for(int64_t begin, int64_t end, int64_t step) {
           .begin = begin,
           .end = end,
           .optimizer_step = step,
+          .loss_scaler = std::nullopt,
           .layout = flat_layout(end),
           .arrays = {}};  // write_shard fills it in
 }
@@ -101,6 +102,7 @@ TEST_CASE("Back-to-back saves both complete, each with its own data") {
                .begin = 1000,
                .end = 51'000,
                .optimizer_step = 2,
+               .loss_scaler = std::nullopt,
                .layout = flat_layout(51'000),
                .arrays = {}},
               second.arrays(), done.record());

@@ -87,6 +87,7 @@ Run train_checkpointed(comm::Communicator& comm, spec::JobSpec spec, int64_t glo
     header.begin = slice.begin;
     header.end = slice.end;
     header.optimizer_step = slice.optimizer_steps;
+    header.loss_scaler = slice.loss_scaler;
     header.layout = *slice.layout;
     const core::WrittenShard written = core::write_shard(
         (folder / fmt::format("rank_{}.bin", world_rank)).string(), header, slice.arrays);
@@ -167,6 +168,54 @@ TEST_CASE("a run resumed from a checkpoint continues bit for bit at every ZeRO s
       INFO(file);
       CHECK(file_bytes(fs::path(root) / file) == file_bytes(fs::path(root + "-resumed") / file));
     }
+  }
+  REQUIRE_OK(world_barrier());
+  if (rank == 0) fs::remove_all(dir);
+}
+
+TEST_CASE("a 16-bit run resumes bit for bit: masters, moments and the loss scaler") {
+  const int rank = world_data().rank();
+  const std::string dir = testing::shared_token_files(world_data());
+  const bool fp16 = GENERATE(true, false);
+  const int stage = GENERATE(1, 3);
+  INFO((fp16 ? "fp16" : "bf16") << ", ZeRO stage " << stage);
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  spec.training.steps = 20;
+  spec.training.scheduler.total_num_steps = 20;
+  spec.training.zero.stage = stage;
+  spec.training.zero.param_persistence_threshold = 0;
+  spec.checkpoint.interval = 10;
+  if (fp16) {
+    // A scale far too large: the first steps overflow and are skipped, so
+    // the checkpoint carries skipped steps, a shrunken scale and hysteresis.
+    spec.training.fp16.enabled = true;
+    spec.training.fp16.initial_scale_power = 32;
+    spec.training.fp16.loss_scale_window = 4;
+  } else {
+    spec.training.bf16 = true;
+  }
+  const int64_t global = 4 * world_data().size();
+  const std::string root = fmt::format("{}/{}-{}", dir, fp16 ? "fp16" : "bf16", stage);
+  const Run whole = train_checkpointed(world_data(), spec, global, root);
+  std::string error;
+  const auto header = core::read_shard_header(root + "/step_10/rank_0.bin", error);
+  REQUIRE(header);
+  CHECK(header->loss_scaler.has_value() == fp16);
+  if (fp16) {
+    CHECK(header->loss_scaler->skipped_steps > 0);
+    CHECK(header->optimizer_step == 10 - header->loss_scaler->skipped_steps);
+  }
+  const Run resumed = train_checkpointed(world_data(), spec, global, root + "-resumed",
+                                         resume_point(root, 10, spec.model));
+  REQUIRE(resumed.losses.size() == 10);
+  for (const auto& [step, loss] : resumed.losses) {
+    INFO("step " << step);
+    CHECK(loss == whole.losses.at(step));
+  }
+  CHECK(resumed.params == whole.params);
+  if (rank == 0) {
+    CHECK(file_bytes(fs::path(root) / "step_20/rank_0.bin") ==
+          file_bytes(fs::path(root + "-resumed") / "step_20/rank_0.bin"));
   }
   REQUIRE_OK(world_barrier());
   if (rank == 0) fs::remove_all(dir);

@@ -1,0 +1,163 @@
+#include "kernels/cpu/rounded_gemm.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "kernels/half_precision.h"
+
+namespace dslaunch::kernels::cpu {
+namespace {
+
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+
+bool has_native_bf16() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core_bf16:
+    case dnnl::cpu_isa::avx512_core_amx:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// out[i] = the value of in[i] rounded to dtype, as 16 bits or widened back.
+void round_row(core::DType dtype, const float* in, uint16_t* out, int64_t n) {
+  if (dtype == core::DType::kBF16) {
+    for (int64_t i = 0; i < n; ++i) out[i] = float_to_bf16(in[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = float_to_fp16(in[i]);
+  }
+}
+void round_row(core::DType dtype, const float* in, float* out, int64_t n) {
+  if (dtype == core::DType::kBF16) {
+    for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(float_to_bf16(in[i]));
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = fp16_to_float(float_to_fp16(in[i]));
+  }
+}
+
+// rows x cols of a row-major matrix with leading dimension ld, from
+// (row0, col0), into a packed rows x cols array.
+template <typename Out>
+void pack(core::DType dtype, const float* in, int64_t ld, int64_t row0, int64_t col0, int64_t rows,
+          int64_t cols, std::vector<Out>& out) {
+  if (static_cast<int64_t>(out.size()) < rows * cols) out.resize(static_cast<size_t>(rows * cols));
+  Out* to = out.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    round_row(dtype, in + (row0 + r) * ld + col0, to + r * cols, cols);
+  }
+}
+
+}  // namespace
+
+struct RoundedGemm::Onednn {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  // (rows, N, K, A transposed, B transposed, accumulate, ldc) -> primitive.
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool, bool, int64_t>, dnnl::matmul>
+      primitives;
+
+  dnnl::memory::desc a_desc(int64_t rows, int64_t K, bool trans_a) const {
+    return dnnl::memory::desc({rows, K}, dt::bf16, trans_a ? tag::ba : tag::ab);
+  }
+  dnnl::memory::desc b_desc(int64_t N, int64_t K, bool trans_b) const {
+    return dnnl::memory::desc({K, N}, dt::bf16, trans_b ? tag::ba : tag::ab);
+  }
+
+  dnnl::matmul& primitive(int64_t rows, int64_t N, int64_t K, bool trans_a, bool trans_b,
+                          bool accumulate, int64_t ldc) {
+    const auto key = std::make_tuple(rows, N, K, trans_a, trans_b, accumulate, ldc);
+    auto found = primitives.find(key);
+    if (found != primitives.end()) return found->second;
+    dnnl::primitive_attr attr;
+    if (accumulate) {
+      dnnl::post_ops sum;
+      sum.append_sum(1.0f);
+      attr.set_post_ops(sum);
+    }
+    const dnnl::memory::desc c_desc({rows, N}, dt::f32, dnnl::memory::dims{ldc, 1});
+    const dnnl::matmul::primitive_desc pd(
+        dnnl::matmul::desc(a_desc(rows, K, trans_a), b_desc(N, K, trans_b), c_desc), attr, engine);
+    return primitives.insert_or_assign(key, dnnl::matmul(pd)).first->second;
+  }
+};
+
+RoundedGemm::RoundedGemm(core::DType dtype, int64_t block_elements)
+    : dtype_(dtype), block_elements_(block_elements) {
+  if (dtype != core::DType::kBF16 && dtype != core::DType::kF16) {
+    throw std::invalid_argument("RoundedGemm: the operands' format must be bf16 or fp16, not " +
+                                std::string(core::dtype_name(dtype)));
+  }
+  if (dtype == core::DType::kBF16 && has_native_bf16()) onednn_ = std::make_unique<Onednn>();
+}
+
+RoundedGemm::~RoundedGemm() = default;
+
+std::string RoundedGemm::kernel_name() const {
+  if (onednn_) {
+    return std::string("oneDNN bf16 (") +
+           (dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx ? "AMX"
+                                                                            : "AVX512_BF16") +
+           ")";
+  }
+  return "OpenBLAS sgemm on " + std::string(core::dtype_name(dtype_)) + "-rounded operands";
+}
+
+void RoundedGemm::pack_a(Transpose trans_a, int64_t row0, int64_t rows, int64_t K, const float* A,
+                         int64_t lda) {
+  // op(A) rows [row0, row0 + rows): stored rows of A, or stored columns of
+  // a transposed A (kept transposed: K rows of `rows` elements).
+  const bool t = trans_a == Transpose::kYes;
+  const int64_t r0 = t ? 0 : row0;
+  const int64_t c0 = t ? row0 : 0;
+  const int64_t packed_rows = t ? K : rows;
+  const int64_t packed_cols = t ? rows : K;
+  if (onednn_) {
+    pack(dtype_, A, lda, r0, c0, packed_rows, packed_cols, a16_);
+  } else {
+    pack(dtype_, A, lda, r0, c0, packed_rows, packed_cols, a32_);
+  }
+}
+
+void RoundedGemm::pack_b(Transpose trans_b, int64_t N, int64_t K, const float* B, int64_t ldb) {
+  const bool t = trans_b == Transpose::kYes;
+  if (onednn_) {
+    pack(dtype_, B, ldb, 0, 0, t ? N : K, t ? K : N, b16_);
+  } else {
+    pack(dtype_, B, ldb, 0, 0, t ? N : K, t ? K : N, b32_);
+  }
+}
+
+void RoundedGemm::run(Transpose trans_a, Transpose trans_b, int64_t M, int64_t N, int64_t K,
+                      const float* A, int64_t lda, const float* B, int64_t ldb, bool accumulate,
+                      float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  pack_b(trans_b, N, K, B, ldb);
+  const bool ta = trans_a == Transpose::kYes;
+  const bool tb = trans_b == Transpose::kYes;
+  const int64_t block = std::max<int64_t>(64, block_elements_ / std::max<int64_t>(K, 1)) / 64 * 64;
+  for (int64_t row0 = 0; row0 < M; row0 += block) {
+    const int64_t rows = std::min(block, M - row0);
+    pack_a(trans_a, row0, rows, K, A, lda);
+    float* c = C + row0 * ldc;
+    if (onednn_) {
+      dnnl::matmul& product = onednn_->primitive(rows, N, K, ta, tb, accumulate, ldc);
+      const dnnl::memory a(onednn_->a_desc(rows, K, ta), onednn_->engine, a16_.data());
+      const dnnl::memory b(onednn_->b_desc(N, K, tb), onednn_->engine, b16_.data());
+      const dnnl::memory out(dnnl::memory::desc({rows, N}, dt::f32, dnnl::memory::dims{ldc, 1}),
+                             onednn_->engine, c);
+      product.execute(onednn_->stream,
+                      {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, out}});
+      onednn_->stream.wait();
+    } else {
+      sgemm(trans_a, trans_b, rows, N, K, 1.0f, a32_.data(), ta ? rows : K, b32_.data(), tb ? K : N,
+            accumulate ? 1.0f : 0.0f, c, ldc);
+    }
+  }
+}
+
+}  // namespace dslaunch::kernels::cpu

@@ -1,0 +1,59 @@
+#pragma once
+
+// Matrix products of 16-bit operands with fp32 accumulation, as tensor cores
+// compute them in bf16/fp16 training: each operand is rounded to the 16-bit
+// format (kernels/half_precision.h), the products and sums are fp32. With
+// bf16 on a CPU that has AVX512_BF16 (or AMX), oneDNN multiplies the 16-bit
+// operands directly, about twice OpenBLAS's fp32 rate (bench/matmul_bench);
+// elsewhere (and for fp16, which oneDNN runs only on AVX512_FP16) the
+// rounded operands are multiplied by OpenBLAS's sgemm: the same products,
+// exactly, summed in another order.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/cpu/sgemm.h"
+
+namespace dslaunch::kernels::cpu {
+
+class RoundedGemm {
+ public:
+  // dtype: kBF16 or kF16 (std::invalid_argument otherwise). The 16-bit copy
+  // of a block of A holds at most about `block_elements` elements (32 MiB by
+  // default; at least 64 rows).
+  explicit RoundedGemm(core::DType dtype, int64_t block_elements = int64_t{16} << 20);
+  ~RoundedGemm();
+
+  core::DType dtype() const { return dtype_; }
+  // Which kernel runs the products, for reports: "oneDNN bf16 (AVX512_BF16)"
+  // or "OpenBLAS sgemm on bf16-rounded operands".
+  std::string kernel_name() const;
+
+  // Row-major C (M,N) = round(op(A)) (M,K) · round(op(B)) (K,N), plus C
+  // when `accumulate`. Works through C's rows in blocks so the 16-bit copy
+  // of A stays small; B is rounded once per call.
+  void run(Transpose trans_a, Transpose trans_b, int64_t M, int64_t N, int64_t K, const float* A,
+           int64_t lda, const float* B, int64_t ldb, bool accumulate, float* C, int64_t ldc);
+
+ private:
+  struct Onednn;  // the engine, stream and primitives, when oneDNN runs bf16
+
+  // Rows [row0, row0 + rows) of op(A), rounded, into the 16-bit or fp32
+  // scratch: (rows, K) row-major when A is not transposed, (K, rows) when it is.
+  void pack_a(Transpose trans_a, int64_t row0, int64_t rows, int64_t K, const float* A,
+              int64_t lda);
+  void pack_b(Transpose trans_b, int64_t N, int64_t K, const float* B, int64_t ldb);
+
+  core::DType dtype_;
+  int64_t block_elements_;
+  std::unique_ptr<Onednn> onednn_;  // null: the sgemm fallback
+  std::vector<uint16_t> a16_, b16_;
+  std::vector<float> a32_, b32_;
+};
+
+}  // namespace dslaunch::kernels::cpu

@@ -1,0 +1,117 @@
+// 16-bit matrix products: each operand rounded to bf16 or fp16, products
+// and sums in fp32, against a double-precision product of the rounded
+// operands; C's rows in several blocks; every transpose the model uses.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "kernels/cpu/rounded_gemm.h"
+#include "kernels/half_precision.h"
+#include "tests/kernels/cpu/kernel_testing.h"
+
+namespace dslaunch::kernels::testing {
+namespace {
+
+using cpu::RoundedGemm;
+using cpu::Transpose;
+
+double rounded(core::DType dtype, float x) {
+  return dtype == core::DType::kBF16 ? bf16_to_float(float_to_bf16(x))
+                                     : fp16_to_float(float_to_fp16(x));
+}
+
+// C (M,N) = op(A) · op(B) + c0, from row-major A and B, in double; each
+// operand element rounded to dtype unless dtype is kF32.
+std::vector<double> reference(core::DType dtype, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                              const std::vector<float>& A, const std::vector<float>& B,
+                              const std::vector<float>& c0) {
+  const auto value = [dtype](float x) {
+    return dtype == core::DType::kF32 ? static_cast<double>(x) : rounded(dtype, x);
+  };
+  std::vector<double> C(M * N);
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      double sum = c0[m * N + n];
+      for (int64_t k = 0; k < K; ++k) {
+        const float a = ta ? A[k * M + m] : A[m * K + k];
+        const float b = tb ? B[n * K + k] : B[k * N + n];
+        sum += value(a) * value(b);
+      }
+      C[m * N + n] = sum;
+    }
+  }
+  return C;
+}
+
+}  // namespace
+
+TEST_CASE("16-bit products equal the exact product of the rounded operands, to fp32 sums") {
+  const int64_t M = 200, N = 70, K = 96;  // 200 rows: four blocks of 64 at most 64 * K elements
+  const auto A = random_floats(M * K, 1);
+  const auto B = random_floats(K * N, 2);
+  const auto c0 = random_floats(M * N, 3);
+  for (core::DType dtype : {core::DType::kBF16, core::DType::kF16}) {
+    RoundedGemm gemm(dtype, 64 * K);
+    INFO(gemm.kernel_name());
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (bool accumulate : {false, true}) {
+          INFO("transposed A " << ta << ", transposed B " << tb << ", accumulate " << accumulate);
+          std::vector<float> C = c0;
+          gemm.run(ta ? Transpose::kYes : Transpose::kNo, tb ? Transpose::kYes : Transpose::kNo, M,
+                   N, K, A.data(), ta ? M : K, B.data(), tb ? K : N, accumulate, C.data(), N);
+          const std::vector<float> zero(M * N, 0.0f);
+          const auto& start = accumulate ? c0 : zero;
+          CHECK(relative_error(C, reference(dtype, ta, tb, M, N, K, A, B, start)) < 1e-6);
+          // And the rounding is real: the fp32 product is further away.
+          CHECK(relative_error(C, reference(core::DType::kF32, ta, tb, M, N, K, A, B, start)) >
+                (dtype == core::DType::kBF16 ? 1e-4 : 1e-5));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the backend rounds the model's products when told to, and only those") {
+  auto backend = make_cpu_backend(2);
+  CHECK(backend->matmul_kernel() == "OpenBLAS sgemm");
+  const int64_t N = 8, C = 16, OC = 12;
+  const auto inp = random_floats(N * C, 4);
+  const auto weight = random_floats(C * OC, 5);
+  std::vector<float> fp32(N * OC), bf16(N * OC);
+  backend->matmul_forward(fp32.data(), inp.data(), weight.data(), nullptr, N, C, OC);
+  backend->set_matmul_precision(core::DType::kBF16);
+  CHECK(backend->matmul_kernel() != "OpenBLAS sgemm");
+  backend->matmul_forward(bf16.data(), inp.data(), weight.data(), nullptr, N, C, OC);
+  const std::vector<float> zero(N * OC, 0.0f);
+  CHECK(relative_error(
+            bf16, reference(core::DType::kBF16, false, false, N, OC, C, inp, weight, zero)) < 1e-6);
+  backend->set_matmul_precision(core::DType::kF32);
+  std::vector<float> again(N * OC);
+  backend->matmul_forward(again.data(), inp.data(), weight.data(), nullptr, N, C, OC);
+  CHECK(again == fp32);
+}
+
+TEST_CASE("round_to keeps what a 16-bit copy holds") {
+  Backend& backend = cpu_backend();
+  std::vector<float> x = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256, 70000.0f, -1e-9f, 3.14159f};
+  std::vector<float> b = x, h = x;
+  backend.round_to(b.data(), static_cast<int64_t>(b.size()), core::DType::kBF16);
+  backend.round_to(h.data(), static_cast<int64_t>(h.size()), core::DType::kF16);
+  CHECK(b[0] == 1.0f);                                    // a tie, to even
+  CHECK(b[1] == 1.0f + 4.0f / 256);                       // a tie, to even (up)
+  CHECK(b[2] == 70144.0f);                                // bf16 keeps fp32's range
+  CHECK(h[2] == std::numeric_limits<float>::infinity());  // past fp16's 65504
+  CHECK(h[3] == -0.0f);
+  CHECK(std::signbit(h[3]));
+  CHECK(b[4] == 3.140625f);
+  CHECK(h[4] == 3.140625f);
+  std::vector<float> same = x;
+  backend.round_to(same.data(), static_cast<int64_t>(same.size()), core::DType::kF32);
+  CHECK(same == x);
+}
+
+}  // namespace dslaunch::kernels::testing

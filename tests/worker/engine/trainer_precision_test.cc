@@ -1,0 +1,246 @@
+// 16-bit training: bf16 and fp16 against fp32, the ZeRO stages against each
+// other, and fp16's loss scaler skipping overflowing steps on every rank.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/backend.h"
+#include "kernels/half_precision.h"
+#include "tests/worker/engine/trainer_test_support.h"
+#include "tests/worker/parallel/test_groups.h"
+#include "worker/comm/communicator.h"
+#include "worker/data/training_data.h"
+#include "worker/engine/trainer.h"
+
+namespace dslaunch::worker::engine {
+namespace {
+
+comm::Communicator& world_data() { return comm::testing::world_groups().data(); }
+
+#define REQUIRE_OK(expression)                           \
+  do {                                                   \
+    const core::Status require_ok_status = (expression); \
+    INFO("status: " << require_ok_status.message());     \
+    REQUIRE(require_ok_status.ok());                     \
+  } while (false)
+
+core::Status world_barrier() { return comm::testing::world_groups().world().barrier()->wait(); }
+
+enum class Precision { kFp32, kBf16, kFp16 };
+
+void set_precision(spec::JobSpec& spec, Precision precision) {
+  spec.training.bf16 = precision == Precision::kBf16;
+  spec.training.fp16.enabled = precision == Precision::kFp16;
+}
+
+struct Run {
+  std::vector<StepReport> reports;
+  std::vector<float> params;
+  // The parameters each checkpoint saved (the fp32 masters), by step.
+  std::map<int64_t, std::vector<float>> saved;
+  std::string error;
+  int64_t steps = 0;
+};
+
+// Trains on the world with micro-batches of 2 and `accumulation` of them.
+Run train_world(spec::JobSpec spec, int64_t accumulation, const TrainerOptions& extra = {}) {
+  spec.training.batch.micro_batch_per_gpu = 2;
+  spec.training.batch.gradient_accumulation_steps = accumulation;
+  spec.training.batch.train_batch_size = 2 * accumulation * world_data().size();
+  const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
+  REQUIRE(data.error == "");
+  auto backend = kernels::make_cpu_backend(1);
+  Run run;
+  TrainerOptions options = extra;
+  options.data_comm = &world_data();
+  options.on_step = [&run](const StepReport& report) { run.reports.push_back(report); };
+  options.save_checkpoint = [&run](const CheckpointSlice& slice) {
+    const auto* params = static_cast<const float*>(slice.arrays.front().data);
+    run.saved[slice.step].assign(params, params + (slice.end - slice.begin));
+  };
+  TrainResult result = train(spec, data, *backend, options);
+  run.error = result.error;
+  run.steps = result.steps;
+  run.params = std::move(result.params);
+  // The backend is back to fp32 products for whoever uses it next.
+  CHECK(backend->matmul_kernel() == "OpenBLAS sgemm");
+  return run;
+}
+
+std::vector<double> losses(const Run& run) {
+  std::vector<double> out;
+  for (const StepReport& report : run.reports) out.push_back(report.loss);
+  return out;
+}
+
+double final_eval(const Run& run) {
+  REQUIRE(run.reports.back().eval_loss);
+  return *run.reports.back().eval_loss;
+}
+
+bool representable(const std::vector<float>& values, core::DType dtype) {
+  for (float value : values) {
+    const float rounded = dtype == core::DType::kBF16
+                              ? kernels::bf16_to_float(kernels::float_to_bf16(value))
+                              : kernels::fp16_to_float(kernels::float_to_fp16(value));
+    if (std::memcmp(&rounded, &value, sizeof value) != 0) return false;
+  }
+  return true;
+}
+
+TEST_CASE("bf16 and fp16 train as well as fp32, on weights the 16-bit formats hold") {
+  const std::string dir = testing::shared_token_files(world_data());
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  const int64_t accumulation = 4 / world_data().size();
+  const Run fp32 = train_world(spec, accumulation);
+  REQUIRE(fp32.error == "");
+  for (Precision precision : {Precision::kBf16, Precision::kFp16}) {
+    const core::DType dtype =
+        precision == Precision::kBf16 ? core::DType::kBF16 : core::DType::kF16;
+    INFO(core::dtype_name(dtype));
+    set_precision(spec, precision);
+    const Run run = train_world(spec, accumulation);
+    REQUIRE(run.error == "");
+    REQUIRE(run.reports.size() == 50);
+    // The model learned as much (the tiny model's losses fall from 4.2 to about 1).
+    CHECK(final_eval(run) == Approx(final_eval(fp32)).epsilon(0.03));
+    // And the 16-bit rounding is real: the losses are not fp32's.
+    CHECK(losses(run) != losses(fp32));
+    CHECK(run.reports.front().loss == Approx(fp32.reports.front().loss).epsilon(0.01));
+    // The model's weights are 16-bit values; the checkpoint keeps the fp32
+    // masters, which are not.
+    CHECK(representable(run.params, dtype));
+    REQUIRE(run.saved.count(50) == 1);
+    CHECK_FALSE(representable(run.saved.at(50), dtype));
+    for (const StepReport& report : run.reports) {
+      CHECK(report.loss_scale.has_value() == (precision == Precision::kFp16));
+      CHECK_FALSE(report.skipped);
+    }
+  }
+  REQUIRE_OK(world_barrier());
+  if (world_data().rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("16-bit training gives the same bits at every ZeRO stage") {
+  const std::string dir = testing::shared_token_files(world_data());
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  spec.training.steps = 10;
+  spec.training.scheduler.total_num_steps = 10;
+  spec.training.zero.param_persistence_threshold = 0;
+  for (Precision precision : {Precision::kBf16, Precision::kFp16}) {
+    set_precision(spec, precision);
+    spec.training.zero.stage = 0;
+    const Run reference = train_world(spec, 1);
+    REQUIRE(reference.error == "");
+    for (int stage : {1, 2, 3}) {
+      INFO((precision == Precision::kBf16 ? "bf16" : "fp16") << ", ZeRO stage " << stage);
+      spec.training.zero.stage = stage;
+      const Run run = train_world(spec, 1);
+      REQUIRE(run.error == "");
+      CHECK(losses(run) == losses(reference));
+      CHECK(run.params == reference.params);
+    }
+  }
+  REQUIRE_OK(world_barrier());
+  if (world_data().rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("fp16's loss scale grows by DeepSpeed's rule for the ZeRO stage, and is reported") {
+  const std::string dir = testing::shared_token_files(world_data());
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  spec.training.steps = 12;
+  set_precision(spec, Precision::kFp16);
+  spec.training.fp16.initial_scale_power = 8;
+  spec.training.fp16.loss_scale_window = 5;
+  for (int stage : {0, 1}) {
+    INFO("ZeRO stage " << stage);
+    spec.training.zero.stage = stage;
+    const Run run = train_world(spec, 1);
+    REQUIRE(run.error == "");
+    REQUIRE(run.reports.size() == 12);
+    // Stage 0 (FP16_Optimizer) doubles after iterations 5 and 10, so steps
+    // 7 and 12 are the first at the new scale; the ZeRO scaler one earlier.
+    const int64_t first_doubled = stage == 0 ? 7 : 6;
+    for (const StepReport& report : run.reports) {
+      INFO("step " << report.step);
+      const int doublings = report.step >= first_doubled + 5 ? 2 : report.step >= first_doubled;
+      CHECK(*report.loss_scale == 256.0 * (1 << doublings));
+      CHECK(report.skipped_steps == 0);
+    }
+  }
+  REQUIRE_OK(world_barrier());
+  if (world_data().rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("fp16 skips an overflowing step on every rank, holds the schedule and goes on") {
+  const int rank = world_data().rank();
+  const int size = world_data().size();
+  const std::string dir = testing::shared_token_files(world_data());
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  spec.training.steps = 8;
+  spec.checkpoint.interval = 1;
+  set_precision(spec, Precision::kFp16);
+  spec.training.fp16.initial_scale_power = 10;
+  spec.training.fp16.hysteresis = 2;
+  for (int stage : {0, 2}) {
+    INFO("ZeRO stage " << stage);
+    spec.training.zero.stage = stage;
+    TrainerOptions options;
+    // The injected overflow: NaN in the last rank's gradients at step 3.
+    options.poison_gradients = [rank, size](int64_t step) { return rank == size - 1 && step == 3; };
+    const Run run = train_world(spec, 2, options);
+    REQUIRE(run.error == "");
+    REQUIRE(run.steps == 8);
+    REQUIRE(run.reports.size() == 8);
+    const StepReport& skipped = run.reports[2];
+    CHECK(skipped.skipped);
+    CHECK(skipped.skipped_steps == 1);
+    CHECK(skipped.grad_norm == -1);
+    CHECK(std::isfinite(skipped.loss));
+    // No update: step 3's checkpoint holds step 2's parameters.
+    CHECK(run.saved.at(3) == run.saved.at(2));
+    CHECK(run.saved.at(4) != run.saved.at(3));
+    // The learning rate schedule did not advance.
+    CHECK(run.reports[3].lr == skipped.lr);
+    // Stage 0 halves the scale at once; the ZeRO scaler's hysteresis of 2
+    // absorbs the first overflow.
+    CHECK(*run.reports[3].loss_scale == (stage == 0 ? 512.0 : 1024.0));
+    for (size_t i = 3; i < run.reports.size(); ++i) CHECK_FALSE(run.reports[i].skipped);
+    CHECK(run.reports.back().skipped_steps == 1);
+  }
+  REQUIRE_OK(world_barrier());
+  if (rank == 0) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a loss scale too large for fp16 shrinks by skipping steps until gradients fit") {
+  const std::string dir = testing::shared_token_files(world_data());
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  spec.training.steps = 30;
+  spec.training.scheduler.total_num_steps = 30;
+  spec.checkpoint.interval = 1;
+  set_precision(spec, Precision::kFp16);
+  spec.training.fp16.initial_scale_power = 32;  // scaled gradients far past 65504
+  spec.training.zero.stage = 1;
+  const Run run = train_world(spec, 2);
+  REQUIRE(run.error == "");
+  REQUIRE(run.reports.size() == 30);
+  // The first steps overflow (real fp16 overflow, nothing injected): each is
+  // skipped and leaves the weights as they were, until the scale fits.
+  int64_t skipped = 0;
+  while (run.reports[skipped].skipped) ++skipped;
+  CHECK(skipped >= 3);
+  CHECK(run.saved.at(skipped) == run.saved.at(1));
+  CHECK(*run.reports[skipped].loss_scale < std::ldexp(1.0, 32));
+  CHECK(run.reports.back().skipped_steps >= skipped);
+  CHECK(run.reports.back().loss < run.reports[skipped].loss);
+  REQUIRE_OK(world_barrier());
+  if (world_data().rank() == 0) std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace dslaunch::worker::engine
