@@ -90,10 +90,10 @@ class Backend {
   // std::invalid_argument for another dtype.
   virtual void convert(void* out, core::DType out_dtype, const void* in, core::DType in_dtype,
                        int64_t n) = 0;
-  // x[i] = x[i] rounded to `dtype` (bf16 or fp16, nearest even) and widened
-  // back to fp32: the value a 16-bit copy holds (past fp16's range, ±inf).
-  // kF32 leaves x as it is.
-  virtual void round_to(float* x, int64_t n, core::DType dtype) = 0;
+  // out[i] = in[i] rounded to `dtype` (bf16 or fp16, nearest even) and
+  // widened back to fp32: the value a 16-bit copy holds (past fp16's range,
+  // ±inf); kF32 copies. out may be in.
+  virtual void round_to(float* out, const float* in, int64_t n, core::DType dtype) = 0;
 
   // The precision of the matrix products (matmul_*, logits_*): kF32 (the
   // default), or kBF16/kF16, where each product's two operands are rounded

@@ -1,4 +1,5 @@
 // Conversions between fp32, bf16 and fp16, element by element.
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -42,6 +43,23 @@ void convert_to(void* out, core::DType out_dtype, int64_t n, const Load& load) {
   }
 }
 
+// One chunk of round_to, compiled per instruction set (16 elements at a
+// time on AVX-512).
+DSL_VECTOR_CLONES void round_range(float* out, const float* in, int64_t n, core::DType dtype) {
+  switch (dtype) {
+    case core::DType::kBF16:
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(float_to_bf16(in[i]));
+      break;
+    case core::DType::kF16:
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) out[i] = fp16_to_float(float_to_fp16(in[i]));
+      break;
+    default:
+      if (out != in) std::copy(in, in + n, out);
+  }
+}
+
 }  // namespace
 
 void convert(void* out, core::DType out_dtype, const void* in, core::DType in_dtype, int64_t n) {
@@ -68,22 +86,14 @@ void convert(void* out, core::DType out_dtype, const void* in, core::DType in_dt
   }
 }
 
-void round_to(float* x, int64_t n, core::DType dtype) {
-  switch (dtype) {
-    case core::DType::kBF16:
-      convert_loop(n, [x](int64_t i) { return x[i]; },
-                   [x](int64_t i, float v) { x[i] = bf16_to_float(float_to_bf16(v)); });
-      break;
-    case core::DType::kF16:
-      convert_loop(n, [x](int64_t i) { return x[i]; },
-                   [x](int64_t i, float v) { x[i] = fp16_to_float(float_to_fp16(v)); });
-      break;
-    case core::DType::kF32:
-      break;
-    default:
-      throw std::invalid_argument("round_to: " + std::string(core::dtype_name(dtype)) +
-                                  " is not fp32, bf16 or fp16");
+void round_to(float* out, const float* in, int64_t n, core::DType dtype) {
+  if (dtype != core::DType::kF32 && dtype != core::DType::kBF16 && dtype != core::DType::kF16) {
+    throw std::invalid_argument("round_to: " + std::string(core::dtype_name(dtype)) +
+                                " is not fp32, bf16 or fp16");
   }
+  for_each_chunk(n, [=](int64_t begin, int64_t end) {
+    round_range(out + begin, in + begin, end - begin, dtype);
+  });
 }
 
 }  // namespace dslaunch::kernels::cpu

@@ -64,9 +64,9 @@ class CpuBackend final : public Backend {
     prepare_calling_thread();
     cpu::convert(out, out_dtype, in, in_dtype, n);
   }
-  void round_to(float* x, int64_t n, core::DType dtype) override {
+  void round_to(float* out, const float* in, int64_t n, core::DType dtype) override {
     prepare_calling_thread();
-    cpu::round_to(x, n, dtype);
+    cpu::round_to(out, in, n, dtype);
   }
   void set_matmul_precision(core::DType dtype) override {
     if (dtype == core::DType::kF32) {

@@ -78,7 +78,7 @@ void fill(float* x, int64_t n, float value);
 
 // convert.cc
 void convert(void* out, core::DType out_dtype, const void* in, core::DType in_dtype, int64_t n);
-void round_to(float* x, int64_t n, core::DType dtype);
+void round_to(float* out, const float* in, int64_t n, core::DType dtype);
 void mean(float* result, const float* x, int64_t n);
 
 }  // namespace dslaunch::kernels::cpu

@@ -99,7 +99,7 @@ ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& trainin
   };
   // Offloaded to host memory, the masters go with the moments (DeepSpeed's
   // ZeRO-Offload); to NVMe, the swap file takes the moments and the masters
-  // stay in memory (issue 15 notes the rest).
+  // stay in memory.
   const spec::OffloadDevice optimizer_device = training.zero.offload_optimizer.device;
   offload(optimizer_device, bytes.optimizer_states,
           optimizer_device == spec::OffloadDevice::kNvme ? optimizer_elements * moment_bytes

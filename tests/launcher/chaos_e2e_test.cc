@@ -46,8 +46,8 @@ void write_corpus(const fs::path& dir) {
   std::mt19937_64 engine(7);
   std::string text;
   for (int i = 0; i < 3000; ++i) {
-    text += words[engine() % 2] + " " + words[2 + engine() % 2] + " " + words[4 + engine() % 2] +
-            ".\n";
+    text +=
+        words[engine() % 2] + " " + words[2 + engine() % 2] + " " + words[4 + engine() % 2] + ".\n";
   }
   std::ofstream(dir / "corpus.txt") << text;
   const auto tokenized = run_command(
@@ -273,10 +273,9 @@ TEST_CASE("a rank killed with SIGKILL at a random step: the job restarts from it
   INFO("seed " << seed << ": rank " << rank << " killed after step " << at_step);
   const fs::path job = w.dir / "jobs" / fmt::format("kill-{}", seed);
   const fs::path log = w.dir / fmt::format("kill-{}.log", seed);
-  const pid_t dslaunch =
-      w.start({"run", write_spec(w.dir, "kill", default_checkpoint()).string(), "--job-dir",
-               job.string(), "--progress", "off"},
-              log);
+  const pid_t dslaunch = w.start({"run", write_spec(w.dir, "kill", default_checkpoint()).string(),
+                                  "--job-dir", job.string(), "--progress", "off"},
+                                 log);
   REQUIRE(wait_until([&] { return last_step(job) >= at_step; }, 120s));
   const std::vector<pid_t> ranks = ranks_when_running(job);
   REQUIRE(ranks.size() == 2);
@@ -289,9 +288,9 @@ TEST_CASE("a rank killed with SIGKILL at a random step: the job restarts from it
   CHECK(state["restarts"] == 1);
   REQUIRE(state["attempts"].size() == 2);
   CHECK(state["attempts"][0]["state"] == "FAILED");
-  CHECK_THAT(state["attempts"][0]["reason"].get<std::string>(),
-             Catch::Contains(fmt::format("rank {}", rank)) &&
-                 Catch::Contains("killed by signal 9"));
+  CHECK_THAT(
+      state["attempts"][0]["reason"].get<std::string>(),
+      Catch::Contains(fmt::format("rank {}", rank)) && Catch::Contains("killed by signal 9"));
   // It resumed from the newest checkpoint before the kill.
   const int64_t resumed = state["attempts"][1]["resumed_from_step"];
   CHECK(resumed % kInterval == 0);
@@ -339,7 +338,7 @@ bool has_event(const fs::path& job, const std::string& kind) {
 // controller's `event`, then for the job to end; what the attempt saw.
 struct StallDrill {
   std::chrono::steady_clock::duration detected_after{};  // from the step before the stall
-  nlohmann::json state;                                   // the job's state.json at the end
+  nlohmann::json state;                                  // the job's state.json at the end
 };
 
 StallDrill run_stall_drill(const Workspace& w, const fs::path& job, const std::string& fault_kind,
@@ -368,7 +367,8 @@ StallDrill run_stall_drill(const Workspace& w, const fs::path& job, const std::s
   return drill;
 }
 
-TEST_CASE("a rank that heartbeats but stalls at a step (injected) is a hang, and the job restarts") {
+TEST_CASE(
+    "a rank that heartbeats but stalls at a step (injected) is a hang, and the job restarts") {
   const Workspace w;
   w.reference();
   const fs::path job = w.dir / "jobs" / "stall-step";
@@ -385,8 +385,9 @@ TEST_CASE("a rank that heartbeats but stalls at a step (injected) is a hang, and
   check_recovered(w, job);
 }
 
-TEST_CASE("a rank that never enters a collective (injected) is reported by its peer within "
-          "collective_timeout, and the job restarts") {
+TEST_CASE(
+    "a rank that never enters a collective (injected) is reported by its peer within "
+    "collective_timeout, and the job restarts") {
   const Workspace w;
   w.reference();
   const fs::path job = w.dir / "jobs" / "stall-collective";
@@ -399,13 +400,14 @@ TEST_CASE("a rank that never enters a collective (injected) is reported by its p
   // The waiting rank names the collective (the gradient reducer's
   // reduce-scatter on its data group, both ranks, the timeout), and the
   // controller, from rank 1's heartbeats, the rank that never started it.
-  CHECK_THAT(drill.state["attempts"][0]["reason"].get<std::string>(),
-             Catch::Contains("rank 0") &&
-                 Catch::Contains("waited in a collective past fault_tolerance.collective_timeout") &&
-                 Catch::Contains("data/gradients reduce_scatter") &&
-                 Catch::Contains("over world ranks 0, 1") &&
-                 Catch::Contains("did not complete within 3 s") &&
-                 Catch::Contains("never started by rank 1"));
+  CHECK_THAT(
+      drill.state["attempts"][0]["reason"].get<std::string>(),
+      Catch::Contains("rank 0") &&
+          Catch::Contains("waited in a collective past fault_tolerance.collective_timeout") &&
+          Catch::Contains("data/gradients reduce_scatter") &&
+          Catch::Contains("over world ranks 0, 1") &&
+          Catch::Contains("did not complete within 3 s") &&
+          Catch::Contains("never started by rank 1"));
   // Stacks were collected before the ranks were ended.
   CHECK(has_event(job, "stacks"));
   check_recovered(w, job);
@@ -421,10 +423,10 @@ void check_injected_fault_recovers(const std::string& name, const std::string& f
   w.reference();
   const fs::path job = w.dir / "jobs" / name;
   const fs::path log = w.dir / (name + ".log");
-  const int code = w.run({"run", write_spec(w.dir, name, default_checkpoint()).string(),
-                          "--job-dir", job.string(), "--progress", "off", "--set",
-                          "testing={fault: " + fault + "}"},
-                         log);
+  const int code =
+      w.run({"run", write_spec(w.dir, name, default_checkpoint()).string(), "--job-dir",
+             job.string(), "--progress", "off", "--set", "testing={fault: " + fault + "}"},
+            log);
   INFO(Workspace::log_text(log));
   REQUIRE(code == 0);
   const nlohmann::json state = read_state(job);
@@ -435,16 +437,62 @@ void check_injected_fault_recovers(const std::string& name, const std::string& f
 }
 
 TEST_CASE("a rank that exits at a step (injected) fails the attempt, and the job restarts clean") {
-  check_injected_fault_recovers(
-      "exit-step", "{kind: exit, rank: 0, step: 50}",
-      Catch::Contains("rank 0") && Catch::Contains("exited with code 1") &&
-          Catch::Contains("testing.fault exit injected at step 50"));
+  check_injected_fault_recovers("exit-step", "{kind: exit, rank: 0, step: 50}",
+                                Catch::Contains("rank 0") &&
+                                    Catch::Contains("exited with code 1") &&
+                                    Catch::Contains("testing.fault exit injected at step 50"));
 }
 
-TEST_CASE("NaN gradients on one rank (injected) fail the step everywhere, and the job restarts "
-          "clean") {
+TEST_CASE(
+    "NaN gradients on one rank (injected) fail the step everywhere, and the job restarts "
+    "clean") {
   check_injected_fault_recovers("nan-gradient", "{kind: nan_gradient, rank: 1, step: 50}",
                                 Catch::Contains("step 50: the gradient norm is not finite"));
+}
+
+TEST_CASE(
+    "fp16: NaN gradients on one rank (injected) skip that step on every rank, and training "
+    "goes on") {
+  const Workspace w;
+  const fs::path job = w.dir / "jobs" / "fp16-nan-gradient";
+  const fs::path log = w.dir / "fp16-nan-gradient.log";
+  const int code = w.run(
+      {"run", write_spec(w.dir, "fp16", default_checkpoint()).string(), "--job-dir", job.string(),
+       "--progress", "off", "--set", "training.fp16={enabled: true, initial_scale_power: 12}",
+       "--set", "testing={fault: {kind: nan_gradient, rank: 1, step: 50}}"},
+      log);
+  INFO(Workspace::log_text(log));
+  REQUIRE(code == 0);
+  CHECK(read_state(job)["restarts"] == 0);
+  // Every step's metrics carry the scale; step 50 was skipped, and only it.
+  std::map<int, nlohmann::json> steps;
+  std::ifstream file(job / "metrics.jsonl");
+  for (std::string line; std::getline(file, line);) {
+    const nlohmann::json json = nlohmann::json::parse(line, nullptr, false);
+    if (!json.is_discarded() && !json.contains("what") && json.contains("loss")) {
+      steps[json["step"].get<int>()] = json;
+    }
+  }
+  REQUIRE(steps.size() == static_cast<size_t>(kSteps));
+  for (const auto& [step, metrics] : steps) {
+    INFO("step " << step << ": " << metrics.dump());
+    CHECK(metrics["skipped"] == (step == 50 ? 1 : 0));
+    CHECK(metrics["skipped_steps"] == (step >= 50 ? 1 : 0));
+    CHECK(metrics["loss_scale"].get<double>() > 0);
+  }
+  // ZeRO stage 2's scaler: the hysteresis of 2 absorbs the first overflow.
+  CHECK(steps[51]["loss_scale"] == steps[50]["loss_scale"]);
+  CHECK(steps[50]["grad_norm"] == -1);
+  // Rank 0's output says so on the step's line, and only there.
+  std::ifstream out(job / "logs" / "attempt_0" / "rank_0" / "stdout.log");
+  int overflow_lines = 0;
+  for (std::string line; std::getline(out, line);) {
+    if (line.find("(gradients overflowed: step skipped)") == std::string::npos) continue;
+    ++overflow_lines;
+    CHECK_THAT(line, Catch::StartsWith("step  50/300 |"));
+  }
+  CHECK(overflow_lines == 1);
+  CHECK(steps[kSteps]["loss"].get<double>() < steps[1]["loss"].get<double>());
 }
 
 TEST_CASE("a rank killed while it writes a checkpoint: the partial one is ignored") {
@@ -473,8 +521,7 @@ TEST_CASE("a rank killed while it writes a checkpoint: the partial one is ignore
   REQUIRE(wait_until(writing, 120s));
   kill(ranks[1], SIGKILL);
   const bool cut_short = !fs::exists(partial / "manifest.json");
-  const int64_t partial_step =
-      *dslaunch::controller::step_of_dir_name(partial.filename().string());
+  const int64_t partial_step = *dslaunch::controller::step_of_dir_name(partial.filename().string());
   INFO("killed while writing " << partial.filename() << (cut_short ? ", before" : ", after")
                                << " its manifest");
   const int code = Workspace::wait_exit(dslaunch);
@@ -523,9 +570,10 @@ TEST_CASE("a corrupted or truncated newest checkpoint is skipped for the one bef
   const std::string output = Workspace::log_text(log);
   INFO(output);
   REQUIRE(code == 0);
-  CHECK_THAT(output, Catch::Contains(fmt::format("skipping a checkpoint: checkpoint step_{:08d}",
-                                                 kSteps)));
-  CHECK_THAT(output, Catch::Contains(fmt::format("resuming from the checkpoint of step {}", before)));
+  CHECK_THAT(output,
+             Catch::Contains(fmt::format("skipping a checkpoint: checkpoint step_{:08d}", kSteps)));
+  CHECK_THAT(output,
+             Catch::Contains(fmt::format("resuming from the checkpoint of step {}", before)));
   const nlohmann::json state = read_state(job);
   CHECK(state["attempts"].back()["resumed_from_step"] == before);
   // Not a byte of the damaged checkpoint is lost: it moved aside whole.
@@ -575,14 +623,13 @@ TEST_CASE("a full disk during a save fails the job clearly and keeps the previou
   } unmount{mount.string()};
   const fs::path job = w.dir / "jobs" / "full-disk";
   const fs::path log = w.dir / "full-disk.log";
-  const int code =
-      w.run({"run",
-             write_spec(w.dir, "full",
-                        fmt::format("{{interval: {}, keep: 5, dir: {}}}", kInterval, mount.string()))
-                 .string(),
-             "--job-dir", job.string(), "--progress", "off", "--set",
-             "fault_tolerance.max_restarts=0"},
-            log);
+  const int code = w.run(
+      {"run",
+       write_spec(w.dir, "full",
+                  fmt::format("{{interval: {}, keep: 5, dir: {}}}", kInterval, mount.string()))
+           .string(),
+       "--job-dir", job.string(), "--progress", "off", "--set", "fault_tolerance.max_restarts=0"},
+      log);
   const std::string output = Workspace::log_text(log);
   INFO(output);
   CHECK(code == 1);
@@ -606,10 +653,10 @@ TEST_CASE("a job directory's checkpoints of another model are refused, and nothi
   const std::string spec_before = file_bytes(job / "spec.yaml");
   const std::string state_before = file_bytes(job / "state.json");
   const fs::path log = w.dir / "foreign.log";
-  const int code = w.run({"run", write_spec(w.dir, "foreign", default_checkpoint()).string(),
-                          "--job-dir", job.string(), "--progress", "off", "--set",
-                          "model.hidden_size=64"},
-                         log);
+  const int code =
+      w.run({"run", write_spec(w.dir, "foreign", default_checkpoint()).string(), "--job-dir",
+             job.string(), "--progress", "off", "--set", "model.hidden_size=64"},
+            log);
   const std::string output = Workspace::log_text(log);
   INFO(output);
   CHECK(code == 2);
@@ -703,10 +750,10 @@ TEST_CASE("dslaunch checkpoint asks a running job for a checkpoint, which change
   // interval checkpoint comes before the last step, so any earlier one is
   // the one asked for (which could otherwise fall on an interval step).
   const std::string no_interval = fmt::format("{{interval: {}, keep: 2}}", 4 * kSteps);
-  const pid_t dslaunch = w.start({"run", write_spec(w.dir, "now", no_interval).string(),
-                                  "--job-dir", job.string(), "--progress", "off", "--set",
-                                  fmt::format("training.steps={}", 2 * kSteps)},
-                                 log);
+  const pid_t dslaunch =
+      w.start({"run", write_spec(w.dir, "now", no_interval).string(), "--job-dir", job.string(),
+               "--progress", "off", "--set", fmt::format("training.steps={}", 2 * kSteps)},
+              log);
   REQUIRE(wait_until([&] { return last_step(job) >= 50; }, 120s));
   // A second controller on the same job directory is refused at once.
   const fs::path second_log = w.dir / "checkpoint-now-second.log";
@@ -718,7 +765,8 @@ TEST_CASE("dslaunch checkpoint asks a running job for a checkpoint, which change
   const fs::path asked_log = w.dir / "checkpoint-now-asked.log";
   CHECK(w.run({"checkpoint", "checkpoint-now"}, asked_log) == 0);
   INFO(Workspace::log_text(asked_log));
-  CHECK_THAT(Workspace::log_text(asked_log), Catch::Contains("checkpoint requested from 2 rank(s)"));
+  CHECK_THAT(Workspace::log_text(asked_log),
+             Catch::Contains("checkpoint requested from 2 rank(s)"));
   // A checkpoint before the last step, committed by the controller.
   const auto asked_for = [&] {
     for (const int64_t step : committed_steps(job)) {
@@ -747,9 +795,12 @@ TEST_CASE("a checkpoint of 4 ranks at ZeRO stage 2 resumes on 2 ranks at stage 3
   // and on 4 ranks): at this learning rate they stay within 1e-5 for about
   // 70 steps, so the job ends 50 steps after the checkpoint it resumes from.
   const std::vector<std::string> four_ranks = {
-      "--progress", "off", "--set", "cluster.num_gpus=4", "--set",
-      "training.train_micro_batch_size_per_gpu=2", "--set", "training.steps=150", "--set",
-      "training.optimizer.params.lr=0.0003", "--set", "fault_tolerance.max_restarts=0"};
+      "--progress", "off",
+      "--set",      "cluster.num_gpus=4",
+      "--set",      "training.train_micro_batch_size_per_gpu=2",
+      "--set",      "training.steps=150",
+      "--set",      "training.optimizer.params.lr=0.0003",
+      "--set",      "fault_tolerance.max_restarts=0"};
   const auto with = [](std::vector<std::string> args, const std::vector<std::string>& more) {
     args.insert(args.end(), more.begin(), more.end());
     return args;
@@ -822,8 +873,9 @@ void check_layout_recovers_and_moves(const Workspace& w, const std::string& name
   const fs::path log = w.dir / (name + ".log");
   int code = w.run(
       with({"run", spec, "--job-dir", job.string()},
-           plus(layout, {"--set", "training.steps=150", "--set",
-                         fmt::format("testing={{fault: {{kind: exit, rank: {}, step: 50}}}}", lost)})),
+           plus(layout,
+                {"--set", "training.steps=150", "--set",
+                 fmt::format("testing={{fault: {{kind: exit, rank: {}, step: 50}}}}", lost)})),
       log);
   INFO(Workspace::log_text(log));
   REQUIRE(code == 0);
@@ -838,16 +890,16 @@ void check_layout_recovers_and_moves(const Workspace& w, const std::string& name
   }
 
   const fs::path exported = w.dir / (name + "-export.safetensors");
-  const auto exported_run = run_command(
-      fmt::format("{} export {} --out {} 2>&1", runfile("launcher/dslaunch"),
-                  (job / "checkpoints" / "step_00000150").string(), exported.string()));
+  const auto exported_run =
+      run_command(fmt::format("{} export {} --out {} 2>&1", runfile("launcher/dslaunch"),
+                              (job / "checkpoints" / "step_00000150").string(), exported.string()));
   INFO(exported_run.output);
   REQUIRE(exported_run.exit_code == 0);
   CHECK(file_bytes(exported) == file_bytes(job / "weights" / "model.safetensors"));
 
-  code = w.run(with({"run", spec, "--job-dir", job.string()},
-                    plus(next, {"--set", "training.steps=180"})),
-               log);
+  code = w.run(
+      with({"run", spec, "--job-dir", job.string()}, plus(next, {"--set", "training.steps=180"})),
+      log);
   INFO(Workspace::log_text(log));
   REQUIRE(code == 0);
   state = read_state(job);

@@ -70,7 +70,7 @@ class ZeroStateBase : public ModelState {
     if (masters_->data() == nullptr) return;
     backend_.copy_device_to_device(masters_->data() + own_begin_, params_.data() + own_begin_,
                                    own_count_ * static_cast<int64_t>(sizeof(float)));
-    backend_.round_to(params_.data(), table_.total(), precision_);
+    backend_.round_to(params_.data(), params_.data(), table_.total(), precision_);
   }
 
   core::Status init_status() const {
@@ -151,16 +151,14 @@ class ZeroStateBase : public ModelState {
   // before they are reduced (in fp32), as DeepSpeed's model holds them in
   // it; an fp16 gradient past 65504 becomes inf, which the loss scaler sees.
   void round_gradients(float* grads, int64_t begin, int64_t end) {
-    if (masters_) backend_.round_to(grads + begin, end - begin, precision_);
+    if (masters_) backend_.round_to(grads + begin, grads + begin, end - begin, precision_);
   }
   // After the optimizer's step: the model's partition becomes the masters'
   // rounding, ready to be gathered.
   void publish_masters() {
     if (!masters_) return;
-    float* weights = model_weights() + own_begin_;
-    backend_.copy_device_to_device(weights, masters_->data() + own_begin_,
-                                   own_count_ * static_cast<int64_t>(sizeof(float)));
-    backend_.round_to(weights, own_count_, precision_);
+    backend_.round_to(model_weights() + own_begin_, masters_->data() + own_begin_, own_count_,
+                      precision_);
   }
   int64_t master_bytes() const {
     return masters_ ? own_count_ * static_cast<int64_t>(sizeof(float)) : 0;

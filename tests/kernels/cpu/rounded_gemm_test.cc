@@ -99,8 +99,8 @@ TEST_CASE("round_to keeps what a 16-bit copy holds") {
   Backend& backend = cpu_backend();
   std::vector<float> x = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256, 70000.0f, -1e-9f, 3.14159f};
   std::vector<float> b = x, h = x;
-  backend.round_to(b.data(), static_cast<int64_t>(b.size()), core::DType::kBF16);
-  backend.round_to(h.data(), static_cast<int64_t>(h.size()), core::DType::kF16);
+  backend.round_to(b.data(), b.data(), static_cast<int64_t>(b.size()), core::DType::kBF16);
+  backend.round_to(h.data(), x.data(), static_cast<int64_t>(h.size()), core::DType::kF16);
   CHECK(b[0] == 1.0f);                                    // a tie, to even
   CHECK(b[1] == 1.0f + 4.0f / 256);                       // a tie, to even (up)
   CHECK(b[2] == 70144.0f);                                // bf16 keeps fp32's range
@@ -109,9 +109,17 @@ TEST_CASE("round_to keeps what a 16-bit copy holds") {
   CHECK(std::signbit(h[3]));
   CHECK(b[4] == 3.140625f);
   CHECK(h[4] == 3.140625f);
-  std::vector<float> same = x;
-  backend.round_to(same.data(), static_cast<int64_t>(same.size()), core::DType::kF32);
+  std::vector<float> same(x.size());
+  backend.round_to(same.data(), x.data(), static_cast<int64_t>(same.size()), core::DType::kF32);
   CHECK(same == x);
+  // Long enough for several chunks and every vector width's tail.
+  const std::vector<float> many = random_floats(100'003, 9);
+  std::vector<float> rounded(many.size());
+  backend.round_to(rounded.data(), many.data(), static_cast<int64_t>(many.size()),
+                   core::DType::kBF16);
+  for (size_t i = 0; i < many.size(); ++i) {
+    REQUIRE(rounded[i] == bf16_to_float(float_to_bf16(many[i])));
+  }
 }
 
 }  // namespace dslaunch::kernels::testing
