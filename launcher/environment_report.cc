@@ -14,6 +14,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "kernels/cpu/blas_setup.h"
+#include "kernels/cpu/rounded_gemm.h"
 #include "launcher/capture_output.h"
 #include "tools/build_info/build_info.h"
 
@@ -84,6 +85,8 @@ EnvironmentReport collect_environment_report() {
   report.cpu_has_avx512f = __builtin_cpu_supports("avx512f");
   report.cpu_has_avx512_bf16 = __builtin_cpu_supports("avx512bf16");
   report.blas = kernels::query_blas_info();
+  report.bf16_matmul = kernels::cpu::RoundedGemm(core::DType::kBF16).kernel_name();
+  report.fp16_matmul = kernels::cpu::RoundedGemm(core::DType::kF16).kernel_name();
   report.mpirun_path = find_on_path("mpirun");
   if (!report.mpirun_path.empty()) {
     report.mpirun_version = first_line_of_version(report.mpirun_path);
@@ -147,6 +150,8 @@ nlohmann::json to_json(const EnvironmentReport& report) {
            {"threads", report.blas.threads},
            {"coretype_override", report.blas.coretype_override},
        }},
+      {"matmul",
+       {{"fp32", "OpenBLAS sgemm"}, {"bf16", report.bf16_matmul}, {"fp16", report.fp16_matmul}}},
       {"mpi", {{"mpirun", report.mpirun_path}, {"version", report.mpirun_version}}},
       {"grpc", report.grpc_version},
       {"protobuf", report.protobuf_version},
@@ -183,6 +188,8 @@ std::string to_text(const EnvironmentReport& report) {
                      report.blas.coretype_override.empty()
                          ? ""
                          : " (OPENBLAS_CORETYPE=" + report.blas.coretype_override + ")");
+  out += fmt::format("{:<18}fp32 OpenBLAS sgemm; bf16 {}; fp16 {}\n", "matrix products",
+                     report.bf16_matmul, report.fp16_matmul);
   out += fmt::format("{:<18}{}\n", "mpirun",
                      report.mpirun_path.empty()
                          ? std::string("not found on PATH")

@@ -23,6 +23,10 @@ struct EnvironmentReport {
   // AVX512_BF16: bf16 matrix products at about twice fp32's rate (bench/matmul_bench).
   bool cpu_has_avx512_bf16 = false;
   kernels::BlasInfo blas;
+  // What runs the engine's matrix products in bf16 and fp16 training here
+  // (kernels/cpu/rounded_gemm.h); fp32 always runs on OpenBLAS.
+  std::string bf16_matmul;
+  std::string fp16_matmul;
   std::string mpirun_path;     // empty when mpirun is not on PATH
   std::string mpirun_version;  // first line of `mpirun --version`
   std::string grpc_version;

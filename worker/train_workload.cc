@@ -193,6 +193,16 @@ int run_train_workload(const TrainWorkloadContext& context) {
     return 1;
   }
   kernels::Backend& backend = **made_backend;
+  if (reporter && (spec.training.bf16 || spec.training.fp16.enabled)) {
+    // Which kernel runs this precision's products here (the trainer sets it
+    // for the run).
+    const core::DType precision = spec.training.bf16 ? core::DType::kBF16 : core::DType::kF16;
+    backend.set_matmul_precision(precision);
+    std::cout << fmt::format("precision: {} with fp32 master weights; matrix products on {}",
+                             core::dtype_name(precision), backend.matmul_kernel())
+              << std::endl;
+    backend.set_matmul_precision(core::DType::kF32);
+  }
   engine::TrainerOptions options;
   options.data_comm = &context.groups->data();
   options.tensor_comm = &context.groups->tensor();

@@ -72,6 +72,12 @@ TEST_CASE("the report describes this machine") {
   CHECK(dslaunch::launcher::to_text(report).find(
             std::string("avx512_bf16 ") + (report.cpu_has_avx512_bf16 ? "yes" : "no")) !=
         std::string::npos);
+  // bf16 products run on oneDNN exactly where the CPU has AVX512_BF16; fp16
+  // always on OpenBLAS here.
+  CHECK((report.bf16_matmul.rfind("oneDNN bf16", 0) == 0) == report.cpu_has_avx512_bf16);
+  CHECK(report.fp16_matmul == "OpenBLAS sgemm on fp16-rounded operands");
+  CHECK(dslaunch::launcher::to_text(report).find("matrix products   fp32 OpenBLAS sgemm; bf16 " +
+                                                 report.bf16_matmul) != std::string::npos);
 }
 
 TEST_CASE("the CPU-only build says the CUDA backend is not built in") {
