@@ -15,8 +15,10 @@ std::string training_support_problem(const spec::JobSpec& spec) {
            "host memory; it means something with the CUDA backend, not built yet. Use device "
            "nvme to take them out of memory, or remove offload_optimizer";
   }
-  if (training.zero.offload_param.device != spec::OffloadDevice::kNone) {
-    return "offload_param is not implemented yet; remove it (offload_optimizer device nvme is)";
+  if (training.zero.offload_param.device == spec::OffloadDevice::kCpu) {
+    return "offload_param device cpu: on the CPU engine the parameters already live in host "
+           "memory; it means something with the CUDA backend, not built yet. Use device nvme to "
+           "take them out of memory, or remove offload_param";
   }
   if (spec.model.dropout != 0) {
     return "dropout is not implemented yet; set model.dropout: 0";

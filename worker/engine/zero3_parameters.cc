@@ -4,7 +4,6 @@
 #include <climits>
 #include <cstring>
 
-
 namespace dslaunch::worker::engine {
 namespace {
 
@@ -23,7 +22,7 @@ void append(std::vector<Range>& ranges, int64_t begin, int64_t end) {
 
 Zero3Parameters::Zero3Parameters(comm::Communicator& comm, const core::ParameterTable& table,
                                  const ZeroPartition& partition, const Zero3Settings& settings,
-                                 const float* initial)
+                                 const float* initial, std::unique_ptr<PartitionSwap> swap)
     : comm_(comm),
       table_(table),
       partition_(partition),
@@ -33,7 +32,8 @@ Zero3Parameters::Zero3Parameters(comm::Communicator& comm, const core::Parameter
       workspace_(table.total()) {
   rank_ = comm.rank();
   if (!master_.status().ok() || !workspace_.status().ok()) {
-    setup_error_ = master_.status().ok() ? workspace_.status().message() : master_.status().message();
+    setup_error_ =
+        master_.status().ok() ? workspace_.status().message() : master_.status().message();
     return;
   }
   // What is gathered, per region: the tensors at or above the threshold.
@@ -71,7 +71,69 @@ Zero3Parameters::Zero3Parameters(comm::Communicator& comm, const core::Parameter
     packed += count;
   }
   packed_.resize(packed);
+  regions_ = regions;
   gatherer_.emplace(comm, partition, master_.data(), workspace_, std::move(regions));
+  if (swap) {
+    swap_ = std::move(swap);
+    if (core::Status status = store_partition(); !status.ok()) {
+      setup_error_ = "offload_param: " + status.message();
+      return;
+    }
+    gatherer_->set_own_loader([this](int64_t begin, int64_t end) -> std::string {
+      core::Status status = swap_->load(begin, end, master_.data() + begin);
+      return status.ok() ? "" : "offload_param: " + status.message();
+    });
+  }
+}
+
+core::Status Zero3Parameters::load_partition(bool read) {
+  if (!swap_ || partition_resident_) return {};
+  if (!read) {
+    partition_resident_ = true;
+    return {};
+  }
+  if (core::Status status = swap_->load(partition_.begin(rank_), partition_.end(rank_),
+                                        master_.data() + partition_.begin(rank_));
+      !status.ok()) {
+    return status.with_context("offload_param");
+  }
+  partition_resident_ = true;
+  return {};
+}
+
+core::Status Zero3Parameters::store_partition() {
+  if (!swap_ || !partition_resident_) return {};
+  const int64_t own_begin = partition_.begin(rank_);
+  const int64_t own_end = partition_.end(rank_);
+  if (core::Status status = swap_->store(own_begin, own_end, master_.data() + own_begin);
+      !status.ok()) {
+    return status.with_context("offload_param");
+  }
+  master_.zero(own_begin, own_end);
+  partition_resident_ = false;
+  return {};
+}
+
+template <typename Fn>
+void Zero3Parameters::for_own_persistent(const Fn& fn) const {
+  const int64_t own_begin = partition_.begin(rank_);
+  const int64_t own_end = partition_.end(rank_);
+  for (const auto& [begin, end] : persistent_) {
+    const int64_t from = std::max(begin, own_begin);
+    const int64_t to = std::min(end, own_end);
+    if (from < to) fn(from, to);
+  }
+}
+
+void Zero3Parameters::release_own(int region) {
+  if (!swap_ || partition_resident_) return;
+  const int64_t own_begin = partition_.begin(rank_);
+  const int64_t own_end = partition_.end(rank_);
+  for (const auto& [begin, end] : regions_[region]) {
+    const int64_t from = std::max(begin, own_begin);
+    const int64_t to = std::min(end, own_end);
+    if (from < to) master_.zero(from, to);
+  }
 }
 
 std::string Zero3Parameters::error() const {
@@ -80,16 +142,18 @@ std::string Zero3Parameters::error() const {
 }
 
 std::string Zero3Parameters::refresh_persistent() {
-  const int64_t own_begin = partition_.begin(rank_);
-  const int64_t own_end = partition_.end(rank_);
   float* mine = packed_.data() + packed_blocks_.displacements[rank_];
-  for (const auto& [begin, end] : persistent_) {
-    const int64_t from = std::max(begin, own_begin);
-    const int64_t to = std::min(end, own_end);
-    if (from >= to) continue;
-    std::memcpy(mine, master_.data() + from, (to - from) * sizeof(float));
+  std::string error;
+  for_own_persistent([&](int64_t from, int64_t to) {
+    if (!partition_resident_ && error.empty()) {
+      const core::Status loaded = swap_->load(from, to, mine);
+      if (!loaded.ok()) error = "offload_param: " + loaded.message();
+    } else {
+      std::memcpy(mine, master_.data() + from, (to - from) * sizeof(float));
+    }
     mine += to - from;
-  }
+  });
+  if (!error.empty()) return error;
   auto work = comm_.all_gather(
       comm::buffer_of(packed_.data() + packed_blocks_.displacements[rank_],
                       packed_blocks_.counts[rank_]),
@@ -111,8 +175,15 @@ void Zero3Parameters::end_forward_only() {
 std::string Zero3Parameters::gather_whole(std::vector<float>& out) {
   out.assign(partition_.padded_total(), 0.0f);
   const int64_t own_begin = partition_.begin(rank_);
-  std::memcpy(out.data() + own_begin, master_.data() + own_begin,
-              (partition_.end(rank_) - own_begin) * sizeof(float));
+  if (!partition_resident_) {
+    if (core::Status status = swap_->load(own_begin, partition_.end(rank_), out.data() + own_begin);
+        !status.ok()) {
+      return "offload_param: " + status.message();
+    }
+  } else {
+    std::memcpy(out.data() + own_begin, master_.data() + own_begin,
+                (partition_.end(rank_) - own_begin) * sizeof(float));
+  }
   // One collective for all (a bucket of the whole buffer): this runs once, at the end.
   return all_gather_partitions(comm_, partition_, partition_.padded_total(), out.data()).message();
 }
@@ -120,12 +191,13 @@ std::string Zero3Parameters::gather_whole(std::vector<float>& out) {
 int64_t Zero3Parameters::parameter_bytes() const {
   int64_t persistent = 0;
   for (const auto& [begin, end] : persistent_) persistent += end - begin;
-  return (partition_.end(rank_) - partition_.begin(rank_) + persistent) *
-         static_cast<int64_t>(sizeof(float));
+  const int64_t partition = swap_ ? 0 : partition_.end(rank_) - partition_.begin(rank_);
+  return (partition + persistent) * static_cast<int64_t>(sizeof(float));
 }
 
 int64_t Zero3Parameters::buffer_bytes() const {
-  return static_cast<int64_t>(packed_.size() * sizeof(float));
+  return static_cast<int64_t>(packed_.size() * sizeof(float)) +
+         (swap_ ? swap_->staging_bytes() : 0);
 }
 
 void Zero3Parameters::prefetch_following(int first, int step) {
@@ -144,6 +216,7 @@ void Zero3Parameters::prefetch_following(int first, int step) {
 
 void Zero3Parameters::acquire_embeddings() {
   gatherer_->acquire(0);
+  release_own(0);
   prefetch_following(0, 1);
 }
 
@@ -151,6 +224,7 @@ void Zero3Parameters::release_embeddings() { gatherer_->release(0); }
 
 void Zero3Parameters::acquire_block(int layer, Pass pass) {
   gatherer_->acquire(1 + layer);
+  release_own(1 + layer);
   if (pass == Pass::kForward) {
     prefetch_following(layer + 1, 1);
   } else {

@@ -1,15 +1,17 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "worker/comm/communicator.h"
 #include "core/layout/gpt2_config.h"
 #include "core/layout/parameter_table.h"
+#include "worker/comm/communicator.h"
 #include "worker/model/gpt2_model.h"
 #include "worker/parallel/parameter_gatherer.h"
+#include "worker/parallel/partition_swap.h"
 #include "worker/parallel/releasable_buffer.h"
 #include "worker/parallel/zero_partition.h"
 
@@ -50,6 +52,13 @@ struct Zero3Settings {
 // floats + the largest block's) — the one exception being a limit smaller
 // than what one pass step needs.
 //
+// Parameters on NVMe (offload_param device nvme, `swap`): the partition
+// lives in a swap file. A block's floats of it are read just before the
+// block is gathered (on the communication thread, so the read overlaps
+// computation) and dropped from memory once the gather is done; the
+// optimizer's step, checkpoints and the final gather bring the whole
+// partition in around their use (load_partition(), store_partition()).
+//
 // Every rank of the group must make the same calls in the same order (the
 // model does when all run the same passes). Not thread-safe.
 class Zero3Parameters : public model::ParameterSource {
@@ -57,8 +66,17 @@ class Zero3Parameters : public model::ParameterSource {
   // `initial`: the whole initial parameters (table.total() floats), copied;
   // the caller may free them afterwards. Collective over comm. On failure
   // error() says what.
-  Zero3Parameters(comm::Communicator& comm, const core::ParameterTable& table, const ZeroPartition& partition,
-                  const Zero3Settings& settings, const float* initial);
+  Zero3Parameters(comm::Communicator& comm, const core::ParameterTable& table,
+                  const ZeroPartition& partition, const Zero3Settings& settings,
+                  const float* initial, std::unique_ptr<PartitionSwap> swap = nullptr);
+
+  bool swapped() const { return swap_ != nullptr; }
+  // With a swap file: reads the whole partition into master() (until
+  // store_partition()), or only makes it count as there when the caller
+  // overwrites all of it (`read` false); writes it back and gives its pages
+  // back. Without one, both do nothing.
+  core::Status load_partition(bool read = true);
+  core::Status store_partition();
 
   // "" or the first failure (setup or a gather).
   std::string error() const;
@@ -79,9 +97,10 @@ class Zero3Parameters : public model::ParameterSource {
   // The whole parameters (padded_total() floats) on every rank. Collective.
   std::string gather_whole(std::vector<float>& out);
 
-  // Bytes held for parameters: this rank's partition plus the persistent copy.
+  // Bytes held for parameters: this rank's partition (none when swapped)
+  // plus the persistent copy.
   int64_t parameter_bytes() const;
-  // The persistent tensors' packed buffer.
+  // The persistent tensors' packed buffer, and the swap's staging buffer.
   int64_t buffer_bytes() const;
   // The largest resident size of the workspace measured before a release.
   int64_t workspace_peak_bytes() const { return workspace_.peak_resident_bytes(); }
@@ -95,6 +114,12 @@ class Zero3Parameters : public model::ParameterSource {
   // Requests the blocks first, first + step, ... as the prefetch bucket and
   // the live limit allow (see the class comment).
   void prefetch_following(int first, int step);
+  // This rank's floats of `region`, dropped from memory after its gather
+  // (swapped partitions only).
+  void release_own(int region);
+  // Calls fn(begin, end) for this rank's floats of each persistent range.
+  template <typename Fn>
+  void for_own_persistent(const Fn& fn) const;
 
   comm::Communicator& comm_;
   const core::ParameterTable& table_;
@@ -110,6 +135,9 @@ class Zero3Parameters : public model::ParameterSource {
   std::vector<float> packed_;
   comm::Blocks packed_blocks_;
   std::string setup_error_;
+  std::unique_ptr<PartitionSwap> swap_;
+  bool partition_resident_ = true;                              // false while swapped out
+  std::vector<std::vector<ParameterGatherer::Range>> regions_;  // as given to the gatherer
   std::optional<ParameterGatherer> gatherer_;  // region 0: embeddings and ln_f; 1 + l: block l
 };
 

@@ -15,6 +15,7 @@
 #include "worker/engine/optimizer.h"
 #include "worker/engine/zero3_parameters.h"
 #include "worker/parallel/gradient_reducer.h"
+#include "worker/parallel/partition_swap.h"
 #include "worker/parallel/releasable_buffer.h"
 #include "worker/parallel/zero_partition.h"
 
@@ -25,8 +26,8 @@ using Ranges = std::vector<std::pair<int64_t, int64_t>>;
 
 // Σ x² over elements [begin, end) of the layout that lie in `ranges` (all of
 // them when it is empty); `grads` holds the layout from element `base` on.
-double sum_of_squares_in(kernels::Backend& backend, const float* grads, int64_t base,
-                         int64_t begin, int64_t end, const Ranges& ranges) {
+double sum_of_squares_in(kernels::Backend& backend, const float* grads, int64_t base, int64_t begin,
+                         int64_t end, const Ranges& ranges) {
   if (ranges.empty()) return backend.sum_of_squares(grads + (begin - base), end - begin);
   double sum = 0;
   for (const auto& [range_begin, range_end] : ranges) {
@@ -101,9 +102,8 @@ class ZeroStateBase : public ModelState {
       const int64_t count = std::min(group, own_count_ - from);
       for (const auto& [kind, moment] : {std::pair{core::StateKind::kAdamM, first.data()},
                                          std::pair{core::StateKind::kAdamV, second.data()}}) {
-        if (std::string error;
-            !core::read_flat_range(shards, layout_, kind, own_begin_ + from,
-                                   own_begin_ + from + count, moment, error)) {
+        if (std::string error; !core::read_flat_range(shards, layout_, kind, own_begin_ + from,
+                                                      own_begin_ + from + count, moment, error)) {
           return core::Status(core::StatusCode::kDataLoss, error);
         }
       }
@@ -117,6 +117,7 @@ class ZeroStateBase : public ModelState {
   }
 
   core::StatusOr<CheckpointSlice> checkpoint_slice(int64_t step) override {
+    if (core::Status status = prepare_checkpoint(); !status.ok()) return status;
     core::StatusOr<AdamW::Moments> moments = optimizer_.moments();
     if (!moments.ok()) return moments.status().with_context("reading the optimizer's moments");
     CheckpointSlice slice;
@@ -131,15 +132,17 @@ class ZeroStateBase : public ModelState {
     // Stage 3's master holds this rank's partition, the others hold
     // everything: either way these elements are there. The moments start at
     // the optimizer's first element (own_begin_).
-    slice.arrays = {{{core::StateKind::kParameter, core::DType::kF32}, master() + slice.begin},
-                    {{core::StateKind::kAdamM, core::DType::kF32},
-                     moments->first + (slice.begin - own_begin_)},
-                    {{core::StateKind::kAdamV, core::DType::kF32},
-                     moments->second + (slice.begin - own_begin_)}};
+    slice.arrays = {
+        {{core::StateKind::kParameter, core::DType::kF32}, master() + slice.begin},
+        {{core::StateKind::kAdamM, core::DType::kF32}, moments->first + (slice.begin - own_begin_)},
+        {{core::StateKind::kAdamV, core::DType::kF32},
+         moments->second + (slice.begin - own_begin_)}};
     return slice;
   }
 
  protected:
+  // Makes master() readable for a checkpoint (until the next begin_step()).
+  virtual core::Status prepare_checkpoint() { return {}; }
   // The weights the model reads (of which this rank's partition is what the
   // others gather), addressed from the layout's start.
   virtual float* model_weights() = 0;
@@ -273,8 +276,7 @@ class PartitionedGradients final : public ZeroStateBase {
       : ZeroStateBase(inputs),
         grads_(own_count_, 0.0f),
         workspace_(table_.total()),
-        reducer_(comm_, workspace_, training_.zero.reduce_bucket_size, partition_,
-                 grads_.data()) {}
+        reducer_(comm_, workspace_, training_.zero.reduce_bucket_size, partition_, grads_.data()) {}
 
   // Stage 3's gathered parameters, set up after construction (it may fail).
   core::Status partition_parameters(model::Gpt2Model& model) {
@@ -284,7 +286,18 @@ class PartitionedGradients final : public ZeroStateBase {
     settings.persistence_threshold = training_.zero.param_persistence_threshold;
     settings.prefetch_bucket_size = training_.zero.prefetch_bucket_size;
     settings.max_live_parameters = training_.zero.max_live_parameters;
-    zero3_.emplace(comm_, table_, partition_, settings, params_.data());
+    // ZeRO-Infinity's parameter offload: the partition goes to a swap file.
+    std::unique_ptr<PartitionSwap> swap;
+    const spec::OffloadSpec& offload = training_.zero.offload_param;
+    if (offload.device == spec::OffloadDevice::kNvme) {
+      core::StatusOr<std::unique_ptr<PartitionSwap>> made =
+          PartitionSwap::create(offload.nvme_path, own_begin_, own_begin_ + own_count_);
+      if (!made.ok()) {
+        return made.status().with_context("zero_optimization.offload_param.nvme_path");
+      }
+      swap = std::move(*made);
+    }
+    zero3_.emplace(comm_, table_, partition_, settings, params_.data(), std::move(swap));
     if (std::string error = zero3_->error(); !error.empty()) {
       return core::internal_error("ZeRO stage 3: " + error);
     }
@@ -301,6 +314,8 @@ class PartitionedGradients final : public ZeroStateBase {
   float* reduced_gradients() override { return nullptr; }
   void begin_step() override {
     backend_.memset_zero(grads_.data(), static_cast<int64_t>(grads_.size() * sizeof(float)));
+    // A checkpoint's read of offloaded parameters goes back out.
+    if (zero3_) pending_ = zero3_->store_partition();
   }
   bool reduces_micro_batch(int64_t, int64_t) const override { return true; }
   void grads_ready(int64_t begin, int64_t end) override {
@@ -308,6 +323,7 @@ class PartitionedGradients final : public ZeroStateBase {
     reducer_.ready(begin, end);
   }
   core::Status finish_backward(bool) override {
+    if (!pending_.ok()) return pending_;
     if (core::Status gathered = forward_only_status(); !gathered.ok()) return gathered;
     return reducer_.finish().with_context("gradient reduce-scatter");
   }
@@ -321,6 +337,13 @@ class PartitionedGradients final : public ZeroStateBase {
     backend_.scale(grads_.data(), static_cast<int64_t>(grads_.size()), factor);
   }
   core::Status optimizer_step(double lr) override {
+    // Offloaded parameters come in whole for the step; in 16-bit training
+    // the masters, in memory, overwrite them instead.
+    if (zero3_) {
+      if (core::Status status = zero3_->load_partition(/*read=*/!masters_); !status.ok()) {
+        return status;
+      }
+    }
     if (core::Status status = optimizer_.step_partition(backend_, master(), grads_.data(), lr);
         !status.ok()) {
       return status;
@@ -332,7 +355,7 @@ class PartitionedGradients final : public ZeroStateBase {
         return core::Status(core::StatusCode::kUnavailable,
                             "persistent parameter all-gather: " + error);
       }
-      return {};
+      return zero3_->store_partition();
     }
     return all_gather_partitions(comm_, partition_, training_.zero.allgather_bucket_size,
                                  params_.data())
@@ -354,8 +377,8 @@ class PartitionedGradients final : public ZeroStateBase {
 
   MemoryReport memory_report(int64_t activation_bytes) override {
     MemoryReport memory;
-    memory.parameters = zero3_ ? zero3_->parameter_bytes()
-                               : table_.total() * static_cast<int64_t>(sizeof(float));
+    memory.parameters =
+        zero3_ ? zero3_->parameter_bytes() : table_.total() * static_cast<int64_t>(sizeof(float));
     memory.gradients = static_cast<int64_t>(grads_.size() * sizeof(float));
     memory.optimizer_states = optimizer_.state_bytes() + master_bytes();
     memory.activations = activation_bytes;
@@ -380,11 +403,16 @@ class PartitionedGradients final : public ZeroStateBase {
 
  private:
   float* model_weights() override { return zero3_ ? zero3_->master() : params_.data(); }
+  core::Status prepare_checkpoint() override {
+    if (zero3_ && !masters_) return zero3_->load_partition();
+    return {};
+  }
 
   std::vector<float> grads_;  // this rank's partition
   ReleasableBuffer workspace_;
   GradientReducer reducer_;
   std::optional<Zero3Parameters> zero3_;
+  core::Status pending_;  // a failed write-back of offloaded parameters
 };
 
 }  // namespace

@@ -135,7 +135,14 @@ std::string ParameterGatherer::gather(int region) {
       blocks_.counts[r] = std::max<int64_t>(0, to - from);
       blocks_.displacements[r] = blocks_.counts[r] > 0 ? from - begin : 0;
     }
-    const float* send = master_ + std::clamp(begin, own_begin, own_end);
+    const int64_t send_begin = std::clamp(begin, own_begin, own_end);
+    if (own_loader_ && blocks_.counts[rank_] > 0) {
+      if (std::string error = own_loader_(send_begin, send_begin + blocks_.counts[rank_]);
+          !error.empty()) {
+        return error;
+      }
+    }
+    const float* send = master_ + send_begin;
     auto work = comm_->all_gather(comm::buffer_of(send, blocks_.counts[rank_]),
                                   comm::buffer_of(workspace_.data() + begin, end - begin), blocks_);
     if (core::Status status = work->wait(); !status.ok()) {

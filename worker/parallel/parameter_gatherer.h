@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -44,13 +45,12 @@ class ParameterGatherer {
  public:
   using Range = std::pair<int64_t, int64_t>;
 
-  // comm: the data-parallel group, duplicated (collective). partition: over comm's ranks. master: the whole
-  // layout's address space (padded_total() floats), of which this rank's
-  // partition holds its values; workspace: partition.total floats. Both
-  // owned by the caller, alive and not moved for this object's lifetime, and
-  // master not written while a gather may run. Ranges longer than INT_MAX
-  // floats are split. A failure here or in a gather sticks: error() says it,
-  // acquire() stops waiting and no more collectives are started.
+  // comm: the data-parallel group, duplicated (collective). partition: over comm's ranks. master:
+  // the whole layout's address space (padded_total() floats), of which this rank's partition holds
+  // its values; workspace: partition.total floats. Both owned by the caller, alive and not moved
+  // for this object's lifetime, and master not written while a gather may run. Ranges longer than
+  // INT_MAX floats are split. A failure here or in a gather sticks: error() says it, acquire()
+  // stops waiting and no more collectives are started.
   ParameterGatherer(comm::Communicator& comm, const ZeroPartition& partition, const float* master,
                     ReleasableBuffer& workspace, std::vector<std::vector<Range>> regions);
   // Gathers every region already requested (every rank requested the same
@@ -61,6 +61,13 @@ class ParameterGatherer {
   ParameterGatherer& operator=(const ParameterGatherer&) = delete;
 
   int region_count() const { return static_cast<int>(regions_.size()); }
+
+  // Called on the communication thread with this rank's floats [begin, end)
+  // of a range just before the range is gathered, to put them in master
+  // (ZeRO-Infinity's parameters on NVMe); returns "" or what failed. Set it
+  // before the first prefetch() or acquire().
+  using OwnLoader = std::function<std::string(int64_t begin, int64_t end)>;
+  void set_own_loader(OwnLoader loader) { own_loader_ = std::move(loader); }
   // Starts gathering `region` unless it is resident or already requested;
   // returns without waiting.
   void prefetch(int region);
@@ -89,9 +96,10 @@ class ParameterGatherer {
 
   ZeroPartition partition_;
   const float* master_;
+  OwnLoader own_loader_;
   ReleasableBuffer& workspace_;
   std::vector<std::vector<Range>> regions_;
-  std::vector<int64_t> sizes_;  // per region
+  std::vector<int64_t> sizes_;                // per region
   std::unique_ptr<comm::Communicator> comm_;  // our duplicate
   int rank_ = 0;
   comm::Blocks blocks_;  // per rank, communication thread only

@@ -449,6 +449,63 @@ TEST_CASE("offload_optimizer nvme trains to the same bits as memory at ZeRO 1, 2
   if (rank == 0) std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("offload_param nvme trains to the same bits as memory at ZeRO 3, fp32 and bf16") {
+  const int rank = world_data().rank();
+  const std::string dir = testing::shared_token_files(world_data());
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  spec.training.steps = 20;
+  spec.training.scheduler.total_num_steps = 20;
+  spec.training.eval_interval = 5;  // evaluation gathers block by block too
+  spec.training.zero.stage = 3;
+  const std::string nvme = dir + "/nvme-" + std::to_string(rank);
+  std::filesystem::create_directories(nvme);
+  for (const bool bf16 : {false, true}) {
+    for (const int64_t persistence : {int64_t{0}, int64_t{100}}) {
+      for (const bool optimizer_too : {false, true}) {
+        INFO((bf16 ? "bf16" : "fp32") << ", persistence threshold " << persistence
+                                      << (optimizer_too ? ", optimizer on NVMe too" : ""));
+        spec.training.bf16 = bf16;
+        spec.training.zero.param_persistence_threshold = persistence;
+        spec.training.zero.offload_param = {};
+        spec.training.zero.offload_optimizer = {};
+        MemoryReport in_memory_report;
+        const Run in_memory = train_on(world_data(), spec, 2, 2, &in_memory_report);
+        spec.training.zero.offload_param.device = spec::OffloadDevice::kNvme;
+        spec.training.zero.offload_param.nvme_path = nvme;
+        if (optimizer_too) {
+          spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kNvme;
+          spec.training.zero.offload_optimizer.nvme_path = nvme;
+          spec.training.zero.sub_group_size = 3000;
+        }
+        MemoryReport offloaded_report;
+        const Run offloaded = train_on(world_data(), spec, 2, 2, &offloaded_report);
+        CHECK(offloaded.losses == in_memory.losses);
+        CHECK(offloaded.eval_losses == in_memory.eval_losses);
+        CHECK(offloaded.params == in_memory.params);
+        // The partition left memory: only the persistent tensors' copy stays.
+        CHECK(offloaded_report.parameters < in_memory_report.parameters);
+        if (persistence == 0) CHECK(offloaded_report.parameters == 0);
+        CHECK(std::filesystem::is_empty(nvme));
+        REQUIRE_OK(world_barrier());
+      }
+    }
+  }
+  spec.training.zero.offload_optimizer = {};
+  spec.training.zero.offload_param.nvme_path = dir + "/no-such-folder";
+  spec.training.batch = {};
+  spec.training.batch.micro_batch_per_gpu = 2;
+  spec.training.batch.gradient_accumulation_steps = 1;
+  const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
+  auto backend = kernels::make_cpu_backend(1);
+  TrainerOptions options;
+  options.data_comm = &world_data();
+  const TrainResult missing = train(spec, data, *backend, options);
+  CHECK_THAT(missing.error, Catch::Contains("zero_optimization.offload_param.nvme_path") &&
+                                Catch::Contains("no-such-folder': No such file or directory"));
+  REQUIRE_OK(world_barrier());
+  if (rank == 0) std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("NaN gradients on one rank fail the step on every rank, at every ZeRO stage") {
   const int rank = world_data().rank();
   const int size = world_data().size();

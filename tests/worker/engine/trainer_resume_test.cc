@@ -137,8 +137,8 @@ TEST_CASE("a run resumed from a checkpoint continues bit for bit at every ZeRO s
   const int rank = world_data().rank();
   const std::string dir = testing::shared_token_files(world_data());
   const int stage = GENERATE(0, 1, 2, 3);
-  // With the optimizer's moments offloaded to a swap file (ZeRO 1-3), they
-  // are saved from it and resumed into it.
+  // With the optimizer's moments offloaded to a swap file (ZeRO 1-3), and
+  // at stage 3 the parameters too, they are saved from it and resumed into it.
   const bool offload = stage > 0 ? GENERATE(false, true) : false;
   INFO("ZeRO stage " << stage << (offload ? ", offload_optimizer nvme" : ""));
   spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
@@ -149,6 +149,11 @@ TEST_CASE("a run resumed from a checkpoint continues bit for bit at every ZeRO s
     spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kNvme;
     spec.training.zero.offload_optimizer.nvme_path = dir;
     spec.training.zero.sub_group_size = 5000;
+    // At stage 3 the parameters go to NVMe too (ZeRO-Infinity).
+    if (stage == 3) {
+      spec.training.zero.offload_param.device = spec::OffloadDevice::kNvme;
+      spec.training.zero.offload_param.nvme_path = dir;
+    }
   }
   const int size = world_data().size();
   const int64_t global = 4 * size;  // accumulation 2
@@ -185,6 +190,10 @@ TEST_CASE("a 16-bit run resumes bit for bit: masters, moments and the loss scale
   spec.training.zero.stage = stage;
   spec.training.zero.param_persistence_threshold = 0;
   spec.checkpoint.interval = 10;
+  if (stage == 3) {  // the 16-bit weights' partition on NVMe, the masters in memory
+    spec.training.zero.offload_param.device = spec::OffloadDevice::kNvme;
+    spec.training.zero.offload_param.nvme_path = dir;
+  }
   if (fp16) {
     // A scale far too large: the first steps overflow and are skipped, so
     // the checkpoint carries skipped steps, a shrunken scale and hysteresis.
