@@ -18,15 +18,23 @@ void PartitionSwap::Free::operator()(char* p) const { std::free(p); }
 
 core::StatusOr<std::unique_ptr<PartitionSwap>> PartitionSwap::create(const std::string& folder,
                                                                      int64_t own_begin,
-                                                                     int64_t own_end) {
+                                                                     int64_t own_end,
+                                                                     int64_t piece_floats) {
+  if (piece_floats <= 0 || piece_floats % (kPage / kFloat) != 0) {
+    return core::internal_error("offloaded parameters: pieces must be whole pages");
+  }
   core::StatusOr<std::unique_ptr<core::SwapFile>> file = core::SwapFile::create(folder, 4);
   if (!file.ok()) return file.status();
-  return std::unique_ptr<PartitionSwap>(new PartitionSwap(std::move(*file), own_begin, own_end));
+  return std::unique_ptr<PartitionSwap>(
+      new PartitionSwap(std::move(*file), own_begin, own_end, piece_floats));
 }
 
 PartitionSwap::PartitionSwap(std::unique_ptr<core::SwapFile> file, int64_t own_begin,
-                             int64_t own_end)
-    : file_(std::move(file)), own_begin_(own_begin), own_end_(own_end) {}
+                             int64_t own_end, int64_t piece_floats)
+    : file_(std::move(file)),
+      own_begin_(own_begin),
+      own_end_(own_end),
+      piece_floats_(piece_floats) {}
 
 std::pair<int64_t, int64_t> PartitionSwap::extent(int64_t begin, int64_t end) const {
   const int64_t first = (begin - own_begin_) * kFloat / kPage * kPage;
@@ -52,12 +60,30 @@ int64_t PartitionSwap::staging_bytes() const {
   return staging_capacity_;
 }
 
+template <typename Transfer>
+core::Status PartitionSwap::in_pieces(int64_t begin, int64_t end, const Transfer& transfer) {
+  for (int64_t from = begin; from < end;) {
+    // The next piece ends on a page boundary of the file (or at `end`).
+    const int64_t to =
+        std::min(end, own_begin_ + ((from - own_begin_) / piece_floats_ + 1) * piece_floats_);
+    if (core::Status status = transfer(from, to); !status.ok()) return status;
+    from = to;
+  }
+  return {};
+}
+
 core::Status PartitionSwap::load(int64_t begin, int64_t end, float* out) {
   if (begin >= end) return {};
   if (begin < own_begin_ || end > own_end_) {
     return core::internal_error("offloaded parameters: a load outside the rank's partition");
   }
   std::lock_guard<std::mutex> lock(mutex_);
+  return in_pieces(begin, end, [&](int64_t from, int64_t to) {
+    return load_piece(from, to, out + (from - begin));
+  });
+}
+
+core::Status PartitionSwap::load_piece(int64_t begin, int64_t end, float* out) {
   const auto [first, last] = extent(begin, end);
   if (last > file_bytes_) {
     return core::internal_error("offloaded parameters: a load of floats never stored");
@@ -78,6 +104,12 @@ core::Status PartitionSwap::store(int64_t begin, int64_t end, const float* in) {
     return core::internal_error("offloaded parameters: a store outside the rank's partition");
   }
   std::lock_guard<std::mutex> lock(mutex_);
+  return in_pieces(begin, end, [&](int64_t from, int64_t to) {
+    return store_piece(from, to, in + (from - begin));
+  });
+}
+
+core::Status PartitionSwap::store_piece(int64_t begin, int64_t end, const float* in) {
   const auto [first, last] = extent(begin, end);
   if (core::Status status = reserve_staging(last - first); !status.ok()) return status;
   // The pages at the ends hold floats outside the range: read them first.

@@ -22,9 +22,13 @@ namespace dslaunch::worker {
 // store others.
 class PartitionSwap {
  public:
-  // The file in `folder`, created and unlinked at once.
+  // The file in `folder`, created and unlinked at once. Longer ranges move
+  // in pieces of `piece_floats` (a multiple of 1024: pieces start on pages),
+  // so the staging buffer holds one piece (8 MiB by default).
   static core::StatusOr<std::unique_ptr<PartitionSwap>> create(const std::string& folder,
-                                                               int64_t own_begin, int64_t own_end);
+                                                               int64_t own_begin, int64_t own_end,
+                                                               int64_t piece_floats = int64_t{2}
+                                                                                      << 20);
 
   // out[0, end - begin) = the file's floats [begin, end) (of the layout,
   // within the partition).
@@ -35,14 +39,21 @@ class PartitionSwap {
   int64_t staging_bytes() const;
 
  private:
-  PartitionSwap(std::unique_ptr<core::SwapFile> file, int64_t own_begin, int64_t own_end);
+  PartitionSwap(std::unique_ptr<core::SwapFile> file, int64_t own_begin, int64_t own_end,
+                int64_t piece_floats);
   // The page-aligned byte extent of the file holding floats [begin, end).
   std::pair<int64_t, int64_t> extent(int64_t begin, int64_t end) const;
   core::Status reserve_staging(int64_t bytes);
+  // transfer(from, to) over [begin, end) in pieces; the lock held.
+  template <typename Transfer>
+  core::Status in_pieces(int64_t begin, int64_t end, const Transfer& transfer);
+  core::Status load_piece(int64_t begin, int64_t end, float* out);
+  core::Status store_piece(int64_t begin, int64_t end, const float* in);
 
   std::unique_ptr<core::SwapFile> file_;
   int64_t own_begin_;
   int64_t own_end_;
+  int64_t piece_floats_;
   mutable std::mutex mutex_;
   struct Free {
     void operator()(char* p) const;

@@ -16,7 +16,8 @@ TEST_CASE("ranges of any alignment store and load without touching their neighbo
   testing::TempDir dir;
   // A partition that starts and ends inside pages of the file.
   const int64_t own_begin = 1000, own_end = 1000 + 5 * 1024 + 77;
-  auto made = PartitionSwap::create(dir.path(), own_begin, own_end);
+  // Pieces of 2 pages: most ranges move in several.
+  auto made = PartitionSwap::create(dir.path(), own_begin, own_end, 2048);
   REQUIRE(made.ok());
   PartitionSwap& swap = **made;
   std::vector<float> truth(own_end + 100);
@@ -51,6 +52,8 @@ TEST_CASE("ranges of any alignment store and load without touching their neighbo
   // Outside the partition is refused.
   CHECK_FALSE(swap.load(own_begin - 1, own_end, all.data()).ok());
   CHECK_FALSE(swap.store(own_begin, own_end + 1, all.data()).ok());
+  // The staging buffer holds one piece and its end pages, not the range.
+  CHECK(swap.staging_bytes() <= (2048 + 2 * 1024) * 4);
 }
 
 TEST_CASE("a swap file in a folder that does not exist is refused, naming it") {
