@@ -418,7 +418,12 @@ class PartitionedGradients final : public ZeroStateBase {
 }  // namespace
 
 core::StatusOr<std::unique_ptr<ModelState>> make_zero_model_state(ModelStateInputs inputs) {
-  const bool partitioned_grads = inputs.training->zero.stage >= 2 && inputs.data_comm->size() > 1;
+  // One rank needs no partitions, unless its parameters go to NVMe (a
+  // partition of the whole: ZeRO-Infinity on a single device).
+  const spec::ZeroSpec& zero = inputs.training->zero;
+  const bool partitioned_grads =
+      zero.stage >= 2 &&
+      (inputs.data_comm->size() > 1 || zero.offload_param.device == spec::OffloadDevice::kNvme);
   std::unique_ptr<ZeroStateBase> state;
   if (partitioned_grads) {
     auto partitioned = std::make_unique<PartitionedGradients>(inputs);

@@ -150,6 +150,38 @@ TEST_CASE("16-bit training gives the same bits at every ZeRO stage") {
   if (world_data().rank() == 0) std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("offload_param nvme gives the same bits as in memory, on one rank too") {
+  const int rank = world_data().rank();
+  const std::string dir = testing::shared_token_files(world_data());
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  spec.training.steps = 10;
+  spec.training.scheduler.total_num_steps = 10;
+  spec.training.eval_interval = 5;
+  spec.training.zero.stage = 3;
+  spec.training.zero.param_persistence_threshold = 0;
+  const std::string nvme = dir + "/nvme-" + std::to_string(rank);
+  std::filesystem::create_directories(nvme);
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    // Without accumulation: one rank in memory keeps whole gradients, and
+    // adds micro-batches in another order than a partition does.
+    set_precision(spec, precision);
+    spec.training.zero.offload_param = {};
+    const Run in_memory = train_world(spec, 1);
+    REQUIRE(in_memory.error == "");
+    spec.training.zero.offload_param.device = spec::OffloadDevice::kNvme;
+    spec.training.zero.offload_param.nvme_path = nvme;
+    const Run offloaded = train_world(spec, 1);
+    REQUIRE(offloaded.error == "");
+    CHECK(losses(offloaded) == losses(in_memory));
+    CHECK(final_eval(offloaded) == final_eval(in_memory));
+    CHECK(offloaded.params == in_memory.params);
+    CHECK(offloaded.saved.at(10) == in_memory.saved.at(10));
+    CHECK(std::filesystem::is_empty(nvme));
+  }
+  REQUIRE_OK(world_barrier());
+  if (rank == 0) std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("fp16's loss scale grows by DeepSpeed's rule for the ZeRO stage, and is reported") {
   const std::string dir = testing::shared_token_files(world_data());
   spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
