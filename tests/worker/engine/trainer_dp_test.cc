@@ -386,6 +386,23 @@ TEST_CASE("a stop seen by one rank only stops every rank after the same step") {
 // file in groups; only where they wait between steps changes, so every loss
 // and parameter has the same bits, at every stage, whatever the groups and
 // buffers; memory holds the buffers only.
+// A swap folder that does not exist fails training before its first step,
+// on every rank, naming the spec key and the folder.
+void check_missing_folder_named(spec::JobSpec spec, const std::string& key) {
+  spec.training.batch = {};
+  spec.training.batch.micro_batch_per_gpu = 2;
+  spec.training.batch.gradient_accumulation_steps = 1;
+  const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
+  auto backend = kernels::make_cpu_backend(1);
+  TrainerOptions options;
+  options.data_comm = &world_data();
+  const TrainResult missing = train(spec, data, *backend, options);
+  CHECK(missing.steps == 0);
+  CHECK_THAT(missing.error,
+             Catch::Contains(key) && Catch::Contains("no-such-folder': No such file or directory"));
+  REQUIRE_OK(world_barrier());
+}
+
 TEST_CASE("offload_optimizer nvme trains to the same bits as memory at ZeRO 1, 2 and 3") {
   const int rank = world_data().rank();
   const std::string dir = testing::shared_token_files(world_data());
@@ -434,18 +451,7 @@ TEST_CASE("offload_optimizer nvme trains to the same bits as memory at ZeRO 1, 2
     REQUIRE_OK(world_barrier());
   }
   spec.training.zero.offload_optimizer.nvme_path = dir + "/no-such-folder";
-  spec.training.batch = {};
-  spec.training.batch.micro_batch_per_gpu = 2;
-  spec.training.batch.gradient_accumulation_steps = 1;
-  const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
-  auto backend = kernels::make_cpu_backend(1);
-  TrainerOptions options;
-  options.data_comm = &world_data();
-  const TrainResult missing = train(spec, data, *backend, options);
-  CHECK_THAT(missing.error,
-             Catch::Contains("zero_optimization.offload_optimizer.nvme_path") &&
-                 Catch::Contains("no-such-folder': No such file or directory"));
-  REQUIRE_OK(world_barrier());
+  check_missing_folder_named(spec, "zero_optimization.offload_optimizer.nvme_path");
   if (rank == 0) std::filesystem::remove_all(dir);
 }
 
@@ -492,17 +498,7 @@ TEST_CASE("offload_param nvme trains to the same bits as memory at ZeRO 3, fp32 
   }
   spec.training.zero.offload_optimizer = {};
   spec.training.zero.offload_param.nvme_path = dir + "/no-such-folder";
-  spec.training.batch = {};
-  spec.training.batch.micro_batch_per_gpu = 2;
-  spec.training.batch.gradient_accumulation_steps = 1;
-  const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
-  auto backend = kernels::make_cpu_backend(1);
-  TrainerOptions options;
-  options.data_comm = &world_data();
-  const TrainResult missing = train(spec, data, *backend, options);
-  CHECK_THAT(missing.error, Catch::Contains("zero_optimization.offload_param.nvme_path") &&
-                                Catch::Contains("no-such-folder': No such file or directory"));
-  REQUIRE_OK(world_barrier());
+  check_missing_folder_named(spec, "zero_optimization.offload_param.nvme_path");
   if (rank == 0) std::filesystem::remove_all(dir);
 }
 
