@@ -326,9 +326,9 @@ std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMa
   const std::vector<std::pair<int, int>> virtual_stages = stage_layers(spec.model, spec.parallelism);
   for (int stage = 0; stage < pipeline; ++stage) {
     plan.stage_layers.push_back(core::rank_chunks(virtual_stages, pipeline, stage));
-    plan.memory_by_stage.push_back(model_state_bytes(
-        parameters_per_rank(spec.model, spec.parallelism, stage), spec.training, data,
-        spec.cluster.device));
+    plan.memory_by_stage.push_back(
+        model_state_bytes(parameters_per_rank(spec.model, spec.parallelism, stage), spec.training,
+                          data, spec.cluster.device));
     plan.activation_bytes_by_stage.push_back(activation_bytes_per_rank(
         spec.model, spec.parallelism, spec.training, plan.batch.micro_batch_per_gpu,
         plan.batch.gradient_accumulation_steps, stage));

@@ -13,12 +13,12 @@
 
 #include <fmt/format.h>
 
+#include "core/layout/pipeline_schedule.h"
 #include "worker/data/consecutive_batch.h"
 #include "worker/data/window_sampler.h"
 #include "worker/engine/evaluation.h"
 #include "worker/engine/loss_scaler.h"
 #include "worker/engine/lr_schedule.h"
-#include "core/layout/pipeline_schedule.h"
 #include "worker/engine/model_parallel.h"
 #include "worker/engine/model_state.h"
 #include "worker/engine/stage_links.h"
@@ -303,9 +303,10 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       const bool reduce = state.reduces_micro_batch(m, accumulation);
       links.before_backward(pass.chunk);
       if (!links.status().ok()) return failed(links.status());
-      const float scale = std::exchange(poison, false)
-                              ? std::numeric_limits<float>::quiet_NaN()
-                              : static_cast<float>(scaler.scale() / static_cast<double>(accumulation));
+      const float scale =
+          std::exchange(poison, false)
+              ? std::numeric_limits<float>::quiet_NaN()
+              : static_cast<float>(scaler.scale() / static_cast<double>(accumulation));
       chunk.backward(state.parameters_for_model(), state.gradients_for_backward(), scale,
                      reduce ? model::Gpt2Model::GradientsReady([&state](int64_t begin, int64_t end) {
                        state.grads_ready(begin, end);
@@ -374,7 +375,8 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     const double grad_norm = std::sqrt(model_sums[2]) / loss_scale;
     // fp16: overflowing gradients skip the step on every rank (all saw the
     // same norm) and the scaler adapts.
-    const bool skipped = scaler.skips_overflow() && std::isfinite(loss) && !std::isfinite(grad_norm);
+    const bool skipped =
+        scaler.skips_overflow() && std::isfinite(loss) && !std::isfinite(grad_norm);
     const double lr = learning_rate(training.scheduler, training.optimizer.lr,
                                     step - scaler.state().skipped_steps);
     if (std::string error = scaler.update(skipped); !error.empty()) {

@@ -76,7 +76,7 @@ struct CheckpointSlice {
   int64_t begin = 0;
   int64_t end = 0;
   int64_t optimizer_steps = 0;
-  std::optional<core::LossScalerState> loss_scaler;  // fp16 training
+  std::optional<core::LossScalerState> loss_scaler;         // fp16 training
   const std::vector<core::LayoutTensor>* layout = nullptr;  // of the whole parameter buffer
   std::vector<core::ShardArrayData> arrays;  // param, adam_m, adam_v: end - begin fp32 each
 };

@@ -75,7 +75,7 @@ Zero3Parameters::Zero3Parameters(comm::Communicator& comm, const core::Parameter
   gatherer_.emplace(comm, partition, master_.data(), workspace_, std::move(regions));
   if (swap) {
     swap_ = std::move(swap);
-    if (core::Status status = store_partition(); !status.ok()) {
+    if (core::Status status = store_partition(/*changed=*/true); !status.ok()) {
       setup_error_ = "offload_param: " + status.message();
       return;
     }
@@ -101,13 +101,15 @@ core::Status Zero3Parameters::load_partition(bool read) {
   return {};
 }
 
-core::Status Zero3Parameters::store_partition() {
+core::Status Zero3Parameters::store_partition(bool changed) {
   if (!swap_ || !partition_resident_) return {};
   const int64_t own_begin = partition_.begin(rank_);
   const int64_t own_end = partition_.end(rank_);
-  if (core::Status status = swap_->store(own_begin, own_end, master_.data() + own_begin);
-      !status.ok()) {
-    return status.with_context("offload_param");
+  if (changed) {
+    if (core::Status status = swap_->store(own_begin, own_end, master_.data() + own_begin);
+        !status.ok()) {
+      return status.with_context("offload_param");
+    }
   }
   master_.zero(own_begin, own_end);
   partition_resident_ = false;

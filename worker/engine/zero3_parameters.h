@@ -73,10 +73,11 @@ class Zero3Parameters : public model::ParameterSource {
   bool swapped() const { return swap_ != nullptr; }
   // With a swap file: reads the whole partition into master() (until
   // store_partition()), or only makes it count as there when the caller
-  // overwrites all of it (`read` false); writes it back and gives its pages
-  // back. Without one, both do nothing.
+  // overwrites all of it (`read` false); gives its pages back, writing it
+  // first when it `changed` since it was loaded. Without one, both do
+  // nothing.
   core::Status load_partition(bool read = true);
-  core::Status store_partition();
+  core::Status store_partition(bool changed);
 
   // "" or the first failure (setup or a gather).
   std::string error() const;

@@ -314,8 +314,8 @@ class PartitionedGradients final : public ZeroStateBase {
   float* reduced_gradients() override { return nullptr; }
   void begin_step() override {
     backend_.memset_zero(grads_.data(), static_cast<int64_t>(grads_.size() * sizeof(float)));
-    // A checkpoint's read of offloaded parameters goes back out.
-    if (zero3_) pending_ = zero3_->store_partition();
+    // What a checkpoint read of offloaded parameters leaves the memory.
+    if (zero3_) pending_ = zero3_->store_partition(/*changed=*/false);
   }
   bool reduces_micro_batch(int64_t, int64_t) const override { return true; }
   void grads_ready(int64_t begin, int64_t end) override {
@@ -355,7 +355,7 @@ class PartitionedGradients final : public ZeroStateBase {
         return core::Status(core::StatusCode::kUnavailable,
                             "persistent parameter all-gather: " + error);
       }
-      return zero3_->store_partition();
+      return zero3_->store_partition(/*changed=*/true);
     }
     return all_gather_partitions(comm_, partition_, training_.zero.allgather_bucket_size,
                                  params_.data())

@@ -210,8 +210,8 @@ TEST_CASE("16-bit training under tensor, pipeline and data layouts follows one r
         spec.parallelism.tensor = tensor;
         spec.training.zero.stage = zero_stage;
         const Run parallel = train_on(&groups, spec);
-        INFO("largest relative loss difference: "
-             << worst_relative(parallel.losses, single.losses));
+        INFO(
+            "largest relative loss difference: " << worst_relative(parallel.losses, single.losses));
         // Measured: at most 3.4e-3 (a bf16 layout), most under 5e-5; the
         // evaluation losses within 2.5e-4.
         CHECK(worst_relative(parallel.losses, single.losses) < 1e-2);
