@@ -103,10 +103,13 @@ Throughput ours(const BenchConfig& c, int threads, int warmup, int steps, core::
     model.forward(params.data(), inputs.data(), targets.data(), c.batch);
     model.backward(params.data(), grads.data(), 1.0f, {});
     backend->round_to(grads.data(), grads.data(), table.total(), precision);
-    // Moments in memory: the step cannot fail.
+    // Moments in memory: the step cannot fail. In bf16 the step writes the
+    // masters' rounding into the model's weights in the same pass.
     float* updated = mixed ? masters.data() : params.data();
-    if (!optimizer.step(*backend, updated, grads.data(), 1e-4).ok()) std::abort();
-    if (mixed) backend->round_to(params.data(), masters.data(), table.total(), precision);
+    const worker::engine::RoundedCopy rounded =
+        mixed ? worker::engine::RoundedCopy{params.data(), precision}
+              : worker::engine::RoundedCopy{};
+    if (!optimizer.step(*backend, updated, grads.data(), 1e-4, rounded).ok()) std::abort();
   };
   for (int i = 0; i < warmup; ++i) step();
   Throughput t;

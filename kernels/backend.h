@@ -240,9 +240,14 @@ class Backend {
     double weight_decay = 0;
     bool decoupled = true;
     int64_t step = 1;
+    // The format of `rounded` below (bf16 or fp16).
+    core::DType rounded_dtype = core::DType::kBF16;
   };
+  // rounded, when not null: rounded[i] = the updated params[i] rounded to
+  // hyper.rounded_dtype, written in the same pass (16-bit training's model
+  // weights beside its fp32 masters).
   virtual void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,
-                            const AdamWParams& hyper) = 0;
+                            const AdamWParams& hyper, float* rounded) = 0;
 
   // Σ x², accumulated in double so the result does not depend on how the
   // caller splits a buffer. Returns to the host (it synchronizes): the

@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/vectorize.h"
+#include "kernels/half_precision.h"
 
 namespace dslaunch::kernels::cpu {
 namespace {
@@ -42,8 +43,10 @@ AdamScalars adam_scalars(const Backend::AdamWParams& hyper) {
 // its vectorised add(other, alpha) is fmadd(other, alpha, self), and its
 // addcmul, self + value·t1·t2, comes out as fma(value·t1, t2, self) (GCC
 // fuses it in Debian's build; measured against PyTorch's own results).
-DSL_VECTOR_CLONES void adam_chunk(float* params, const float* grads, float* m, float* v, int64_t n,
-                                  AdamScalars s) {
+// `Round` writes the 16-bit copy of each new parameter, in the same pass.
+template <typename Round>
+inline void adam_loop(float* params, const float* grads, float* m, float* v, int64_t n,
+                      const AdamScalars& s, const Round& round) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float grad = std::fma(params[i], s.l2, grads[i]);
@@ -54,16 +57,40 @@ DSL_VECTOR_CLONES void adam_chunk(float* params, const float* grads, float* m, f
     v[i] = v_i;
     const float denom = std::sqrt(v_i) / s.bias2_sqrt + s.eps;
     params[i] = param + s.neg_step_size * m_i / denom;
+    round(i, params[i]);
   }
+}
+
+DSL_VECTOR_CLONES void adam_chunk(float* params, const float* grads, float* m, float* v, int64_t n,
+                                  AdamScalars s) {
+  adam_loop(params, grads, m, v, n, s, [](int64_t, float) {});
+}
+DSL_VECTOR_CLONES void adam_chunk_bf16(float* params, const float* grads, float* m, float* v,
+                                       int64_t n, AdamScalars s, float* rounded) {
+  adam_loop(params, grads, m, v, n, s,
+            [rounded](int64_t i, float p) { rounded[i] = bf16_to_float(float_to_bf16(p)); });
+}
+DSL_VECTOR_CLONES void adam_chunk_fp16(float* params, const float* grads, float* m, float* v,
+                                       int64_t n, AdamScalars s, float* rounded) {
+  adam_loop(params, grads, m, v, n, s,
+            [rounded](int64_t i, float p) { rounded[i] = fp16_to_float(float_to_fp16(p)); });
 }
 
 }  // namespace
 
-void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,
+void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, float* rounded,
                   const Backend::AdamWParams& hyper) {
   const AdamScalars s = adam_scalars(hyper);
+  const bool fp16 = hyper.rounded_dtype == core::DType::kF16;
   for_each_chunk(n, [&](int64_t begin, int64_t end) {
-    adam_chunk(params + begin, grads + begin, m + begin, v + begin, end - begin, s);
+    float* p = params + begin;
+    if (rounded == nullptr) {
+      adam_chunk(p, grads + begin, m + begin, v + begin, end - begin, s);
+    } else if (fp16) {
+      adam_chunk_fp16(p, grads + begin, m + begin, v + begin, end - begin, s, rounded + begin);
+    } else {
+      adam_chunk_bf16(p, grads + begin, m + begin, v + begin, end - begin, s, rounded + begin);
+    }
   });
 }
 

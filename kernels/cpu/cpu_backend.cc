@@ -191,9 +191,9 @@ class CpuBackend final : public Backend {
   }
 
   void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,
-                    const AdamWParams& hyper) override {
+                    const AdamWParams& hyper, float* rounded) override {
     prepare_calling_thread();
-    cpu::adamw_update(params, grads, m, v, n, hyper);
+    cpu::adamw_update(params, grads, m, v, n, rounded, hyper);
   }
 
   double sum_of_squares(const float* x, int64_t n) override {

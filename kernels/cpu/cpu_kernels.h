@@ -66,7 +66,7 @@ void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const f
                                    int64_t V, int64_t Vp);
 
 // adamw.cc, compiled without -ffp-contract=fast (see BUILD.bazel)
-void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,
+void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, float* rounded,
                   const Backend::AdamWParams& hyper);
 
 // elementwise.cc

@@ -189,31 +189,34 @@ int64_t AdamW::state_bytes() const {
   return static_cast<int64_t>(swap_->buffers.size()) * 2 * swap_->group_bytes;
 }
 
-core::Status AdamW::step(kernels::Backend& backend, float* params, const float* grads, double lr) {
-  return update(backend, params, grads + begin_, lr);
+core::Status AdamW::step(kernels::Backend& backend, float* params, const float* grads, double lr,
+                         RoundedCopy rounded) {
+  return update(backend, params, grads + begin_, lr, rounded);
 }
 
 core::Status AdamW::step_partition(kernels::Backend& backend, float* params,
-                                   const float* partition_grads, double lr) {
-  return update(backend, params, partition_grads, lr);
+                                   const float* partition_grads, double lr, RoundedCopy rounded) {
+  return update(backend, params, partition_grads, lr, rounded);
 }
 
 void AdamW::update_range(kernels::Backend& backend, float* params, const float* grads_from_begin,
                          const kernels::Backend::AdamWParams& hyper, int64_t from, int64_t to,
-                         float* m, float* v) const {
+                         float* m, float* v, const RoundedCopy& rounded) const {
   kernels::Backend::AdamWParams span_hyper = hyper;
+  span_hyper.rounded_dtype = rounded.dtype;
   for (const Span& span : spans_) {
     const int64_t begin = std::max(span.begin, from);
     const int64_t end = std::min(span.end, to);
     if (begin >= end) continue;
     span_hyper.weight_decay = span.decay ? spec_.weight_decay : 0.0;
     backend.adamw_update(params + begin, grads_from_begin + (begin - begin_), m + (begin - from),
-                         v + (begin - from), end - begin, span_hyper);
+                         v + (begin - from), end - begin, span_hyper,
+                         rounded.weights != nullptr ? rounded.weights + begin : nullptr);
   }
 }
 
 core::Status AdamW::update(kernels::Backend& backend, float* params, const float* grads_from_begin,
-                           double lr) {
+                           double lr, const RoundedCopy& rounded) {
   ++step_;
   kernels::Backend::AdamWParams hyper;
   hyper.lr = lr;
@@ -224,7 +227,8 @@ core::Status AdamW::update(kernels::Backend& backend, float* params, const float
   hyper.step = step_;
   if (!swap_) {
     ensure_in_memory();
-    update_range(backend, params, grads_from_begin, hyper, begin_, end_, m_.data(), v_.data());
+    update_range(backend, params, grads_from_begin, hyper, begin_, end_, m_.data(), v_.data(),
+                 rounded);
     return {};
   }
   Swap& s = *swap_;
@@ -254,7 +258,7 @@ core::Status AdamW::update(kernels::Backend& backend, float* params, const float
     }
     const int64_t from = begin_ + g * s.group_elements;
     update_range(backend, params, grads_from_begin, hyper, from, from + s.length(g, n),
-                 buffer.m.get(), buffer.v.get());
+                 buffer.m.get(), buffer.v.get(), rounded);
     s.start_write(g, buffer);
     if (ahead > 0 && g + ahead < s.groups) {
       if (core::Status status = load(g + ahead); !status.ok()) return status;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/layout/gpt2_config.h"
 #include "core/layout/parameter_table.h"
 #include "core/spec/job_spec.h"
@@ -23,6 +24,14 @@ struct MomentSwap {
   std::string folder;
   int64_t group_elements = 1'000'000'000;
   int buffer_count = 4;
+};
+
+// 16-bit training: where an optimizer step also writes the updated
+// parameters rounded to `dtype`, in the same pass (the model's weights
+// beside the fp32 masters it updates); addressed like the whole layout.
+struct RoundedCopy {
+  float* weights = nullptr;
+  core::DType dtype = core::DType::kBF16;
 };
 
 // AdamW (or Adam with an L2 penalty) over the parameters of a tensor table,
@@ -47,13 +56,14 @@ class AdamW {
 
   // One step at learning rate `lr` on params[begin, end) with the matching
   // gradients; both pointers address the start of the whole layout.
-  core::Status step(kernels::Backend& backend, float* params, const float* grads, double lr);
+  core::Status step(kernels::Backend& backend, float* params, const float* grads, double lr,
+                    RoundedCopy rounded = {});
 
   // The same step with only the gradients of [begin, end): partition_grads
   // holds end - begin floats, its first the gradient of params[begin] (ZeRO
   // stage 2, where a rank holds no other gradients).
   core::Status step_partition(kernels::Backend& backend, float* params,
-                              const float* partition_grads, double lr);
+                              const float* partition_grads, double lr, RoundedCopy rounded = {});
 
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t steps) { step_ = steps; }
@@ -84,11 +94,11 @@ class AdamW {
   struct Swap;
   // grads_from_begin[0] is the gradient of params[begin_].
   core::Status update(kernels::Backend& backend, float* params, const float* grads_from_begin,
-                      double lr);
+                      double lr, const RoundedCopy& rounded);
   // The update of the layout's floats [from, to), whose moments are at m, v.
   void update_range(kernels::Backend& backend, float* params, const float* grads_from_begin,
                     const kernels::Backend::AdamWParams& hyper, int64_t from, int64_t to, float* m,
-                    float* v) const;
+                    float* v, const RoundedCopy& rounded) const;
 
   spec::OptimizerSpec spec_;
   int64_t begin_;

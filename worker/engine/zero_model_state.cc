@@ -156,12 +156,11 @@ class ZeroStateBase : public ModelState {
   void round_gradients(float* grads, int64_t begin, int64_t end) {
     if (masters_) backend_.round_to(grads + begin, grads + begin, end - begin, precision_);
   }
-  // After the optimizer's step: the model's partition becomes the masters'
-  // rounding, ready to be gathered.
-  void publish_masters() {
-    if (!masters_) return;
-    backend_.round_to(model_weights() + own_begin_, masters_->data() + own_begin_, own_count_,
-                      precision_);
+  // 16-bit training: the optimizer's step writes the model's partition as
+  // the masters' rounding in the same pass, ready to be gathered.
+  RoundedCopy rounded_copy() {
+    if (!masters_) return {};
+    return {model_weights(), precision_};
   }
   int64_t master_bytes() const {
     return masters_ ? own_count_ * static_cast<int64_t>(sizeof(float)) : 0;
@@ -228,11 +227,11 @@ class ReplicatedGradients final : public ZeroStateBase {
     backend_.scale(grads_.data(), static_cast<int64_t>(grads_.size()), factor);
   }
   core::Status optimizer_step(double lr) override {
-    if (core::Status status = optimizer_.step(backend_, master(), grads_.data(), lr);
+    if (core::Status status =
+            optimizer_.step(backend_, master(), grads_.data(), lr, rounded_copy());
         !status.ok()) {
       return status;
     }
-    publish_masters();
     if (!sharded_) return {};
     return all_gather_partitions(comm_, partition_, training_.zero.allgather_bucket_size,
                                  params_.data())
@@ -344,11 +343,11 @@ class PartitionedGradients final : public ZeroStateBase {
         return status;
       }
     }
-    if (core::Status status = optimizer_.step_partition(backend_, master(), grads_.data(), lr);
+    if (core::Status status =
+            optimizer_.step_partition(backend_, master(), grads_.data(), lr, rounded_copy());
         !status.ok()) {
       return status;
     }
-    publish_masters();
     // Stage 3 gathers no parameters after the step but the persistent ones.
     if (zero3_) {
       if (std::string error = zero3_->refresh_persistent(); !error.empty()) {

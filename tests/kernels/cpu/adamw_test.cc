@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "kernels/half_precision.h"
 #include "tests/kernels/cpu/kernel_testing.h"
 
 namespace dslaunch::kernels::testing {
@@ -43,7 +44,7 @@ TEST_CASE("adamw_update takes the step worked by hand") {
   AdamWParams hyper;
   hyper.lr = 0.1;
   hyper.weight_decay = 0.01;
-  cpu_backend().adamw_update(params.data(), grads.data(), m.data(), v.data(), 1, hyper);
+  cpu_backend().adamw_update(params.data(), grads.data(), m.data(), v.data(), 1, hyper, nullptr);
   CHECK(params[0] == Approx(0.899).epsilon(1e-6));
   CHECK(m[0] == Approx(0.05).epsilon(1e-6));
   // 1 - beta2 is taken in double, as Python does: 0.001 rounded to float,
@@ -81,7 +82,7 @@ TEST_CASE("adamw_update gives PyTorch's AdamW and Adam bit for bit over three st
   hyper.weight_decay = 0.1;
   hyper.decoupled = expected.decoupled;
   for (const auto& g : grads) {
-    cpu_backend().adamw_update(params.data(), g.data(), m.data(), v.data(), 4, hyper);
+    cpu_backend().adamw_update(params.data(), g.data(), m.data(), v.data(), 4, hyper, nullptr);
     ++hyper.step;
   }
   CAPTURE(expected.decoupled);
@@ -103,13 +104,40 @@ TEST_CASE("adamw_update matches PyTorch's formula on a large tensor over several
   hyper.decoupled = decoupled;
   for (hyper.step = 1; hyper.step <= 5; ++hyper.step) {
     const auto grads = random_floats(n, 100 + static_cast<uint32_t>(hyper.step));
-    cpu_backend().adamw_update(params.data(), grads.data(), m.data(), v.data(), n, hyper);
+    cpu_backend().adamw_update(params.data(), grads.data(), m.data(), v.data(), n, hyper, nullptr);
     reference_adam_step(reference, grads, hyper);
   }
   CAPTURE(decoupled);
   CHECK(relative_error(params, reference.params) < 1e-6);
   CHECK(relative_error(m, reference.m) < 1e-6);
   CHECK(relative_error(v, reference.v) < 1e-6);
+}
+
+TEST_CASE("adamw_update writes the 16-bit copy of the new parameters in the same pass") {
+  const int64_t n = 2 * 16384 + 37;
+  for (const core::DType dtype : {core::DType::kBF16, core::DType::kF16}) {
+    auto params = random_floats(n, 1);
+    auto plain = params;
+    const auto grads = random_floats(n, 2);
+    std::vector<float> m(n, 0.0f), v(n, 0.0f), m2(n, 0.0f), v2(n, 0.0f), rounded(n, -7.0f);
+    AdamWParams hyper;
+    hyper.lr = 1e-2;
+    hyper.weight_decay = 0.1;
+    hyper.rounded_dtype = dtype;
+    cpu_backend().adamw_update(params.data(), grads.data(), m.data(), v.data(), n, hyper,
+                               rounded.data());
+    cpu_backend().adamw_update(plain.data(), grads.data(), m2.data(), v2.data(), n, hyper,
+                               nullptr);
+    // The update itself is the same bits, and the copy is its rounding.
+    CHECK(params == plain);
+    CHECK(m == m2);
+    CHECK(v == v2);
+    for (int64_t i = 0; i < n; ++i) {
+      const float expected = dtype == core::DType::kBF16 ? bf16_to_float(float_to_bf16(params[i]))
+                                                         : fp16_to_float(float_to_fp16(params[i]));
+      REQUIRE(rounded[i] == expected);
+    }
+  }
 }
 
 }  // namespace

@@ -138,7 +138,8 @@ TEST_CASE("kernels give the same bits on 1 and 2 threads") {
     Backend::AdamWParams hyper;
     hyper.weight_decay = 0.1;
     check_same_on_1_and_2_threads(state, [&](Backend& b, auto& s) {
-      b.adamw_update(s.data(), y.data(), s.data() + kCount, s.data() + 2 * kCount, kCount, hyper);
+      b.adamw_update(s.data(), y.data(), s.data() + kCount, s.data() + 2 * kCount, kCount, hyper,
+                     nullptr);
     });
   }
   SECTION("sum_of_squares") {
