@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <bit>
 #include <cerrno>
 #include <climits>
@@ -385,8 +386,9 @@ std::optional<ShardHeader> parse_header(const std::string& text, uint32_t versio
   if (const auto scaler = fields.find("loss_scaler"); scaler != fields.end()) {
     LossScalerState state;
     const auto scale = scaler->find("scale");
-    if (scale == scaler->end() || !scale->is_number() || !(scale->get<double>() > 0)) {
-      problem = "its header's loss_scaler has no positive \"scale\"";
+    if (scale == scaler->end() || !scale->is_number() || !(scale->get<double>() > 0) ||
+        !std::isfinite(scale->get<double>())) {
+      problem = "its header's loss_scaler has no positive, finite \"scale\"";
       return std::nullopt;
     }
     state.scale = scale->get<double>();
@@ -394,6 +396,18 @@ std::optional<ShardHeader> parse_header(const std::string& text, uint32_t versio
         !header_int(*scaler, "last_overflow_iteration", state.last_overflow_iteration, problem) ||
         !header_int(*scaler, "hysteresis_left", state.hysteresis_left, problem) ||
         !header_int(*scaler, "skipped_steps", state.skipped_steps, problem)) {
+      return std::nullopt;
+    }
+    // What a scaler can have reached after `iteration` steps.
+    if (state.iteration < 0 || state.last_overflow_iteration < -1 ||
+        state.last_overflow_iteration >= state.iteration ||
+        state.hysteresis_left < 0 || state.skipped_steps < 0 ||
+        state.skipped_steps > state.iteration) {
+      problem = fmt::format(
+          "its header's loss_scaler (iteration {}, last overflow {}, hysteresis {}, skipped {}) "
+          "is not one a run can reach",
+          state.iteration, state.last_overflow_iteration, state.hysteresis_left,
+          state.skipped_steps);
       return std::nullopt;
     }
     header.loss_scaler = state;

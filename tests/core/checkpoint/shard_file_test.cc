@@ -158,6 +158,19 @@ TEST_CASE("An fp16 run's loss scaler travels in the header, and only there") {
   CHECK(read->loss_scaler->hysteresis_left == 1);
   CHECK(read->loss_scaler->skipped_steps == 5);
 
+  // A state no run can reach is refused, naming it.
+  for (const LossScalerState& impossible :
+       {LossScalerState{.scale = 2, .iteration = 3, .last_overflow_iteration = 3},
+        LossScalerState{.scale = 2, .iteration = 3, .skipped_steps = 4},
+        LossScalerState{.scale = 2, .iteration = -1},
+        LossScalerState{.scale = 2, .iteration = 3, .hysteresis_left = -1}}) {
+    header.loss_scaler = impossible;
+    const std::string bad = dir.file("bad-scaler.bin");
+    REQUIRE(write_shard(bad, header, data.arrays()).ok());
+    CHECK_FALSE(read_shard_header(bad, error));
+    CHECK_THAT(error, Catch::Contains("loss_scaler") && Catch::Contains("not one a run can reach"));
+  }
+
   const std::string plain = dir.file("plain.bin");
   REQUIRE(write_shard(plain, header_for(0, 1, 1000, 0, 1000), data.arrays()).ok());
   const std::optional<ShardHeader> without = read_shard_header(plain, error);
