@@ -26,25 +26,14 @@
 namespace dslaunch::worker::engine {
 namespace {
 
-// The whole world in one data group.
-comm::Communicator& world_data() { return comm::testing::world_groups().data(); }
-
-// A collective's status must be ok; on failure the message says why.
-#define REQUIRE_OK(expression)                           \
-  do {                                                   \
-    const core::Status require_ok_status = (expression); \
-    INFO("status: " << require_ok_status.message());     \
-    REQUIRE(require_ok_status.ok());                     \
-  } while (false)
+using comm::testing::world_barrier;
+using comm::testing::world_data;
 
 // Every rank of `comm` ends with rank 0's `values`.
 core::Status broadcast_from_rank0(comm::Communicator& comm, std::vector<float>& values) {
   return comm.broadcast(comm::buffer_of(values.data(), static_cast<int64_t>(values.size())), 0)
       ->wait();
 }
-
-// Waits for every rank of the world.
-core::Status world_barrier() { return comm::testing::world_groups().world().barrier()->wait(); }
 
 struct Run {
   std::vector<double> losses;

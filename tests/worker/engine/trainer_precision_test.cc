@@ -20,16 +20,8 @@
 namespace dslaunch::worker::engine {
 namespace {
 
-comm::Communicator& world_data() { return comm::testing::world_groups().data(); }
-
-#define REQUIRE_OK(expression)                           \
-  do {                                                   \
-    const core::Status require_ok_status = (expression); \
-    INFO("status: " << require_ok_status.message());     \
-    REQUIRE(require_ok_status.ok());                     \
-  } while (false)
-
-core::Status world_barrier() { return comm::testing::world_groups().world().barrier()->wait(); }
+using comm::testing::world_barrier;
+using comm::testing::world_data;
 
 enum class Precision { kFp32, kBf16, kFp16 };
 

@@ -31,21 +31,10 @@
 namespace dslaunch::worker::engine {
 namespace {
 
+using comm::testing::world_barrier;
+using comm::testing::world_data;
+
 namespace fs = std::filesystem;
-
-// A collective's status must be ok; on failure the message says why.
-#define REQUIRE_OK(expression)                           \
-  do {                                                   \
-    const core::Status require_ok_status = (expression); \
-    INFO("status: " << require_ok_status.message());     \
-    REQUIRE(require_ok_status.ok());                     \
-  } while (false)
-
-// The whole world in one data group.
-comm::Communicator& world_data() { return comm::testing::world_groups().data(); }
-
-// Waits for every rank of the world.
-core::Status world_barrier() { return comm::testing::world_groups().world().barrier()->wait(); }
 
 struct Run {
   std::map<int64_t, double> losses;  // by step

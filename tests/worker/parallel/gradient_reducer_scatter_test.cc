@@ -69,13 +69,6 @@ bool all_zero(ReleasableBuffer& workspace) {
 }  // namespace
 
 // finish() must succeed; on failure the message says why.
-#define REQUIRE_OK(expression)                       \
-  do {                                               \
-    const Status require_ok_status = (expression);   \
-    INFO("status: " << require_ok_status.message()); \
-    REQUIRE(require_ok_status.ok());                 \
-  } while (false)
-
 TEST_CASE("each rank holds the exact mean of its partition, summed over backward passes") {
   const int rank = world_rank();
   const int size = world_size();

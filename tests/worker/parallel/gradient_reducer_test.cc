@@ -31,14 +31,6 @@ using dslaunch::worker::ZeroPartition;
 namespace comm = dslaunch::worker::comm;
 using namespace std::chrono_literals;
 
-// finish() and the like must succeed; on failure the message says why.
-#define REQUIRE_OK(expression)                       \
-  do {                                               \
-    const Status require_ok_status = (expression);   \
-    INFO("status: " << require_ok_status.message()); \
-    REQUIRE(require_ok_status.ok());                 \
-  } while (false)
-
 namespace {
 
 using dslaunch::worker::testing::gradient;

@@ -27,6 +27,9 @@
 #include <memory>
 #include <tuple>
 
+#include <catch2/catch.hpp>
+
+#include "core/status.h"
 #include "topology/process_grid.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/mpi_process_groups.h"
@@ -72,4 +75,17 @@ inline Communicator& solo_data_comm() { return groups_of({1, 1, world_size()}).d
 
 inline int world_rank() { return world_groups().rank(); }
 
+// The whole world in one data group, and a barrier over every rank of it.
+inline Communicator& world_data() { return world_groups().data(); }
+inline core::Status world_barrier() { return world_groups().world().barrier()->wait(); }
+
 }  // namespace dslaunch::worker::comm::testing
+
+// A status (of a collective, most often) must be ok; on failure the test
+// stops with its message.
+#define REQUIRE_OK(expression)                                       \
+  do {                                                               \
+    const ::dslaunch::core::Status require_ok_status = (expression); \
+    INFO("status: " << require_ok_status.message());                 \
+    REQUIRE(require_ok_status.ok());                                 \
+  } while (false)

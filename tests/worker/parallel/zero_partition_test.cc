@@ -11,14 +11,6 @@
 namespace dslaunch::worker {
 namespace {
 
-// all_gather_partitions must succeed; on failure the message says why.
-#define REQUIRE_OK(expression)                           \
-  do {                                                   \
-    const core::Status require_ok_status = (expression); \
-    INFO("status: " << require_ok_status.message());     \
-    REQUIRE(require_ok_status.ok());                     \
-  } while (false)
-
 TEST_CASE("partitions are contiguous, aligned, balanced and cover the buffer exactly") {
   for (const int64_t total : {0L, 1L, 15L, 16L, 17L, 1000L, 3'290'624L}) {
     for (const int ranks : {1, 2, 3, 4, 8}) {
