@@ -68,7 +68,6 @@ bool all_zero(ReleasableBuffer& workspace) {
 
 }  // namespace
 
-// finish() must succeed; on failure the message says why.
 TEST_CASE("each rank holds the exact mean of its partition, summed over backward passes") {
   const int rank = world_rank();
   const int size = world_size();
