@@ -52,7 +52,12 @@ struct ClusterSpec {
   int num_nodes = -1;  // -1: every host
   int num_gpus = -1;   // ranks per host; -1: every slot (local: every GPU, or 1 CPU rank)
   int ssh_port = 22;
-  std::string network_interface;  // "" = let Open MPI choose
+  // An interface name (eth0) or an IPv4 subnet (10.0.0.0/16): where MPI's
+  // TCP traffic goes and where the controller listens; "" = Open MPI chooses.
+  std::string network_interface;
+  // Extra arguments for mpirun or srun (DeepSpeed's --launcher_args), split
+  // as a shell would.
+  std::vector<std::string> launcher_args;
   std::string
       controller_address;  // host[:port]; "" = loopback (1 host) or the first routable address
   TopologyHint topology;

@@ -16,6 +16,8 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include "core/ipv4_subnet.h"
+#include "core/shell_words.h"
 #include "core/spec/deepspeed_config.h"
 #include "core/spec/merge_keys.h"
 #include "core/spec/overrides.h"
@@ -166,6 +168,28 @@ void check_controller_address(MapReader& cluster, const std::string& address) {
   }
 }
 
+// An interface name as Linux allows one (1-15 characters, no '/', blank or
+// ':'), or an IPv4 subnet in CIDR form, which Open MPI takes in its place.
+void check_network_interface(MapReader& cluster, const std::string& name) {
+  if (name.empty()) return;
+  if (core::looks_like_subnet(name)) {
+    if (!core::Ipv4Subnet::parse(name)) {
+      cluster.error("network_interface",
+                    fmt::format("cluster.network_interface {} is neither an interface name nor "
+                                "an IPv4 subnet such as 10.0.0.0/16",
+                                shown(name)));
+    }
+    return;
+  }
+  if (name.size() > 15 || name.find_first_of(" \t\n:") != std::string::npos) {
+    cluster.error("network_interface",
+                  fmt::format("cluster.network_interface {} is not an interface name (at most "
+                              "15 characters, no blanks or ':'); give one such as eth0, or an "
+                              "IPv4 subnet such as 10.0.0.0/16",
+                              shown(name)));
+  }
+}
+
 // Inline hosts as the hostfile parser takes them: a valid, distinct name
 // (the planner would place a repeated host's slots twice) and 1 to
 // kMaxSlotsPerHost slots.
@@ -235,6 +259,17 @@ void read_cluster(MapReader cluster, ClusterSpec& out) {
   read_count("num_gpus", out.num_gpus, kMaxRanksPerHost);
   cluster.integer("ssh_port", out.ssh_port, 1, 65535);
   cluster.string("network_interface", out.network_interface);
+  check_network_interface(cluster, out.network_interface);
+  std::string launcher_args;
+  cluster.string("launcher_args", launcher_args);
+  std::string split_error;
+  if (std::optional<std::vector<std::string>> words =
+          core::split_shell_words(launcher_args, split_error)) {
+    out.launcher_args = std::move(*words);
+  } else {
+    cluster.error("launcher_args",
+                  "cluster.launcher_args cannot be split into arguments: " + split_error);
+  }
   cluster.string("controller_address", out.controller_address);
   check_controller_address(cluster, out.controller_address);
 

@@ -5,7 +5,11 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <optional>
+
 #include <fmt/format.h>
+
+#include "core/ipv4_subnet.h"
 
 namespace dslaunch::controller {
 namespace {
@@ -50,8 +54,11 @@ ControllerEndpoint choose_controller_endpoint(const std::string& controller_addr
     return {has_port ? controller_address : host + ":0", host, ""};
   }
   if (all_hosts_local) return {"127.0.0.1:0", "127.0.0.1", ""};
+  const std::optional<core::Ipv4Subnet> subnet = core::Ipv4Subnet::parse(network_interface);
   for (const LocalAddress& address : addresses) {
-    if (!network_interface.empty() && address.interface != network_interface) continue;
+    const bool named = subnet ? subnet->contains(address.ipv4)
+                              : network_interface.empty() || address.interface == network_interface;
+    if (!named) continue;
     if (!is_loopback(address.ipv4)) return {address.ipv4 + ":0", address.ipv4, ""};
   }
   if (!network_interface.empty()) {

@@ -26,8 +26,10 @@ struct ControllerEndpoint {
 // interface:
 // - `controller_address` ("host[:port]", "[v6]:port") when set;
 // - else 127.0.0.1 when every host is this machine (its ranks dial loopback);
-// - else the first IPv4 address of `network_interface` (of any interface when
-//   empty) in `addresses` that is not loopback; an error when there is none.
+// - else the first IPv4 address in `addresses` that is not loopback and is
+//   on `network_interface` (an interface name, or an IPv4 subnet such as
+//   10.0.0.0/16 that holds it; any interface when empty); an error when
+//   there is none.
 ControllerEndpoint choose_controller_endpoint(const std::string& controller_address,
                                               const std::string& network_interface,
                                               bool all_hosts_local,

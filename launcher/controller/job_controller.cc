@@ -18,28 +18,29 @@
 
 #include <fmt/format.h>
 
+#include "core/atomic_file.h"
 #include "core/json_input.h"
+#include "core/layout/model_config.h"
+#include "core/spec/terminal_text.h"
+#include "core/spec/training_support.h"
 #include "launcher/controller/checkpoint_catalog.h"
 #include "launcher/controller/checkpoint_committer.h"
 #include "launcher/controller/clock.h"
 #include "launcher/controller/controller_endpoint.h"
-#include "launcher/controller/directory_lock.h"
 #include "launcher/controller/controller_server.h"
+#include "launcher/controller/directory_lock.h"
 #include "launcher/controller/job_directory.h"
 #include "launcher/controller/job_handler.h"
 #include "launcher/controller/job_state.h"
 #include "launcher/controller/job_status.h"
 #include "launcher/plan/planned_job.h"
+#include "launcher/runner/exported_environment.h"
 #include "launcher/runner/failure_report.h"
 #include "launcher/runner/launch_command.h"
 #include "launcher/runner/rank_output.h"
 #include "launcher/runner/supervised_process.h"
-#include "core/spec/terminal_text.h"
-#include "proto/auth.h"
-#include "core/layout/model_config.h"
 #include "launcher/worker_binary.h"
-#include "core/atomic_file.h"
-#include "core/spec/training_support.h"
+#include "proto/auth.h"
 
 namespace dslaunch::controller {
 namespace {
@@ -65,6 +66,13 @@ int64_t unix_time_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// This process's environment as NAME=VALUE entries.
+std::vector<std::string> environment_entries() {
+  std::vector<std::string> entries;
+  for (char** entry = environ; *entry != nullptr; ++entry) entries.emplace_back(*entry);
+  return entries;
 }
 
 // A port free on this host now (the OS picks it), for MASTER_PORT.
@@ -109,8 +117,9 @@ class Attempt {
  public:
   Attempt(const RunOptions& options, const spec::JobSpec& spec, const plan::JobPlan& plan,
           JobDirectory& directory, const std::string& token, const JobInfo& info,
-          JobHandler::Attempt setup)
+          const std::map<std::string, std::string>& exported, JobHandler::Attempt setup)
       : options_(options),
+        exported_(exported),
         spec_(spec),
         plan_(plan),
         directory_(directory),
@@ -174,6 +183,7 @@ class Attempt {
     inputs.master_port = free_port();
     inputs.running_as_root = geteuid() == 0;
     inputs.local_cores = static_cast<int>(std::thread::hardware_concurrency());
+    inputs.exported_environment = exported_;
     const runner::LaunchCommand command = runner::build_launch_command(spec_, plan_, inputs);
     for (const auto& [path, contents] : command.files) {
       if (!core::write_file_atomically(path, contents, error, 0600)) {
@@ -412,6 +422,7 @@ class Attempt {
   }
 
   const RunOptions& options_;
+  const std::map<std::string, std::string>& exported_;
   const spec::JobSpec& spec_;
   const plan::JobPlan& plan_;
   JobDirectory& directory_;
@@ -583,7 +594,8 @@ CheckpointCommitter::Settings checkpoint_settings(const spec::JobSpec& spec,
 // newest valid checkpoint after a backoff of 1, 2, 4 ... 30 s. A stop, an
 // interrupt or a success ends the job.
 int run_attempts(const RunOptions& options, const spec::JobSpec& spec, const plan::JobPlan& plan,
-                 JobDirectory& directory, const std::string& token, const JobInfo& info) {
+                 JobDirectory& directory, const std::string& token, const JobInfo& info,
+                 const std::map<std::string, std::string>& exported) {
   std::vector<v1::AttemptSummary> earlier = earlier_attempts(directory);
   int number = earlier.empty() ? 0 : earlier.back().attempt() + 1;
   for (int restarts = 0;; ++restarts, ++number) {
@@ -609,7 +621,7 @@ int run_attempts(const RunOptions& options, const spec::JobSpec& spec, const pla
                                  number, setup.checkpoints->root);
       }
     }
-    Attempt attempt(options, spec, plan, directory, token, info, std::move(setup));
+    Attempt attempt(options, spec, plan, directory, token, info, exported, std::move(setup));
     const int code = attempt.run();
     earlier.push_back(attempt.summary());
     if (code != kRunFailed || attempt.interrupted() || g_interrupts.load() > 0) return code;
@@ -661,6 +673,14 @@ int run_job(const RunOptions& options) {
   }
   for (const std::string& warning : job_plan.warnings) {
     std::cerr << "dslaunch: warning: " << warning << "\n";
+  }
+  std::map<std::string, std::string> exported;
+  if (std::string env_error; !runner::exported_environment(
+          environment_entries(),
+          runner::deepspeed_env_files(std::getenv("HOME"), std::getenv("DS_ENV_FILE")), exported,
+          env_error)) {
+    std::cerr << "dslaunch: " << spec::terminal_safe(env_error) << "\n";
+    return kRunBadInput;
   }
 
   std::string error;
@@ -715,7 +735,7 @@ int run_job(const RunOptions& options) {
   info.tls_ca = spec.cluster.tls.ca;
   std::cout << fmt::format("job {}: {} rank(s) on {} host(s); job directory {}\n", job_id,
                            job_plan.world_size(), job_plan.hosts.size(), directory->path());
-  return run_attempts(options, spec, job_plan, *directory, token.token, info);
+  return run_attempts(options, spec, job_plan, *directory, token.token, info, exported);
 }
 
 }  // namespace dslaunch::controller

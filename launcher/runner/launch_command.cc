@@ -36,8 +36,10 @@ void forward_environment(const std::map<std::string, std::string>& environment,
 std::map<std::string, std::string> rank_environment(const spec::JobSpec& spec,
                                                     const plan::JobPlan& plan,
                                                     const LaunchInputs& inputs) {
-  // The controller's variables are set after the spec's, so they win.
-  std::map<std::string, std::string> environment(spec.env.begin(), spec.env.end());
+  // Later sources win: the launcher's exports, the spec's env, the
+  // controller's own variables.
+  std::map<std::string, std::string> environment = inputs.exported_environment;
+  for (const auto& [name, value] : spec.env) environment[name] = value;
   environment["MASTER_ADDR"] = inputs.master_address;
   environment["MASTER_PORT"] = std::to_string(inputs.master_port);
   environment["DSL_JOB_ID"] = inputs.job_id;
@@ -90,6 +92,7 @@ LaunchCommand build_launch_command(const spec::JobSpec& spec, const plan::JobPla
     }
     forward_environment(command.environment, argv);
   }
+  argv.insert(argv.end(), spec.cluster.launcher_args.begin(), spec.cluster.launcher_args.end());
   argv.push_back(inputs.worker_binary);
   argv.insert(argv.end(), inputs.worker_args.begin(), inputs.worker_args.end());
   return command;

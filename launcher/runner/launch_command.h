@@ -23,6 +23,8 @@ struct LaunchInputs {
   int master_port = 29500;         // MASTER_PORT, as torchrun's default
   bool running_as_root = false;    // mpirun must be told that this is intended
   int local_cores = 1;             // this machine's cores (local runner oversubscription)
+  // The launcher's variables every rank gets (exported_environment.h).
+  std::map<std::string, std::string> exported_environment;
 };
 
 // How to start every rank of one attempt through an existing launcher.
@@ -53,7 +55,8 @@ std::map<std::string, std::string> rank_environment(const spec::JobSpec& spec,
 //    cluster.ssh_port, TCP restricted to cluster.network_interface when given;
 //  - slurm: srun inside the allocation, ranks placed exactly as planned
 //    (--distribution=arbitrary with SLURM_HOSTFILE), output labelled by rank.
-// Pure: writes nothing itself.
+// cluster.launcher_args come last before the worker, so they can add to or
+// override what the runner chose. Pure: writes nothing itself.
 LaunchCommand build_launch_command(const spec::JobSpec& spec, const plan::JobPlan& plan,
                                    const LaunchInputs& inputs);
 

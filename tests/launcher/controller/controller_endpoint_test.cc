@@ -60,6 +60,19 @@ TEST_CASE("a multi-host job binds the first non-loopback address, of the named i
   CHECK(endpoint.dial_host == "192.168.7.5");
 }
 
+TEST_CASE("network_interface given as a subnet binds this host's address inside it") {
+  ControllerEndpoint endpoint = choose_controller_endpoint("", "192.168.0.0/16", false, kHost);
+  CHECK(endpoint.error == "");
+  CHECK(endpoint.bind == "192.168.7.5:0");
+  endpoint = choose_controller_endpoint("", "10.0.0.4/31", false, kHost);
+  CHECK(endpoint.bind == "10.0.0.5:0");
+  endpoint = choose_controller_endpoint("", "10.0.0.6/31", false, kHost);
+  CHECK(endpoint.error.starts_with("cluster.network_interface '10.0.0.6/31' has no IPv4 address"));
+  // Loopback stays out even inside the subnet.
+  endpoint = choose_controller_endpoint("", "0.0.0.0/0", false, kHost);
+  CHECK(endpoint.bind == "10.0.0.5:0");
+}
+
 TEST_CASE("an interface without a reachable IPv4 address is an error naming it and the fix") {
   ControllerEndpoint endpoint = choose_controller_endpoint("", "eth9", false, kHost);
   CHECK_FALSE(endpoint.ok());

@@ -84,6 +84,33 @@ TEST_CASE("the spec's env cannot replace the controller's own variables") {
   CHECK(environment.at("MASTER_PORT") == "29500");
 }
 
+TEST_CASE("the launcher's exported variables reach every rank; the spec's env overrides them") {
+  LaunchInputs in = inputs();
+  in.exported_environment = {
+      {"NCCL_DEBUG", "INFO"}, {"OMP_NUM_THREADS", "8"}, {"DSL_JOB_TOKEN", "forged"}};
+  const LaunchCommand command =
+      build_launch_command(spec_for(spec::Runner::kOpenMpi), plan_of(2, 2, spec::Device::kCpu), in);
+  CHECK(command.environment.at("NCCL_DEBUG") == "INFO");
+  CHECK(command.environment.at("OMP_NUM_THREADS") == "1");  // the spec's
+  CHECK(command.environment.at("DSL_JOB_TOKEN") == "s3cret-token");
+  const auto forwarded = std::find(command.argv.begin(), command.argv.end(), "NCCL_DEBUG");
+  REQUIRE(forwarded != command.argv.end());
+  CHECK(*(forwarded - 1) == "-x");
+}
+
+TEST_CASE("cluster.launcher_args come last before the worker, for every runner") {
+  for (const spec::Runner runner :
+       {spec::Runner::kLocal, spec::Runner::kOpenMpi, spec::Runner::kSlurm}) {
+    spec::JobSpec spec = spec_for(runner);
+    spec.cluster.launcher_args = {"--mca", "plm_rsh_agent", "ssh -F /etc/cluster ssh"};
+    const LaunchCommand command =
+        build_launch_command(spec, plan_of(1, 2, spec::Device::kCpu), inputs());
+    const Argv tail(command.argv.end() - 5, command.argv.end());
+    CHECK(tail == Argv{"--mca", "plm_rsh_agent", "ssh -F /etc/cluster ssh",
+                       "/opt/dslaunch/dsworker", "run"});
+  }
+}
+
 TEST_CASE("the local runner is mpirun on this host, oversubscribed past its cores") {
   LaunchInputs in = inputs();
   in.running_as_root = true;
