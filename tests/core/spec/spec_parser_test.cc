@@ -1629,6 +1629,43 @@ TEST_CASE("controller_address takes host or host:port with a port in range") {
 namespace dslaunch::spec {
 namespace {
 
+TEST_CASE("network_interface takes an interface name or an IPv4 subnet") {
+  SpecFolder folder;
+  for (const char* good : {"eth0", "ib0", "enp65s0f1np1", "198.51.100.0/24", "10.0.0.0/8"}) {
+    INFO(good);
+    const Loaded loaded = folder.load(fmt::format(
+        "cluster: {{network_interface: '{}'}}\ndata: {{train: demo}}\ntraining: {{steps: 1}}\n",
+        good));
+    CHECK(loaded.errors().empty());
+    CHECK(loaded.spec.cluster.network_interface == good);
+  }
+  for (const char* bad : {"10.0.0.0/33", "10.0/8", "eth0/1", "an interface", "eth0:1",
+                          "a-name-longer-than-15"}) {
+    INFO(bad);
+    const Loaded loaded = folder.load(fmt::format(
+        "cluster: {{network_interface: '{}'}}\ndata: {{train: demo}}\ntraining: {{steps: 1}}\n",
+        bad));
+    REQUIRE(loaded.errors().size() == 1);
+    CHECK_THAT(loaded.diagnostics.format(), Catch::Contains("cluster.network_interface '"));
+  }
+}
+
+TEST_CASE("launcher_args are split as a shell splits them; a broken quote is an error") {
+  SpecFolder folder;
+  Loaded loaded = folder.load(
+      "cluster: {launcher_args: \"--mca btl self,tcp -x 'A B'\"}\ndata: {train: demo}\n"
+      "training: {steps: 1}\n");
+  CHECK(loaded.errors().empty());
+  CHECK(loaded.spec.cluster.launcher_args ==
+        std::vector<std::string>{"--mca", "btl", "self,tcp", "-x", "A B"});
+  loaded = folder.load(
+      "cluster: {launcher_args: \"--mca 'btl\"}\ndata: {train: demo}\ntraining: {steps: 1}\n");
+  REQUIRE(loaded.errors().size() == 1);
+  CHECK_THAT(loaded.diagnostics.format(),
+             Catch::Contains("cluster.launcher_args cannot be split into arguments: a single "
+                             "quote at character 7 is never closed"));
+}
+
 TEST_CASE("a commbench job needs neither data nor training steps") {
   SpecFolder folder;
   const Loaded loaded = folder.load(R"(kind: commbench
