@@ -104,6 +104,7 @@ std::optional<engine::ResumePoint> resume_point(const v1::RegisterReply& reply) 
   if (!reply.has_resume() || reply.resume().directory().empty()) return std::nullopt;
   engine::ResumePoint resume;
   resume.step = reply.resume().step();
+  resume.samples_seen = reply.resume().samples_seen();
   if (reply.resume().shards_size() > 0) {
     resume.total_parameters = reply.resume().shards(0).model_parameters();
   }

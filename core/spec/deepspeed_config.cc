@@ -33,7 +33,6 @@ const std::set<std::string, std::less<>>& ignored_deepspeed_keys() {
       "flops_profiler",
       "comms_logger",
       "autotuning",
-      "elasticity",
       "prescale_gradients",
       "gradient_predivide_factor",
       "sparse_gradients",

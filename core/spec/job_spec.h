@@ -189,6 +189,28 @@ struct ActivationCheckpointingSpec {
   bool profile = false;
 };
 
+// DeepSpeed's elasticity section, its keys and defaults: a global batch
+// that suits many data-parallel sizes, and for the job's size the micro batch
+// and accumulation that make it up (elasticity.h). Enabled, it takes the
+// place of train_batch_size, train_micro_batch_size_per_gpu and
+// gradient_accumulation_steps.
+struct ElasticitySpec {
+  bool enabled = false;
+  int64_t max_train_batch_size = 2000;                 // required when enabled
+  std::vector<int64_t> micro_batch_sizes = {2, 4, 6};  // required when enabled; in the order given
+  // The sizes to suit: data-parallel sizes in version 0.1, GPUs (ranks) in
+  // version 0.2, which counts them in whole nodes of num_gpus_per_node.
+  int min_gpus = 1;
+  int max_gpus = 10000;
+  double min_time = 0;   // minutes a scheduler lets the job run before rescaling it; not used here
+  double version = 0.2;  // 0.1 or 0.2
+  bool prefer_larger_batch = true;
+  // True: the three batch keys may stay in the spec, and are ignored.
+  bool ignore_non_elastic_batch_info = false;
+  std::optional<int> model_parallel_size;  // version 0.2; unset: parallelism.tensor x pipeline
+  int num_gpus_per_node = 1;               // version 0.2: ranks per node
+};
+
 struct TrainingSpec {
   BatchInput batch;  // as given; resolved against the data-parallel size by the plan
   int64_t steps = 0;
@@ -202,6 +224,7 @@ struct TrainingSpec {
   int64_t eval_interval = 0;     // steps between evaluations; 0 = only after the last step
   int64_t eval_batches = 8;      // consecutive (micro batch, seq_length) windows of the valid split
   ActivationCheckpointingSpec activation_checkpointing;
+  ElasticitySpec elasticity;
 };
 
 struct CheckpointSpec {
@@ -222,6 +245,10 @@ struct FaultToleranceSpec {
   // 10 minutes, PyTorch's default for NCCL process groups: below
   // step_timeout, so a hung collective is reported with what it waits on.
   double collective_timeout_s = 600;
+  // Without training.elasticity: how long a job whose host stopped
+  // answering waits for it before it fails. 5 minutes: a reboot, not an
+  // outage.
+  double host_wait_timeout_s = 300;
 };
 
 enum class FaultKind {

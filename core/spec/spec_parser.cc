@@ -496,8 +496,120 @@ void read_scheduler(MapReader scheduler, SchedulerSpec& out) {
   scheduler.finish();
 }
 
+// Far above any real run, low enough that the elastic batch search's
+// products stay inside 64 bits.
+constexpr int64_t kMaxElasticBatch = int64_t{1} << 40;
+
+// A non-empty list of whole numbers from 1 to kMaxElasticBatch, as DeepSpeed
+// requires.
+void read_micro_batch_sizes(MapReader& elasticity, std::vector<int64_t>& out) {
+  std::vector<double> sizes;
+  elasticity.number_list("micro_batch_sizes", sizes);
+  if (!elasticity.has("micro_batch_sizes") || !elasticity.read_ok("micro_batch_sizes")) return;
+  const bool whole = !sizes.empty() && std::all_of(sizes.begin(), sizes.end(), [](double size) {
+    return size >= 1 && size <= kMaxElasticBatch && size == std::floor(size);
+  });
+  if (!whole) {
+    elasticity.error("micro_batch_sizes",
+                     "training.elasticity.micro_batch_sizes must be a non-empty list of whole "
+                     "numbers of at least 1, such as [2, 4, 6]");
+    return;
+  }
+  out.assign(sizes.begin(), sizes.end());
+}
+
+// DeepSpeed's elasticity keys and defaults, and its checks between them when
+// enabled. `model_parallel` is parallelism.tensor x pipeline, or 0 when
+// either failed to read.
+void read_elasticity(MapReader elasticity, ElasticitySpec& out, int64_t model_parallel) {
+  elasticity.boolean("enabled", out.enabled);
+  elasticity.integer("max_train_batch_size", out.max_train_batch_size, 1, kMaxElasticBatch);
+  read_micro_batch_sizes(elasticity, out.micro_batch_sizes);
+  elasticity.integer("min_gpus", out.min_gpus, 1, kMaxNodes * kMaxRanksPerHost);
+  elasticity.integer("max_gpus", out.max_gpus, 1, kMaxNodes * kMaxRanksPerHost);
+  elasticity.number("min_time", out.min_time, 0, kUnbounded);
+  elasticity.number("version", out.version, 0, kUnbounded);
+  const bool version_ok =
+      elasticity.read_ok("version") && (out.version == 0.1 || out.version == 0.2);
+  if (elasticity.read_ok("version") && !version_ok) {
+    elasticity.error("version", fmt::format("training.elasticity.version must be 0.1 or 0.2 "
+                                            "(DeepSpeed's latest, the default), got {}",
+                                            out.version));
+  }
+  elasticity.boolean("prefer_larger_batch", out.prefer_larger_batch);
+  elasticity.boolean("ignore_non_elastic_batch_info", out.ignore_non_elastic_batch_info);
+  int model_parallel_size = 1;
+  elasticity.integer("model_parallel_size", model_parallel_size, 1, kMaxParallel);
+  const bool model_parallel_size_ok =
+      elasticity.has("model_parallel_size") && elasticity.read_ok("model_parallel_size");
+  if (model_parallel_size_ok) out.model_parallel_size = model_parallel_size;
+  elasticity.integer("num_gpus_per_node", out.num_gpus_per_node, 1, kMaxRanksPerHost);
+  elasticity.finish();
+  if (!out.enabled) return;
+
+  if (!elasticity.has("max_train_batch_size")) {
+    elasticity.error("max_train_batch_size",
+                     "training.elasticity.max_train_batch_size is required with elasticity "
+                     "enabled: the largest global batch to train with");
+  }
+  if (!elasticity.has("micro_batch_sizes")) {
+    elasticity.error("micro_batch_sizes",
+                     "training.elasticity.micro_batch_sizes is required with elasticity enabled: "
+                     "the micro batches a rank may run, such as [2, 4, 6]");
+  }
+  if (elasticity.read_ok("min_gpus") && elasticity.read_ok("max_gpus") &&
+      out.max_gpus < out.min_gpus) {
+    elasticity.error("max_gpus", fmt::format("training.elasticity.max_gpus {} is below min_gpus {}",
+                                             out.max_gpus, out.min_gpus));
+  }
+  if (model_parallel_size_ok && model_parallel != 0 && model_parallel != model_parallel_size) {
+    elasticity.error("model_parallel_size",
+                     fmt::format("training.elasticity.model_parallel_size {} differs from the "
+                                 "job's model-parallel size, parallelism.tensor x pipeline = {}; "
+                                 "remove it (it defaults to that) or make them match",
+                                 model_parallel_size, model_parallel));
+  }
+  if (model_parallel_size_ok && version_ok && out.version == 0.1 && model_parallel_size > 1) {
+    elasticity.error("model_parallel_size",
+                     "training.elasticity.model_parallel_size above 1 needs version 0.2, as in "
+                     "DeepSpeed (version 0.1 counts data-parallel ranks only); set version: 0.2 "
+                     "or remove model_parallel_size");
+  }
+  // Version 0.2 grows and shrinks the job by whole nodes of model-parallel groups.
+  const int64_t group = model_parallel_size_ok ? model_parallel_size : model_parallel;
+  if (version_ok && out.version == 0.2 && group != 0 && elasticity.read_ok("num_gpus_per_node") &&
+      out.num_gpus_per_node % group != 0) {
+    elasticity.error("num_gpus_per_node",
+                     fmt::format("training.elasticity.num_gpus_per_node {} is not divisible by the "
+                                 "model-parallel size {}: version 0.2 places whole model-parallel "
+                                 "groups on each node; give the ranks of one node",
+                                 out.num_gpus_per_node, group));
+  }
+}
+
+// With elasticity enabled the batch is computed, so the batch keys would go
+// unused: DeepSpeed refuses them unless told to ignore them.
+void check_elastic_batch_keys(MapReader& training, const ElasticitySpec& elasticity) {
+  if (!elasticity.enabled || elasticity.ignore_non_elastic_batch_info) return;
+  std::vector<std::string> given;
+  for (const char* key :
+       {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"}) {
+    if (training.has(key)) given.push_back(key);
+  }
+  if (given.empty()) return;
+  training.error(given.front(),
+                 fmt::format("training.{} cannot be given with training.elasticity enabled, "
+                             "which computes the batch for each data-parallel size; remove {}, or "
+                             "set training.elasticity.ignore_non_elastic_batch_info: true to have "
+                             "{} ignored",
+                             fmt::join(given, ", training."), given.size() == 1 ? "it" : "them",
+                             given.size() == 1 ? "it" : "them"));
+}
+
+// `parallelism_read_ok` tells whether a parallelism key ("tensor") was read
+// without a problem.
 void read_training(MapReader training, TrainingSpec& out, const ParallelismSpec& parallelism,
-                   JobKind kind) {
+                   JobKind kind, const std::function<bool(const char*)>& parallelism_read_ok) {
   training.optional_integer("train_batch_size", out.batch.train_batch_size, 1);
   training.optional_integer("train_micro_batch_size_per_gpu", out.batch.micro_batch_per_gpu, 1);
   training.optional_integer("gradient_accumulation_steps", out.batch.gradient_accumulation_steps,
@@ -558,6 +670,11 @@ void read_training(MapReader training, TrainingSpec& out, const ParallelismSpec&
   } else {
     training.accept("activation_checkpointing");
   }
+  const int64_t model_parallel = parallelism_read_ok("tensor") && parallelism_read_ok("pipeline")
+                                     ? int64_t{parallelism.tensor} * parallelism.pipeline
+                                     : 0;
+  read_elasticity(training.map("elasticity"), out.elasticity, model_parallel);
+  check_elastic_batch_keys(training, out.elasticity);
   training.finish();
 }
 
@@ -699,6 +816,7 @@ void read_fault_tolerance(MapReader fault, FaultToleranceSpec& out) {
                               out.step_timeout_s, out.heartbeat_interval_s));
     }
   }
+  fault.number("host_wait_timeout", out.host_wait_timeout_s, 0, kMaxHeartbeatTimeoutS);
   fault.number("collective_timeout", out.collective_timeout_s, 0, kMaxHeartbeatTimeoutS);
   if (fault.read_ok("collective_timeout") && out.collective_timeout_s != 0 &&
       out.collective_timeout_s < 1) {
@@ -963,7 +1081,9 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const Loa
   read_parallelism(top.map("parallelism"), spec.parallelism, spec.model,
                    [&](const char* key) { return context.read_ok(std::string("model.") + key); });
   read_data(top.map("data"), spec.data, path, spec.kind);
-  read_training(top.map("training"), spec.training, spec.parallelism, spec.kind);
+  read_training(
+      top.map("training"), spec.training, spec.parallelism, spec.kind,
+      [&](const char* key) { return context.read_ok(std::string("parallelism.") + key); });
   MapReader commbench = top.map("commbench");
   read_commbench(commbench, spec.commbench);
   if (spec.kind != JobKind::kCommbench && top.has("commbench")) {

@@ -66,8 +66,10 @@ CheckpointCommitter::Outcome CheckpointCommitter::commit(int64_t step, int64_t n
   outcome.step = step;
   CheckpointManifest manifest = settings_.base;
   manifest.step = step;
-  manifest.samples_seen = step * settings_.samples_per_step;
-  manifest.tokens_seen = step * settings_.tokens_per_step;
+  manifest.samples_seen =
+      settings_.samples_before + (step - settings_.first_step) * settings_.samples_per_step;
+  manifest.tokens_seen =
+      settings_.tokens_before + (step - settings_.first_step) * settings_.tokens_per_step;
   manifest.data_positions["samples_consumed"] = manifest.samples_seen;
   manifest.scheduler["last_step"] = step;
   manifest.created_unix_ms = now_unix_ms;

@@ -28,6 +28,11 @@ class CheckpointCommitter {
     CheckpointManifest base;
     int64_t samples_per_step = 0;  // the global batch
     int64_t tokens_per_step = 0;
+    // Where this attempt began: the step resumed from and the samples and
+    // tokens consumed by then (the global batch may have been another).
+    int64_t first_step = 0;
+    int64_t samples_before = 0;
+    int64_t tokens_before = 0;
     // Saved as spec.yaml beside every manifest, so a checkpoint says by
     // itself what model it holds (dslaunch export reads it).
     std::string resolved_spec_yaml;

@@ -36,6 +36,7 @@
 #include "launcher/plan/planned_job.h"
 #include "launcher/runner/exported_environment.h"
 #include "launcher/runner/failure_report.h"
+#include "launcher/runner/host_probe.h"
 #include "launcher/runner/launch_command.h"
 #include "launcher/runner/rank_output.h"
 #include "launcher/runner/supervised_process.h"
@@ -137,6 +138,8 @@ class Attempt {
   }
   int64_t last_checkpoint_step() const { return handler_.status_now().last_checkpoint_step(); }
   bool interrupted() const { return state_.stop_requested(); }
+  // The hosts that stopped answering, after a failed multi-host attempt.
+  const std::vector<std::string>& lost_hosts() const { return lost_hosts_; }
 
   int run() {
     ControllerServerOptions server_options{token_, std::nullopt, 1024};
@@ -320,6 +323,7 @@ class Attempt {
                 .count()));
       }
       if (state_.phase() == JobPhase::kFailed) {
+        record_failure_detected();
         collect_stacks_if_hung(output);
         break;
       }
@@ -380,7 +384,38 @@ class Attempt {
                           lost.front(), exited.to_string()));
   }
 
+  // A failed attempt of ranks on other hosts: were some of those hosts lost?
+  // Asked before the teardown, which waits on them in vain.
+  void find_lost_hosts() {
+    if (state_.phase() != JobPhase::kFailed || plan_.all_hosts_local ||
+        spec_.cluster.runner != spec::Runner::kOpenMpi) {
+      return;
+    }
+    std::vector<std::string> hosts;
+    for (const topology::HostSlots& host : plan_.hosts) hosts.push_back(host.host);
+    std::vector<std::pair<std::string, std::string>> lost;
+    for (const runner::HostProbe& probe :
+         runner::probe_hosts_over_ssh(hosts, spec_.cluster.ssh_port, timing::kHostProbeTimeout)) {
+      if (probe.reachable) continue;
+      lost.emplace_back(probe.host, probe.detail);
+      lost_hosts_.push_back(probe.host);
+      handler_.record_event(-1, "host_lost", fmt::format("{}: {}", probe.host, probe.detail));
+    }
+    if (!lost.empty()) state_.blame_lost_hosts(std::move(lost));
+  }
+
+  // The moment the attempt's failure is known, as an event (once).
+  void record_failure_detected() {
+    if (failure_recorded_) return;
+    if (const auto cause = state_.root_cause()) {
+      handler_.record_event(-1, "failure_detected", cause->to_string());
+      failure_recorded_ = true;
+    }
+  }
+
   void finish(ControllerServer& server, runner::RankOutput& output) {
+    record_failure_detected();
+    find_lost_hosts();
     if (!process_->poll_exit()) {
       handler_.record_event(-1, "terminating", "SIGTERM to the launcher, then SIGKILL");
       const runner::ExitStatus exited = process_->terminate(options_.termination_grace);
@@ -423,6 +458,8 @@ class Attempt {
 
   const RunOptions& options_;
   const std::map<std::string, std::string>& exported_;
+  std::vector<std::string> lost_hosts_;
+  bool failure_recorded_ = false;
   const spec::JobSpec& spec_;
   const plan::JobPlan& plan_;
   JobDirectory& directory_;
@@ -503,6 +540,7 @@ std::optional<v1::ResumePoint> choose_resume_point(const std::string& root,
   v1::ResumePoint resume;
   resume.set_directory(newest.found->dir);
   resume.set_step(manifest.step);
+  resume.set_samples_seen(manifest.samples_seen);
   for (const ShardRecord& record : manifest.shards) {
     v1::CheckpointShard* shard = resume.add_shards();
     shard->set_path(record.path);
@@ -589,16 +627,99 @@ CheckpointCommitter::Settings checkpoint_settings(const spec::JobSpec& spec,
   return settings;
 }
 
+// The ranks and stages `plan` gives the job.
+void describe_plan(const plan::JobPlan& plan, JobInfo& info) {
+  info.world_size = plan.world_size();
+  info.stage_of_rank.clear();
+  for (int rank = 0; rank < plan.world_size(); ++rank) {
+    info.stage_of_rank.push_back(plan.grid.coord_of(rank).pipeline);
+  }
+}
+
+std::string joined_hosts(const std::vector<std::string>& hosts) {
+  return fmt::format("{}", fmt::join(hosts, ", "));
+}
+
+// The job planned again on the hosts of `plan` but `lost` (their slots as
+// selected before), with what the spec says of batch sizes for the new
+// world (elasticity); nullopt, with every problem printed, when it cannot be.
+std::optional<plan::PlannedJob> replan_without(const RunOptions& options, const plan::JobPlan& plan,
+                                               const std::vector<std::string>& lost) {
+  std::vector<std::string> kept;
+  for (const topology::HostSlots& host : plan.hosts) {
+    if (std::find(lost.begin(), lost.end(), host.host) != lost.end()) continue;
+    kept.push_back(fmt::format("{}:{}", host.host, fmt::join(host.slots, ",")));
+  }
+  if (kept.empty()) {
+    std::cerr << fmt::format("dslaunch: every host of the job is lost ({})\n", joined_hosts(lost));
+    return std::nullopt;
+  }
+  spec::LoadOptions load = options.load;
+  load.include = fmt::format("{}", fmt::join(kept, "@"));
+  load.exclude.clear();
+  spec::Diagnostics diagnostics;
+  std::optional<plan::PlannedJob> planned =
+      plan::load_and_plan(options.spec_path, load, diagnostics);
+  if (!planned) {
+    std::cerr << fmt::format("dslaunch: cannot go on without {}:\n{}", joined_hosts(lost),
+                             diagnostics.format());
+  }
+  return planned;
+}
+
+// Without elasticity a lost host is waited for, up to
+// fault_tolerance.host_wait_timeout: true once every one answers again,
+// false (said why) when the time is up or the job is interrupted.
+bool wait_for_hosts(const spec::JobSpec& spec, const std::vector<std::string>& lost) {
+  const auto limit = std::chrono::milliseconds(
+      static_cast<int64_t>(spec.fault_tolerance.host_wait_timeout_s * 1000));
+  std::cerr << fmt::format(
+      "dslaunch: waiting up to {}s (fault_tolerance.host_wait_timeout) for {} to answer again; "
+      "with training.elasticity the job would go on without it\n",
+      std::chrono::duration_cast<std::chrono::seconds>(limit).count(), joined_hosts(lost));
+  const auto start = std::chrono::steady_clock::now();
+  while (g_interrupts.load() == 0) {
+    bool all_back = true;
+    for (const runner::HostProbe& probe :
+         runner::probe_hosts_over_ssh(lost, spec.cluster.ssh_port, timing::kHostProbeTimeout)) {
+      all_back = all_back && probe.reachable;
+    }
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (all_back) {
+      std::cerr << fmt::format("dslaunch: {} answer{} again after {}s\n", joined_hosts(lost),
+                               lost.size() > 1 ? "" : "s",
+                               std::chrono::duration_cast<std::chrono::seconds>(waited).count());
+      return true;
+    }
+    if (waited >= limit) break;
+    std::this_thread::sleep_for(timing::kLostHostPoll);
+  }
+  if (g_interrupts.load() == 0) {
+    std::cerr << fmt::format(
+        "dslaunch: {} did not answer within {}s; the job stops here. Resume it once the host "
+        "is back (dslaunch resume), or run it again from the same job directory without the "
+        "host (--exclude), or enable training.elasticity to go on without lost hosts\n",
+        joined_hosts(lost), std::chrono::duration_cast<std::chrono::seconds>(limit).count());
+  }
+  return false;
+}
+
 // The first attempt and the automatic restarts: a failed attempt is
 // followed, up to fault_tolerance.max_restarts times, by a new one from the
 // newest valid checkpoint after a backoff of 1, 2, 4 ... 30 s. A stop, an
-// interrupt or a success ends the job.
-int run_attempts(const RunOptions& options, const spec::JobSpec& spec, const plan::JobPlan& plan,
-                 JobDirectory& directory, const std::string& token, const JobInfo& info,
+// interrupt or a success ends the job. When hosts were lost, the next
+// attempt runs without them (training.elasticity: re-planned, batch sizes
+// for the smaller world) or waits for them to answer again.
+int run_attempts(const RunOptions& options, const plan::PlannedJob& first, JobDirectory& directory,
+                 const std::string& token, JobInfo info,
                  const std::map<std::string, std::string>& exported) {
   std::vector<v1::AttemptSummary> earlier = earlier_attempts(directory);
   int number = earlier.empty() ? 0 : earlier.back().attempt() + 1;
+  std::optional<plan::PlannedJob> replanned;
   for (int restarts = 0;; ++restarts, ++number) {
+    const spec::JobSpec& spec = replanned ? replanned->spec : first.spec;
+    const plan::JobPlan& plan = replanned ? replanned->plan : first.plan;
+    describe_plan(plan, info);
     JobHandler::Attempt setup;
     setup.number = number;
     setup.restarts = restarts;
@@ -614,6 +735,9 @@ int run_attempts(const RunOptions& options, const spec::JobSpec& spec, const pla
       }
       if (setup.resume) {
         setup.last_checkpoint_step = setup.resume->step();
+        setup.checkpoints->first_step = setup.resume->step();
+        setup.checkpoints->samples_before = setup.resume->samples_seen();
+        setup.checkpoints->tokens_before = setup.resume->samples_seen() * spec.model.seq_length;
         std::cout << fmt::format("attempt {}: resuming from the checkpoint of step {} ({})\n",
                                  number, setup.resume->step(), setup.resume->directory());
       } else if (number > 0) {
@@ -621,15 +745,35 @@ int run_attempts(const RunOptions& options, const spec::JobSpec& spec, const pla
                                  number, setup.checkpoints->root);
       }
     }
-    Attempt attempt(options, spec, plan, directory, token, info, exported, std::move(setup));
-    const int code = attempt.run();
-    earlier.push_back(attempt.summary());
-    if (code != kRunFailed || attempt.interrupted() || g_interrupts.load() > 0) return code;
+    std::vector<std::string> lost;
+    {
+      Attempt attempt(options, spec, plan, directory, token, info, exported, std::move(setup));
+      const int code = attempt.run();
+      earlier.push_back(attempt.summary());
+      if (code != kRunFailed || attempt.interrupted() || g_interrupts.load() > 0) return code;
+      lost = attempt.lost_hosts();
+    }
     if (restarts >= spec.fault_tolerance.max_restarts) {
       if (spec.fault_tolerance.max_restarts > 0) {
         std::cerr << fmt::format("dslaunch: giving up after {} restart(s)\n", restarts);
       }
-      return code;
+      return kRunFailed;
+    }
+    if (!lost.empty()) {
+      if (spec.training.elasticity.enabled) {
+        std::optional<plan::PlannedJob> without = replan_without(options, plan, lost);
+        if (!without) return kRunFailed;
+        const spec::BatchSizes& batch = without->plan.batch;
+        std::cerr << fmt::format(
+            "dslaunch: going on without {} (elasticity): {} rank(s) on {} host(s), train batch {} "
+            "= micro-batch {} x accumulation {} x data-parallel {}\n",
+            joined_hosts(lost), without->plan.world_size(), without->plan.hosts.size(),
+            batch.train_batch_size, batch.micro_batch_per_gpu, batch.gradient_accumulation_steps,
+            without->plan.grid.shape().data);
+        replanned = std::move(without);
+      } else if (!wait_for_hosts(spec, lost)) {
+        return g_interrupts.load() > 0 ? kRunStopped : kRunFailed;
+      }
     }
     const auto backoff = std::min<std::chrono::seconds>(timing::kMaxRestartBackoff,
                                                         std::chrono::seconds(1 << std::min(restarts, 5)));
@@ -726,16 +870,12 @@ int run_job(const RunOptions& options) {
   info.job_id = job_id;
   info.name = spec.name;
   info.kind = spec.kind == spec::JobKind::kCommbench ? "commbench" : "train";
-  info.world_size = job_plan.world_size();
-  for (int rank = 0; rank < job_plan.world_size(); ++rank) {
-    info.stage_of_rank.push_back(job_plan.grid.coord_of(rank).pipeline);
-  }
   info.total_steps = spec.kind == spec::JobKind::kTrain ? spec.training.steps : 0;
   info.started_unix_ms = unix_time_ms();
   info.tls_ca = spec.cluster.tls.ca;
   std::cout << fmt::format("job {}: {} rank(s) on {} host(s); job directory {}\n", job_id,
                            job_plan.world_size(), job_plan.hosts.size(), directory->path());
-  return run_attempts(options, spec, job_plan, *directory, token.token, info, exported);
+  return run_attempts(options, *planned, *directory, token.token, info, exported);
 }
 
 }  // namespace dslaunch::controller

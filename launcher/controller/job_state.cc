@@ -81,6 +81,14 @@ bool is_final(JobPhase phase) {
 }
 
 std::string RootCause::to_string() const {
+  if (!lost_hosts.empty()) {
+    std::vector<std::string> named;
+    for (const auto& [host, seen] : lost_hosts) named.push_back(fmt::format("{} ({})", host, seen));
+    RootCause symptom = *this;
+    symptom.lost_hosts.clear();
+    return fmt::format("host{} lost: {}; first seen as: {}", lost_hosts.size() > 1 ? "s" : "",
+                       fmt::join(named, ", "), symptom.to_string());
+  }
   if (rank < 0) return std::string(pick_line(message, /*last=*/false));
   std::string who = fmt::format("rank {}", rank);
   if (!host.empty()) who += fmt::format(" ({}, pid {})", host, pid);
@@ -309,6 +317,11 @@ void JobState::mark_failed(const std::string& reason) {
   RootCause cause;
   cause.message = reason;
   fail_locked(std::move(cause));
+}
+
+void JobState::blame_lost_hosts(std::vector<std::pair<std::string, std::string>> hosts) {
+  std::lock_guard lock(mutex_);
+  if (phase_ == JobPhase::kFailed && root_cause_) root_cause_->lost_hosts = std::move(hosts);
 }
 
 JobPhase JobState::phase() const {

@@ -38,6 +38,9 @@ struct RootCause {
   // (0: it never began one) for `silence_allowed`.
   std::optional<int64_t> stuck_at_step;
   std::string message;         // the rank's own error report, or the last stderr lines
+  // Hosts found unreachable after the failure, each with what was seen; the
+  // failure is then theirs ("host node2 lost (...): rank 2 ...").
+  std::vector<std::pair<std::string, std::string>> lost_hosts;
   // One line, e.g. "rank 3 (node02, pid 4121) was killed by signal 9 (Killed)". Of a
   // multi-line message it shows the first line of an error report and the last line of
   // a stderr tail (where a crash says what went wrong).
@@ -126,6 +129,9 @@ class JobState {
   void mark_stopped();  // the controller ended the job on request (no-op once final)
   // E.g. the launcher itself failed to start: root cause with rank -1 if first.
   void mark_failed(const std::string& reason);
+  // After a failure: hosts that no longer answer (host, what was seen),
+  // which become the root cause's subject.
+  void blame_lost_hosts(std::vector<std::pair<std::string, std::string>> hosts);
 
   JobPhase phase() const;
   bool stop_requested() const;

@@ -31,5 +31,11 @@ inline constexpr auto kServerShutdownAfterJob = 2s;
 inline constexpr auto kMaxRestartBackoff = 30s;
 // How often the backoff checks for an interrupt.
 inline constexpr auto kBackoffPoll = 50ms;
+// After a multi-host attempt failed: how long each host gets to answer ssh
+// before it counts as lost (OpenSSH's ConnectTimeout; the session adds a
+// few seconds), and how often a lost host is asked again while the job
+// waits for it.
+inline constexpr std::chrono::seconds kHostProbeTimeout = 3s;
+inline constexpr auto kLostHostPoll = 2s;
 
 }  // namespace dslaunch::controller::timing

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/spec/elasticity.h"
 #include "core/spec/text_file.h"
 #include "topology/hostfile.h"
 #include "topology/slurm_nodelist.h"
@@ -264,10 +265,12 @@ std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMa
   const bool training = spec.kind == spec::JobKind::kTrain;
   if (training) {
     const spec::BatchInput& batch = spec.training.batch;
-    const spec::BatchResolution resolution = spec::resolve_batch_sizes(batch, data);
+    const spec::BatchResolution resolution =
+        spec::training_batch_sizes(spec.training, static_cast<int>(world), tensor * pipeline);
     if (!resolution.sizes) {
       diagnostics.error(
-          locations.find(batch.train_batch_size      ? "training.train_batch_size"
+          locations.find(spec.training.elasticity.enabled ? "training.elasticity"
+                         : batch.train_batch_size         ? "training.train_batch_size"
                          : batch.micro_batch_per_gpu ? "training.train_micro_batch_size_per_gpu"
                                                      : "training"),
           resolution.error);

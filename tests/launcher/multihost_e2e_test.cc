@@ -5,13 +5,16 @@
 // root; the test command reports it skipped by name elsewhere.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -68,9 +71,15 @@ class TestHosts {
   ~TestHosts() { run_command(runfile("tools/testhosts.sh") + " down"); }
 };
 
-// A small GPT over byte-level tokens; `cluster` is the spec's cluster section.
+constexpr const char* kFixedBatch = "train_batch_size: 16\n  train_micro_batch_size_per_gpu: 4";
+
+// A small GPT over byte-level tokens; `cluster` is the spec's cluster
+// section, `batch` the batch keys of its training section (indented by 2),
+// `fault_tolerance` the whole section.
 fs::path write_spec(const fs::path& dir, const std::string& name, const std::string& cluster,
-                    int steps) {
+                    int steps, const std::string& batch = kFixedBatch,
+                    const std::string& fault_tolerance =
+                        "{heartbeat_interval: 0.5, heartbeat_timeout: 5, max_restarts: 2}") {
   const fs::path spec = dir / (name + ".yaml");
   std::ofstream(spec) << fmt::format(R"(name: {}
 cluster: {}
@@ -83,8 +92,7 @@ model:
   make_vocab_size_divisible_by: 64
 data: {{train: demo}}
 training:
-  train_batch_size: 16
-  train_micro_batch_size_per_gpu: 4
+  {}
   steps: {}
   eval_interval: 10
   eval_batches: 2
@@ -92,10 +100,10 @@ training:
   zero_optimization: {{stage: 2, reduce_bucket_size: 20000}}
   optimizer: {{type: AdamW, params: {{lr: 0.003, weight_decay: 0.1}}}}
 checkpoint: {{interval: 10, keep: 2}}
-fault_tolerance: {{heartbeat_interval: 0.5, heartbeat_timeout: 5, max_restarts: 2}}
+fault_tolerance: {}
 env: {{DSL_DATA_CACHE: '{}'}}
 )",
-                                     name, cluster, steps, dir.string());
+                                     name, cluster, batch, steps, fault_tolerance, dir.string());
   return spec;
 }
 
@@ -114,6 +122,61 @@ std::map<int, std::pair<double, double>> losses(const fs::path& job) {
 nlohmann::json state_of(const fs::path& job) {
   std::ifstream file(job / "state.json");
   return nlohmann::json::parse(file);
+}
+
+// `dslaunch run` in the background; its output and exit code in files.
+class BackgroundRun {
+ public:
+  BackgroundRun(const fs::path& dir, const std::string& args) : dir_(dir) {
+    const std::string command = fmt::format(
+        "(DSLAUNCH_WORKER='{}' {} run {} > '{}/run.out' 2>&1; echo $? > '{}/run.rc') &",
+        runfile("worker/dsworker"), runfile("launcher/dslaunch"), args, dir.string(), dir.string());
+    REQUIRE(std::system(command.c_str()) == 0);
+  }
+  // The exit code, once it ended within `timeout`.
+  std::optional<int> wait(std::chrono::seconds timeout) const {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < until) {
+      std::ifstream rc(dir_ / "run.rc");
+      int code = -1;
+      if (rc >> code) return code;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return std::nullopt;
+  }
+  std::string output() const {
+    std::ifstream file(dir_ / "run.out");
+    return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+  }
+
+ private:
+  fs::path dir_;
+};
+
+// Waits until the job's metrics reach `step`.
+void wait_for_step(const fs::path& job, int step) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < until) {
+    const auto seen = losses(job);
+    if (!seen.empty() && seen.rbegin()->first >= step) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  FAIL("the job did not reach step " << step);
+}
+
+// The job's events of `kind`, in order.
+std::vector<nlohmann::json> events_of(const fs::path& job, const std::string& kind) {
+  std::vector<nlohmann::json> out;
+  std::ifstream file(job / "events.jsonl");
+  for (std::string line; std::getline(file, line);) {
+    const nlohmann::json event = nlohmann::json::parse(line, nullptr, false);
+    if (!event.is_discarded() && event["kind"] == kind) out.push_back(event);
+  }
+  return out;
+}
+
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 fs::path test_dir(const std::string& name) {
@@ -198,4 +261,180 @@ TEST_CASE(
   for (const char* host : {"dsl-h1", "dsl-h2"}) {
     CHECK(TestHosts::get().stray_processes(host).empty());
   }
+}
+
+namespace {
+
+constexpr int kLongSteps = 60;
+constexpr double kHeartbeatTimeout = 5;
+
+std::string cluster_of(const std::string& hostfile) {
+  return fmt::format("{{device: cpu, runner: openmpi, hostfile: {}, network_interface: '{}'}}",
+                     hostfile, kSubnet);
+}
+
+// The losses of kLongSteps steps of 4 ranks without a fault (on one host:
+// the same bits as on two, as the first test shows).
+const std::map<int, std::pair<double, double>>& uninterrupted() {
+  static const std::map<int, std::pair<double, double>> reference = [] {
+    const fs::path dir = test_dir("uninterrupted");
+    const fs::path spec = write_spec(dir, "reference", "{device: cpu, num_gpus: 4}", kLongSteps);
+    const CommandResult run = run_command(fmt::format(
+        "DSLAUNCH_WORKER='{}' {} run {} --job-dir '{}' --progress off", runfile("worker/dsworker"),
+        runfile("launcher/dslaunch"), spec.string(), (dir / "job").string()));
+    INFO(run.output);
+    REQUIRE(run.exit_code == 0);
+    return losses(dir / "job");
+  }();
+  return reference;
+}
+
+// DeepSpeed's elasticity over 1, 2 or 4 ranks: train batch 16 (micro-batch
+// 4 on 4 and on 2 ranks, with 2 accumulation steps on 2).
+constexpr const char* kElasticBatch =
+    "elasticity: {enabled: true, max_train_batch_size: 16, micro_batch_sizes: [2, 4], "
+    "min_gpus: 1, max_gpus: 4, version: 0.1}";
+
+enum class HostFault { kKill, kPartition };
+
+// Runs `spec` on both test hosts and breaks dsl-h2 once step 25 is done
+// (after the checkpoint of step 20); returns when the fault is in, with
+// the time it happened.
+double break_second_host_mid_run(const fs::path& job, HostFault fault) {
+  wait_for_step(job, 25);
+  const double when = unix_seconds();
+  testhosts(fault == HostFault::kKill ? "kill dsl-h2" : "partition dsl-h2");
+  return when;
+}
+
+// The first failed attempt: detected within the heartbeat timeout of the
+// fault, and blamed on dsl-h2.
+void check_host_blamed(const fs::path& job, double fault_time) {
+  const std::vector<nlohmann::json> detected = events_of(job, "failure_detected");
+  REQUIRE_FALSE(detected.empty());
+  CHECK(detected.front()["time"].get<double>() - fault_time <= kHeartbeatTimeout + 1);
+  const std::vector<nlohmann::json> lost = events_of(job, "host_lost");
+  REQUIRE(lost.size() == 1);
+  CHECK_THAT(lost.front()["detail"].get<std::string>(), Catch::StartsWith("dsl-h2: "));
+  const nlohmann::json state = state_of(job);
+  CHECK_THAT(state["attempts"][0]["reason"].get<std::string>(),
+             Catch::StartsWith("host lost: dsl-h2 ("));
+}
+
+// No process of the job is left on either host (a partitioned host's ranks
+// end by themselves once they miss the controller).
+void check_hosts_clean() {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  std::set<std::string> left;
+  do {
+    left.clear();
+    for (const char* host : {"dsl-h1", "dsl-h2"}) {
+      for (const std::string& process : TestHosts::get().stray_processes(host)) {
+        left.insert(std::string(host) + ": " + process);
+      }
+    }
+    if (left.empty()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  } while (std::chrono::steady_clock::now() < until);
+  for (const std::string& process : left) INFO(process);
+  CHECK(left.empty());
+}
+
+void elastic_case(HostFault fault) {
+  const std::string hostfile = TestHosts::get().up(2);
+  const auto& reference = uninterrupted();
+  const fs::path dir = test_dir(fault == HostFault::kKill ? "elastic_kill" : "elastic_partition");
+  const fs::path spec = write_spec(dir, "elastic", cluster_of(hostfile), kLongSteps, kElasticBatch);
+  BackgroundRun run(
+      dir, fmt::format("{} --job-dir '{}' --progress off", spec.string(), (dir / "job").string()));
+  const double fault_time = break_second_host_mid_run(dir / "job", fault);
+  const std::optional<int> code = run.wait(std::chrono::seconds(240));
+  INFO(run.output());
+  REQUIRE(code == 0);
+  CHECK_THAT(run.output(), Catch::Contains("going on without dsl-h2 (elasticity): 2 rank(s) on 1 "
+                                           "host(s), train batch 16 = micro-batch 4 x "
+                                           "accumulation 2 x data-parallel 2"));
+  check_host_blamed(dir / "job", fault_time);
+
+  // The last attempt ran on dsl-h1 alone, from the checkpoint of step 20.
+  const nlohmann::json state = state_of(dir / "job");
+  REQUIRE(state["ranks"].size() == 2);
+  for (const auto& rank : state["ranks"]) CHECK(rank["host"] == "dsl-h1");
+  CHECK(state["attempts"].back()["resumed_from_step"] == 20);
+
+  // Before the fault, the 4-rank bits; after it, the same batch of the same
+  // samples summed in another order.
+  const auto seen = losses(dir / "job");
+  REQUIRE(seen.size() == kLongSteps);
+  for (int step = 1; step <= 20; ++step) CHECK(seen.at(step) == reference.at(step));
+  for (int step = 21; step <= kLongSteps; ++step) {
+    INFO("step " << step);
+    CHECK(seen.at(step).first == Approx(reference.at(step).first).epsilon(1e-4));
+  }
+  if (fault == HostFault::kPartition) testhosts("heal dsl-h2");
+  check_hosts_clean();
+}
+
+}  // namespace
+
+TEST_CASE(
+    "the second host killed mid-run: detected, blamed, and with elasticity the job ends on "
+    "the first host alone from its last checkpoint") {
+  elastic_case(HostFault::kKill);
+}
+
+TEST_CASE("the second host partitioned mid-run: the same, and its ranks end by themselves") {
+  elastic_case(HostFault::kPartition);
+}
+
+TEST_CASE(
+    "without elasticity a lost host that comes back within host_wait_timeout: the job "
+    "resumes on both hosts with the uninterrupted bits") {
+  const std::string hostfile = TestHosts::get().up(2);
+  const auto& reference = uninterrupted();
+  const fs::path dir = test_dir("host_back");
+  const fs::path spec = write_spec(
+      dir, "wait", cluster_of(hostfile), kLongSteps, kFixedBatch,
+      "{heartbeat_interval: 0.5, heartbeat_timeout: 5, max_restarts: 2, host_wait_timeout: 120}");
+  BackgroundRun run(
+      dir, fmt::format("{} --job-dir '{}' --progress off", spec.string(), (dir / "job").string()));
+  const double fault_time = break_second_host_mid_run(dir / "job", HostFault::kKill);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (run.output().find("waiting up to 120s") == std::string::npos &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  INFO(run.output());
+  REQUIRE_THAT(run.output(),
+               Catch::Contains("waiting up to 120s (fault_tolerance.host_wait_timeout) "
+                               "for dsl-h2 to answer again"));
+  TestHosts::get().up(2);  // the host is back: its sshd answers again
+  const std::optional<int> code = run.wait(std::chrono::seconds(240));
+  INFO(run.output());
+  REQUIRE(code == 0);
+  check_host_blamed(dir / "job", fault_time);
+  CHECK(losses(dir / "job") == reference);
+  check_hosts_clean();
+}
+
+TEST_CASE(
+    "without elasticity a lost host that stays away fails the job, naming it, after "
+    "host_wait_timeout") {
+  const std::string hostfile = TestHosts::get().up(2);
+  const fs::path dir = test_dir("host_gone");
+  const fs::path spec = write_spec(
+      dir, "gone", cluster_of(hostfile), kLongSteps, kFixedBatch,
+      "{heartbeat_interval: 0.5, heartbeat_timeout: 5, max_restarts: 2, host_wait_timeout: 3}");
+  BackgroundRun run(
+      dir, fmt::format("{} --job-dir '{}' --progress off", spec.string(), (dir / "job").string()));
+  const double fault_time = break_second_host_mid_run(dir / "job", HostFault::kKill);
+  const std::optional<int> code = run.wait(std::chrono::seconds(120));
+  INFO(run.output());
+  REQUIRE(code == 1);
+  CHECK_THAT(run.output(), Catch::Contains("dslaunch: dsl-h2 did not answer within 3s; the job "
+                                           "stops here"));
+  check_host_blamed(dir / "job", fault_time);
+  CHECK(state_of(dir / "job")["attempts"].size() == 1);
+  TestHosts::get().up(2);
+  check_hosts_clean();
 }

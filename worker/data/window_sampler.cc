@@ -11,8 +11,8 @@ int64_t window_count(int64_t tokens, int64_t seq_len) {
 }
 
 int64_t global_sample_index(const SampleSlot& slot) {
-  return slot.step * slot.global_batch +
-         (slot.micro_step * slot.dp_size + slot.dp_rank) * slot.micro_batch + slot.row;
+  return slot.samples_before + (slot.micro_step * slot.dp_size + slot.dp_rank) * slot.micro_batch +
+         slot.row;
 }
 
 WindowSamplerResult WindowSampler::create(TokenRange range, int64_t seq_len, uint64_t seed) {

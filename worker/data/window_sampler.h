@@ -23,18 +23,19 @@ int64_t window_count(int64_t tokens, int64_t seq_len);
 
 // Where one sample row sits in a training step.
 struct SampleSlot {
-  int64_t step = 0;
-  int64_t global_batch = 0;  // micro_batch · dp_size · accumulation steps
-  int64_t micro_step = 0;    // 0 .. accumulation steps - 1
+  // Samples the run consumed before this step: step · global_batch, unless
+  // the global batch changed on a resume (elasticity).
+  int64_t samples_before = 0;
+  int64_t micro_step = 0;  // 0 .. accumulation steps - 1
   int64_t dp_size = 1;
   int64_t dp_rank = 0;
   int64_t micro_batch = 0;  // rows per micro-batch on one rank
   int64_t row = 0;          // 0 .. micro_batch - 1
 };
 
-// g = step·global_batch + (micro_step·dp_size + dp_rank)·micro_batch + row:
-// step s uses samples [s·global_batch, (s + 1)·global_batch) however the
-// batch is split across data-parallel ranks and micro-steps.
+// g = samples_before + (micro_step·dp_size + dp_rank)·micro_batch + row:
+// a step of global batch B uses samples [samples_before, samples_before + B)
+// however the batch is split across data-parallel ranks and micro-steps.
 int64_t global_sample_index(const SampleSlot& slot);
 
 struct WindowSamplerResult;

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "core/layout/pipeline_schedule.h"
+#include "core/spec/elasticity.h"
 #include "worker/data/consecutive_batch.h"
 #include "worker/data/window_sampler.h"
 #include "worker/engine/evaluation.h"
@@ -117,7 +118,9 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       return result;
     }
   } else {
-    const spec::BatchResolution resolved = spec::resolve_batch_sizes(training.batch, dp_size);
+    const int model_parallel = spec.parallelism.tensor * spec.parallelism.pipeline;
+    const spec::BatchResolution resolved =
+        spec::training_batch_sizes(training, dp_size * model_parallel, model_parallel);
     if (!resolved.sizes) {
       result.error = resolved.error;
       return result;
@@ -158,6 +161,10 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   std::vector<float> params(table.total(), 0.0f);
   model::init_gpt2_parameters(table, spec.model.init_seed, params.data());
   const int64_t first_step = options.resume ? options.resume->step : 0;
+  const int64_t first_sample = options.resume ? options.resume->samples_seen : 0;
+  const auto samples_before = [&](int64_t step) {
+    return first_sample + (step - first_step) * global_batch;
+  };
   const auto resume_failed = [&](const std::string& error) {
     result.error = fmt::format("resuming from the checkpoint of step {}: {}", first_step, error);
     return result;
@@ -289,7 +296,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       if (pass.kind == core::PassKind::kForward) {
         for (int64_t b = 0; b < micro; ++b) {
           const int64_t g =
-              data::global_sample_index({step, global_batch, m, dp_size, dp_rank, micro, b});
+              data::global_sample_index({samples_before(step), m, dp_size, dp_rank, micro, b});
           sampler.sample(g, inputs.data() + b * T, targets.data() + b * T);
         }
         links.before_forward(pass.chunk, pass.slot);

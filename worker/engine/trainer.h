@@ -86,6 +86,9 @@ struct CheckpointSlice {
 // any number of ranks and any ZeRO stage).
 struct ResumePoint {
   int64_t step = 0;
+  // Samples consumed by then: where the data continues, whatever the global
+  // batch was before (elasticity may have changed it).
+  int64_t samples_seen = 0;
   // Of the whole model saved, as one rank without tensor or pipeline
   // parallelism holds it; must be this spec's.
   int64_t total_parameters = 0;

@@ -473,7 +473,7 @@ training:
         "unknown key 'round_robin_gradients' in training; valid keys: train_batch_size, "
         "train_micro_batch_size_per_gpu, gradient_accumulation_steps, steps, fp16, bf16, "
         "zero_optimization, optimizer, scheduler, gradient_clipping, seed, eval_interval, "
-        "eval_batches, activation_checkpointing");
+        "eval_batches, activation_checkpointing, elasticity");
   CHECK(loaded.only("torch_adam").location.line == 5);
   CHECK(loaded.warnings().empty());
 }

@@ -488,7 +488,7 @@ training:
         "unknown key 'learning_rate' in training; valid keys: train_batch_size, "
         "train_micro_batch_size_per_gpu, gradient_accumulation_steps, steps, fp16, bf16, "
         "zero_optimization, optimizer, scheduler, gradient_clipping, seed, eval_interval, "
-        "eval_batches, activation_checkpointing");
+        "eval_batches, activation_checkpointing, elasticity");
   CHECK(unknown.location.line == 4);
   CHECK(unknown.location.column == 3);
 }
@@ -2173,6 +2173,143 @@ TEST_CASE("data paths: a Megatron prefix may be given as its .bin; 'demo' is for
   const testing::Loaded valid_demo =
       folder.load("training:\n  steps: 10\ndata:\n  train: demo\n  valid: demo\n");
   CHECK_THAT(valid_demo.only("data.valid").message, Catch::Contains("only under data.train"));
+}
+
+}  // namespace dslaunch::spec
+
+namespace dslaunch::spec {
+
+TEST_CASE("training.elasticity: DeepSpeed's keys, defaults and checks") {
+  testing::SpecFolder folder;
+  const auto load = [&](std::string_view elasticity, std::string_view more = "") {
+    return folder.load(fmt::format(
+        "training:\n  steps: 10\n{}  elasticity:\n{}data:\n  train: demo\n", more, elasticity));
+  };
+
+  const ElasticitySpec defaults = folder.load(kMinimal).spec.training.elasticity;
+  CHECK_FALSE(defaults.enabled);
+  CHECK(defaults.max_train_batch_size == 2000);
+  CHECK(defaults.micro_batch_sizes == std::vector<int64_t>{2, 4, 6});
+  CHECK(defaults.min_gpus == 1);
+  CHECK(defaults.max_gpus == 10000);
+  CHECK(defaults.min_time == 0);
+  CHECK(defaults.version == 0.2);
+  CHECK(defaults.prefer_larger_batch);
+  CHECK_FALSE(defaults.ignore_non_elastic_batch_info);
+  CHECK_FALSE(defaults.model_parallel_size);
+  CHECK(defaults.num_gpus_per_node == 1);
+
+  const testing::Loaded given = load(
+      "    enabled: true\n    max_train_batch_size: 10000\n    micro_batch_sizes: [8, 12, 16, "
+      "17]\n    min_gpus: 32\n    max_gpus: 1500\n    min_time: 20\n    version: 0.1\n"
+      "    prefer_larger_batch: false\n    ignore_non_elastic_batch_info: true\n"
+      "    num_gpus_per_node: 8\n");
+  INFO(given.diagnostics.format());
+  CHECK(given.diagnostics.all().empty());
+  const ElasticitySpec& elasticity = given.spec.training.elasticity;
+  CHECK(elasticity.enabled);
+  CHECK(elasticity.max_train_batch_size == 10000);
+  CHECK(elasticity.micro_batch_sizes == std::vector<int64_t>{8, 12, 16, 17});
+  CHECK(elasticity.min_gpus == 32);
+  CHECK(elasticity.max_gpus == 1500);
+  CHECK(elasticity.min_time == 20);
+  CHECK(elasticity.version == 0.1);
+  CHECK_FALSE(elasticity.prefer_larger_batch);
+  CHECK(elasticity.ignore_non_elastic_batch_info);
+  CHECK(elasticity.num_gpus_per_node == 8);
+
+  // DeepSpeed's test_missing_max_batch, test_missing_micro_batch, test_empty_config.
+  const testing::Loaded empty = load("    enabled: true\n");
+  CHECK(empty.only("max_train_batch_size").message ==
+        "training.elasticity.max_train_batch_size is required with elasticity enabled: the "
+        "largest global batch to train with");
+  CHECK(empty.only("micro_batch_sizes").message ==
+        "training.elasticity.micro_batch_sizes is required with elasticity enabled: the micro "
+        "batches a rank may run, such as [2, 4, 6]");
+  CHECK(empty.errors().size() == 2);
+  // Disabled, nothing is required.
+  CHECK(load("    enabled: false\n").diagnostics.all().empty());
+
+  constexpr std::string_view kEnabled =
+      "    enabled: true\n    max_train_batch_size: 100\n    micro_batch_sizes: [2, 4]\n";
+  const auto enabled_and = [&](std::string_view more, std::string_view training = "") {
+    return load(std::string(kEnabled) + std::string(more), training);
+  };
+  // test_future_elastic_version.
+  CHECK(enabled_and("    version: 0.3\n").only("version").message ==
+        "training.elasticity.version must be 0.1 or 0.2 (DeepSpeed's latest, the default), got "
+        "0.3");
+  CHECK(enabled_and("    version: '0.1'\n").spec.training.elasticity.version == 0.1);
+  // test_invalid_config_values.
+  for (const char* micro : {"[1, 4, -1, 2, -10]", "5", "[a, null, 0.5]", "[2, 0.5, 4]", "[]"}) {
+    INFO(micro);
+    const testing::Loaded bad = load(fmt::format(
+        "    enabled: true\n    max_train_batch_size: 100\n    micro_batch_sizes: {}\n", micro));
+    CHECK_THAT(bad.only("micro_batch_sizes").message,
+               Catch::Contains("training.elasticity.micro_batch_sizes must be"));
+  }
+  CHECK_THAT(enabled_and("    min_gpus: -1\n").only("min_gpus").message,
+             Catch::Contains("must be between 1 and"));
+  CHECK_THAT(enabled_and("    max_gpus: -1\n").only("max_gpus").message,
+             Catch::Contains("must be between 1 and"));
+  CHECK(enabled_and("    min_gpus: 8\n    max_gpus: 4\n").only("max_gpus").message ==
+        "training.elasticity.max_gpus 4 is below min_gpus 8");
+  CHECK_THAT(enabled_and("    min_time: -1\n").only("min_time").message,
+             Catch::Contains("must be at least 0"));
+
+  // Refused beside the batch keys, unless told to ignore them.
+  const testing::Loaded batch_keys =
+      enabled_and("", "  train_batch_size: 64\n  gradient_accumulation_steps: 2\n");
+  CHECK(batch_keys.only("cannot be given").message ==
+        "training.train_batch_size, training.gradient_accumulation_steps cannot be given with "
+        "training.elasticity enabled, which computes the batch for each data-parallel size; "
+        "remove them, or set training.elasticity.ignore_non_elastic_batch_info: true to have "
+        "them ignored");
+  CHECK(batch_keys.errors().size() == 1);
+  const testing::Loaded ignored = enabled_and("    ignore_non_elastic_batch_info: true\n",
+                                              "  train_micro_batch_size_per_gpu: 4\n");
+  CHECK(ignored.diagnostics.all().empty());
+
+  // The model-parallel size is the job's tensor x pipeline.
+  const std::string tensor_2 = "parallelism:\n  tensor: 2\n";
+  const auto with_tensor_2 = [&](std::string_view more) {
+    return folder.load(
+        fmt::format("{}training:\n  steps: 10\n  elasticity:\n{}{}data:\n  train: demo\n", tensor_2,
+                    kEnabled, more));
+  };
+  CHECK(with_tensor_2("    model_parallel_size: 4\n    num_gpus_per_node: 8\n")
+            .only("model_parallel_size")
+            .message ==
+        "training.elasticity.model_parallel_size 4 differs from the job's model-parallel size, "
+        "parallelism.tensor x pipeline = 2; remove it (it defaults to that) or make them match");
+  const testing::Loaded matching =
+      with_tensor_2("    model_parallel_size: 2\n    num_gpus_per_node: 8\n");
+  CHECK(matching.diagnostics.all().empty());
+  CHECK(matching.spec.training.elasticity.model_parallel_size == 2);
+  // DeepSpeed's test_model_parallel_v1_invalid and test_model_parallel_v2_invalid.
+  CHECK_THAT(with_tensor_2("    model_parallel_size: 2\n    version: 0.1\n")
+                 .only("needs version 0.2")
+                 .message,
+             Catch::StartsWith("training.elasticity.model_parallel_size above 1 needs version "
+                               "0.2"));
+  CHECK(with_tensor_2("    num_gpus_per_node: 3\n").only("num_gpus_per_node").message ==
+        "training.elasticity.num_gpus_per_node 3 is not divisible by the model-parallel size 2: "
+        "version 0.2 places whole model-parallel groups on each node; give the ranks of one "
+        "node");
+  // Version 0.1 counts replicas only: tensor parallelism needs no node size.
+  CHECK(with_tensor_2("    version: 0.1\n").diagnostics.all().empty());
+
+  // From a DeepSpeed config, elasticity lands in training.elasticity, not
+  // among the keys ignored with a warning.
+  folder.write("ds.json", R"({"elasticity": {"enabled": true, "max_train_batch_size": 4,
+      "micro_batch_sizes": [1, 2], "max_gpus": 4, "version": 0.1}})");
+  const testing::Loaded json =
+      folder.load("deepspeed_config: ds.json\ntraining:\n  steps: 10\ndata:\n  train: demo\n");
+  INFO(json.diagnostics.format());
+  CHECK(json.diagnostics.all().empty());
+  CHECK(json.spec.training.elasticity.enabled);
+  CHECK(json.spec.training.elasticity.micro_batch_sizes == std::vector<int64_t>{1, 2});
+  CHECK(json.spec.training.elasticity.max_gpus == 4);
 }
 
 }  // namespace dslaunch::spec

@@ -94,8 +94,7 @@ TEST_CASE("A step's samples do not depend on how the batch is split") {
     for (int64_t micro = 0; micro < layout.accumulation; ++micro) {
       for (int64_t rank = 0; rank < layout.dp_size; ++rank) {
         for (int64_t row = 0; row < layout.micro_batch; ++row) {
-          const int64_t g = global_sample_index({.step = step,
-                                                 .global_batch = 8,
+          const int64_t g = global_sample_index({.samples_before = step * 8,
                                                  .micro_step = micro,
                                                  .dp_size = layout.dp_size,
                                                  .dp_rank = rank,

@@ -91,11 +91,13 @@ Run train_checkpointed(comm::Communicator& comm, spec::JobSpec spec, int64_t glo
 }
 
 // The checkpoint of `step` under `root` as the controller hands it to ranks:
-// every shard file with the range its header gives, and the size of the
-// whole `model`.
-ResumePoint resume_point(const std::string& root, int64_t step, const spec::ModelSpec& model) {
+// every shard file with the range its header gives, the size of the whole
+// model and the samples consumed (`step` steps of `global_batch`).
+ResumePoint resume_point(const std::string& root, int64_t step, const spec::ModelSpec& model,
+                         int64_t global_batch) {
   ResumePoint resume;
   resume.step = step;
+  resume.samples_seen = step * global_batch;
   resume.total_parameters = core::ParameterTable(core::model_config(model, 1)).total();
   for (const auto& entry : fs::directory_iterator(fs::path(root) / fmt::format("step_{}", step))) {
     std::string error;
@@ -148,8 +150,8 @@ TEST_CASE("a run resumed from a checkpoint continues bit for bit at every ZeRO s
   const int64_t global = 4 * size;  // accumulation 2
   const std::string root = fmt::format("{}/stage{}{}", dir, stage, offload ? "-offload" : "");
   const Run whole = train_checkpointed(world_data(), spec, global, root);
-  const Run resumed =
-      train_checkpointed(world_data(), spec, global, root + "-resumed", resume_point(root, 20, spec.model));
+  const Run resumed = train_checkpointed(world_data(), spec, global, root + "-resumed",
+                                         resume_point(root, 20, spec.model, global));
   REQUIRE(resumed.losses.size() == 30);
   for (const auto& [step, loss] : resumed.losses) {
     INFO("step " << step);
@@ -204,7 +206,7 @@ TEST_CASE("a 16-bit run resumes bit for bit: masters, moments and the loss scale
     CHECK(header->optimizer_step == 10 - header->loss_scaler->skipped_steps);
   }
   const Run resumed = train_checkpointed(world_data(), spec, global, root + "-resumed",
-                                         resume_point(root, 10, spec.model));
+                                         resume_point(root, 10, spec.model, global));
   REQUIRE(resumed.losses.size() == 10);
   for (const auto& [step, loss] : resumed.losses) {
     INFO("step " << step);
@@ -240,8 +242,8 @@ TEST_CASE("a checkpoint of N ranks resumes on fewer ranks at another ZeRO stage"
     REQUIRE(survivors.world_ranks().front() == 0);
     REQUIRE(survivors.size() == size / 2);
     spec.training.zero.stage = size >= 4 ? 3 : 0;
-    const Run resumed =
-        train_checkpointed(survivors, spec, global, dir + "/narrow", resume_point(root, 20, spec.model));
+    const Run resumed = train_checkpointed(survivors, spec, global, dir + "/narrow",
+                                           resume_point(root, 20, spec.model, global));
     REQUIRE(resumed.losses.size() == 30);
     const double worst = worst_relative_difference(resumed, whole, 20);
     INFO("largest relative loss difference after resharding: " << worst);
@@ -322,9 +324,9 @@ TEST_CASE("a checkpoint resumes across tensor, pipeline and data layouts") {
     comm::ProcessGroups& after = comm::testing::groups_of({to.pipeline, to.data, to.tensor});
     spec.training.zero.stage = to.zero_stage;
     spec.parallelism.virtual_stages = to.virtual_stages;
-    const Run resumed =
-        train_checkpointed(after.data(), spec, global, root + "-resumed",
-                           resume_point(root, 20, spec.model), &after.tensor(), &after.pipeline());
+    const Run resumed = train_checkpointed(after.data(), spec, global, root + "-resumed",
+                                           resume_point(root, 20, spec.model, global),
+                                           &after.tensor(), &after.pipeline());
     check_continues(resumed, whole, spec.model);
   }
   REQUIRE_OK(world_barrier());
@@ -363,7 +365,7 @@ TEST_CASE("a 3D checkpoint of 4 ranks resumes on 2 under another layout") {
       REQUIRE(halves.data().size() * halves.tensor().size() == 2);
       const Run resumed =
           train_checkpointed(halves.data(), spec, 8, root + "-resumed",
-                             resume_point(root, 20, spec.model), &halves.tensor(), nullptr);
+                             resume_point(root, 20, spec.model, 8), &halves.tensor(), nullptr);
       check_continues(resumed, whole, spec.model);
     }
     REQUIRE_OK(world_barrier());
