@@ -277,6 +277,11 @@ std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMa
       return std::nullopt;
     }
     plan.batch = *resolution.sizes;
+    if (spec.training.elasticity.enabled) {
+      plan.elastic_data_sizes =
+          spec::elastic_batch(spec.training.elasticity, static_cast<int>(world), tensor * pipeline)
+              .valid_data_parallel_sizes;
+    }
     if (pipeline > 1 && plan.batch.gradient_accumulation_steps < pipeline) {
       diagnostics.error(
           locations.find("parallelism.pipeline"),

@@ -29,6 +29,8 @@ struct JobPlan {
   spec::Device device = spec::Device::kCuda;
   std::vector<topology::HostSlots> hosts;  // after filters, hostfile order
   spec::BatchSizes batch;                  // all 0 for a commbench
+  // With training.elasticity: the data-parallel sizes its batch suits.
+  std::vector<int64_t> elastic_data_sizes;
 
   topology::ProcessGrid grid{topology::GridShape{}};
   topology::Placement placement;

@@ -57,9 +57,15 @@ std::string plan_to_text(const spec::JobSpec& spec, const JobPlan& plan, int max
         spec.model.num_layers, spec.model.hidden_size, spec.model.num_attention_heads,
         spec.model.vocab_size, plan.padded_vocab_size, spec.model.seq_length,
         plan.total_parameters / 1e6);
-    out += fmt::format("batch: train_batch_size {} = micro {} x accumulation {} x data {}\n",
+    out += fmt::format("batch: train_batch_size {} = micro {} x accumulation {} x data {}",
                        plan.batch.train_batch_size, plan.batch.micro_batch_per_gpu,
                        plan.batch.gradient_accumulation_steps, shape.data);
+    if (spec.training.elasticity.enabled) {
+      out +=
+          fmt::format(" (elasticity {}: data-parallel sizes {})", spec.training.elasticity.version,
+                      fmt::join(plan.elastic_data_sizes, ", "));
+    }
+    out += "\n";
   }
   out += fmt::format("grid: pipeline {} x data {} x tensor {}\n\n", shape.pipeline, shape.data,
                      shape.tensor);

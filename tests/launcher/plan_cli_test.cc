@@ -335,3 +335,22 @@ TEST_CASE("dslaunch plan without a spec is a usage error") {
   CHECK(result.exit_code == 2);
   CHECK(result.output.find("spec is required") != std::string::npos);
 }
+
+TEST_CASE(
+    "dslaunch plan of an elastic job shows DeepSpeed's elastic batch and the sizes it suits") {
+  // 4 ranks: batch 16 over micro-batches [2, 4] suits data-parallel 1, 2 and 4.
+  const std::string elastic =
+      " --set cluster.num_gpus=4 --set training.train_batch_size=null"
+      " --set training.train_micro_batch_size_per_gpu=null"
+      " --set 'training.elasticity={enabled: true, max_train_batch_size: 16, "
+      "micro_batch_sizes: [2, 4], max_gpus: 4, version: 0.1}'";
+  auto result = dslaunch_cli("plan " + demo() + elastic);
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  CHECK(result.output.find("\nbatch: train_batch_size 16 = micro 4 x accumulation 1 x data 4 "
+                           "(elasticity 0.1: data-parallel sizes 1, 2, 4)\n") != std::string::npos);
+  // 3 ranks is no size this batch suits.
+  result = dslaunch_cli("plan " + demo() + elastic + " --set cluster.num_gpus=3");
+  CHECK(result.exit_code == 2);
+  CHECK(result.output.find("training.elasticity") != std::string::npos);
+}
