@@ -401,6 +401,9 @@ class Attempt {
       lost_hosts_.push_back(probe.host);
       handler_.record_event(-1, "host_lost", fmt::format("{}: {}", probe.host, probe.detail));
     }
+    handler_.record_event(
+        -1, "hosts_probed",
+        fmt::format("{} of {} answered", hosts.size() - lost.size(), hosts.size()));
     if (!lost.empty()) state_.blame_lost_hosts(std::move(lost));
   }
 
