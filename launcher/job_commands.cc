@@ -57,7 +57,10 @@ std::string bytes_text(int64_t bytes) {
 // TLS towards the job's controller when its job uses it.
 proto::ClientOptions client_options(const v1::JobStatus& status) {
   proto::ClientOptions options;
-  if (!status.tls_ca().empty()) options.tls = proto::ClientTls{status.tls_ca(), "", "", ""};
+  if (!status.tls_ca().empty()) {
+    options.tls.emplace();
+    options.tls->ca_file = status.tls_ca();
+  }
   return options;
 }
 

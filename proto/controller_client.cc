@@ -249,10 +249,14 @@ core::Status tls_credentials(const ClientTls& tls,
   if (!read_credential_file(tls.ca_file, ssl.pem_root_certs, error)) {
     return core::failed_precondition("tls.ca: " + error);
   }
-  if (tls.cert_file.empty() != tls.key_file.empty()) {
+  if (tls.cert_file.empty() != tls.key_file.empty() ||
+      tls.cert_pem.empty() != tls.key_pem.empty()) {
     return core::failed_precondition("tls: a client certificate needs both cert and key");
   }
-  if (!tls.cert_file.empty()) {
+  if (!tls.cert_pem.empty()) {
+    ssl.pem_cert_chain = tls.cert_pem;
+    ssl.pem_private_key = tls.key_pem;
+  } else if (!tls.cert_file.empty()) {
     if (!read_credential_file(tls.cert_file, ssl.pem_cert_chain, error) ||
         !read_credential_file(tls.key_file, ssl.pem_private_key, error)) {
       return core::failed_precondition("tls: " + error);
@@ -284,6 +288,14 @@ core::Status ControllerClient::register_rank(const v1::RegisterRequest& request,
   grpc::ClientContext context;
   prepare(context, true);
   return from_grpc(stub_->Register(&context, request, reply));
+}
+
+core::Status ControllerClient::issue_certificate(const v1::CertificateRequest& request,
+                                                 v1::CertificateReply* reply) {
+  if (!status_.ok()) return status_;
+  grpc::ClientContext context;
+  prepare(context, true);
+  return from_grpc(stub_->IssueCertificate(&context, request, reply));
 }
 
 core::Status ControllerClient::get_status(v1::JobStatus* status) {

@@ -37,6 +37,10 @@ struct ClientTls {
   std::string key_file;   // its private key
   // The name the certificate must carry, when it differs from the address's host.
   std::string server_name;
+  // The client's certificate and key themselves, instead of cert_file and
+  // key_file (a rank's certificate issued by the job: never on disk).
+  std::string cert_pem;
+  std::string key_pem;
 };
 
 struct ClientOptions {
@@ -123,6 +127,8 @@ class ControllerClient {
   core::Status get_status(v1::JobStatus* status);
   core::Status stop(const v1::StopRequest& request, v1::StopReply* reply);
   core::Status checkpoint(v1::CheckpointReply* reply);
+  core::Status issue_certificate(const v1::CertificateRequest& request,
+                                 v1::CertificateReply* reply);
 
   // Opens rank `rank`'s session and announces the rank at once (a first
   // message with no payload), so commands can come down before the first

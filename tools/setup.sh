@@ -15,7 +15,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libyaml-cpp-dev libspdlog-dev libfmt-dev libopenblas-openmp-dev
   catch2 libcli11-dev nlohmann-json3-dev libxxhash-dev libhwloc-dev
-  liburing-dev libdnnl-dev
+  liburing-dev libdnnl-dev libssl-dev
   # test hosts for multi-host runs (tools/testhosts.sh): namespaces, links, sshd
   iproute2 openssh-server openssh-client
   # the independent PyTorch reference (tools/reference) for tests and benchmarks

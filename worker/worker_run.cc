@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -23,12 +24,13 @@
 #include "core/spec/spec_parser.h"
 #include "core/status.h"
 #include "proto/controller_client.h"
+#include "proto/rank_certificates.h"
 #include "tools/build_info/build_info.h"
+#include "worker/comm/mpi_process_groups.h"
+#include "worker/comm/mpi_runtime.h"
 #include "worker/commbench/commbench.h"
 #include "worker/fault_injection.h"
 #include "worker/process_memory.h"
-#include "worker/comm/mpi_process_groups.h"
-#include "worker/comm/mpi_runtime.h"
 #include "worker/rank_environment.h"
 #include "worker/secret_variable.h"
 #include "worker/stack_dump.h"
@@ -135,17 +137,43 @@ int64_t unix_time_ms() {
 
 // Registration, retried while the controller is not reachable yet (it
 // starts before the ranks, but a busy host may delay it).
-core::Status register_with_retries(proto::ControllerClient& client,
-                                   const v1::RegisterRequest& request, v1::RegisterReply* reply) {
+// Runs `call` until it answers anything but UNAVAILABLE (the controller
+// may not listen yet), backing off between tries.
+core::Status with_retries(const std::function<core::Status()>& call) {
   core::Status status;
   auto backoff = std::chrono::duration_cast<std::chrono::milliseconds>(timing::kRegisterFirstBackoff);
   for (int attempt = 0; attempt < timing::kRegisterAttempts; ++attempt) {
-    status = client.register_rank(request, reply);
+    status = call();
     if (status.code() != core::StatusCode::kUnavailable) return status;
     std::this_thread::sleep_for(backoff);
     backoff *= 2;
   }
   return status;
+}
+
+// Mutual TLS: a key made here and the certificate the controller issues
+// for it, naming this rank and attempt, asked for over TLS that checks the
+// controller; set in `tls` for every later call.
+core::Status fetch_rank_certificate(const std::string& address, const std::string& token, int rank,
+                                    int attempt, proto::ClientTls& tls) {
+  core::StatusOr<proto::KeyAndRequest> made =
+      proto::make_key_and_request(fmt::format("dslaunch rank {}", rank));
+  if (!made.ok()) return made.status();
+  proto::ClientOptions options;
+  options.tls = tls;
+  proto::ControllerClient client(address, token, options);
+  v1::CertificateRequest request;
+  request.set_rank(rank);
+  request.set_restart_count(attempt);
+  request.set_request_pem(made->request_pem);
+  v1::CertificateReply reply;
+  if (core::Status issued = with_retries([&] { return client.issue_certificate(request, &reply); });
+      !issued.ok()) {
+    return issued.with_context("asking the controller for this rank's certificate");
+  }
+  tls.cert_pem = reply.certificate_pem();
+  tls.key_pem = std::move(made->private_key_pem);
+  return {};
 }
 
 void bind_to_cores(const v1::RankPlacement& placement) {
@@ -317,14 +345,24 @@ int run_worker() {
     std::cerr << "dsworker: " << started.message() << "\n";
     return kUnusable;
   }
+  const int attempt = std::atoi(env_or_empty("DSL_RESTART_COUNT").c_str());
   proto::ClientOptions client_options;
   if (const std::string ca = env_or_empty("DSL_TLS_CA"); !ca.empty()) {
-    client_options.tls = proto::ClientTls{ca, "", "", ""};
+    client_options.tls.emplace();
+    client_options.tls->ca_file = ca;
+    if (env_or_empty("DSL_TLS_CLIENT_CERTIFICATES") == "1") {
+      if (core::Status fetched =
+              fetch_rank_certificate(address, token, rank_env->rank, attempt, *client_options.tls);
+          !fetched.ok()) {
+        std::cerr << fmt::format("dsworker rank {}: {}\n", rank_env->rank, fetched.message());
+        comm::mpi_finalize();
+        return fetched.code() == core::StatusCode::kUnavailable ? kControllerLost : kUnusable;
+      }
+    }
   }
   proto::ControllerClient client(address, token, client_options);
   v1::RegisterRequest request;
   request.set_rank(rank_env->rank);
-  const int attempt = std::atoi(env_or_empty("DSL_RESTART_COUNT").c_str());
   request.set_restart_count(attempt);
   request.set_host(host_name());
   request.set_pid(getpid());
@@ -332,7 +370,8 @@ int run_worker() {
       env_or_empty("DSL_DEVICE") == "cuda" ? fmt::format("cuda:{}", rank_env->local_rank) : "cpu");
   request.set_version(version_line("dsworker"));
   v1::RegisterReply reply;
-  const core::Status registered = register_with_retries(client, request, &reply);
+  const core::Status registered =
+      with_retries([&] { return client.register_rank(request, &reply); });
   if (!registered.ok()) {
     std::cerr << fmt::format("dsworker rank {}: cannot register with the controller at {}: {}\n",
                              rank_env->rank, address, registered.message());

@@ -39,6 +39,9 @@ struct TlsSpec {
   std::string cert;
   std::string key;
   std::string ca;  // must be readable at the same path on every rank's host
+  // Mutual TLS: each rank proves its rank with a certificate the job issues
+  // it (proto/rank_certificates.h).
+  bool client_certificates = true;
   bool enabled() const { return !cert.empty(); }
 };
 

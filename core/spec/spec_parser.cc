@@ -229,6 +229,7 @@ void read_tls(MapReader tls, TlsSpec& out) {
   read_file_key("cert", out.cert);
   read_file_key("key", out.key);
   read_file_key("ca", out.ca);
+  tls.boolean("client_certificates", out.client_certificates);
   const int given = !out.cert.empty() + !out.key.empty() + !out.ca.empty();
   if (given != 0 && given != 3) {
     tls.error("cert", fmt::format("{} needs cert (the controller's certificate), key (its "

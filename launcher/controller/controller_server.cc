@@ -13,6 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+#include <grpc/grpc_security_constants.h>
+
 #include "launcher/controller/token_credentials.h"
 #include "proto/auth.h"
 #include "proto/controller_client.h"
@@ -124,8 +127,38 @@ class ControllerService final : public v1::Controller::CallbackService {
                                      const v1::RegisterRequest* request,
                                      v1::RegisterReply* reply) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(handler_.register_rank(*request, reply));
+    grpc::Status allowed = rank_allowed(peer_identity(*context), request->rank());
+    reactor->Finish(allowed.ok() ? handler_.register_rank(*request, reply) : allowed);
     return reactor;
+  }
+
+  grpc::ServerUnaryReactor* IssueCertificate(grpc::CallbackServerContext* context,
+                                             const v1::CertificateRequest* request,
+                                             v1::CertificateReply* reply) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(issue_certificate(*request, reply));
+    return reactor;
+  }
+
+  // With job-issued certificates, whether a client whose certificate names
+  // `peer` may act as rank `claimed`: UNAUTHENTICATED without one,
+  // PERMISSION_DENIED with another rank's, attempt's or job's.
+  grpc::Status rank_allowed(const std::optional<proto::RankIdentity>& peer, int claimed) const {
+    if (!options_.rank_certificates) return grpc::Status::OK;
+    if (!peer) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "this job's ranks must present the client certificate the controller "
+                          "issued them (IssueCertificate)");
+    }
+    const proto::RankIdentity expected{options_.rank_certificates->job_id(), options_.attempt,
+                                       claimed};
+    if (*peer == expected) return grpc::Status::OK;
+    return grpc::Status(
+        grpc::StatusCode::PERMISSION_DENIED,
+        fmt::format("the client certificate names rank {} of attempt {} of job {}; it cannot act "
+                    "as rank {} of attempt {} of job {}",
+                    peer->rank, peer->attempt, peer->job_id, claimed, expected.attempt,
+                    expected.job_id));
   }
 
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
@@ -184,12 +217,60 @@ class ControllerService final : public v1::Controller::CallbackService {
     return sessions_.size();
   }
 
+  // The identity in the client's certificate, when it presented one.
+  static std::optional<proto::RankIdentity> peer_identity(
+      const grpc::CallbackServerContext& context) {
+    const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+    if (!auth) return std::nullopt;
+    for (const grpc::string_ref& pem : auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME)) {
+      return proto::identity_in_certificate(std::string_view(pem.data(), pem.size()));
+    }
+    return std::nullopt;
+  }
+
  private:
+  grpc::Status issue_certificate(const v1::CertificateRequest& request,
+                                 v1::CertificateReply* reply) {
+    const proto::JobCertificateAuthority* authority = options_.rank_certificates.get();
+    if (authority == nullptr) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "this controller issues no client certificates (the job has no "
+                          "cluster.tls, or cluster.tls.client_certificates is false)");
+    }
+    if (request.restart_count() != options_.attempt) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          fmt::format("the request is for attempt {}, but this is attempt {}",
+                                      request.restart_count(), options_.attempt));
+    }
+    if (request.rank() < 0) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          fmt::format("no rank {}", request.rank()));
+    }
+    {
+      std::lock_guard lock(mutex_);
+      if (!certified_ranks_.insert(request.rank()).second) {
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            fmt::format("rank {} already has its certificate for attempt {}",
+                                        request.rank(), options_.attempt));
+      }
+    }
+    core::StatusOr<std::string> issued = authority->issue(
+        request.request_pem(), {authority->job_id(), options_.attempt, request.rank()});
+    if (!issued.ok()) {
+      std::lock_guard lock(mutex_);
+      certified_ranks_.erase(request.rank());  // the rank may ask again, correctly
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, issued.status().message());
+    }
+    reply->set_certificate_pem(std::move(*issued));
+    return grpc::Status::OK;
+  }
+
   ControllerHandler& handler_;
   const ControllerServerOptions options_;
   mutable std::mutex mutex_;
   bool shutting_down_ = false;
   std::unordered_set<std::shared_ptr<SessionCore>> sessions_;
+  std::unordered_set<int> certified_ranks_;  // ranks issued a certificate
 };
 
 namespace {
@@ -199,9 +280,10 @@ namespace {
 // itself in OnDone.
 class SessionReactor final : public SessionBase {
  public:
-  explicit SessionReactor(ControllerService& service)
+  SessionReactor(ControllerService& service, std::optional<proto::RankIdentity> peer)
       : service_(service),
-        core_(std::make_shared<SessionCore>(this, service.max_queued_commands())) {
+        core_(std::make_shared<SessionCore>(this, service.max_queued_commands())),
+        peer_(std::move(peer)) {
     if (!service_.add_session(core_)) {
       refuse(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the controller is shutting down"));
       return;
@@ -221,6 +303,10 @@ class SessionReactor final : public SessionBase {
         core_->finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                    "a session's first message must name its rank (got " +
                                        std::to_string(incoming_.rank()) + ")"));
+        return;
+      }
+      if (grpc::Status allowed = service_.rank_allowed(peer_, incoming_.rank()); !allowed.ok()) {
+        core_->finish(std::move(allowed));
         return;
       }
       rank_ = incoming_.rank();
@@ -267,6 +353,7 @@ class SessionReactor final : public SessionBase {
   ControllerService& service_;
   const std::shared_ptr<SessionCore> core_;
   v1::WorkerMessage incoming_;  // owned by the one read in flight
+  const std::optional<proto::RankIdentity> peer_;  // from the client's certificate
   int rank_ = -1;               // fixed by the first message
   bool registered_ = false;
   std::optional<grpc::Status> refusal_;  // set when the session is refused
@@ -274,8 +361,8 @@ class SessionReactor final : public SessionBase {
 
 }  // namespace
 
-SessionBase* ControllerService::Session(grpc::CallbackServerContext* /*context*/) {
-  return new SessionReactor(*this);
+SessionBase* ControllerService::Session(grpc::CallbackServerContext* context) {
+  return new SessionReactor(*this, peer_identity(*context));
 }
 
 namespace {
@@ -354,6 +441,10 @@ StartResult ControllerServer::start(const std::string& address) {
   if (options.tls) {
     tls = read_tls_files(*options.tls, result.error);
     if (!tls) return result;
+    if (options.rank_certificates) {
+      tls->client_ca = options.rank_certificates->certificate_pem();
+      tls->client_certificate_optional = true;
+    }
   }
   const std::shared_ptr<grpc::ServerCredentials> credentials =
       token_checked_credentials(tls, options.token, refused_);

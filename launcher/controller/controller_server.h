@@ -10,6 +10,7 @@
 
 #include "launcher/controller/controller_handler.h"
 #include "launcher/controller/token_credentials.h"
+#include "proto/rank_certificates.h"
 
 // The Controller gRPC service in front of a ControllerHandler, and the server
 // that runs it. The service uses gRPC's callback API: an open session costs a
@@ -50,6 +51,11 @@ struct ControllerServerOptions {
   std::optional<ServerTls> tls;  // none: plaintext (loopback, single-host jobs)
   // Commands a session queues while its rank reads slowly; more are refused.
   size_t max_queued_commands = 1024;
+  // Mutual TLS with certificates the job issues (with `tls`, whose ca_file
+  // then stays empty): IssueCertificate gives each rank of `attempt` one
+  // naming it, once, and Register and Session need it, for that rank.
+  std::shared_ptr<const proto::JobCertificateAuthority> rank_certificates;
+  int attempt = 0;
 };
 
 struct StartResult {

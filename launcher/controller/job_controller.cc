@@ -42,6 +42,7 @@
 #include "launcher/runner/supervised_process.h"
 #include "launcher/worker_binary.h"
 #include "proto/auth.h"
+#include "proto/rank_certificates.h"
 
 namespace dslaunch::controller {
 namespace {
@@ -113,18 +114,26 @@ std::vector<v1::RankPlacement> placements(const plan::JobPlan& plan) {
   return out;
 }
 
+// What every attempt of one run shares: the job's secret, the variables the
+// launcher forwards to its ranks, and with mutual TLS the job's certificate
+// authority.
+struct RunSecrets {
+  std::string token;
+  std::map<std::string, std::string> exported;
+  std::shared_ptr<const proto::JobCertificateAuthority> rank_certificates;
+};
+
 // Everything one attempt owns while it runs.
 class Attempt {
  public:
   Attempt(const RunOptions& options, const spec::JobSpec& spec, const plan::JobPlan& plan,
-          JobDirectory& directory, const std::string& token, const JobInfo& info,
-          const std::map<std::string, std::string>& exported, JobHandler::Attempt setup)
+          JobDirectory& directory, const RunSecrets& secrets, const JobInfo& info,
+          JobHandler::Attempt setup)
       : options_(options),
-        exported_(exported),
+        secrets_(secrets),
         spec_(spec),
         plan_(plan),
         directory_(directory),
-        token_(token),
         info_(info),
         number_(setup.number),
         state_(plan.world_size(), timeouts(spec), clock_),
@@ -142,11 +151,15 @@ class Attempt {
   const std::vector<std::string>& lost_hosts() const { return lost_hosts_; }
 
   int run() {
-    ControllerServerOptions server_options{token_, std::nullopt, 1024};
+    ControllerServerOptions server_options;
+    server_options.token = secrets_.token;
     if (spec_.cluster.tls.enabled()) {
       // The token authenticates the ranks; TLS keeps it and the traffic
       // private and proves the controller's identity to them.
       server_options.tls = ServerTls{spec_.cluster.tls.cert, spec_.cluster.tls.key, ""};
+      // Each rank then proves its rank with a certificate this job issues.
+      server_options.rank_certificates = secrets_.rank_certificates;
+      server_options.attempt = number_;
     }
     ControllerServer server(handler_, server_options);
     const ControllerEndpoint endpoint = choose_controller_endpoint(
@@ -178,7 +191,7 @@ class Attempt {
     inputs.attempt_dir =
         fs::path(directory_.rank_log_path(number_, 0, "stdout", error)).parent_path().parent_path();
     inputs.job_id = info_.job_id;
-    inputs.job_token = token_;
+    inputs.job_token = secrets_.token;
     inputs.restart_count = number_;
     inputs.controller_address = info_.controller_address;
     const std::string& rank0_host = plan_.placement.ranks.front().host;
@@ -186,7 +199,7 @@ class Attempt {
     inputs.master_port = free_port();
     inputs.running_as_root = geteuid() == 0;
     inputs.local_cores = static_cast<int>(std::thread::hardware_concurrency());
-    inputs.exported_environment = exported_;
+    inputs.exported_environment = secrets_.exported;
     const runner::LaunchCommand command = runner::build_launch_command(spec_, plan_, inputs);
     for (const auto& [path, contents] : command.files) {
       if (!core::write_file_atomically(path, contents, error, 0600)) {
@@ -460,13 +473,12 @@ class Attempt {
   }
 
   const RunOptions& options_;
-  const std::map<std::string, std::string>& exported_;
+  const RunSecrets& secrets_;
   std::vector<std::string> lost_hosts_;
   bool failure_recorded_ = false;
   const spec::JobSpec& spec_;
   const plan::JobPlan& plan_;
   JobDirectory& directory_;
-  const std::string& token_;
   JobInfo info_;
   const int number_;
   SteadyClock clock_;
@@ -714,8 +726,7 @@ bool wait_for_hosts(const spec::JobSpec& spec, const std::vector<std::string>& l
 // attempt runs without them (training.elasticity: re-planned, batch sizes
 // for the smaller world) or waits for them to answer again.
 int run_attempts(const RunOptions& options, const plan::PlannedJob& first, JobDirectory& directory,
-                 const std::string& token, JobInfo info,
-                 const std::map<std::string, std::string>& exported) {
+                 const RunSecrets& secrets, JobInfo info) {
   std::vector<v1::AttemptSummary> earlier = earlier_attempts(directory);
   int number = earlier.empty() ? 0 : earlier.back().attempt() + 1;
   std::optional<plan::PlannedJob> replanned;
@@ -750,7 +761,7 @@ int run_attempts(const RunOptions& options, const plan::PlannedJob& first, JobDi
     }
     std::vector<std::string> lost;
     {
-      Attempt attempt(options, spec, plan, directory, token, info, exported, std::move(setup));
+      Attempt attempt(options, spec, plan, directory, secrets, info, std::move(setup));
       const int code = attempt.run();
       earlier.push_back(attempt.summary());
       if (code != kRunFailed || attempt.interrupted() || g_interrupts.load() > 0) return code;
@@ -821,11 +832,11 @@ int run_job(const RunOptions& options) {
   for (const std::string& warning : job_plan.warnings) {
     std::cerr << "dslaunch: warning: " << warning << "\n";
   }
-  std::map<std::string, std::string> exported;
+  RunSecrets secrets;
   if (std::string env_error; !runner::exported_environment(
           environment_entries(),
-          runner::deepspeed_env_files(std::getenv("HOME"), std::getenv("DS_ENV_FILE")), exported,
-          env_error)) {
+          runner::deepspeed_env_files(std::getenv("HOME"), std::getenv("DS_ENV_FILE")),
+          secrets.exported, env_error)) {
     std::cerr << "dslaunch: " << spec::terminal_safe(env_error) << "\n";
     return kRunBadInput;
   }
@@ -867,6 +878,16 @@ int run_job(const RunOptions& options) {
     std::cerr << "dslaunch: " << (token.ok() ? error : token.error) << "\n";
     return kRunFailed;
   }
+  secrets.token = token.token;
+  if (spec.cluster.tls.enabled() && spec.cluster.tls.client_certificates) {
+    core::StatusOr<std::unique_ptr<proto::JobCertificateAuthority>> authority =
+        proto::JobCertificateAuthority::create(job_id);
+    if (!authority.ok()) {
+      std::cerr << "dslaunch: " << authority.status().message() << "\n";
+      return kRunFailed;
+    }
+    secrets.rank_certificates = std::move(*authority);
+  }
   install_interrupt_handlers();
 
   JobInfo info;
@@ -878,7 +899,7 @@ int run_job(const RunOptions& options) {
   info.tls_ca = spec.cluster.tls.ca;
   std::cout << fmt::format("job {}: {} rank(s) on {} host(s); job directory {}\n", job_id,
                            job_plan.world_size(), job_plan.hosts.size(), directory->path());
-  return run_attempts(options, *planned, *directory, token.token, info, exported);
+  return run_attempts(options, *planned, *directory, secrets, info);
 }
 
 }  // namespace dslaunch::controller

@@ -55,8 +55,10 @@ grpc_server_credentials* core_credentials(const std::optional<ServerTlsPem>& tls
   const bool verify_clients = !tls->client_ca.empty();
   return grpc_ssl_server_credentials_create_ex(
       verify_clients ? tls->client_ca.c_str() : nullptr, &pair, 1,
-      verify_clients ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-                     : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+      !verify_clients ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+      : tls->client_certificate_optional
+          ? GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY
+          : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY,
       nullptr);
 }
 

@@ -25,6 +25,9 @@ struct ServerTlsPem {
   std::string cert_chain;
   std::string private_key;
   std::string client_ca;  // empty: clients need no certificate
+  // With client_ca: a client may come without a certificate (the service
+  // decides which calls need one); one it presents must still verify.
+  bool client_certificate_optional = false;
 };
 
 // Calls refused for a missing or wrong token; shared because gRPC's core may

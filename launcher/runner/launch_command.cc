@@ -48,7 +48,10 @@ std::map<std::string, std::string> rank_environment(const spec::JobSpec& spec,
   environment["DSL_CONTROLLER"] = inputs.controller_address;
   environment["DSL_WORLD_SIZE"] = std::to_string(plan.world_size());
   environment["DSL_DEVICE"] = plan.device == spec::Device::kCuda ? "cuda" : "cpu";
-  if (spec.cluster.tls.enabled()) environment["DSL_TLS_CA"] = spec.cluster.tls.ca;
+  if (spec.cluster.tls.enabled()) {
+    environment["DSL_TLS_CA"] = spec.cluster.tls.ca;
+    if (spec.cluster.tls.client_certificates) environment["DSL_TLS_CLIENT_CERTIFICATES"] = "1";
+  }
   return environment;
 }
 

@@ -44,6 +44,7 @@ struct LaunchCommand {
 // its launcher: OMPI_COMM_WORLD_* or SLURM_*): MASTER_ADDR, MASTER_PORT,
 // DSL_JOB_ID, DSL_JOB_TOKEN, DSL_RESTART_COUNT, DSL_CONTROLLER,
 // DSL_WORLD_SIZE, DSL_DEVICE (cpu or cuda), DSL_TLS_CA (with cluster.tls),
+// DSL_TLS_CLIENT_CERTIFICATES=1 (with cluster.tls.client_certificates),
 // and the spec's env (which cannot override those).
 std::map<std::string, std::string> rank_environment(const spec::JobSpec& spec,
                                                     const plan::JobPlan& plan,

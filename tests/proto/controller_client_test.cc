@@ -26,6 +26,7 @@
 #include "proto/auth.h"
 #include "proto/dslaunch.grpc.pb.h"
 #include "proto/message_limits.h"
+#include "proto/rank_certificates.h"
 #include "tests/support/run_command.h"
 
 extern char** environ;
@@ -732,4 +733,149 @@ TEST_CASE("a server whose key file cannot be read will not start and names the f
   const dslaunch::controller::StartResult started = server.start("127.0.0.1:0");
   CHECK(started.port == 0);
   CHECK(started.error == "tls: /nonexistent/server.key: cannot read: No such file or directory");
+}
+
+namespace {
+
+constexpr const char* kJobId = "mtls-20260101-000000-beef";
+
+// A server whose ranks prove their rank with certificates its job issues,
+// for attempt 1.
+ControllerServerOptions rank_certificate_options(
+    std::shared_ptr<const proto::JobCertificateAuthority> authority) {
+  ControllerServerOptions options =
+      tls_server_options(testdata("server.pem"), testdata("server.key"));
+  options.rank_certificates = std::move(authority);
+  options.attempt = 1;
+  return options;
+}
+
+std::shared_ptr<const proto::JobCertificateAuthority> job_authority() {
+  core::StatusOr<std::unique_ptr<proto::JobCertificateAuthority>> made =
+      proto::JobCertificateAuthority::create(kJobId);
+  REQUIRE(made.ok());
+  return std::move(*made);
+}
+
+// Client options carrying the certificate issued for `rank` (of `attempt`),
+// asked for as a rank does.
+proto::ClientOptions certified_as(const Loopback& loopback, int rank, int attempt = 1) {
+  core::StatusOr<proto::KeyAndRequest> made = proto::make_key_and_request("test rank");
+  REQUIRE(made.ok());
+  v1::CertificateRequest request;
+  request.set_rank(rank);
+  request.set_restart_count(attempt);
+  request.set_request_pem(made->request_pem);
+  v1::CertificateReply reply;
+  const core::Status issued = loopback.client(job_token(), tls_client_options(testdata("ca.pem")))
+                                  .issue_certificate(request, &reply);
+  INFO(issued.message());
+  REQUIRE(issued.ok());
+  proto::ClientOptions options = tls_client_options(testdata("ca.pem"));
+  options.tls->cert_pem = reply.certificate_pem();
+  options.tls->key_pem = made->private_key_pem;
+  options.deadline = 5s;
+  return options;
+}
+
+v1::RegisterRequest registration(int rank) {
+  v1::RegisterRequest request;
+  request.set_rank(rank);
+  request.set_restart_count(1);
+  return request;
+}
+
+}  // namespace
+
+TEST_CASE("with job-issued certificates a rank registers as its own rank only") {
+  Loopback loopback(rank_certificate_options(job_authority()));
+  const proto::ClientOptions rank2 = certified_as(loopback, 2);
+  v1::RegisterReply reply;
+  CHECK(loopback.client(job_token(), rank2).register_rank(registration(2), &reply).ok());
+
+  const core::Status as_other =
+      loopback.client(job_token(), rank2).register_rank(registration(3), &reply);
+  CHECK(as_other.code() == core::StatusCode::kUnauthenticated);  // PERMISSION_DENIED
+  CHECK(as_other.message() ==
+        std::string("the client certificate names rank 2 of attempt 1 of job ") + kJobId +
+            "; it cannot act as rank 3 of attempt 1 of job " + kJobId);
+
+  // Without a certificate: server TLS only, the token alone is not enough.
+  const core::Status without = loopback.client(job_token(), tls_client_options(testdata("ca.pem")))
+                                   .register_rank(registration(2), &reply);
+  CHECK(without.code() == core::StatusCode::kUnauthenticated);
+  CHECK(without.message() ==
+        "this job's ranks must present the client certificate the controller issued them "
+        "(IssueCertificate)");
+
+  // A certificate from another CA (or another job's) fails the handshake.
+  proto::ClientOptions foreign =
+      tls_client_options(testdata("ca.pem"), testdata("client.pem"), testdata("client.key"));
+  foreign.deadline = 3s;
+  CHECK(loopback.client(job_token(), foreign).register_rank(registration(2), &reply).code() ==
+        core::StatusCode::kUnavailable);
+  // Plaintext is refused at the transport.
+  proto::ClientOptions plaintext;
+  plaintext.deadline = 3s;
+  CHECK(loopback.client(job_token(), plaintext).register_rank(registration(2), &reply).code() ==
+        core::StatusCode::kUnavailable);
+  CHECK(loopback.handler.registrations().size() == 1);
+}
+
+TEST_CASE("with job-issued certificates a session can speak only for its certificate's rank") {
+  Loopback loopback(rank_certificate_options(job_authority()));
+  const proto::ClientOptions rank1 = certified_as(loopback, 1);
+  proto::ControllerClient client = loopback.client(job_token(), rank1);
+  std::unique_ptr<proto::Session> own = client.open_session(1, {});
+  REQUIRE(loopback.handler.wait_until([](const FakeHandler& h) { return h.opened_count() == 1; }));
+  CHECK(loopback.handler.opened() == std::vector<int>{1});
+
+  std::unique_ptr<proto::Session> other = client.open_session(0, {});
+  const std::optional<core::Status> ended = other->wait_for_end(10s);
+  REQUIRE(ended);
+  CHECK(ended->code() == core::StatusCode::kUnauthenticated);
+  CHECK_THAT(ended->message(),
+             Catch::StartsWith("the client certificate names rank 1 of attempt 1"));
+  CHECK(loopback.handler.opened() == std::vector<int>{1});
+  CHECK(own->close().ok());
+}
+
+TEST_CASE("a rank gets one certificate per attempt, for that attempt, from a valid request") {
+  Loopback loopback(rank_certificate_options(job_authority()));
+  proto::ControllerClient client =
+      loopback.client(job_token(), tls_client_options(testdata("ca.pem")));
+  core::StatusOr<proto::KeyAndRequest> made = proto::make_key_and_request("rank");
+  REQUIRE(made.ok());
+  v1::CertificateRequest request;
+  request.set_rank(0);
+  request.set_restart_count(1);
+  request.set_request_pem(made->request_pem);
+  v1::CertificateReply reply;
+  REQUIRE(client.issue_certificate(request, &reply).ok());
+  const std::optional<proto::RankIdentity> identity =
+      proto::identity_in_certificate(reply.certificate_pem());
+  REQUIRE(identity);
+  CHECK(*identity == proto::RankIdentity{kJobId, 1, 0});
+
+  const core::Status again = client.issue_certificate(request, &reply);
+  CHECK(again.code() == core::StatusCode::kFailedPrecondition);
+  CHECK(again.message() == "rank 0 already has its certificate for attempt 1");
+
+  request.set_rank(1);
+  request.set_restart_count(0);
+  const core::Status stale = client.issue_certificate(request, &reply);
+  CHECK(stale.code() == core::StatusCode::kFailedPrecondition);
+  CHECK(stale.message() == "the request is for attempt 0, but this is attempt 1");
+
+  request.set_restart_count(1);
+  request.set_request_pem("not a request");
+  CHECK(client.issue_certificate(request, &reply).code() == core::StatusCode::kInvalidArgument);
+  request.set_request_pem(made->request_pem);  // a failed request does not use up the rank
+  CHECK(client.issue_certificate(request, &reply).ok());
+
+  // Without the token nothing is issued.
+  proto::ControllerClient no_token =
+      loopback.client("wrong-token", tls_client_options(testdata("ca.pem")));
+  request.set_rank(5);
+  CHECK(no_token.issue_certificate(request, &reply).code() == core::StatusCode::kUnauthenticated);
 }

@@ -2313,3 +2313,26 @@ TEST_CASE("training.elasticity: DeepSpeed's keys, defaults and checks") {
 }
 
 }  // namespace dslaunch::spec
+
+namespace dslaunch::spec {
+namespace {
+
+TEST_CASE("cluster.tls takes its three files, and client certificates unless told not to") {
+  SpecFolder folder;
+  for (const char* name : {"cert.pem", "key.pem", "ca.pem"}) folder.write(name, "pem");
+  Loaded loaded = folder.load(
+      "cluster: {tls: {cert: cert.pem, key: key.pem, ca: ca.pem}}\ndata: {train: demo}\n"
+      "training: {steps: 1}\n");
+  INFO(loaded.diagnostics.format());
+  CHECK(loaded.errors().empty());
+  CHECK(loaded.spec.cluster.tls.enabled());
+  CHECK(loaded.spec.cluster.tls.client_certificates);
+  loaded = folder.load(
+      "cluster: {tls: {cert: cert.pem, key: key.pem, ca: ca.pem, client_certificates: false}}\n"
+      "data: {train: demo}\ntraining: {steps: 1}\n");
+  CHECK(loaded.errors().empty());
+  CHECK_FALSE(loaded.spec.cluster.tls.client_certificates);
+}
+
+}  // namespace
+}  // namespace dslaunch::spec
