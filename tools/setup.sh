@@ -16,8 +16,9 @@ packages=(
   libyaml-cpp-dev libspdlog-dev libfmt-dev libopenblas-openmp-dev
   catch2 libcli11-dev nlohmann-json3-dev libxxhash-dev libhwloc-dev
   liburing-dev libdnnl-dev libssl-dev
-  # test hosts for multi-host runs (tools/testhosts.sh): namespaces, links, sshd
-  iproute2 openssh-server openssh-client
+  # test hosts for multi-host runs (tools/testhosts.sh): namespaces, links,
+  # sshd, and a Slurm cluster on them
+  iproute2 openssh-server openssh-client slurm-wlm munge
   # the independent PyTorch reference (tools/reference) for tests and benchmarks
   python3-torch python3-numpy
 )

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Test hosts on one machine, for multi-host runs: each host is a network and
 # UTS namespace (its own hostname, as Open MPI needs: it merges hosts of the
-# same name) on a bridge, running its own sshd with a throwaway key. The
-# filesystem is shared, as on a cluster with a shared home.
+# same name) on a bridge, running its own sshd with a throwaway key, and a
+# mount namespace with a /tmp of its own. The rest of the filesystem is
+# shared, as on a cluster with a shared home.
 #
 #   testhosts.sh up N [--slots S]  N hosts (dsl-h1 ... dsl-hN), S slots each
 #                                  (2 by default); the last line printed is
@@ -14,6 +15,10 @@
 #                                  shapes HOST's link (tc netem: RATE such as
 #                                  1gbit or 100mbit, DELAY such as 1ms)
 #   testhosts.sh pids HOST         the processes of HOST, one per line
+#   testhosts.sh slurm             a Slurm cluster on the hosts that are up:
+#                                  slurmctld on dsl-h1, slurmd on each (as
+#                                  many CPUs as slots), munged; the last line
+#                                  printed is the SLURM_CONF to use
 #
 # The controller's side of the bridge is 198.51.100.1 and host i is
 # 198.51.100.(10+i); jobs on the test hosts set cluster.network_interface to
@@ -22,6 +27,8 @@
 # blocks this script marks and removes. Every command is idempotent and safe
 # after a run that died half-way. Needs root.
 set -euo pipefail
+# The tools below live in sbin folders, which a test's PATH may lack.
+export PATH="/usr/sbin:/sbin:/usr/bin:/bin:$PATH"
 
 state=/run/dslaunch-testhosts
 bridge=dslbr0
@@ -50,7 +57,7 @@ up_hosts() { # the indices of the hosts that exist now
 }
 
 run_in() { # run_in N command...: inside host N's namespaces
-  nsenter --net="/run/netns/dslh$1" --uts="$state/h$1/uts" "${@:2}"
+  nsenter --net="/run/netns/dslh$1" --uts="$state/h$1/uts" --mount="$state/h$1/mnt" "${@:2}"
 }
 
 kill_host_processes() {
@@ -69,6 +76,7 @@ remove_host() {
   ip link del "dslv$1" 2>/dev/null || true
   ip netns del "dslh$1" 2>/dev/null || true
   umount "$state/h$1/uts" 2>/dev/null || true
+  umount "$state/h$1/mnt" 2>/dev/null || true
   rm -rf "${state:?}/h$1"
 }
 
@@ -123,10 +131,17 @@ make_host() {
   if [ ! -e "/run/netns/dslh$i" ]; then
     ip netns add "dslh$i"
   fi
-  # A UTS namespace kept alive by a bind mount, named dsl-hN.
+  # A UTS namespace kept alive by a bind mount, named dsl-hN, and a mount
+  # namespace whose /tmp is its own (Open MPI's and Slurm's session files
+  # there must not meet another host's).
   if ! mountpoint -q "$dir/uts" 2>/dev/null; then
     touch "$dir/uts"
     unshare --uts="$dir/uts" hostname "dsl-h$i"
+  fi
+  if ! mountpoint -q "$dir/mnt" 2>/dev/null; then
+    touch "$dir/mnt"
+    unshare --mount="$dir/mnt" --propagation private mount -t tmpfs -o size=1g,mode=1777 \
+      "tmp-dsl-h$i" /tmp
   fi
   if ! ip link show "dslv$i" >/dev/null 2>&1; then
     ip link add "dslv$i" type veth peer name eth0 netns "dslh$i"
@@ -166,6 +181,12 @@ cmd_up() {
   taken=$(ip -o -4 addr show | grep -v " $bridge " | grep " $subnet_prefix\." || true)
   [ -z "$taken" ] || die "this machine already uses $subnet_prefix.0/24 ($(echo "$taken" | awk '{print $2, $4}' | head -1)); set DSL_TESTHOSTS_SUBNET to another /24, such as 203.0.113"
   mkdir -p "$state"
+  # Namespaces are kept by bind mounts of their files, which must lie on a
+  # private mount.
+  if ! mountpoint -q "$state"; then
+    mount --bind "$state" "$state"
+    mount --make-private "$state"
+  fi
   local i
   for i in $(up_hosts); do
     [ "$i" -gt "$n" ] && remove_host "$i"
@@ -192,8 +213,10 @@ cmd_down() {
     ip link del "$link" 2>/dev/null || true
   done
   ip link del "$bridge" 2>/dev/null || true
+  stop_munged
   if [ -d "$state" ]; then
-    for uts in "$state"/h*/uts; do umount "$uts" 2>/dev/null || true; done
+    for file in "$state"/h*/uts "$state"/h*/mnt; do umount "$file" 2>/dev/null || true; done
+    umount -l "$state" 2>/dev/null || true
     rm -rf "$state"
   fi
   if grep -q "$marker" /etc/hosts 2>/dev/null; then
@@ -204,6 +227,78 @@ cmd_down() {
     rm -f "$tmp"
   fi
   rm -f "$ssh_drop_in"
+}
+
+# munged, when this script started it: one serves every host (its socket
+# is on the shared filesystem).
+stop_munged() {
+  [ -s "$state/munged.pid" ] || return 0
+  kill "$(cat "$state/munged.pid")" 2>/dev/null || true
+  rm -f "$state/munged.pid"
+}
+
+cmd_slurm() {
+  local hosts
+  hosts=$(up_hosts)
+  [ -n "$hosts" ] || die "no test hosts: run 'up N' first"
+  local slurm="$state/slurm" i
+  mkdir -p "$slurm/ctld"
+  for i in $hosts; do mkdir -p "$slurm/spool/dsl-h$i"; done
+  {
+    echo "ClusterName=dsltest"
+    echo "SlurmctldHost=dsl-h1($subnet_prefix.11)"
+    echo "AuthType=auth/munge"
+    echo "CredType=cred/munge"
+    # A requeued job may start again this many seconds later (120 by default).
+    echo "AuthInfo=cred_expire=5"
+    echo "MpiDefault=none"
+    echo "ProctrackType=proctrack/linuxproc"
+    echo "TaskPlugin=task/none"
+    echo "SlurmUser=root"
+    echo "SlurmdUser=root"
+    # The hosts share this machine's cores: each node has its slots as CPUs.
+    echo "SlurmdParameters=config_overrides"
+    echo "StateSaveLocation=$slurm/ctld"
+    echo "SlurmdSpoolDir=$slurm/spool/%n"
+    echo "SlurmctldPidFile=$slurm/slurmctld.pid"
+    echo "SlurmdPidFile=$slurm/slurmd-%n.pid"
+    echo "SlurmctldLogFile=$slurm/slurmctld.log"
+    echo "SlurmdLogFile=$slurm/slurmd-%n.log"
+    echo "SelectType=select/cons_tres"
+    echo "SelectTypeParameters=CR_Core"
+    echo "ReturnToService=2"
+    echo "JobRequeue=1"
+    echo "KillWait=10"
+    echo "JobAcctGatherType=jobacct_gather/none"
+    echo "AccountingStorageType=accounting_storage/none"
+    while read -r host slots; do
+      i=${host#dsl-h}
+      echo "NodeName=$host NodeAddr=$subnet_prefix.$((10 + i)) CPUs=${slots#slots=} State=UNKNOWN"
+    done <"$state/hostfile"
+    echo "PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+  } >"$slurm/slurm.conf"
+  if ! pgrep -x munged >/dev/null; then
+    mkdir -p /run/munge
+    chown munge:munge /run/munge
+    runuser -u munge -- /usr/sbin/munged
+    pgrep -x -n munged >"$state/munged.pid"
+  fi
+  for i in $hosts; do
+    kill $(ip netns pids "dslh$i" | while read -r pid; do
+      case "$(cat "/proc/$pid/comm" 2>/dev/null)" in slurmd | slurmctld) echo "$pid" ;; esac
+    done) 2>/dev/null || true
+  done
+  run_in 1 env SLURM_CONF="$slurm/slurm.conf" /usr/sbin/slurmctld -i
+  for i in $hosts; do run_in "$i" env SLURM_CONF="$slurm/slurm.conf" /usr/sbin/slurmd; done
+  local expected idle
+  expected=$(echo "$hosts" | wc -w)
+  for _ in $(seq 100); do
+    idle=$(SLURM_CONF="$slurm/slurm.conf" sinfo -h -t idle -o '%D' 2>/dev/null || true)
+    [ "${idle:-0}" = "$expected" ] && break
+    sleep 0.2
+  done
+  [ "${idle:-0}" = "$expected" ] || die "slurm: $expected nodes should be idle (logs in $slurm)"
+  echo "$slurm/slurm.conf"
 }
 
 shape() { # shape N qdisc-arguments...: both directions of host N's link
@@ -227,7 +322,8 @@ main() {
       shape "$i" netem rate "$2" delay "${3:-0ms}"
       ;;
     pids) ip netns pids "dslh$(host_index "${1:?pids HOST}")" ;;
-    *) die "usage: testhosts.sh up N [--slots S] | down | kill HOST | partition HOST | heal HOST | slow HOST RATE [DELAY] | pids HOST" ;;
+    slurm) cmd_slurm ;;
+    *) die "usage: testhosts.sh up N [--slots S] | down | kill HOST | partition HOST | heal HOST | slow HOST RATE [DELAY] | pids HOST | slurm" ;;
   esac
 }
 

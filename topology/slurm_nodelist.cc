@@ -2,6 +2,7 @@
 
 #include "topology/text_fields.h"
 
+#include <charconv>
 #include <cstdint>
 #include <string_view>
 #include <unordered_set>
@@ -236,6 +237,18 @@ std::optional<SlurmHosts> hosts_from_slurm_environment(
   }
   for (size_t i = 0; i < nodes.hosts.size(); ++i) {
     result.hosts.push_back({std::move(nodes.hosts[i]), tasks.counts[i], 0});
+  }
+  if (const char* gpus = getenv("SLURM_GPUS_ON_NODE"); gpus != nullptr && *gpus != '\0') {
+    const std::string_view text(gpus);
+    int count = -1;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), count);
+    if (error != std::errc() || end != text.data() + text.size() || count < 0 ||
+        count > kMaxSlotsPerHost) {
+      result.error = "SLURM_GPUS_ON_NODE " + quoted(text) + " is not a number of GPUs";
+      result.hosts.clear();
+      return result;
+    }
+    result.gpus_per_node = count;
   }
   return result;
 }

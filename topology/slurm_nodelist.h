@@ -34,6 +34,9 @@ TasksPerNode expand_tasks_per_node(std::string_view tasks_per_node);
 
 struct SlurmHosts {
   std::vector<HostfileEntry> hosts;  // slots = tasks on that node; line = 0
+  // GPUs Slurm gave each node (SLURM_GPUS_ON_NODE, of the node dslaunch runs
+  // on; allocations are alike per node); 0 when it gave none or did not say.
+  int gpus_per_node = 0;
   std::string error;
 };
 

@@ -265,6 +265,7 @@ int run_train_workload(const TrainWorkloadContext& context) {
     v1::WorkerMessage stopped;
     stopped.mutable_event()->set_kind(v1::WorkerEvent::KIND_STOPPED);
     stopped.mutable_event()->set_step(result.steps);
+    if (context.stop_reason) stopped.mutable_event()->set_message(context.stop_reason());
     session.send(stopped);
   }
   return 0;

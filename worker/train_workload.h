@@ -24,6 +24,9 @@ struct TrainWorkloadContext {
   std::function<bool()> checkpoint_requested;  // consumed: true once per request
   int compute_threads = 1;
   std::function<bool()> stop_requested;
+  // Why it stopped: the signal's name ("SIGUSR1", "SIGTERM") when a signal
+  // asked for it, "" for the controller's stop.
+  std::function<std::string()> stop_reason;
   std::function<void(int64_t)> on_step_started;
   std::function<bool(int64_t)> poison_gradients;  // TrainerOptions::poison_gradients
   std::function<void(const engine::StepReport&)> on_step_done;  // on every rank

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -482,6 +483,10 @@ int run_worker() {
     context.compute_threads = compute_threads(reply.placement());
     context.stop_requested = [&status] {
       return status.stop_requested.load() || g_stop_signal.load() != 0;
+    };
+    context.stop_reason = [] {
+      const int signal = g_stop_signal.load();
+      return signal == 0 ? std::string() : std::string("SIG") + sigabbrev_np(signal);
     };
     context.checkpoint_requested = [&status] { return status.checkpoint_requested.exchange(false); };
     context.on_writing_checkpoint = [&status] { status.phase.store(v1::PHASE_CHECKPOINT); };

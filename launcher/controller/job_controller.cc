@@ -50,11 +50,14 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-// Interrupts received (SIGINT, SIGTERM). A signal handler can only reach a
-// global; the loop reads it.
+// Interrupts received (SIGINT, SIGTERM), and SIGUSR1 (Slurm's warning
+// before the time limit, to the batch shell with --signal=B:USR1@N). A
+// signal handler can only reach a global; the loop reads it.
 std::atomic<int> g_interrupts{0};
+std::atomic<bool> g_requeue_signal{false};
 
 void count_interrupt(int) { g_interrupts.fetch_add(1); }
+void note_requeue_signal(int) { g_requeue_signal.store(true); }
 
 void install_interrupt_handlers() {
   struct sigaction action {};
@@ -62,6 +65,32 @@ void install_interrupt_handlers() {
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  action.sa_handler = note_requeue_signal;
+  sigaction(SIGUSR1, &action, nullptr);
+}
+
+// Inside a Slurm batch job, after a stop on SIGUSR1: puts the job back in
+// the queue (scontrol requeue), whose next start resumes from the
+// checkpoint just written. Says what happened either way.
+void requeue_slurm_job(int64_t checkpoint_step) {
+  const char* job = std::getenv("SLURM_JOB_ID");
+  if (job == nullptr || *job == '\0') {
+    std::cerr << "dslaunch: stopped on SIGUSR1 outside a Slurm job: nothing to requeue; "
+                 "`dslaunch resume` continues it\n";
+    return;
+  }
+  const std::string command = fmt::format("scontrol requeue {} 2>&1", job);
+  std::cerr << fmt::format(
+                   "dslaunch: stopped on SIGUSR1 after the checkpoint of step {}; "
+                   "requeueing Slurm job {}\n",
+                   checkpoint_step, job)
+            << std::flush;
+  if (const int status = std::system(command.c_str()); status != 0) {
+    std::cerr << fmt::format(
+        "dslaunch: `scontrol requeue {}` failed (status {}); the job is stopped and resumable "
+        "(sbatch it again with the same --job-dir)\n",
+        job, status);
+  }
 }
 
 int64_t unix_time_ms() {
@@ -149,6 +178,8 @@ class Attempt {
   bool interrupted() const { return state_.stop_requested(); }
   // The hosts that stopped answering, after a failed multi-host attempt.
   const std::vector<std::string>& lost_hosts() const { return lost_hosts_; }
+  // Stopped on SIGUSR1, to this process or to a rank: to be requeued.
+  bool requeue_asked() const { return requeue_signal_seen_ || handler_.requeue_asked(); }
 
   int run() {
     ControllerServerOptions server_options;
@@ -317,6 +348,12 @@ class Attempt {
           break;
         }
       }
+      if (g_requeue_signal.load() && !requeue_signal_seen_) {
+        requeue_signal_seen_ = true;
+        std::cerr << "\ndslaunch: SIGUSR1: checkpointing and stopping, to be requeued\n";
+        handler_.request_graceful_stop();
+        stop_deadline = clock_.now() + options_.termination_grace;
+      }
       if (handler_.stop_now_requested()) break;
       if (state_.stop_requested() && !stop_deadline) {
         stop_deadline = clock_.now() + options_.termination_grace;
@@ -476,6 +513,7 @@ class Attempt {
   const RunSecrets& secrets_;
   std::vector<std::string> lost_hosts_;
   bool failure_recorded_ = false;
+  bool requeue_signal_seen_ = false;
   const spec::JobSpec& spec_;
   const plan::JobPlan& plan_;
   JobDirectory& directory_;
@@ -764,6 +802,9 @@ int run_attempts(const RunOptions& options, const plan::PlannedJob& first, JobDi
       Attempt attempt(options, spec, plan, directory, secrets, info, std::move(setup));
       const int code = attempt.run();
       earlier.push_back(attempt.summary());
+      if (code == kRunStopped && attempt.requeue_asked()) {
+        requeue_slurm_job(attempt.last_checkpoint_step());
+      }
       if (code != kRunFailed || attempt.interrupted() || g_interrupts.load() > 0) return code;
       lost = attempt.lost_hosts();
     }

@@ -102,7 +102,13 @@ void JobHandler::worker_message(const v1::WorkerMessage& message) {
       // Stopped on request (a signal the ranks got, or our stop) with its
       // checkpoint written: the job ends STOPPED, resumable, not SUCCEEDED.
       state_.request_stop();
-      record_event(rank, "stopped", fmt::format("after step {}", event.step()));
+      // SIGUSR1 is Slurm's warning before the time limit (--signal):
+      // the job is to be requeued once stopped.
+      if (event.message() == "SIGUSR1") requeue_asked_.store(true);
+      record_event(rank, "stopped",
+                   event.message().empty()
+                       ? fmt::format("after step {}", event.step())
+                       : fmt::format("after step {} ({})", event.step(), event.message()));
       break;
     default:
       break;

@@ -56,6 +56,8 @@ class JobHandler final : public ControllerHandler {
   int broadcast(const v1::ControllerCommand& command);
   // `dslaunch stop --now` or a second interrupt: end the job at once.
   bool stop_now_requested() const { return stop_now_.load(); }
+  // A rank stopped on SIGUSR1 (Slurm's warning before the time limit).
+  bool requeue_asked() const { return requeue_asked_.load(); }
   // A graceful stop was asked for over gRPC (the controller forwards it).
   void request_graceful_stop();
   // Ranks whose session ended before they reported PHASE_FINISHED, in order.
@@ -81,6 +83,7 @@ class JobHandler final : public ControllerHandler {
   JobDirectory& directory_;
   const Clock& clock_;
   std::atomic<bool> stop_now_{false};
+  std::atomic<bool> requeue_asked_{false};
   std::atomic<bool> write_failure_reported_{false};
   mutable std::mutex mutex_;  // guards the maps below and the job directory
   std::map<int, std::shared_ptr<CommandSink>> sinks_;

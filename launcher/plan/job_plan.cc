@@ -64,6 +64,20 @@ std::optional<std::vector<topology::HostfileEntry>> host_entries(const spec::Job
       diagnostics.error(locations.find("cluster.runner"), "Slurm allocation: " + slurm->error);
       return std::nullopt;
     }
+    // One rank per GPU: a node cannot run more CUDA ranks than Slurm gave it
+    // GPUs (--gpus-per-node).
+    for (const topology::HostfileEntry& host : slurm->hosts) {
+      if (cluster.device != spec::Device::kCuda || slurm->gpus_per_node == 0 ||
+          host.slots <= slurm->gpus_per_node) {
+        continue;
+      }
+      diagnostics.error(locations.find("cluster.runner"),
+                        fmt::format("Slurm allocation: node {} runs {} tasks but has {} GPU(s) "
+                                    "(SLURM_GPUS_ON_NODE); a CUDA job runs one rank per GPU, so "
+                                    "ask for as many GPUs as tasks per node (--gpus-per-node)",
+                                    host.host, host.slots, slurm->gpus_per_node));
+      return std::nullopt;
+    }
     return slurm->hosts;
   }
   if (cluster.runner == spec::Runner::kSlurm) {

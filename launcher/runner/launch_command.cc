@@ -66,13 +66,11 @@ LaunchCommand build_launch_command(const spec::JobSpec& spec, const plan::JobPla
     const std::string hostfile = inputs.attempt_dir + "/slurm_hostfile";
     command.files.emplace_back(hostfile, slurm_hostfile(plan));
     command.environment["SLURM_HOSTFILE"] = hostfile;
-    argv = {"srun",
-            fmt::format("--ntasks={}", world),
-            fmt::format("--nodes={}", plan.hosts.size()),
-            "--distribution=arbitrary",
-            "--kill-on-bad-exit=1",
-            "--label",
-            "--export=ALL"};
+    argv = {"srun", fmt::format("--ntasks={}", world), fmt::format("--nodes={}", plan.hosts.size()),
+            "--distribution=arbitrary", "--kill-on-bad-exit=1", "--label", "--export=ALL",
+            // Open MPI finds its peers through Slurm's PMIx server when srun
+            // starts the ranks (Debian's Open MPI has no PMI-1/2 support).
+            "--mpi=pmix"};
   } else {
     argv = {"mpirun", "-np", std::to_string(world), "--tag-output"};
     if (inputs.running_as_root) argv.push_back("--allow-run-as-root");

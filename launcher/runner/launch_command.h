@@ -55,7 +55,8 @@ std::map<std::string, std::string> rank_environment(const spec::JobSpec& spec,
 //  - openmpi: mpirun with a hostfile and the planner's rankfile, over ssh on
 //    cluster.ssh_port, TCP restricted to cluster.network_interface when given;
 //  - slurm: srun inside the allocation, ranks placed exactly as planned
-//    (--distribution=arbitrary with SLURM_HOSTFILE), output labelled by rank.
+//    (--distribution=arbitrary with SLURM_HOSTFILE), output labelled by rank,
+//    Open MPI wired up through Slurm's PMIx (--mpi=pmix).
 // cluster.launcher_args come last before the worker, so they can add to or
 // override what the runner chose. Pure: writes nothing itself.
 LaunchCommand build_launch_command(const spec::JobSpec& spec, const plan::JobPlan& plan,

@@ -56,7 +56,8 @@ class TestHosts {
     }
     return last;
   }
-  // The pids on `host` that are not its sshd (what a job left behind).
+  // The pids on `host` that are not its daemons (sshd, and with Slurm
+  // slurmd, slurmctld and its slurmscriptd): what a job left behind.
   std::set<std::string> stray_processes(const std::string& host) {
     std::set<std::string> out;
     std::istringstream pids(testhosts("pids " + host));
@@ -64,7 +65,9 @@ class TestHosts {
       std::ifstream comm("/proc/" + pid + "/comm");
       std::string name;
       std::getline(comm, name);
-      if (name != "sshd") out.insert(pid + " " + name);
+      if (name != "sshd" && name != "slurmd" && name != "slurmctld" && name != "slurmscriptd") {
+        out.insert(pid + " " + name);
+      }
     }
     return out;
   }
@@ -436,5 +439,115 @@ TEST_CASE(
   check_host_blamed(dir / "job", fault_time);
   CHECK(state_of(dir / "job")["attempts"].size() == 1);
   TestHosts::get().up(2);
+  check_hosts_clean();
+}
+
+namespace {
+
+// A Slurm cluster on the 2 test hosts; the SLURM_CONF of it.
+std::string slurm_cluster() {
+  TestHosts::get().up(2);
+  std::istringstream lines(testhosts("slurm"));
+  std::string last;
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty()) last = line;
+  }
+  return last;
+}
+
+// sbatch of a script that runs `dslaunch run` on 2 nodes x 2 tasks with the
+// slurm runner; the Slurm job id.
+std::string submit(const fs::path& dir, const std::string& slurm_conf) {
+  const fs::path spec = write_spec(
+      dir, "slurm", fmt::format("{{device: cpu, runner: slurm, network_interface: '{}'}}", kSubnet),
+      kLongSteps);
+  const fs::path script = dir / "job.sh";
+  std::ofstream(script) << fmt::format(
+      "#!/bin/bash\n"
+      "#SBATCH --nodes=2 --ntasks-per-node=2 --requeue --open-mode=append\n"
+      "#SBATCH --output={0}/slurm-%j.out\n"
+      "export DSLAUNCH_WORKER='{1}'\n"
+      "exec '{2}' run '{3}' --job-dir '{0}/job' --progress plain\n",
+      dir.string(), runfile("worker/dsworker"), runfile("launcher/dslaunch"), spec.string());
+  const CommandResult submitted = run_command(
+      fmt::format("SLURM_CONF='{}' sbatch --parsable '{}'", slurm_conf, script.string()));
+  INFO(submitted.output);
+  REQUIRE(submitted.exit_code == 0);
+  std::string id = submitted.output;
+  while (!id.empty() && (id.back() == '\n' || id.back() == '\r')) id.pop_back();
+  return id;
+}
+
+// Waits until Slurm no longer lists job `id` (it ended, requeues included).
+void wait_for_slurm_job(const std::string& slurm_conf, const std::string& id) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+  while (std::chrono::steady_clock::now() < until) {
+    const CommandResult queued =
+        run_command(fmt::format("SLURM_CONF='{}' squeue -h -j {} -o %T", slurm_conf, id));
+    if (queued.exit_code == 0 && queued.output.empty()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  FAIL("Slurm job " << id << " did not end within 300 s");
+}
+
+std::string slurm_output(const fs::path& dir, const std::string& id) {
+  std::ifstream file(dir / fmt::format("slurm-{}.out", id));
+  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+TEST_CASE("Slurm: an sbatch job over 2 test hosts trains the bits of 4 local ranks") {
+  const std::string slurm_conf = slurm_cluster();
+  const auto& reference = uninterrupted();
+  const fs::path dir = test_dir("slurm_plain");
+  const std::string id = submit(dir, slurm_conf);
+  wait_for_slurm_job(slurm_conf, id);
+  INFO(slurm_output(dir, id));
+  const nlohmann::json state = state_of(dir / "job");
+  CHECK(state["state"] == "SUCCEEDED");
+  REQUIRE(state["ranks"].size() == 4);
+  for (int rank = 0; rank < 4; ++rank) {
+    CHECK(state["ranks"][rank]["host"] == (rank < 2 ? "dsl-h1" : "dsl-h2"));
+  }
+  CHECK(losses(dir / "job") == reference);
+  check_hosts_clean();
+}
+
+TEST_CASE(
+    "Slurm: a job signalled with USR1 checkpoints, is requeued, and ends with the "
+    "uninterrupted run's losses") {
+  const std::string slurm_conf = slurm_cluster();
+  const auto& reference = uninterrupted();
+  const fs::path dir = test_dir("slurm_requeue");
+  const std::string id = submit(dir, slurm_conf);
+  wait_for_step(dir / "job", 25);
+  // What --signal=USR1@N sends before the time limit: SIGUSR1 to the steps.
+  const CommandResult signalled =
+      run_command(fmt::format("SLURM_CONF='{}' scancel --signal=USR1 {}", slurm_conf, id));
+  INFO(signalled.output);
+  REQUIRE(signalled.exit_code == 0);
+  wait_for_slurm_job(slurm_conf, id);
+  const std::string output = slurm_output(dir, id);
+  INFO(output);
+  CHECK_THAT(output, Catch::Contains("requeueing Slurm job " + id));
+  const CommandResult shown =
+      run_command(fmt::format("SLURM_CONF='{}' scontrol show job {}", slurm_conf, id));
+  CHECK_THAT(shown.output, Catch::Contains("Restarts=1"));
+
+  const nlohmann::json state = state_of(dir / "job");
+  CHECK(state["state"] == "SUCCEEDED");
+  REQUIRE(state["attempts"].size() == 2);
+  CHECK(state["attempts"][0]["state"] == "STOPPED");
+  CHECK(state["attempts"][1]["resumed_from_step"].get<int>() >= 20);
+  // Every step's loss, and the evaluations of the uninterrupted run (the
+  // stopped attempt also evaluated after its last step).
+  const auto seen = losses(dir / "job");
+  REQUIRE(seen.size() == reference.size());
+  for (const auto& [step, expected] : reference) {
+    INFO("step " << step);
+    CHECK(seen.at(step).first == expected.first);
+    if (expected.second > 0) CHECK(seen.at(step).second == expected.second);
+  }
   check_hosts_clean();
 }

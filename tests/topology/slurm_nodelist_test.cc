@@ -243,3 +243,22 @@ TEST_CASE("a malformed Slurm variable is an error naming it") {
   CHECK(bad_tasks->hosts.empty());
   CHECK_THAT(bad_tasks->error, Contains(R"(SLURM_TASKS_PER_NODE: malformed item "1(x2")"));
 }
+
+TEST_CASE("the GPUs Slurm gave each node are read from SLURM_GPUS_ON_NODE") {
+  auto slurm = from_environment({{"SLURM_JOB_NODELIST", "gpu[1-2]"},
+                                 {"SLURM_TASKS_PER_NODE", "8(x2)"},
+                                 {"SLURM_GPUS_ON_NODE", "8"}});
+  REQUIRE(slurm.has_value());
+  CHECK(slurm->error.empty());
+  CHECK(slurm->gpus_per_node == 8);
+  slurm = from_environment({{"SLURM_JOB_NODELIST", "cpu1"}, {"SLURM_TASKS_PER_NODE", "2"}});
+  CHECK(slurm->gpus_per_node == 0);
+  for (const char* bad : {"eight", "-1", "8x", "99999999"}) {
+    slurm = from_environment({{"SLURM_JOB_NODELIST", "gpu1"},
+                              {"SLURM_TASKS_PER_NODE", "8"},
+                              {"SLURM_GPUS_ON_NODE", bad}});
+    CAPTURE(bad);
+    CHECK(slurm->hosts.empty());
+    CHECK_THAT(slurm->error, Contains("SLURM_GPUS_ON_NODE"));
+  }
+}

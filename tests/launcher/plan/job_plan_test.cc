@@ -742,6 +742,27 @@ TEST_CASE("runner slurm inside an allocation plans its nodes and tasks") {
   CHECK(plan.device_memory_bytes == 8 * kGiB);
 }
 
+TEST_CASE("a CUDA job under Slurm runs no more ranks per node than Slurm gave it GPUs") {
+  Folder folder;
+  std::string cuda(kSlurm);
+  cuda.replace(cuda.find("device: cpu"), 11, "device: cuda");
+  const std::string spec = folder.write("slurm.yaml", cuda);
+  const Planned fits = plan_file(spec, inputs(laptop(), {{"SLURM_JOB_NODELIST", "node[01-02]"},
+                                                         {"SLURM_TASKS_PER_NODE", "4(x2)"},
+                                                         {"SLURM_GPUS_ON_NODE", "4"}}));
+  INFO(fits.diagnostics.format());
+  CHECK(fits.plan.has_value());
+  const Planned over = plan_file(spec, inputs(laptop(), {{"SLURM_JOB_NODELIST", "node[01-02]"},
+                                                         {"SLURM_TASKS_PER_NODE", "4(x2)"},
+                                                         {"SLURM_GPUS_ON_NODE", "2"}}));
+  const Diagnostic error = over.only_error();
+  CHECK(error.location.line == 2);
+  CHECK(error.message ==
+        "Slurm allocation: node node01 runs 4 tasks but has 2 GPU(s) (SLURM_GPUS_ON_NODE); a "
+        "CUDA job runs one rank per GPU, so ask for as many GPUs as tasks per node "
+        "(--gpus-per-node)");
+}
+
 TEST_CASE("a Slurm allocation without tasks per node is an error at cluster.runner") {
   Folder folder;
   const Planned planned = plan_file(folder.write("slurm.yaml", kSlurm),

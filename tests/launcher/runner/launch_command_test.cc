@@ -169,7 +169,7 @@ TEST_CASE("the slurm runner places ranks exactly as planned through SLURM_HOSTFI
   const LaunchCommand command = build_launch_command(spec_for(spec::Runner::kSlurm),
                                                      plan_of(2, 2, spec::Device::kCuda), inputs());
   CHECK(command.argv == Argv{"srun", "--ntasks=4", "--nodes=2", "--distribution=arbitrary",
-                             "--kill-on-bad-exit=1", "--label", "--export=ALL",
+                             "--kill-on-bad-exit=1", "--label", "--export=ALL", "--mpi=pmix",
                              "/opt/dslaunch/dsworker", "run"});
   REQUIRE(command.files.size() == 1);
   CHECK(command.files[0] == std::pair<std::string, std::string>{"/jobs/j1/attempt_0/slurm_hostfile",
