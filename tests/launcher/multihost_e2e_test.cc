@@ -191,8 +191,8 @@ fs::path test_dir(const std::string& name) {
 }  // namespace
 
 TEST_CASE(
-    "2 test hosts x 2 slots through the openmpi runner train the same bits as 4 ranks on "
-    "one host, with the launcher's variables on every rank") {
+    "the demo job on 2 test hosts x 2 slots through the openmpi runner trains the same bits as "
+    "4 ranks on one host, with the launcher's variables on every rank") {
   const std::string hostfile = TestHosts::get().up(2);
   const fs::path dir = test_dir("same_bits");
 
@@ -205,31 +205,34 @@ TEST_CASE(
   fs::permissions(wrapper, fs::perms::owner_all);
   std::ofstream(dir / "ds_env") << "# forwarded to every rank\nDSL_TEST_FROM_FILE=file value\n";
 
-  const fs::path multi = write_spec(
-      dir, "multi",
-      fmt::format("{{device: cpu, runner: openmpi, hostfile: {}, network_interface: '{}', "
-                  "launcher_args: \"--mca btl self,tcp --mca plm_rsh_agent 'ssh -q'\"}}",
-                  hostfile, kSubnet),
-      20);
+  // jobs/demo.yaml, shortened: 4 ranks of micro-batch 4 (the same batch of
+  // 16), 12 steps with evaluations.
+  const std::string demo = fmt::format(
+      "{} --set training.steps=12 --set training.eval_interval=6 "
+      "--set training.train_micro_batch_size_per_gpu=4 --set env.DSL_DATA_CACHE='{}' "
+      "--progress off",
+      runfile("jobs/demo.yaml"), dir.string());
   const CommandResult run = run_command(fmt::format(
       "cd '{}' && DSLAUNCH_WORKER='{}' DS_ENV_FILE='{}' NCCL_TEST_MARK=from-launcher {} run {} "
-      "--job-dir '{}' --progress off",
-      dir.string(), wrapper.string(), (dir / "ds_env").string(), runfile("launcher/dslaunch"),
-      multi.string(), (dir / "multi_job").string()));
+      "--hostfile {} --set cluster.runner=openmpi --set cluster.network_interface={} "
+      "--set cluster.launcher_args=\"--mca btl self,tcp --mca plm_rsh_agent 'ssh -q'\" "
+      "--job-dir '{}'",
+      dir.string(), wrapper.string(), (dir / "ds_env").string(), runfile("launcher/dslaunch"), demo,
+      hostfile, kSubnet, (dir / "multi_job").string()));
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
 
-  const fs::path local = write_spec(dir, "local", "{device: cpu, num_gpus: 4}", 20);
-  const CommandResult one_host = run_command(fmt::format(
-      "DSLAUNCH_WORKER='{}' {} run {} --job-dir '{}' --progress off", runfile("worker/dsworker"),
-      runfile("launcher/dslaunch"), local.string(), (dir / "local_job").string()));
+  const CommandResult one_host = run_command(
+      fmt::format("DSLAUNCH_WORKER='{}' {} run {} --set cluster.num_gpus=4 --job-dir '{}'",
+                  runfile("worker/dsworker"), runfile("launcher/dslaunch"), demo,
+                  (dir / "local_job").string()));
   INFO(one_host.output);
   REQUIRE(one_host.exit_code == 0);
 
   const auto multi_losses = losses(dir / "multi_job");
-  REQUIRE(multi_losses.size() == 20);
+  REQUIRE(multi_losses.size() == 12);
   CHECK(multi_losses == losses(dir / "local_job"));  // bit for bit, evaluation too
-  CHECK(multi_losses.at(20).second > 0);
+  CHECK(multi_losses.at(12).second > 0);
 
   // Ranks 0-1 ran on dsl-h1 and 2-3 on dsl-h2 (their own hostnames), as the
   // plan and state.json say.
