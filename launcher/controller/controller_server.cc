@@ -242,9 +242,10 @@ class ControllerService final : public v1::Controller::CallbackService {
                           fmt::format("the request is for attempt {}, but this is attempt {}",
                                       request.restart_count(), options_.attempt));
     }
-    if (request.rank() < 0) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          fmt::format("no rank {}", request.rank()));
+    if (request.rank() < 0 || request.rank() >= options_.world_size) {
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          fmt::format("no rank {} in this job of {} ranks", request.rank(), options_.world_size));
     }
     {
       std::lock_guard lock(mutex_);

@@ -56,6 +56,7 @@ struct ControllerServerOptions {
   // naming it, once, and Register and Session need it, for that rank.
   std::shared_ptr<const proto::JobCertificateAuthority> rank_certificates;
   int attempt = 0;
+  int world_size = 0;  // ranks that may ask for a certificate: [0, world_size)
 };
 
 struct StartResult {

@@ -191,6 +191,7 @@ class Attempt {
       // Each rank then proves its rank with a certificate this job issues.
       server_options.rank_certificates = secrets_.rank_certificates;
       server_options.attempt = number_;
+      server_options.world_size = plan_.world_size();
     }
     ControllerServer server(handler_, server_options);
     const ControllerEndpoint endpoint = choose_controller_endpoint(

@@ -381,6 +381,29 @@ void elastic_case(HostFault fault) {
   check_hosts_clean();
 }
 
+// A job without elasticity on both hosts, waiting up to `host_wait_timeout`
+// seconds for a lost host, whose dsl-h2 is killed once step 25 is done.
+struct WaitingJob {
+  fs::path dir;
+  std::optional<BackgroundRun> run;
+  double fault_time = 0;
+};
+
+WaitingJob start_waiting_job(const std::string& name, int host_wait_timeout) {
+  const std::string hostfile = TestHosts::get().up(2);
+  WaitingJob job;
+  job.dir = test_dir(name);
+  const fs::path spec =
+      write_spec(job.dir, name, cluster_of(hostfile), kLongSteps, kFixedBatch,
+                 fmt::format("{{heartbeat_interval: 0.5, heartbeat_timeout: 5, max_restarts: 2, "
+                             "host_wait_timeout: {}}}",
+                             host_wait_timeout));
+  job.run.emplace(job.dir, fmt::format("{} --job-dir '{}' --progress off", spec.string(),
+                                       (job.dir / "job").string()));
+  job.fault_time = break_second_host_mid_run(job.dir / "job", HostFault::kKill);
+  return job;
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -396,15 +419,10 @@ TEST_CASE("the second host partitioned mid-run: the same, and its ranks end by t
 TEST_CASE(
     "without elasticity a lost host that comes back within host_wait_timeout: the job "
     "resumes on both hosts with the uninterrupted bits") {
-  const std::string hostfile = TestHosts::get().up(2);
   const auto& reference = uninterrupted();
-  const fs::path dir = test_dir("host_back");
-  const fs::path spec = write_spec(
-      dir, "wait", cluster_of(hostfile), kLongSteps, kFixedBatch,
-      "{heartbeat_interval: 0.5, heartbeat_timeout: 5, max_restarts: 2, host_wait_timeout: 120}");
-  BackgroundRun run(
-      dir, fmt::format("{} --job-dir '{}' --progress off", spec.string(), (dir / "job").string()));
-  const double fault_time = break_second_host_mid_run(dir / "job", HostFault::kKill);
+  WaitingJob job = start_waiting_job("host_back", 120);
+  const fs::path& dir = job.dir;
+  const BackgroundRun& run = *job.run;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (run.output().find("waiting up to 120s") == std::string::npos &&
          std::chrono::steady_clock::now() < until) {
@@ -418,7 +436,7 @@ TEST_CASE(
   const std::optional<int> code = run.wait(std::chrono::seconds(240));
   INFO(run.output());
   REQUIRE(code == 0);
-  check_host_blamed(dir / "job", fault_time);
+  check_host_blamed(dir / "job", job.fault_time);
   CHECK(losses(dir / "job") == reference);
   check_hosts_clean();
 }
@@ -426,20 +444,15 @@ TEST_CASE(
 TEST_CASE(
     "without elasticity a lost host that stays away fails the job, naming it, after "
     "host_wait_timeout") {
-  const std::string hostfile = TestHosts::get().up(2);
-  const fs::path dir = test_dir("host_gone");
-  const fs::path spec = write_spec(
-      dir, "gone", cluster_of(hostfile), kLongSteps, kFixedBatch,
-      "{heartbeat_interval: 0.5, heartbeat_timeout: 5, max_restarts: 2, host_wait_timeout: 3}");
-  BackgroundRun run(
-      dir, fmt::format("{} --job-dir '{}' --progress off", spec.string(), (dir / "job").string()));
-  const double fault_time = break_second_host_mid_run(dir / "job", HostFault::kKill);
+  WaitingJob job = start_waiting_job("host_gone", 3);
+  const fs::path& dir = job.dir;
+  const BackgroundRun& run = *job.run;
   const std::optional<int> code = run.wait(std::chrono::seconds(120));
   INFO(run.output());
   REQUIRE(code == 1);
   CHECK_THAT(run.output(), Catch::Contains("dslaunch: dsl-h2 did not answer within 3s; the job "
                                            "stops here"));
-  check_host_blamed(dir / "job", fault_time);
+  check_host_blamed(dir / "job", job.fault_time);
   CHECK(state_of(dir / "job")["attempts"].size() == 1);
   TestHosts::get().up(2);
   check_hosts_clean();

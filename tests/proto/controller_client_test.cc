@@ -747,6 +747,7 @@ ControllerServerOptions rank_certificate_options(
       tls_server_options(testdata("server.pem"), testdata("server.key"));
   options.rank_certificates = std::move(authority);
   options.attempt = 1;
+  options.world_size = 4;
   return options;
 }
 
@@ -868,6 +869,11 @@ TEST_CASE("a rank gets one certificate per attempt, for that attempt, from a val
   CHECK(stale.message() == "the request is for attempt 0, but this is attempt 1");
 
   request.set_restart_count(1);
+  request.set_rank(4);
+  const core::Status outside = client.issue_certificate(request, &reply);
+  CHECK(outside.code() == core::StatusCode::kInvalidArgument);
+  CHECK(outside.message() == "no rank 4 in this job of 4 ranks");
+  request.set_rank(1);
   request.set_request_pem("not a request");
   CHECK(client.issue_certificate(request, &reply).code() == core::StatusCode::kInvalidArgument);
   request.set_request_pem(made->request_pem);  // a failed request does not use up the rank
@@ -876,6 +882,6 @@ TEST_CASE("a rank gets one certificate per attempt, for that attempt, from a val
   // Without the token nothing is issued.
   proto::ControllerClient no_token =
       loopback.client("wrong-token", tls_client_options(testdata("ca.pem")));
-  request.set_rank(5);
+  request.set_rank(3);
   CHECK(no_token.issue_certificate(request, &reply).code() == core::StatusCode::kUnauthenticated);
 }
