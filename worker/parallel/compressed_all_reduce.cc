@@ -1,0 +1,132 @@
+#include "worker/parallel/compressed_all_reduce.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+namespace dslaunch::worker {
+namespace {
+
+constexpr int64_t kScaleBytes = sizeof(float);
+
+float scale_of(kernels::Backend& backend, const float* x, int64_t count) {
+  return static_cast<float>(std::sqrt(backend.sum_of_squares(x, count)) /
+                            std::sqrt(static_cast<double>(count)));
+}
+
+float scale_in(const uint8_t* block) {
+  float scale = 0;
+  std::memcpy(&scale, block, sizeof scale);
+  return scale;
+}
+
+// Element i of the signs after a block's scale: +value for a 1 bit, -value for a 0.
+float signed_value(const uint8_t* signs, int64_t i, float value) {
+  return (signs[i / 8] >> (7 - i % 8)) & 1 ? value : -value;
+}
+
+}  // namespace
+
+int64_t CompressedAllReduce::padded_size(int64_t count, int ranks) {
+  // Chunks of whole bytes: a multiple of size x lcm(size, 8), as DeepSpeed pads.
+  const int64_t multiple = int64_t{ranks} * std::lcm(int64_t{ranks}, int64_t{8});
+  return (count + multiple - 1) / multiple * multiple;
+}
+
+CompressedAllReduce::CompressedAllReduce(comm::Communicator& comm, kernels::Backend& backend,
+                                         int64_t count)
+    : comm_(comm), backend_(backend), count_(count) {
+  if (comm_.size() == 1) return;
+  const int64_t padded = padded_size(count, comm_.size());
+  worker_error_.assign(padded, 0.0f);
+  server_error_.assign(padded / comm_.size(), 0.0f);
+  server_sum_.resize(server_error_.size());
+  send_.resize(comm_.size() * block_bytes());
+  received_.resize(send_.size());
+}
+
+int64_t CompressedAllReduce::block_bytes() const { return kScaleBytes + chunk_size() / 8; }
+
+void CompressedAllReduce::reset_errors() {
+  std::fill(worker_error_.begin(), worker_error_.end(), 0.0f);
+  std::fill(server_error_.begin(), server_error_.end(), 0.0f);
+}
+
+void CompressedAllReduce::compress(const float* x, int64_t count, float scale, uint8_t* block,
+                                   float* error) {
+  std::memcpy(block, &scale, sizeof scale);
+  uint8_t* signs = block + kScaleBytes;
+  for (int64_t byte = 0; byte < count / 8; ++byte) {
+    uint8_t bits = 0;
+    for (int b = 0; b < 8; ++b) {
+      const int64_t i = byte * 8 + b;
+      // NaN and -0 count as non-negative, as sign() + 1 > 0 does in DeepSpeed.
+      const bool positive = !(x[i] < 0.0f);
+      bits = static_cast<uint8_t>(bits | (positive ? 0x80u >> b : 0u));
+      error[i] = x[i] - (positive ? scale : -scale);
+    }
+    signs[byte] = bits;
+  }
+}
+
+core::Status CompressedAllReduce::average(float* buffer) {
+  const int size = comm_.size();
+  if (size == 1) return {};
+  const int rank = comm_.rank();
+  const int64_t chunk = chunk_size();
+  const int64_t block = block_bytes();
+
+  // Worker: compensate, compress each chunk for its server.
+  float* x = worker_error_.data();
+  for (int64_t i = 0; i < count_; ++i) x[i] = buffer[i] + x[i];
+  const float worker_scale = scale_of(backend_, x, padded_size());
+  for (int r = 0; r < size; ++r) {
+    compress(x + r * chunk, chunk, worker_scale, send_.data() + r * block, x + r * chunk);
+  }
+  if (core::Status status =
+          comm::wait_for(*comm_.all_to_all(comm::buffer_of(send_.data(), send_.size()),
+                                           comm::buffer_of(received_.data(), received_.size())),
+                         "compressed all-reduce, worker signs");
+      !status.ok()) {
+    return status;
+  }
+
+  // Server of chunk `rank`: the workers' mean, added in rank order, compensated.
+  const float inverse_size = 1.0f / static_cast<float>(size);
+  float* sum = server_sum_.data();
+  for (int w = 0; w < size; ++w) {
+    const uint8_t* from = received_.data() + w * block;
+    const float value = scale_in(from) * inverse_size;
+    const uint8_t* signs = from + kScaleBytes;
+    if (w == 0) {
+      for (int64_t k = 0; k < chunk; ++k) sum[k] = signed_value(signs, k, value);
+    } else {
+      for (int64_t k = 0; k < chunk; ++k) sum[k] += signed_value(signs, k, value);
+    }
+  }
+  float* y = server_error_.data();
+  for (int64_t k = 0; k < chunk; ++k) y[k] = sum[k] + y[k];
+  uint8_t* own = received_.data() + rank * block;  // consumed: gathered in place
+  compress(y, chunk, scale_of(backend_, y, chunk), own, y);
+  if (core::Status status = comm::wait_for(
+          *comm_.all_gather(comm::buffer_of(own, block),
+                            comm::buffer_of(received_.data(), received_.size()),
+                            comm::Blocks::consecutive(std::vector<int64_t>(size, block))),
+          "compressed all-reduce, server signs");
+      !status.ok()) {
+    return status;
+  }
+
+  for (int r = 0; r < size; ++r) {
+    const int64_t begin = r * chunk;
+    const int64_t end = std::min(count_, begin + chunk);
+    const uint8_t* from = received_.data() + r * block;
+    const float scale = scale_in(from);
+    const uint8_t* signs = from + kScaleBytes;
+    for (int64_t i = begin; i < end; ++i) buffer[i] = signed_value(signs, i - begin, scale);
+  }
+  return {};
+}
+
+}  // namespace dslaunch::worker
