@@ -44,6 +44,14 @@ constexpr int64_t kMaxHeaderBytes = 16 << 20;
 constexpr int64_t kMaxArrays = 16;
 constexpr size_t kMaxLayoutTensors = 1 << 20;
 constexpr int kMaxDims = 8;
+// A rank's own state is small next to the layout's arrays (an error-feedback
+// buffer is one rank's chunk of the gradient); the caps keep a damaged
+// header from sizing a huge read and every size in an int64_t.
+constexpr size_t kMaxRankStateArrays = 64;
+constexpr size_t kMaxRankStateScalars = 1024;
+constexpr int64_t kMaxRankStateElements = int64_t{1} << 40;
+constexpr int64_t kMaxRankStateBytes =
+    static_cast<int64_t>(kMaxRankStateArrays) * (kDataAlignment + kMaxRankStateElements * 8);
 // Blocks small enough that each is still in cache when write() copies it
 // after hashing, large enough that system calls cost nothing.
 constexpr size_t kWriteBlockBytes = 4 << 20;
@@ -59,21 +67,90 @@ std::optional<DType> dtype_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-// Where each array starts, from the header's length, and the file's size.
-// Format 1 packs its three arrays with no gap; format 2 starts each at a
+// Where each array starts in a shard's file, and the file's size.
+struct ShardOffsets {
+  std::vector<int64_t> arrays;       // one per header.arrays
+  std::vector<int64_t> rank_arrays;  // one per header.rank_state->arrays
+  int64_t file_bytes = 0;
+};
+
+// The offsets from the header's length. Format 1 packs its three arrays with
+// no gap; format 2 starts each array, rank-state ones included, at a
 // multiple of 64 bytes.
-std::vector<int64_t> array_offsets(const ShardHeader& header, int64_t header_bytes,
-                                   int64_t& file_bytes) {
-  std::vector<int64_t> offsets;
+ShardOffsets shard_offsets(const ShardHeader& header, int64_t header_bytes) {
+  ShardOffsets offsets;
   int64_t offset = align_up(kPreambleBytes + header_bytes);
   const int64_t count = header.end - header.begin;
   for (const ShardArrayInfo& array : header.arrays) {
     if (header.format_version >= 2) offset = align_up(offset);
-    offsets.push_back(offset);
+    offsets.arrays.push_back(offset);
     offset += count * dtype_bytes(array.dtype);
   }
-  file_bytes = offset;
+  if (header.rank_state) {
+    for (const RankStateArray& array : header.rank_state->arrays) {
+      offset = align_up(offset);
+      offsets.rank_arrays.push_back(offset);
+      offset += array.count * dtype_bytes(array.dtype);
+    }
+  }
+  offsets.file_bytes = offset;
   return offsets;
+}
+
+// A scalar's or a rank-state array's name: [a-z0-9_]+.
+bool valid_state_name(std::string_view name) {
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+// What is wrong with a rank state, or "".
+std::string rank_state_problem(const RankState& state) {
+  const auto place_problem = [](const char* what, int rank, int ranks) {
+    return ranks < 1 || rank < 0 || rank >= ranks
+               ? fmt::format("rank_state's {} {} of {} is not 0 <= rank < ranks", what, rank, ranks)
+               : std::string();
+  };
+  for (std::string problem : {place_problem("data_rank", state.data_rank, state.data_ranks),
+                              place_problem("tensor_rank", state.tensor_rank, state.tensor_ranks),
+                              place_problem("stage", state.stage, state.stages)}) {
+    if (!problem.empty()) return problem;
+  }
+  if (state.scalars.size() > kMaxRankStateScalars) {
+    return fmt::format("rank_state has {} scalars (at most {})", state.scalars.size(),
+                       kMaxRankStateScalars);
+  }
+  for (const auto& [name, value] : state.scalars) {
+    if (!valid_state_name(name)) {
+      return fmt::format("rank_state's scalar \"{}\" is not named with [a-z0-9_]+", name);
+    }
+    // JSON has no NaN or infinity: nlohmann would write null.
+    if (!std::isfinite(value)) {
+      return fmt::format("rank_state's scalar {} is {}, not a finite number", name, value);
+    }
+  }
+  if (state.arrays.size() > kMaxRankStateArrays) {
+    return fmt::format("rank_state has {} arrays (at most {})", state.arrays.size(),
+                       kMaxRankStateArrays);
+  }
+  std::set<std::string_view> names;
+  for (const RankStateArray& array : state.arrays) {
+    if (!valid_state_name(array.name)) {
+      return fmt::format("rank_state's array \"{}\" is not named with [a-z0-9_]+", array.name);
+    }
+    if (!names.insert(array.name).second) {
+      return fmt::format("rank_state names array {} twice", array.name);
+    }
+    if (array.dtype != DType::kF32 && array.dtype != DType::kF64) {
+      return fmt::format("rank_state's array {} is {} (fp32 or fp64 only)", array.name,
+                         dtype_name(array.dtype));
+    }
+    if (array.count < 0 || array.count > kMaxRankStateElements) {
+      return fmt::format("rank_state's array {} has {} elements (0 to {})", array.name, array.count,
+                         kMaxRankStateElements);
+    }
+  }
+  return "";
 }
 
 int64_t product(const std::vector<int64_t>& dims) {
@@ -133,10 +210,17 @@ std::string header_problem(const ShardHeader& header) {
       return fmt::format("it lists {} twice", state_kind_name(array.kind));
     }
   }
-  // Every array must fit in a file size.
-  if (header.end - header.begin >
-      (INT64_MAX - align_up(kMaxHeaderBytes) - kMaxArrays * kDataAlignment) / 8 / kMaxArrays) {
+  // Every array must fit in a file size, rank-state arrays after them.
+  if (header.end - header.begin > (INT64_MAX - align_up(kPreambleBytes + kMaxHeaderBytes) -
+                                   kMaxArrays * kDataAlignment - kMaxRankStateBytes) /
+                                      8 / kMaxArrays) {
     return fmt::format("range [{}, {}) is too large for a file", header.begin, header.end);
+  }
+  if (header.rank_state) {
+    if (header.format_version < 2) return "rank_state, which format 1 does not have";
+    if (std::string problem = rank_state_problem(*header.rank_state); !problem.empty()) {
+      return problem;
+    }
   }
   if (header.format_version < 2) return "";
   if (header.layout.empty() || header.layout.size() > kMaxLayoutTensors) {
@@ -200,6 +284,26 @@ nlohmann::json header_fields(const ShardHeader& header) {
     }
     fields["arrays"] = std::move(arrays);
     fields["layout"] = layout_json(header.layout);
+  }
+  // Only when set, so that a shard without one is byte for byte what it was
+  // before rank state existed.
+  if (header.rank_state) {
+    const RankState& state = *header.rank_state;
+    nlohmann::json arrays = nlohmann::json::array();
+    for (const RankStateArray& array : state.arrays) {
+      arrays.push_back(
+          {{"name", array.name}, {"dtype", dtype_name(array.dtype)}, {"count", array.count}});
+    }
+    nlohmann::json scalars = nlohmann::json::object();
+    for (const auto& [name, value] : state.scalars) scalars[name] = value;
+    fields["rank_state"] = {{"data_rank", state.data_rank},
+                            {"data_ranks", state.data_ranks},
+                            {"tensor_rank", state.tensor_rank},
+                            {"tensor_ranks", state.tensor_ranks},
+                            {"stage", state.stage},
+                            {"stages", state.stages},
+                            {"scalars", std::move(scalars)},
+                            {"arrays", std::move(arrays)}};
   }
   return fields;
 }
@@ -332,6 +436,57 @@ bool parse_arrays(const nlohmann::json& fields, std::vector<ShardArrayInfo>& arr
   return true;
 }
 
+// The header's "rank_state"; its values are checked by rank_state_problem.
+bool parse_rank_state(const nlohmann::json& fields, RankState& state, std::string& problem) {
+  if (!fields.is_object()) {
+    problem = "its header's \"rank_state\" is not an object";
+    return false;
+  }
+  if (!small_int(fields, "data_rank", state.data_rank, problem) ||
+      !small_int(fields, "data_ranks", state.data_ranks, problem) ||
+      !small_int(fields, "tensor_rank", state.tensor_rank, problem) ||
+      !small_int(fields, "tensor_ranks", state.tensor_ranks, problem) ||
+      !small_int(fields, "stage", state.stage, problem) ||
+      !small_int(fields, "stages", state.stages, problem)) {
+    problem += " (in rank_state)";
+    return false;
+  }
+  const auto scalars = fields.find("scalars");
+  if (scalars == fields.end() || !scalars->is_object()) {
+    problem = "its header's rank_state has no \"scalars\" object";
+    return false;
+  }
+  for (const auto& [name, value] : scalars->items()) {
+    if (!value.is_number()) {
+      problem = fmt::format("its header's rank_state scalar {} is {}, not a number",
+                            json_excerpt(name, 80), json_excerpt(value, 80));
+      return false;
+    }
+    state.scalars[name] = value.get<double>();
+  }
+  const auto arrays = fields.find("arrays");
+  if (arrays == fields.end() || !arrays->is_array()) {
+    problem = "its header's rank_state has no \"arrays\" list";
+    return false;
+  }
+  for (const nlohmann::json& entry : *arrays) {
+    const auto dtype = entry.is_object() && entry.contains("dtype") && entry["dtype"].is_string()
+                           ? dtype_from_name(entry["dtype"].get<std::string>())
+                           : std::nullopt;
+    RankStateArray array;
+    if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string() || !dtype ||
+        !header_int(entry, "count", array.count, problem)) {
+      problem = fmt::format("its header's rank_state array {} has no name, known dtype and count",
+                            json_excerpt(entry, 80));
+      return false;
+    }
+    array.name = entry["name"].get<std::string>();
+    array.dtype = *dtype;
+    state.arrays.push_back(std::move(array));
+  }
+  return true;
+}
+
 std::optional<ShardHeader> parse_header(const std::string& text, uint32_t version,
                                         std::string& problem) {
   std::string parse_error;
@@ -412,6 +567,10 @@ std::optional<ShardHeader> parse_header(const std::string& text, uint32_t versio
     }
     header.loss_scaler = state;
   }
+  if (const auto state = fields.find("rank_state"); state != fields.end()) {
+    header.rank_state.emplace();
+    if (!parse_rank_state(*state, *header.rank_state, problem)) return std::nullopt;
+  }
   if (const std::string inconsistent = header_problem(header); !inconsistent.empty()) {
     problem = "its header's " + inconsistent;
     return std::nullopt;
@@ -487,14 +646,19 @@ bool open_shard(const std::string& path, OpenShard& shard, std::string& error) {
   std::string problem;
   std::optional<ShardHeader> header = parse_header(text, version, problem);
   if (!header) return bad(problem);
-  int64_t expected = 0;
-  shard.array_offsets = array_offsets(*header, header_bytes, expected);
+  ShardOffsets offsets = shard_offsets(*header, header_bytes);
+  const int64_t expected = offsets.file_bytes;
   if (file_bytes != expected) {
+    const std::string rank_arrays =
+        header->rank_state
+            ? fmt::format(" and {} rank-state arrays", header->rank_state->arrays.size())
+            : "";
     return bad(fmt::format(
-        "its header (elements [{}, {}) of {} arrays) implies {} bytes, but the file has {} ({})",
-        header->begin, header->end, header->arrays.size(), expected, file_bytes,
+        "its header (elements [{}, {}) of {} arrays{}) implies {} bytes, but the file has {} ({})",
+        header->begin, header->end, header->arrays.size(), rank_arrays, expected, file_bytes,
         file_bytes < expected ? "truncated" : "extended"));
   }
+  shard.array_offsets = std::move(offsets.arrays);
   shard.header = std::move(*header);
   return true;
 }
@@ -513,13 +677,16 @@ std::string_view state_kind_name(StateKind kind) {
       return "adam_v";
     case StateKind::kErrorFeedback:
       return "error_feedback";
+    case StateKind::kFreshVariance:
+      return "fresh_v";
   }
   return "unknown";
 }
 
 std::optional<StateKind> state_kind_from_name(std::string_view name) {
-  for (const StateKind kind : {StateKind::kParameter, StateKind::kMaster, StateKind::kAdamM,
-                               StateKind::kAdamV, StateKind::kErrorFeedback}) {
+  for (const StateKind kind :
+       {StateKind::kParameter, StateKind::kMaster, StateKind::kAdamM, StateKind::kAdamV,
+        StateKind::kErrorFeedback, StateKind::kFreshVariance}) {
     if (state_kind_name(kind) == name) return kind;
   }
   return std::nullopt;
@@ -537,14 +704,24 @@ std::vector<LayoutTensor> layout_of(const ParameterTable& table) {
 
 WrittenShard write_shard(const std::string& path, ShardHeader header,
                          const std::vector<ShardArrayData>& arrays, core::FileSystem& fs) {
+  return write_shard(path, std::move(header), arrays, {}, fs);
+}
+
+WrittenShard write_shard(const std::string& path, ShardHeader header,
+                         const std::vector<ShardArrayData>& arrays,
+                         const std::vector<const void*>& rank_arrays, core::FileSystem& fs) {
   WrittenShard result;
   header.arrays.clear();
   for (const ShardArrayData& array : arrays) header.arrays.push_back(array.info);
-  const std::string problem =
-      header.format_version != kShardFormatVersion
-          ? fmt::format("format version {} cannot be written (only {})", header.format_version,
-                        kShardFormatVersion)
-          : header_problem(header);
+  const size_t rank_state_arrays = header.rank_state ? header.rank_state->arrays.size() : 0;
+  std::string problem = header.format_version != kShardFormatVersion
+                            ? fmt::format("format version {} cannot be written (only {})",
+                                          header.format_version, kShardFormatVersion)
+                            : header_problem(header);
+  if (problem.empty() && rank_arrays.size() != rank_state_arrays) {
+    problem = fmt::format("it is given {} rank-state arrays, but its rank_state lists {}",
+                          rank_arrays.size(), rank_state_arrays);
+  }
   if (!problem.empty()) {
     result.error = fmt::format("cannot write checkpoint shard '{}': {}", path, problem);
     return result;
@@ -568,20 +745,27 @@ WrittenShard write_shard(const std::string& path, ShardHeader header,
                                                                   XXH64_freeState);
   XXH64_reset(hash.get(), 0);
   const std::string prefix = shard_prefix(header);
-  int64_t file_bytes = 0;
-  const std::vector<int64_t> offsets =
-      array_offsets(header, static_cast<int64_t>(prefix.size()) - kPreambleBytes, file_bytes);
+  const ShardOffsets offsets =
+      shard_offsets(header, static_cast<int64_t>(prefix.size()) - kPreambleBytes);
   int failure = write_hashed(*file, hash.get(), prefix.data(), prefix.size());
   int64_t written = static_cast<int64_t>(prefix.size());
   const std::string padding(kDataAlignment, '\0');
-  const int64_t count = header.end - header.begin;
-  for (size_t i = 0; i < arrays.size() && failure == 0; ++i) {
-    failure = write_hashed(*file, hash.get(), padding.data(), offsets[i] - written);
-    const size_t bytes = static_cast<size_t>(count * dtype_bytes(arrays[i].info.dtype));
+  // Pads up to `offset`, then writes `bytes` of `data` there.
+  const auto write_array = [&](int64_t offset, const void* data, int64_t bytes) {
+    if (failure == 0) failure = write_hashed(*file, hash.get(), padding.data(), offset - written);
     if (failure == 0) {
-      failure = write_hashed(*file, hash.get(), static_cast<const char*>(arrays[i].data), bytes);
+      failure = write_hashed(*file, hash.get(), static_cast<const char*>(data),
+                             static_cast<size_t>(bytes));
     }
-    written = offsets[i] + static_cast<int64_t>(bytes);
+    written = offset + bytes;
+  };
+  const int64_t count = header.end - header.begin;
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    write_array(offsets.arrays[i], arrays[i].data, count * dtype_bytes(arrays[i].info.dtype));
+  }
+  for (size_t i = 0; i < rank_arrays.size(); ++i) {
+    const RankStateArray& array = header.rank_state->arrays[i];
+    write_array(offsets.rank_arrays[i], rank_arrays[i], array.count * dtype_bytes(array.dtype));
   }
   if (failure == 0) failure = file->sync();
   // close() reports late write errors (NFS does).
@@ -597,7 +781,7 @@ WrittenShard write_shard(const std::string& path, ShardHeader header,
         core::errno_text(sync_failure));
     return result;
   }
-  result.size_bytes = file_bytes;
+  result.size_bytes = offsets.file_bytes;
   result.xxh64 = xxh64_hex(XXH64_digest(hash.get()));
   return result;
 }
@@ -606,6 +790,59 @@ std::optional<ShardHeader> read_shard_header(const std::string& path, std::strin
   OpenShard shard;
   if (!shard_internal::open_shard(path, shard, error)) return std::nullopt;
   return shard.header;
+}
+
+bool read_rank_state_array(const std::string& path, const ShardHeader& header,
+                           std::string_view name, void* out, std::string& error) {
+  const auto cannot = [&](const std::string& why) {
+    error = fmt::format("cannot read rank-state array {} of checkpoint shard '{}': {}", name, path,
+                        why);
+    return false;
+  };
+  if (!header.rank_state) return cannot("its header has no rank_state");
+  const std::vector<RankStateArray>& arrays = header.rank_state->arrays;
+  const auto found = std::find_if(arrays.begin(), arrays.end(),
+                                  [&](const RankStateArray& array) { return array.name == name; });
+  if (found == arrays.end()) {
+    std::vector<std::string_view> names;
+    for (const RankStateArray& array : arrays) names.push_back(array.name);
+    return cannot(
+        fmt::format("its rank_state has no such array (it has [{}])", fmt::join(names, ", ")));
+  }
+  // The offsets below are computed from `header`: it must be one that
+  // read_shard_header accepts, so that they cannot overflow.
+  if (const std::string problem = header_problem(header); !problem.empty()) {
+    return cannot("the header given is inconsistent: " + problem);
+  }
+  const FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  struct stat info;
+  if (fd.get() < 0 || ::fstat(fd.get(), &info) != 0) return cannot(core::errno_text(errno));
+  // Only the header's length is needed from the file; the rest of the
+  // header is the caller's.
+  char preamble[kPreambleBytes];
+  if (std::string failed = read_exactly(fd.get(), preamble, kPreambleBytes, 0); !failed.empty()) {
+    return cannot(failed);
+  }
+  uint32_t header_bytes = 0;
+  std::memcpy(&header_bytes, preamble + 12, sizeof header_bytes);
+  if (std::memcmp(preamble, kShardMagic, sizeof kShardMagic) != 0 ||
+      header_bytes > kMaxHeaderBytes) {
+    return cannot("it is no longer a checkpoint shard");
+  }
+  // A file replaced or cut since its header was read.
+  const ShardOffsets offsets = shard_offsets(header, header_bytes);
+  if (offsets.file_bytes != info.st_size) {
+    return cannot(fmt::format("the file has {} bytes, not the {} its header implies", info.st_size,
+                              offsets.file_bytes));
+  }
+  const size_t index = static_cast<size_t>(found - arrays.begin());
+  if (std::string failed =
+          read_exactly(fd.get(), static_cast<char*>(out), found->count * dtype_bytes(found->dtype),
+                       offsets.rank_arrays[index]);
+      !failed.empty()) {
+    return cannot(failed);
+  }
+  return true;
 }
 
 }  // namespace dslaunch::core

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +20,7 @@ enum class StateKind {
   kAdamM,          // Adam's first moment
   kAdamV,          // Adam's second moment
   kErrorFeedback,  // compressed communication's error compensation
+  kFreshVariance,  // 1-bit LAMB's variance reconstructed after its warm-up
 };
 std::string_view state_kind_name(StateKind kind);  // "param", "master", "adam_m", ...
 std::optional<StateKind> state_kind_from_name(std::string_view name);
@@ -58,6 +60,26 @@ struct LossScalerState {
   int64_t skipped_steps = 0;
 };
 
+// State that belongs to one rank rather than to elements of the layout
+// (compressed communication's error feedback, an optimizer's counters):
+// saved in the rank's shard, resumed by a rank in the same place.
+struct RankStateArray {
+  std::string name;           // [a-z0-9_]+, unique within the state
+  DType dtype = DType::kF32;  // kF32 or kF64
+  int64_t count = 0;          // elements, >= 0
+};
+struct RankState {
+  // Whose it is: the writer's place in the data group and in the grid.
+  int data_rank = 0;
+  int data_ranks = 1;
+  int tensor_rank = 0;
+  int tensor_ranks = 1;
+  int stage = 0;
+  int stages = 1;
+  std::map<std::string, double> scalars;  // names [a-z0-9_]+, finite values
+  std::vector<RankStateArray> arrays;
+};
+
 struct ShardHeader {
   uint32_t format_version = 2;
   int64_t step = 0;
@@ -70,6 +92,7 @@ struct ShardHeader {
   std::optional<LossScalerState> loss_scaler;  // fp16 training only ("loss_scaler")
   std::vector<LayoutTensor> layout;    // empty in a format-1 file (the whole model)
   std::vector<ShardArrayInfo> arrays;  // format 1: param, adam_m, adam_v in fp32
+  std::optional<RankState> rank_state;  // format 2 only, when the writer has some
 };
 
 // An array to write: end - begin elements of its dtype (may be null when that is 0).
@@ -91,12 +114,18 @@ struct WrittenShard {
 //   bytes 12-15  uint32 header length H
 //   16 .. 16+H   the header as JSON text: every ShardHeader field (format 2:
 //                "layout", a list of {name, global_shape, view, dim, index,
-//                parts, offset, numel}, and "arrays", a list of {kind,
-//                dtype}), plus "header_xxh64", the xxh64 of the JSON nlohmann
-//                dumps for the other fields, so a damaged header is never
-//                taken as another valid one
+//                parts, offset, numel}, "arrays", a list of {kind, dtype},
+//                and, only when there is one, "rank_state": {data_rank,
+//                data_ranks, tensor_rank, tensor_ranks, stage, stages,
+//                scalars: {name: number}, arrays: [{name, dtype, count}]}),
+//                plus "header_xxh64", the xxh64 of the JSON nlohmann dumps
+//                for the other fields, so a damaged header is never taken
+//                as another valid one
 //   then each array, (end - begin) elements of its dtype, starting at a
-//   multiple of 64 bytes (zero padding before it).
+//   multiple of 64 bytes (zero padding before it);
+//   then each rank-state array, `count` elements of its dtype, in the order
+//   the header lists them, also starting at a multiple of 64 bytes. A file
+//   without "rank_state" ends with the last array, as before it existed.
 // Format 1 has no layout or arrays fields: its arrays are param, adam_m and
 // adam_v in fp32 over the whole model's flat layout, one after the other.
 inline constexpr char kShardMagic[8] = {'D', 'S', 'L', 'S', 'H', 'R', 'D', '1'};
@@ -113,17 +142,39 @@ inline constexpr uint32_t kShardFormatVersion = 2;
 // holds a whole shard. Two writers must not write the same path at once
 // (they would share the temporary file). Thread-safe otherwise; blocks until
 // the data is on disk. Every file call goes through `fs`.
+//
+// `rank_arrays[i]` holds header.rank_state->arrays[i].count elements of that
+// array's dtype (may be null when that is 0); there must be exactly one per
+// rank-state array (none without a rank_state), and the rank state must be
+// valid (see read_shard_header), else nothing is written. The overload
+// without `rank_arrays` writes no rank-state arrays, so it refuses a
+// rank_state that lists some.
+WrittenShard write_shard(const std::string& path, ShardHeader header,
+                         const std::vector<ShardArrayData>& arrays,
+                         const std::vector<const void*>& rank_arrays,
+                         core::FileSystem& fs = core::default_file_system());
 WrittenShard write_shard(const std::string& path, ShardHeader header,
                          const std::vector<ShardArrayData>& arrays,
                          core::FileSystem& fs = core::default_file_system());
 
 // The header of the shard at `path`, after checking the magic, the version,
 // the header JSON and its checksum, that 0 <= begin <= end <= total and
-// 0 <= rank < ranks, that the layout's tensors tile [0, total), and that the
+// 0 <= rank < ranks, that the layout's tensors tile [0, total), that a
+// rank_state is valid (each of its places 0 <= rank < ranks, names of
+// [a-z0-9_]+ with no array named twice, scalars finite, arrays of kF32 or
+// kF64 with a count >= 0, at most 64 arrays and 1024 scalars), and that the
 // file has exactly the bytes the header implies. nullopt with `error`
 // naming the file and what is wrong otherwise. Does not read or check the
 // arrays (the manifest's whole-file xxh64 does).
 std::optional<ShardHeader> read_shard_header(const std::string& path, std::string& error);
+
+// Reads the rank-state array `name` (its count elements of its dtype) of the
+// shard at `path`, whose header read_shard_header returned as `header`, into
+// `out`. False with `error` naming the file when the header has no
+// rank_state or no such array, or the file cannot be read or no longer has
+// the size the header implies.
+bool read_rank_state_array(const std::string& path, const ShardHeader& header,
+                           std::string_view name, void* out, std::string& error);
 
 // Where one shard file is and the range [begin, end) it holds.
 struct ShardLocation {

@@ -39,6 +39,12 @@ AsyncShardWriter::~AsyncShardWriter() {
 
 void AsyncShardWriter::save(const std::string& path, const core::ShardHeader& header,
                             const std::vector<core::ShardArrayData>& arrays, Done done) {
+  save(path, header, arrays, {}, std::move(done));
+}
+
+void AsyncShardWriter::save(const std::string& path, const core::ShardHeader& header,
+                            const std::vector<core::ShardArrayData>& arrays,
+                            const std::vector<const void*>& rank_arrays, Done done) {
   wait();
   // Nothing is in flight, so the background thread leaves the buffers alone.
   const int64_t count = std::max<int64_t>(header.end - header.begin, 0);
@@ -47,6 +53,18 @@ void AsyncShardWriter::save(const std::string& path, const core::ShardHeader& he
   for (size_t i = 0; i < arrays.size(); ++i) {
     const size_t bytes = static_cast<size_t>(count * core::dtype_bytes(arrays[i].info.dtype));
     arrays_.push_back({arrays[i].info, buffers_[i].hold(arrays[i].data, bytes)});
+  }
+  // As many pointers as the caller gave, so that write_shard reports a
+  // mismatch with the header; only those the header sizes are copied.
+  const std::vector<core::RankStateArray> no_state;
+  const std::vector<core::RankStateArray>& state =
+      header.rank_state ? header.rank_state->arrays : no_state;
+  if (rank_buffers_.size() < rank_arrays.size()) rank_buffers_.resize(rank_arrays.size());
+  rank_arrays_.assign(rank_arrays.size(), nullptr);
+  for (size_t i = 0; i < rank_arrays.size() && i < state.size(); ++i) {
+    const size_t bytes = static_cast<size_t>(std::max<int64_t>(state[i].count, 0) *
+                                             core::dtype_bytes(state[i].dtype));
+    rank_arrays_[i] = rank_buffers_[i].hold(rank_arrays[i], bytes);
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -69,8 +87,7 @@ void AsyncShardWriter::run() {
     changed_.wait(lock, [this] { return in_flight_ || stopping_; });
     if (!in_flight_) return;
     lock.unlock();
-    const core::WrittenShard written =
-        core::write_shard(path_, header_, arrays_);
+    const core::WrittenShard written = core::write_shard(path_, header_, arrays_, rank_arrays_);
     if (done_) done_(written);
     done_ = nullptr;
     lock.lock();

@@ -46,6 +46,14 @@ class AsyncShardWriter {
   // `done` is called with the result (write errors arrive there, never here).
   void save(const std::string& path, const core::ShardHeader& header,
             const std::vector<core::ShardArrayData>& arrays, Done done);
+  // The same, with the rank-state arrays: rank_arrays[i] holds
+  // header.rank_state->arrays[i].count elements of that array's dtype, and is
+  // copied too before save() returns. Written as write_shard(path, header,
+  // arrays, rank_arrays) would (a count mismatch arrives at `done` as its
+  // error).
+  void save(const std::string& path, const core::ShardHeader& header,
+            const std::vector<core::ShardArrayData>& arrays,
+            const std::vector<const void*>& rank_arrays, Done done);
 
   // Blocks until no save is in flight and its `done` has returned.
   void wait();
@@ -71,6 +79,8 @@ class AsyncShardWriter {
   Done done_;
   std::vector<Buffer> buffers_;
   std::vector<core::ShardArrayData> arrays_;  // pointing into buffers_
+  std::vector<Buffer> rank_buffers_;
+  std::vector<const void*> rank_arrays_;  // pointing into rank_buffers_
   std::thread thread_;
 };
 

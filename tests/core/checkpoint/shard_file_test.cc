@@ -9,7 +9,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
+#include <map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -41,7 +43,8 @@ ShardHeader header_for(int rank, int ranks, int64_t total, int64_t begin, int64_
           .optimizer_step = 39,
           .loss_scaler = std::nullopt,
           .layout = flat_layout(total),
-          .arrays = {}};  // write_shard fills it in
+          .arrays = {},  // write_shard fills it in
+          .rank_state = std::nullopt};
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -662,7 +665,8 @@ ShardLocation write_table_shard(const TempDir& dir, const std::string& name,
                            .optimizer_step = 39,
                            .loss_scaler = std::nullopt,
                            .layout = layout_of(table),
-                           .arrays = {}};
+                           .arrays = {},
+                           .rank_state = std::nullopt};
   const std::string path = dir.file(name);
   const WrittenShard written = write_shard(path, header, arrays);
   INFO(written.error);
@@ -975,6 +979,361 @@ TEST_CASE("A format-1 shard is read as the whole model, and only by a whole layo
     CHECK_FALSE(read_flat_range(shards, layout_of(whole), StateKind::kMaster, 0, whole.total(),
                                 out.data(), error));
     CHECK_THAT(error, Contains("master"));
+  }
+}
+
+// A rank state as a 1-bit Adam rank keeps one: two error-feedback buffers of
+// odd lengths (f32 and f64), one empty, and scalars whose decimal forms do
+// not round-trip by accident.
+struct RankStateData {
+  std::vector<float> worker_error = std::vector<float>(37);
+  std::vector<double> server_error = std::vector<double>(13);
+  RankState state{.data_rank = 1,
+                  .data_ranks = 3,
+                  .tensor_rank = 1,
+                  .tensor_ranks = 2,
+                  .stage = 2,
+                  .stages = 4,
+                  .scalars = {{"lr", 0.1},
+                              {"tiny", 1e-300},
+                              {"denormal", std::numeric_limits<double>::denorm_min()},
+                              {"minus", -2.5},
+                              {"minus_zero", -0.0},
+                              {"big_int", 9007199254740992.0},  // 2^53
+                              {"huge", 1e300},
+                              {"third", 1.0 / 3},
+                              {"step", 123456789}},
+                  .arrays = {{"worker_error", DType::kF32, 37},
+                             {"server_error", DType::kF64, 13},
+                             {"empty", DType::kF32, 0}}};
+  RankStateData() {
+    for (size_t i = 0; i < worker_error.size(); ++i) worker_error[i] = 0.1f * i - 1.7f;
+    for (size_t i = 0; i < server_error.size(); ++i) server_error[i] = 1.0 / (i + 3) - 1e-12;
+    worker_error[0] = std::bit_cast<float>(0x7fc01234u);  // a NaN with a payload
+    worker_error[1] = -0.0f;
+    server_error[12] = std::numeric_limits<double>::denorm_min();
+  }
+  std::vector<const void*> pointers() const {
+    return {worker_error.data(), server_error.data(), nullptr};
+  }
+};
+
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+TEST_CASE("A rank's own state reads back bit for bit: scalars in the header, arrays at the end") {
+  TempDir dir;
+  const std::string path = dir.file("shard-1.bin");
+  ShardHeader header = header_for(1, 3, 1000, 300, 550);
+  const RankStateData rank;
+  header.rank_state = rank.state;
+  const ShardData data(300, 550);
+  const WrittenShard written = write_shard(path, header, data.arrays(), rank.pointers());
+  INFO(written.error);
+  REQUIRE(written.ok());
+  std::string error;
+  CHECK(file_xxh64(path, error) == written.xxh64);
+  const std::string bytes = testing::read_bytes(path);
+  CHECK(written.size_bytes == static_cast<int64_t>(bytes.size()));
+  // From the end: the empty array (at the end, after padding), the 104
+  // bytes of server_error padded to 128, worker_error's 148 padded to 192,
+  // and adam_v's 1000 padded to 1024 before them.
+  const int64_t size = written.size_bytes;
+  CHECK(size % 64 == 0);
+  CHECK(std::memcmp(bytes.data() + size - 128, rank.server_error.data(), 104) == 0);
+  CHECK(std::memcmp(bytes.data() + size - 320, rank.worker_error.data(), 148) == 0);
+  CHECK(std::memcmp(bytes.data() + size - 1344, data.adam_v.data(), 1000) == 0);
+  CHECK(bytes.substr(size - 24, 24) == std::string(24, '\0'));
+
+  const std::optional<ShardHeader> read = read_shard_header(path, error);
+  INFO(error);
+  REQUIRE(read);
+  REQUIRE(read->rank_state);
+  const RankState& state = *read->rank_state;
+  CHECK(state.data_rank == 1);
+  CHECK(state.data_ranks == 3);
+  CHECK(state.tensor_rank == 1);
+  CHECK(state.tensor_ranks == 2);
+  CHECK(state.stage == 2);
+  CHECK(state.stages == 4);
+  REQUIRE(state.scalars.size() == rank.state.scalars.size());
+  for (const auto& [name, value] : rank.state.scalars) {
+    INFO(name);
+    REQUIRE(state.scalars.count(name) == 1);
+    CHECK(std::bit_cast<uint64_t>(state.scalars.at(name)) == std::bit_cast<uint64_t>(value));
+  }
+  REQUIRE(state.arrays.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(state.arrays[i].name == rank.state.arrays[i].name);
+    CHECK(state.arrays[i].dtype == rank.state.arrays[i].dtype);
+    CHECK(state.arrays[i].count == rank.state.arrays[i].count);
+  }
+
+  std::vector<float> worker_error(37, 9.0f);
+  std::vector<double> server_error(13, 9.0);
+  std::vector<float> empty;
+  CHECK(read_rank_state_array(path, *read, "worker_error", worker_error.data(), error));
+  CHECK(read_rank_state_array(path, *read, "server_error", server_error.data(), error));
+  CHECK(read_rank_state_array(path, *read, "empty", empty.data(), error));
+  CHECK(same_bits(worker_error, rank.worker_error));
+  CHECK(same_bits(server_error, rank.server_error));
+  // The layout's arrays are where they were.
+  CHECK(same_bits(read_range(path, *read, StateKind::kParameter, 300, 550), data.params));
+  CHECK(same_bits(read_range(path, *read, StateKind::kAdamV, 300, 550), data.adam_v));
+
+  SECTION("an array it does not hold is named") {
+    CHECK_FALSE(read_rank_state_array(path, *read, "momentum", worker_error.data(), error));
+    CHECK_THAT(error, Equals("cannot read rank-state array momentum of checkpoint shard '" + path +
+                             "': its rank_state has no such array (it has [worker_error, "
+                             "server_error, empty])"));
+  }
+  SECTION("a file cut since its header was read is not read") {
+    testing::write_bytes(path, bytes.substr(0, bytes.size() - 64));
+    CHECK_FALSE(read_rank_state_array(path, *read, "worker_error", worker_error.data(), error));
+    CHECK_THAT(error, Contains("shard-1.bin'") &&
+                          Contains(fmt::format("the file has {} bytes, not the {} its header "
+                                               "implies",
+                                               size - 64, size)));
+  }
+}
+
+TEST_CASE("A rank state with no arrays, or only empty ones, still reads") {
+  TempDir dir;
+  const std::string path = dir.file("shard.bin");
+  ShardHeader header = header_for(0, 1, 10, 0, 10);
+  header.rank_state.emplace();
+  header.rank_state->scalars = {{"count", 7}};
+  const ShardData data(0, 10);
+  // The overload without rank arrays takes a rank state that lists none.
+  REQUIRE(write_shard(path, header, data.arrays()).ok());
+  std::string error;
+  std::optional<ShardHeader> read = read_shard_header(path, error);
+  INFO(error);
+  REQUIRE(read);
+  REQUIRE(read->rank_state);
+  CHECK(read->rank_state->scalars == std::map<std::string, double>{{"count", 7}});
+  CHECK(read->rank_state->arrays.empty());
+  CHECK(read->rank_state->data_ranks == 1);
+
+  header.rank_state->arrays = {{"a", DType::kF64, 0}, {"b", DType::kF32, 0}};
+  REQUIRE(write_shard(path, header, data.arrays(), {nullptr, nullptr}).ok());
+  read = read_shard_header(path, error);
+  REQUIRE(read);
+  REQUIRE(read->rank_state);
+  CHECK(read->rank_state->arrays.size() == 2);
+  CHECK(read_rank_state_array(path, *read, "b", nullptr, error));
+}
+
+TEST_CASE("A shard without rank state is byte for byte what it was before rank state existed") {
+  TempDir dir;
+  ShardHeader header = header_for(1, 3, 1000, 300, 550);
+  header.loss_scaler = LossScalerState{.scale = 0.25,
+                                       .iteration = 41,
+                                       .last_overflow_iteration = 37,
+                                       .hysteresis_left = 1,
+                                       .skipped_steps = 5};
+  const ShardData data(300, 550);
+  const std::string old_call = dir.file("old.bin");
+  const std::string new_call = dir.file("new.bin");
+  const WrittenShard written = write_shard(old_call, header, data.arrays());
+  REQUIRE(written.ok());
+  REQUIRE(write_shard(new_call, header, data.arrays(), {}).ok());
+  CHECK(testing::read_bytes(old_call) == testing::read_bytes(new_call));
+  // This shard's size and hash as written by the build before rank state.
+  CHECK(written.size_bytes == 3560);
+  CHECK(written.xxh64 == "d773fa775c827714");
+  CHECK(testing::read_bytes(old_call).find("rank_state") == std::string::npos);
+
+  std::string error;
+  const std::optional<ShardHeader> read = read_shard_header(old_call, error);
+  INFO(error);
+  REQUIRE(read);
+  CHECK_FALSE(read->rank_state);
+  float out = 0;
+  CHECK_FALSE(read_rank_state_array(old_call, *read, "worker_error", &out, error));
+  CHECK_THAT(error, Equals("cannot read rank-state array worker_error of checkpoint shard '" +
+                           old_call + "': its header has no rank_state"));
+}
+
+TEST_CASE("A rank state that is not consistent is not written") {
+  TempDir dir;
+  const std::string path = dir.file("shard.bin");
+  ShardHeader header = header_for(1, 3, 1000, 300, 550);
+  RankStateData rank;
+  header.rank_state = rank.state;
+  std::vector<const void*> pointers = rank.pointers();
+  const ShardData data(300, 550);
+  std::string problem;
+  SECTION("a data rank outside its group") {
+    header.rank_state->data_rank = 3;
+    problem = "rank_state's data_rank 3 of 3 is not 0 <= rank < ranks";
+  }
+  SECTION("a negative stage") {
+    header.rank_state->stage = -1;
+    problem = "rank_state's stage -1 of 4 is not 0 <= rank < ranks";
+  }
+  SECTION("no tensor ranks") {
+    header.rank_state->tensor_ranks = 0;
+    problem = "rank_state's tensor_rank 1 of 0 is not 0 <= rank < ranks";
+  }
+  SECTION("an array named twice") {
+    header.rank_state->arrays[2].name = "worker_error";
+    problem = "rank_state names array worker_error twice";
+  }
+  SECTION("an array with no name") {
+    header.rank_state->arrays[1].name = "";
+    problem = "rank_state's array \"\" is not named with [a-z0-9_]+";
+  }
+  SECTION("a scalar named with capitals") {
+    header.rank_state->scalars["Beta"] = 0.9;
+    problem = "rank_state's scalar \"Beta\" is not named with [a-z0-9_]+";
+  }
+  SECTION("a NaN scalar") {
+    header.rank_state->scalars["lr"] = std::numeric_limits<double>::quiet_NaN();
+    problem = "rank_state's scalar lr is nan, not a finite number";
+  }
+  SECTION("an infinite scalar") {
+    header.rank_state->scalars["lr"] = -std::numeric_limits<double>::infinity();
+    problem = "rank_state's scalar lr is -inf, not a finite number";
+  }
+  SECTION("an array of bf16") {
+    header.rank_state->arrays[0].dtype = DType::kBF16;
+    problem = "rank_state's array worker_error is bf16 (fp32 or fp64 only)";
+  }
+  SECTION("a negative count") {
+    header.rank_state->arrays[2].count = -1;
+    problem = "rank_state's array empty has -1 elements (0 to 1099511627776)";
+  }
+  SECTION("too many arrays") {
+    header.rank_state->arrays.clear();
+    for (int i = 0; i < 65; ++i) {
+      header.rank_state->arrays.push_back({fmt::format("a{}", i), DType::kF32, 0});
+    }
+    pointers.assign(65, nullptr);
+    problem = "rank_state has 65 arrays (at most 64)";
+  }
+  SECTION("one rank array too few") {
+    pointers.pop_back();
+    problem = "it is given 2 rank-state arrays, but its rank_state lists 3";
+  }
+  SECTION("one rank array too many") {
+    pointers.push_back(nullptr);
+    problem = "it is given 4 rank-state arrays, but its rank_state lists 3";
+  }
+  SECTION("rank arrays the header has no rank state for") {
+    header.rank_state.reset();
+    problem = "it is given 3 rank-state arrays, but its rank_state lists 0";
+  }
+  SECTION("the overload without rank arrays, for a rank state that lists some") {
+    pointers.clear();
+    problem = "it is given 0 rank-state arrays, but its rank_state lists 3";
+  }
+  const WrittenShard written = pointers.empty()
+                                   ? write_shard(path, header, data.arrays())
+                                   : write_shard(path, header, data.arrays(), pointers);
+  CHECK_THAT(written.error, Equals("cannot write checkpoint shard '" + path + "': " + problem));
+  CHECK(dir.names().empty());
+}
+
+// `bytes` of a shard with its header's JSON changed by `change` and its
+// checksum made to match again, as a writer with a bug would write it. The
+// arrays keep their places relative to the 64-byte boundary after the header.
+std::string with_header_changed(const std::string& bytes,
+                                const std::function<void(nlohmann::json&)>& change) {
+  uint32_t length = 0;
+  std::memcpy(&length, bytes.data() + 12, sizeof length);
+  nlohmann::json fields = nlohmann::json::parse(bytes.substr(16, length));
+  const std::string arrays = bytes.substr((16 + length + 63) / 64 * 64);
+  fields.erase("header_xxh64");
+  change(fields);
+  const std::string unchecked = fields.dump();
+  fields["header_xxh64"] = xxh64_hex(XXH64(unchecked.data(), unchecked.size(), 0));
+  const std::string text = fields.dump();
+  length = static_cast<uint32_t>(text.size());
+  std::string changed = bytes.substr(0, 12);
+  changed.append(reinterpret_cast<const char*>(&length), sizeof length);
+  changed += text;
+  changed.resize((changed.size() + 63) / 64 * 64, '\0');
+  return changed + arrays;
+}
+
+TEST_CASE("A damaged rank state is refused with what is wrong with it") {
+  TempDir dir;
+  const std::string path = dir.file("good.bin");
+  ShardHeader header = header_for(0, 1, 8, 0, 8);
+  const RankStateData rank;
+  header.rank_state = rank.state;
+  const ShardData data(0, 8);
+  REQUIRE(write_shard(path, header, data.arrays(), rank.pointers()).ok());
+  const std::string good = testing::read_bytes(path);
+  const int64_t size = static_cast<int64_t>(good.size());
+  // The change is the one header_error finds: the good file still reads.
+  std::string error;
+  REQUIRE(read_shard_header(path, error));
+  const auto change_state = [&](const std::function<void(nlohmann::json&)>& change) {
+    return header_error(dir, with_header_changed(good, [&](nlohmann::json& fields) {
+                          change(fields["rank_state"]);
+                        }));
+  };
+
+  SECTION("cut inside a rank-state array") {
+    // worker_error is at size - 320 (see the round-trip test).
+    CHECK_THAT(header_error(dir, good.substr(0, size - 300)),
+               Contains(fmt::format("its header (elements [0, 8) of 3 arrays and 3 rank-state "
+                                    "arrays) implies {} bytes, but the file has {} (truncated)",
+                                    size, size - 300)));
+  }
+  SECTION("one byte appended") {
+    CHECK_THAT(
+        header_error(dir, good + '\0'),
+        Contains(fmt::format("implies {} bytes, but the file has {} (extended)", size, size + 1)));
+  }
+  SECTION("a scalar's digit changed") {
+    std::string bad = good;
+    const size_t minus = bad.find("\"minus\":-2.5");
+    REQUIRE(minus != std::string::npos);
+    bad[minus + 11] = '7';  // -2.7, still valid JSON of the same length
+    CHECK_THAT(header_error(dir, bad), Contains("header's checksum is") && Contains("(damaged)"));
+  }
+  SECTION("an array's count changed") {
+    std::string bad = good;
+    const size_t count = bad.find("\"count\":37");
+    REQUIRE(count != std::string::npos);
+    bad[count + 9] = '8';
+    CHECK_THAT(header_error(dir, bad), Contains("header's checksum is") && Contains("(damaged)"));
+  }
+  SECTION("an array named twice, checksum and all") {
+    CHECK_THAT(
+        change_state([](nlohmann::json& state) { state["arrays"][1]["name"] = "worker_error"; }),
+        Contains("its header's rank_state names array worker_error twice"));
+  }
+  SECTION("a data rank outside its group") {
+    CHECK_THAT(change_state([](nlohmann::json& state) { state["data_rank"] = 3; }),
+               Contains("its header's rank_state's data_rank 3 of 3 is not 0 <= rank < ranks"));
+  }
+  SECTION("no stages") {
+    CHECK_THAT(change_state([](nlohmann::json& state) { state.erase("stages"); }),
+               Contains("its header has no integer \"stages\" (in rank_state)"));
+  }
+  SECTION("a scalar that is not a number") {
+    CHECK_THAT(change_state([](nlohmann::json& state) { state["scalars"]["lr"] = nullptr; }),
+               Contains("its header's rank_state scalar \"lr\" is null, not a number"));
+  }
+  SECTION("an array of an unknown dtype") {
+    CHECK_THAT(change_state([](nlohmann::json& state) { state["arrays"][0]["dtype"] = "fp8"; }),
+               Contains("its header's rank_state array") &&
+                   Contains("has no name, known dtype and count"));
+  }
+  SECTION("an array of a count too large for a file") {
+    CHECK_THAT(
+        change_state([](nlohmann::json& state) { state["arrays"][0]["count"] = int64_t{1} << 62; }),
+        Contains("rank_state's array worker_error has 4611686018427387904 elements"));
+  }
+  SECTION("a rank state that is not an object") {
+    CHECK_THAT(change_state([](nlohmann::json& state) { state = 3; }),
+               Contains("its header's \"rank_state\" is not an object"));
   }
 }
 

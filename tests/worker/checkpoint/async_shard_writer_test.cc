@@ -29,7 +29,8 @@ core::ShardHeader header_for(int64_t begin, int64_t end, int64_t step) {
           .optimizer_step = step,
           .loss_scaler = std::nullopt,
           .layout = flat_layout(end),
-          .arrays = {}};  // write_shard fills it in
+          .arrays = {},  // write_shard fills it in
+          .rank_state = std::nullopt};
 }
 
 // Each `done` call's result, from the writer's thread.
@@ -104,7 +105,8 @@ TEST_CASE("Back-to-back saves both complete, each with its own data") {
                .optimizer_step = 2,
                .loss_scaler = std::nullopt,
                .layout = flat_layout(51'000),
-               .arrays = {}},
+               .arrays = {},
+               .rank_state = std::nullopt},
               second.arrays(), done.record());
   writer.wait();
 
@@ -185,6 +187,85 @@ TEST_CASE("A failed write is reported to done") {
   REQUIRE(done.results.size() == 1);
   CHECK_FALSE(done.results[0].ok());
   CHECK_THAT(done.results[0].error, Contains("cannot write checkpoint shard '" + path + "'"));
+  CHECK(dir.names().empty());
+}
+
+// A rank state with an f32 and an f64 error-feedback buffer of `count` elements.
+core::RankState rank_state_of(int64_t count) {
+  core::RankState state;
+  state.data_rank = 1;
+  state.data_ranks = 2;
+  state.scalars = {{"lr", 0.1}, {"freeze_step", 400}};
+  state.arrays = {{"worker_error", core::DType::kF32, count},
+                  {"server_error", core::DType::kF64, count / 2 + 1}};
+  return state;
+}
+
+TEST_CASE("save copies the rank-state arrays too: changing them after it returns changes nothing") {
+  TempDir dir;
+  const std::string path = dir.file("shard.bin");
+  DoneCalls done;
+  AsyncShardWriter writer;
+  const ShardData data(0, 1000);
+  core::ShardHeader header = header_for(0, 1000, 5);
+  header.rank_state = rank_state_of(100'001);
+  std::vector<float> worker_error(100'001);
+  std::vector<double> server_error(50'001);
+  for (size_t i = 0; i < worker_error.size(); ++i) worker_error[i] = 0.5f * i - 3;
+  for (size_t i = 0; i < server_error.size(); ++i) server_error[i] = 1.0 / (i + 7);
+  const std::vector<float> saved_worker = worker_error;
+  const std::vector<double> saved_server = server_error;
+  writer.save(path, header, data.arrays(), {worker_error.data(), server_error.data()},
+              done.record());
+  std::fill(worker_error.begin(), worker_error.end(), -1.0f);
+  std::fill(server_error.begin(), server_error.end(), -2.0);
+  writer.wait();
+
+  REQUIRE(done.results.size() == 1);
+  check_written(done.results[0], path);
+  std::string error;
+  const std::optional<core::ShardHeader> read = core::read_shard_header(path, error);
+  INFO(error);
+  REQUIRE(read);
+  REQUIRE(read->rank_state);
+  CHECK(read->rank_state->data_rank == 1);
+  CHECK(read->rank_state->scalars == header.rank_state->scalars);
+  CHECK(core::read_rank_state_array(path, *read, "worker_error", worker_error.data(), error));
+  CHECK(core::read_rank_state_array(path, *read, "server_error", server_error.data(), error));
+  CHECK(worker_error == saved_worker);
+  CHECK(server_error == saved_server);
+  CHECK(read_array(path, StateKind::kAdamV) == expected_values(StateKind::kAdamV, 0, 1000));
+
+  // A save without rank state after it, into the same writer, has none.
+  writer.save(dir.file("plain.bin"), header_for(0, 1000, 6), data.arrays(), done.record());
+  writer.wait();
+  REQUIRE(done.results.size() == 2);
+  check_written(done.results[1], dir.file("plain.bin"));
+  const std::optional<core::ShardHeader> plain =
+      core::read_shard_header(dir.file("plain.bin"), error);
+  REQUIRE(plain);
+  CHECK_FALSE(plain->rank_state);
+}
+
+TEST_CASE("Rank arrays that do not match the rank state are reported to done") {
+  TempDir dir;
+  const std::string path = dir.file("shard.bin");
+  DoneCalls done;
+  AsyncShardWriter writer;
+  const ShardData data(0, 10);
+  core::ShardHeader header = header_for(0, 10, 1);
+  header.rank_state = rank_state_of(5);
+  const std::vector<float> worker_error(5, 1.0f);
+  writer.save(path, header, data.arrays(), {worker_error.data()}, done.record());
+  // The 4-argument save writes no rank arrays.
+  writer.save(path, header, data.arrays(), done.record());
+  writer.wait();
+  REQUIRE(done.results.size() == 2);
+  CHECK_THAT(done.results[0].error,
+             Contains("cannot write checkpoint shard '" + path + "'") &&
+                 Contains("it is given 1 rank-state arrays, but its rank_state lists 2"));
+  CHECK_THAT(done.results[1].error,
+             Contains("it is given 0 rank-state arrays, but its rank_state lists 2"));
   CHECK(dir.names().empty());
 }
 
