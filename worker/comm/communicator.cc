@@ -49,6 +49,27 @@ int64_t CommStats::bytes() const {
   return total;
 }
 
+int64_t wire_bytes(OpKind kind, int64_t bytes, int ranks) {
+  if (ranks < 2 && kind != OpKind::kSend) return 0;
+  const int64_t p = ranks;
+  switch (kind) {
+    case OpKind::kAllReduce:
+      return 2 * (p - 1) * bytes / p;
+    case OpKind::kReduceScatter:
+    case OpKind::kAllToAll:
+      return (p - 1) * bytes / p;
+    case OpKind::kAllGather:
+      return (p - 1) * bytes;
+    case OpKind::kBroadcast:
+    case OpKind::kSend:
+      return bytes;
+    case OpKind::kRecv:
+    case OpKind::kBarrier:
+      return 0;
+  }
+  return 0;
+}
+
 core::Status wait_for(Work& work, std::string_view context) {
   return work.wait().with_context(context);
 }

@@ -102,11 +102,21 @@ struct WaitPolicy {
   std::function<void(const core::Status&, const HangReport&)> on_deadline;
 };
 
+// The bytes this rank sends to its peers in one operation of `kind` whose
+// send buffer (all_gather: this rank's block; reduce_scatter: the whole
+// input) holds `bytes`, over `ranks` ranks, under the bandwidth-optimal
+// algorithms (ring all-reduce 2(p-1)/p, reduce-scatter and all-to-all
+// (p-1)/p, all-gather (p-1) blocks, a broadcast's root the buffer, a send
+// its buffer): what "bytes on the wire" means in the metrics, the same
+// whatever algorithm MPI picks.
+int64_t wire_bytes(OpKind kind, int64_t bytes, int ranks);
+
 // Bytes and calls per operation this rank started on a communicator.
 struct CommStats {
   struct Op {
     int64_t calls = 0;
     int64_t bytes = 0;  // what this rank handed to the transport: its send buffer
+    int64_t wire_bytes = 0;  // of which sent to peers, as wire_bytes() counts
   };
   Op ops[kOpKindCount];
   int64_t calls() const;
@@ -187,6 +197,10 @@ class Transport {
   virtual ~Transport() = default;
   // Every live communicator's collectives_started(); thread-safe.
   virtual std::vector<GroupProgress> progress() const = 0;
+  // The wire_bytes() of every operation started so far on the process's
+  // communicators of grid axis `axis` ("data" counts "data/gradients" too;
+  // "" every axis), those destroyed since included; thread-safe.
+  virtual int64_t wire_bytes(std::string_view axis) const = 0;
   // Fault injection (testing.fault stall_collective): the next thread to
   // start an operation on any communicator blocks forever, as if this rank
   // never entered its next collective; the rest of the process (heartbeats)

@@ -188,6 +188,9 @@ std::unique_ptr<Work> MpiCommunicator::queue(
   CommStats::Op& op = stats_.ops[static_cast<int>(kind)];
   ++op.calls;
   op.bytes += bytes;
+  const int64_t wire = wire_bytes(kind, bytes, size());
+  op.wire_bytes += wire;
+  transport_.count_wire_bytes(axis_, wire);
   if (collective) collectives_.fetch_add(1);
   // Under mutex_, so operations are queued in the order these calls return.
   submit(std::move(state));

@@ -7,8 +7,11 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -32,11 +35,16 @@ class MpiTransport final : public Transport {
   void stall_point() const;
 
   std::vector<GroupProgress> progress() const override;
+  int64_t wire_bytes(std::string_view axis) const override;
+  // Adds an operation's bytes to those of `axis` (a communicator's axis()).
+  void count_wire_bytes(std::string_view axis, int64_t bytes);
   void add(const Communicator* communicator);
   void remove(const Communicator* communicator);
 
  private:
   std::atomic<bool> stall_{false};
+  mutable std::mutex wire_mutex_;
+  std::map<std::string, int64_t, std::less<>> wire_bytes_;  // by the axis before any '/'
   mutable std::mutex mutex_;
   std::vector<const Communicator*> communicators_;
 };
