@@ -43,7 +43,6 @@ const std::set<std::string, std::less<>>& ignored_deepspeed_keys() {
       "data_efficiency",
       "compression_training",
       "amp",
-      "communication_data_type",
       "seq_parallel_communication_data_type",
       "pipeline",
       "timers",

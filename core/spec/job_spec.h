@@ -147,10 +147,17 @@ struct ZeroSpec {
   int64_t sub_group_size = 1'000'000'000;
 };
 
-enum class OptimizerType { kAdam, kAdamW };
+enum class OptimizerType { kAdam, kAdamW, kLamb, kOneBitAdam, kZeroOneAdam, kOneBitLamb };
+// Whether the optimizer averages its own data-parallel traffic, compressed
+// to signs after a warm-up (1-bit Adam, 0/1 Adam, 1-bit LAMB).
+inline bool compresses_communication(OptimizerType type) {
+  return type == OptimizerType::kOneBitAdam || type == OptimizerType::kZeroOneAdam ||
+         type == OptimizerType::kOneBitLamb;
+}
 
 // DeepSpeed's optimizer section: its "Adam" decouples weight decay (AdamW)
-// unless params.adam_w_mode is false, and its defaults are FusedAdam's.
+// unless params.adam_w_mode is false, and its defaults are FusedAdam's,
+// FusedLamb's and those of DeepSpeed's 1-bit optimizers.
 struct OptimizerSpec {
   OptimizerType type = OptimizerType::kAdamW;
   double lr = 1e-3;
@@ -158,6 +165,27 @@ struct OptimizerSpec {
   double eps = 1e-8;
   double weight_decay = 0;
   bool decoupled_weight_decay = true;
+  // Lamb: the step's bias correction and where eps goes (sqrt(v + eps)
+  // when inside); Lamb and 1-bit LAMB: the trust ratio's bounds.
+  bool bias_correction = true;
+  bool eps_inside_sqrt = false;
+  double max_coeff = 10.0;
+  double min_coeff = 0.01;
+  // 1-bit Adam and 1-bit LAMB: steps of full-precision warm-up, after which
+  // the variance freezes and the momentum travels compressed.
+  int64_t freeze_step = 100000;
+  // 0/1 Adam: the variance's update intervals double every
+  // var_update_scaler updates until var_freeze_step; then the local-step
+  // interval doubles every local_step_scaler steps up to local_step_clipper.
+  int64_t var_freeze_step = 100000;
+  int64_t var_update_scaler = 16;
+  int64_t local_step_scaler = 32678;
+  int64_t local_step_clipper = 16;
+  // 1-bit LAMB's frozen trust ratio and its scaling factor's bounds.
+  double coeff_beta = 0.9;
+  double factor_max = 4.0;
+  double factor_min = 0.5;
+  double factor_threshold = 0.1;
 };
 
 enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
@@ -214,11 +242,17 @@ struct ElasticitySpec {
   int num_gpus_per_node = 1;               // version 0.2: ranks per node
 };
 
+// DeepSpeed's communication_data_type: the element type gradients are
+// averaged in over the data group (summed in fp32 whatever it is). Unset:
+// the training's precision, as DeepSpeed defaults it.
+enum class CommunicationDataType { kDefault, kFp32, kFp16, kBf16 };
+
 struct TrainingSpec {
   BatchInput batch;  // as given; resolved against the data-parallel size by the plan
   int64_t steps = 0;
   Fp16Spec fp16;
   bool bf16 = false;  // bf16.enabled
+  CommunicationDataType communication_data_type = CommunicationDataType::kDefault;
   ZeroSpec zero;
   OptimizerSpec optimizer;
   SchedulerSpec scheduler;

@@ -422,9 +422,9 @@ void read_zero(MapReader zero, ZeroSpec& out) {
   zero.finish();
 }
 
-void read_optimizer(MapReader optimizer, OptimizerSpec& out) {
-  read_enum(optimizer, "type", {"Adam", "AdamW"}, out.type);
-  MapReader params = optimizer.map("params");
+// The params each optimizer type takes (DeepSpeed's, for its optimizers;
+// the ones that change nothing here, like cuda_aware, are accepted).
+void read_optimizer_params(MapReader& params, OptimizerSpec& out) {
   params.number("lr", out.lr, 0, kUnbounded);
   std::vector<double> betas(out.betas.begin(), out.betas.end());
   params.number_list("betas", betas);
@@ -437,8 +437,58 @@ void read_optimizer(MapReader optimizer, OptimizerSpec& out) {
   }
   params.number("eps", out.eps, 0, kUnbounded);
   params.number("weight_decay", out.weight_decay, 0, kUnbounded);
-  // DeepSpeed's "Adam" decouples weight decay (AdamW) unless adam_w_mode is false.
-  params.boolean("adam_w_mode", out.decoupled_weight_decay);
+  const OptimizerType type = out.type;
+  if (type == OptimizerType::kAdam || type == OptimizerType::kAdamW) {
+    // DeepSpeed's "Adam" decouples weight decay (AdamW) unless adam_w_mode is false.
+    params.boolean("adam_w_mode", out.decoupled_weight_decay);
+    return;
+  }
+  if (type == OptimizerType::kLamb) {
+    params.boolean("bias_correction", out.bias_correction);
+    params.boolean("eps_inside_sqrt", out.eps_inside_sqrt);
+  }
+  if (type == OptimizerType::kLamb || type == OptimizerType::kOneBitLamb) {
+    params.number("max_coeff", out.max_coeff, 0, kUnbounded);
+    params.number("min_coeff", out.min_coeff, 0, kUnbounded);
+    if (params.read_ok("max_coeff") && params.read_ok("min_coeff") &&
+        out.min_coeff > out.max_coeff) {
+      params.error("min_coeff", fmt::format("{}.min_coeff ({}) is above max_coeff ({})",
+                                            params.path(), out.min_coeff, out.max_coeff));
+    }
+  }
+  if (!compresses_communication(type)) return;
+  // Where DeepSpeed's 1-bit optimizers run their collectives and whether MPI
+  // may take GPU memory: the CPU engine's data group is MPI whatever they say.
+  bool cuda_aware = false;
+  params.boolean("cuda_aware", cuda_aware);
+  int backend = 0;
+  params.choice("comm_backend_name", {"nccl", "mpi", "compressed"}, backend);
+  if (type == OptimizerType::kZeroOneAdam) {
+    params.integer("var_freeze_step", out.var_freeze_step, 1, kNoLimit);
+    params.integer("var_update_scaler", out.var_update_scaler, 1, kNoLimit);
+    params.integer("local_step_scaler", out.local_step_scaler, 1, kNoLimit);
+    params.integer("local_step_clipper", out.local_step_clipper, 1, kNoLimit);
+    return;
+  }
+  params.integer("freeze_step", out.freeze_step, 1, kNoLimit);
+  if (type == OptimizerType::kOneBitLamb) {
+    params.number("coeff_beta", out.coeff_beta, 0, 1);
+    params.number("factor_max", out.factor_max, 0, kUnbounded);
+    params.number("factor_min", out.factor_min, 0, kUnbounded);
+    params.number("factor_threshold", out.factor_threshold, 0, kUnbounded);
+    if (params.read_ok("factor_max") && params.read_ok("factor_min") &&
+        out.factor_min > out.factor_max) {
+      params.error("factor_min", fmt::format("{}.factor_min ({}) is above factor_max ({})",
+                                             params.path(), out.factor_min, out.factor_max));
+    }
+  }
+}
+
+void read_optimizer(MapReader optimizer, OptimizerSpec& out) {
+  read_enum(optimizer, "type", {"Adam", "AdamW", "Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"},
+            out.type);
+  MapReader params = optimizer.map("params");
+  read_optimizer_params(params, out);
   if (out.type == OptimizerType::kAdamW) {
     if (!out.decoupled_weight_decay && optimizer.read_ok("type")) {
       params.error("adam_w_mode",
@@ -607,6 +657,38 @@ void check_elastic_batch_keys(MapReader& training, const ElasticitySpec& elastic
                              given.size() == 1 ? "it" : "them"));
 }
 
+// What DeepSpeed refuses beside the Lamb family and the 1-bit optimizers.
+void check_optimizer_combinations(MapReader& training, const TrainingSpec& out) {
+  const OptimizerType type = out.optimizer.type;
+  const char* name = type == OptimizerType::kLamb          ? "Lamb"
+                     : type == OptimizerType::kOneBitAdam  ? "OneBitAdam"
+                     : type == OptimizerType::kZeroOneAdam ? "ZeroOneAdam"
+                     : type == OptimizerType::kOneBitLamb  ? "OneBitLamb"
+                                                           : nullptr;
+  if (name == nullptr) return;
+  if (out.zero.stage >= 1 && compresses_communication(type)) {
+    training.error("optimizer",
+                   fmt::format("optimizer {} cannot be combined with ZeRO stage {}, as in "
+                               "DeepSpeed: it averages the whole momentum on every rank itself, "
+                               "compressed; set zero_optimization.stage: 0",
+                               name, out.zero.stage));
+  } else if (out.zero.stage >= 1) {
+    training.error("optimizer",
+                   fmt::format("optimizer Lamb cannot be combined with ZeRO stage {}: its trust "
+                               "ratio is per tensor, and ZeRO's flat partitions cut tensors apart "
+                               "(DeepSpeed runs it only as an untested optimizer); set "
+                               "zero_optimization.stage: 0",
+                               out.zero.stage));
+  }
+  const bool lamb = type == OptimizerType::kLamb || type == OptimizerType::kOneBitLamb;
+  if (lamb && out.fp16.enabled && out.fp16.loss_scale > 0) {
+    training.error("fp16",
+                   fmt::format("optimizer {} needs dynamic loss scaling, as in DeepSpeed; set "
+                               "fp16.loss_scale: 0",
+                               name));
+  }
+}
+
 // `parallelism_read_ok` tells whether a parallelism key ("tensor") was read
 // without a problem.
 void read_training(MapReader training, TrainingSpec& out, const ParallelismSpec& parallelism,
@@ -643,6 +725,14 @@ void read_training(MapReader training, TrainingSpec& out, const ParallelismSpec&
                                out.zero.stage, parallelism.pipeline));
   }
   read_optimizer(training.map("optimizer"), out.optimizer);
+  check_optimizer_combinations(training, out);
+  if (training.has("communication_data_type")) {
+    int type = 0;
+    training.choice("communication_data_type", {"fp32", "fp16", "bf16"}, type);
+    if (training.read_ok("communication_data_type")) {
+      out.communication_data_type = static_cast<CommunicationDataType>(type + 1);
+    }
+  }
   read_scheduler(training.map("scheduler"), out.scheduler);
   training.number("gradient_clipping", out.gradient_clipping, 0, kUnbounded);
   training.integer("seed", out.seed);

@@ -1016,6 +1016,116 @@ TEST_CASE("DeepSpeed's Adam decouples weight decay unless adam_w_mode is false")
   }
 }
 
+TEST_CASE("Lamb and DeepSpeed's 1-bit optimizers take their names and keys, any case") {
+  SpecFolder folder;
+  const auto load = [&](const std::string& optimizer) {
+    return folder.load("data: {train: demo}\ntraining:\n  steps: 1\n  optimizer: " + optimizer +
+                       "\n");
+  };
+  SECTION("OneBitAdam") {
+    const Loaded loaded = load(
+        "{type: onebitadam, params: {lr: 0.002, freeze_step: 30, cuda_aware: false, "
+        "comm_backend_name: mpi}}");
+    CHECK_FALSE(loaded.diagnostics.has_errors());
+    const OptimizerSpec& optimizer = loaded.spec.training.optimizer;
+    CHECK(optimizer.type == OptimizerType::kOneBitAdam);
+    CHECK(optimizer.freeze_step == 30);
+    CHECK(optimizer.lr == 0.002);
+  }
+  SECTION("ZeroOneAdam") {
+    const Loaded loaded = load(
+        "{type: ZeroOneAdam, params: {var_freeze_step: 40, var_update_scaler: 2, "
+        "local_step_scaler: 8, local_step_clipper: 4}}");
+    CHECK_FALSE(loaded.diagnostics.has_errors());
+    const OptimizerSpec& optimizer = loaded.spec.training.optimizer;
+    CHECK(optimizer.type == OptimizerType::kZeroOneAdam);
+    CHECK(optimizer.var_freeze_step == 40);
+    CHECK(optimizer.var_update_scaler == 2);
+    CHECK(optimizer.local_step_scaler == 8);
+    CHECK(optimizer.local_step_clipper == 4);
+  }
+  SECTION("OneBitLamb") {
+    const Loaded loaded = load(
+        "{type: OneBitLamb, params: {freeze_step: 20, max_coeff: 0.3, min_coeff: 0.01, "
+        "coeff_beta: 0.8, factor_max: 3, factor_min: 0.4, factor_threshold: 0.2}}");
+    CHECK_FALSE(loaded.diagnostics.has_errors());
+    const OptimizerSpec& optimizer = loaded.spec.training.optimizer;
+    CHECK(optimizer.type == OptimizerType::kOneBitLamb);
+    CHECK(optimizer.freeze_step == 20);
+    CHECK(optimizer.max_coeff == 0.3);
+    CHECK(optimizer.coeff_beta == 0.8);
+    CHECK(optimizer.factor_max == 3);
+    CHECK(optimizer.factor_min == 0.4);
+    CHECK(optimizer.factor_threshold == 0.2);
+  }
+  SECTION("Lamb") {
+    const Loaded loaded =
+        load("{type: LAMB, params: {bias_correction: false, eps_inside_sqrt: true}}");
+    CHECK_FALSE(loaded.diagnostics.has_errors());
+    CHECK(loaded.spec.training.optimizer.type == OptimizerType::kLamb);
+    CHECK_FALSE(loaded.spec.training.optimizer.bias_correction);
+    CHECK(loaded.spec.training.optimizer.eps_inside_sqrt);
+  }
+  SECTION("a key of another optimizer is unknown") {
+    const Loaded loaded = load("{type: OneBitAdam, params: {var_freeze_step: 3}}");
+    REQUIRE(loaded.errors().size() == 1);
+    CHECK(loaded.only("var_freeze_step").message.find("unknown key 'var_freeze_step'") == 0);
+  }
+  SECTION("min_coeff above max_coeff") {
+    const Loaded loaded = load("{type: Lamb, params: {max_coeff: 0.1, min_coeff: 0.5}}");
+    REQUIRE(loaded.errors().size() == 1);
+    CHECK(loaded.only("min_coeff").message ==
+          "training.optimizer.params.min_coeff (0.5) is above max_coeff (0.1)");
+  }
+}
+
+TEST_CASE("DeepSpeed's refusals around the 1-bit optimizers and Lamb come before any rank") {
+  SpecFolder folder;
+  const auto load = [&](const std::string& type, const std::string& more) {
+    return folder.load("data: {train: demo}\ntraining:\n  steps: 1\n  optimizer: {type: " + type +
+                       "}\n" + more);
+  };
+  for (const std::string type : {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) {
+    INFO(type);
+    const Loaded loaded = load(type, "  zero_optimization: {stage: 2}\n");
+    REQUIRE(loaded.errors().size() == 1);
+    CHECK(loaded.only("cannot be combined").message ==
+          "optimizer " + type +
+              " cannot be combined with ZeRO stage 2, as in DeepSpeed: it averages the whole "
+              "momentum on every rank itself, compressed; set zero_optimization.stage: 0");
+    CHECK_FALSE(load(type, "  zero_optimization: {stage: 0}\n").diagnostics.has_errors());
+  }
+  const Loaded lamb = load("Lamb", "  zero_optimization: {stage: 1}\n");
+  REQUIRE(lamb.errors().size() == 1);
+  CHECK(lamb.only("Lamb cannot be combined").message.find("trust ratio is per tensor") !=
+        std::string::npos);
+  for (const std::string type : {"Lamb", "OneBitLamb"}) {
+    const Loaded static_scale = load(type, "  fp16: {enabled: true, loss_scale: 128}\n");
+    REQUIRE(static_scale.errors().size() == 1);
+    CHECK(static_scale.only("dynamic loss scaling").message ==
+          "optimizer " + type +
+              " needs dynamic loss scaling, as in DeepSpeed; set fp16.loss_scale: 0");
+    CHECK_FALSE(load(type, "  fp16: {enabled: true, loss_scale: 0}\n").diagnostics.has_errors());
+  }
+}
+
+TEST_CASE("communication_data_type takes DeepSpeed's fp32, fp16 and bf16") {
+  SpecFolder folder;
+  const auto load = [&](const std::string& value) {
+    return folder.load(
+        "data: {train: demo}\ntraining:\n  steps: 1\n  communication_data_type: " + value + "\n");
+  };
+  CHECK(folder.load("data: {train: demo}\ntraining: {steps: 1}\n")
+            .spec.training.communication_data_type == CommunicationDataType::kDefault);
+  CHECK(load("fp32").spec.training.communication_data_type == CommunicationDataType::kFp32);
+  CHECK(load("FP16").spec.training.communication_data_type == CommunicationDataType::kFp16);
+  CHECK(load("bf16").spec.training.communication_data_type == CommunicationDataType::kBf16);
+  const Loaded bad = load("int8");
+  REQUIRE(bad.errors().size() == 1);
+  CHECK(bad.only("communication_data_type").message ==
+        "training.communication_data_type must be one of fp32, fp16, bf16, got 'int8'");
+}
+
 TEST_CASE("betas must be two numbers in [0, 1)") {
   SpecFolder folder;
   for (const std::string betas : {"[0.9]", "[0.9, 1.0]", "[-0.1, 0.9]", "[0.9, 0.99, 0.999]"}) {
