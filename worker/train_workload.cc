@@ -49,6 +49,9 @@ void send_step_metrics(proto::Session& session, const engine::StepReport& report
     metrics["skipped_steps"] = static_cast<double>(report.skipped_steps);
   }
   if (report.tensor_comm_seconds > 0) metrics["tensor_comm_s"] = report.tensor_comm_seconds;
+  metrics["comm_bytes"] = static_cast<double>(report.comm_bytes);
+  metrics["data_comm_bytes"] = static_cast<double>(report.data_comm_bytes);
+  if (report.compression_ratio) metrics["compression_ratio"] = *report.compression_ratio;
   for (size_t stage = 0; stage < report.stage_wait_seconds.size(); ++stage) {
     metrics[fmt::format("stage{}_wait_s", stage)] = report.stage_wait_seconds[stage];
   }
@@ -130,9 +133,10 @@ void save_in_background(checkpoint::AsyncShardWriter& writer, proto::Session& se
   header.optimizer_step = slice.optimizer_steps;
   header.loss_scaler = slice.loss_scaler;
   header.layout = *slice.layout;
+  header.rank_state = slice.rank_state;
   // The callback runs on the writer's thread, after `slice`'s pointers are
   // gone: it uses only the slice's numbers.
-  writer.save((folder / file).string(), header, slice.arrays,
+  writer.save((folder / file).string(), header, slice.arrays, slice.rank_arrays,
               [&session, &failed, slice, file](const core::WrittenShard& written) {
                 if (!written.ok()) {
                   report_checkpoint_failure(session, failed, slice.step, written.error);
@@ -221,6 +225,10 @@ int run_train_workload(const TrainWorkloadContext& context) {
     std::cout << format_step(report, spec.training.steps) << std::endl;
     send_step_metrics(session, report);
   };
+  options.on_notice = [&](const std::string& notice) {
+    if (reporter) std::cout << "notice: " << notice << std::endl;
+  };
+  options.transport = &context.groups->transport();
   options.resume = context.resume;
   options.checkpoint_requested = context.checkpoint_requested;
   // Shards are copied to memory here and written by the writer's thread

@@ -60,6 +60,8 @@ struct RankStatus {
   std::atomic<double> tokens_per_s{0};
   std::atomic<double> step_time_s{0};
   std::atomic<double> pipeline_wait_s{0};
+  std::atomic<int64_t> comm_bytes{0};
+  std::atomic<double> compression_ratio{0};
   std::atomic<int64_t> parameter_bytes{0};
   std::atomic<int64_t> gradient_bytes{0};
   std::atomic<int64_t> optimizer_state_bytes{0};
@@ -211,6 +213,8 @@ void fill_heartbeat(const RankStatus& status, v1::Heartbeat& heartbeat) {
   heartbeat.set_loss(status.loss.load());
   heartbeat.set_tokens_per_s(status.tokens_per_s.load());
   heartbeat.set_step_time_s(status.step_time_s.load());
+  heartbeat.set_comm_bytes(status.comm_bytes.load());
+  heartbeat.set_compression_ratio(status.compression_ratio.load());
   heartbeat.set_pipeline_wait_s(status.pipeline_wait_s.load());
   v1::MemoryUsage* memory = heartbeat.mutable_memory();
   memory->set_parameters(status.parameter_bytes.load());
@@ -503,6 +507,8 @@ int run_worker() {
       status.tokens_per_s.store(report.tokens_per_second);
       status.step_time_s.store(report.step_seconds);
       status.pipeline_wait_s.store(report.pipeline_wait_seconds);
+      status.comm_bytes.store(report.comm_bytes);
+      status.compression_ratio.store(report.compression_ratio.value_or(0));
     };
     context.on_memory = [&status](const engine::MemoryReport& memory) {
       status.parameter_bytes.store(memory.parameters);

@@ -95,6 +95,8 @@ v1::JobStatus make_job_status(const JobInfo& info, const JobState& state, const 
     }
     rank->set_step_time_s(record.heartbeat.step_time_s());
     rank->set_pipeline_wait_s(record.heartbeat.pipeline_wait_s());
+    rank->set_comm_bytes(record.heartbeat.comm_bytes());
+    rank->set_compression_ratio(record.heartbeat.compression_ratio());
     *rank->mutable_memory() = record.heartbeat.memory();
     if (record.exit_code) rank->set_exit_code(*record.exit_code);
     if (record.exit_signal) rank->set_exit_signal(*record.exit_signal);
@@ -105,13 +107,21 @@ v1::JobStatus make_job_status(const JobInfo& info, const JobState& state, const 
 nlohmann::json status_to_json(const v1::JobStatus& status) {
   nlohmann::json ranks = nlohmann::json::array();
   for (const v1::RankStatus& rank : status.ranks()) {
-    nlohmann::json entry = {{"rank", rank.rank()},   {"host", rank.host()},
-                            {"pid", rank.pid()},     {"device", rank.device()},
-                            {"state", rank.state()}, {"heartbeat_age_ms", rank.heartbeat_age_ms()},
-                            {"step", rank.step()},   {"memory", memory_json(rank.memory())},
-                            {"stage", rank.stage()}, {"step_time_s", rank.step_time_s()},
+    nlohmann::json entry = {{"rank", rank.rank()},
+                            {"host", rank.host()},
+                            {"pid", rank.pid()},
+                            {"device", rank.device()},
+                            {"state", rank.state()},
+                            {"heartbeat_age_ms", rank.heartbeat_age_ms()},
+                            {"step", rank.step()},
+                            {"memory", memory_json(rank.memory())},
+                            {"stage", rank.stage()},
+                            {"step_time_s", rank.step_time_s()},
                             {"pipeline_wait_s", rank.pipeline_wait_s()},
-                            {"exit_code", nullptr},  {"exit_signal", nullptr}};
+                            {"comm_bytes", rank.comm_bytes()},
+                            {"compression_ratio", rank.compression_ratio()},
+                            {"exit_code", nullptr},
+                            {"exit_signal", nullptr}};
     if (rank.has_exit_code()) entry["exit_code"] = rank.exit_code();
     if (rank.has_exit_signal()) entry["exit_signal"] = rank.exit_signal();
     ranks.push_back(entry);
@@ -189,6 +199,8 @@ v1::JobStatus status_from_json(const nlohmann::json& json) {
     rank->set_stage(get_or<int>(entry, "stage", 0));
     rank->set_step_time_s(get_or<double>(entry, "step_time_s", 0));
     rank->set_pipeline_wait_s(get_or<double>(entry, "pipeline_wait_s", 0));
+    rank->set_comm_bytes(get_or<int64_t>(entry, "comm_bytes", 0));
+    rank->set_compression_ratio(get_or<double>(entry, "compression_ratio", 0));
     if (const auto memory = entry.find("memory"); memory != entry.end()) {
       memory_from_json(*memory, rank->mutable_memory());
     }

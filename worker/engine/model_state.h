@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -62,6 +63,8 @@ class ModelState {
   // The optimizer's step at learning rate `lr`, and whatever makes the
   // parameters whole again for the next forward.
   virtual core::Status optimizer_step(double lr) = 0;
+  // Whether that step averaged over the data group compressed.
+  virtual bool compressed_last_step() const { return false; }
 
   // Around a forward-only pass (evaluation): called after it, and the
   // status of what it gathered.
@@ -98,9 +101,16 @@ struct ModelStateInputs {
   // optimizer steps taken.
   const std::vector<core::ShardLocation>* resume_shards = nullptr;
   int64_t resume_optimizer_steps = 0;
+  // What a resume changed that the user should hear of (the error feedback
+  // of compressed communication starting again); unset: nothing is said.
+  std::function<void(const std::string&)> notice;
 };
 
 // The ZeRO stage of training.zero over the data group.
 core::StatusOr<std::unique_ptr<ModelState>> make_zero_model_state(ModelStateInputs inputs);
+
+// ZeRO stage 0 with Lamb or a compressed optimizer (WholeModelOptimizer),
+// which sees the whole model on every rank.
+core::StatusOr<std::unique_ptr<ModelState>> make_whole_model_state(ModelStateInputs inputs);
 
 }  // namespace dslaunch::worker::engine

@@ -259,7 +259,12 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     state_inputs.resume_shards = &options.resume->shards;
     state_inputs.resume_optimizer_steps = optimizer_steps;
   }
-  core::StatusOr<std::unique_ptr<ModelState>> made = make_zero_model_state(std::move(state_inputs));
+  state_inputs.notice = options.on_notice;
+  core::StatusOr<std::unique_ptr<ModelState>> made =
+      training.optimizer.type == spec::OptimizerType::kLamb ||
+              spec::compresses_communication(training.optimizer.type)
+          ? make_whole_model_state(std::move(state_inputs))
+          : make_zero_model_state(std::move(state_inputs));
   if (!made.ok()) {
     if (options.resume && made.status().code() == core::StatusCode::kDataLoss) {
       return resume_failed(made.status().message());
@@ -282,6 +287,11 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   for (int64_t step = first_step; step < training.steps; ++step) {
     if (options.on_step_started) options.on_step_started(step + 1);
     const Clock::time_point start = Clock::now();
+    const auto wire_bytes = [&options](std::string_view axis) -> int64_t {
+      return options.transport != nullptr ? options.transport->wire_bytes(axis) : 0;
+    };
+    const int64_t wire_before = wire_bytes("");
+    const int64_t data_wire_before = wire_bytes("data");
     const double tensor_comm_before = tensor_comm_seconds();
     const double pipeline_wait_before = links.receive_seconds();
     state.begin_step();
@@ -472,9 +482,22 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       CheckpointSlice& slice = *saved;
       slice.tensor_rank = shard.tensor_rank;
       slice.stage = shard.stage;
+      if (slice.rank_state) {
+        slice.rank_state->tensor_rank = shard.tensor_rank;
+        slice.rank_state->tensor_ranks = shard.tensor_size;
+        slice.rank_state->stage = shard.stage;
+        slice.rank_state->stages = shard.stages;
+      }
       slice.model_parameters = model_parameters;
       if (training.fp16.enabled) slice.loss_scaler = scaler.state();
       options.save_checkpoint(slice);
+    }
+    report.comm_bytes = wire_bytes("") - wire_before;
+    report.data_comm_bytes = wire_bytes("data") - data_wire_before;
+    if (!skipped && state.compressed_last_step() && report.data_comm_bytes > 0) {
+      const int64_t full = comm::wire_bytes(
+          comm::OpKind::kAllReduce, table.total() * static_cast<int64_t>(sizeof(float)), dp_size);
+      report.compression_ratio = static_cast<double>(full) / report.data_comm_bytes;
     }
     if (options.on_step) options.on_step(report);
     if (stop_after_step && step + 1 < training.steps) {

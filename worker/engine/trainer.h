@@ -40,6 +40,15 @@ struct StepReport {
   std::optional<double> loss_scale;
   bool skipped = false;
   int64_t skipped_steps = 0;
+  // Bytes this rank sent to its peers during the step (evaluation and
+  // checkpoint included), as comm::wire_bytes counts them: in all, and over
+  // the data group.
+  int64_t comm_bytes = 0;
+  int64_t data_comm_bytes = 0;
+  // At steps whose optimizer averaged compressed: how many times fewer
+  // bytes the data group's traffic took than an fp32 all-reduce of the
+  // gradients would have.
+  std::optional<double> compression_ratio;
 };
 
 // Bytes one rank holds for training, by kind (the ZeRO paper's accounting).
@@ -79,6 +88,10 @@ struct CheckpointSlice {
   std::optional<core::LossScalerState> loss_scaler;         // fp16 training
   const std::vector<core::LayoutTensor>* layout = nullptr;  // of the whole parameter buffer
   std::vector<core::ShardArrayData> arrays;  // param, adam_m, adam_v: end - begin fp32 each
+  // The optimizer's own state (compressed communication's error feedback),
+  // and its arrays' data in the order of rank_state->arrays.
+  std::optional<core::RankState> rank_state;
+  std::vector<const void*> rank_arrays;
 };
 
 // A checkpoint to continue from: `step` steps done, the parameters and Adam
@@ -118,6 +131,8 @@ struct TrainerOptions {
   std::function<bool(int64_t)> poison_gradients;
   // Once, after the first step, when the gradient workspace's peak is measured.
   std::function<void(const MemoryReport&)> on_memory;
+  // Where comm_bytes are counted; null: not counted.
+  const comm::Transport* transport = nullptr;
   // Unset: start from the spec's initialisation at step 0.
   std::optional<ResumePoint> resume;
   // Checked during every step like stop_requested: when it is true on any
@@ -128,6 +143,9 @@ struct TrainerOptions {
   // checkpoint_requested. It must copy what it keeps before returning
   // (training goes on at once); unset: no checkpoints.
   std::function<void(const CheckpointSlice&)> save_checkpoint;
+  // What the run changed that the user should hear of, once (rank 0 prints
+  // it); unset: nothing is said.
+  std::function<void(const std::string&)> on_notice;
 };
 
 struct TrainResult {

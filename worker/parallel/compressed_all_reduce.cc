@@ -21,7 +21,7 @@ float scale_in(const uint8_t* block) {
   return scale;
 }
 
-// Element i of the signs after a block's scale: +value for a 1 bit, -value for a 0.
+// Element i of the signs after a scale: +value for a 1 bit, -value for a 0.
 float signed_value(const uint8_t* signs, int64_t i, float value) {
   return (signs[i / 8] >> (7 - i % 8)) & 1 ? value : -value;
 }
@@ -35,28 +35,43 @@ int64_t CompressedAllReduce::padded_size(int64_t count, int ranks) {
 }
 
 CompressedAllReduce::CompressedAllReduce(comm::Communicator& comm, kernels::Backend& backend,
-                                         int64_t count)
-    : comm_(comm), backend_(backend), count_(count) {
-  if (comm_.size() == 1) return;
-  const int64_t padded = padded_size(count, comm_.size());
-  worker_error_.assign(padded, 0.0f);
-  server_error_.assign(padded / comm_.size(), 0.0f);
-  server_sum_.resize(server_error_.size());
-  send_.resize(comm_.size() * block_bytes());
+                                         std::vector<int64_t> segments)
+    : comm_(comm), backend_(backend) {
+  const int ranks = comm_.size();
+  int64_t worker = 0, server = 0, largest_chunk = 0;
+  for (const int64_t count : segments) {
+    Segment segment;
+    segment.begin = count_;
+    segment.count = count;
+    segment.padded = padded_size(count, ranks);
+    segment.chunk = segment.padded / ranks;
+    segment.worker_error = worker;
+    segment.server_error = server;
+    segment.block_offset = block_bytes_;
+    segments_.push_back(segment);
+    count_ += count;
+    worker += segment.padded;
+    server += segment.chunk;
+    block_bytes_ += kScaleBytes + segment.chunk / 8;
+    largest_chunk = std::max(largest_chunk, segment.chunk);
+  }
+  if (ranks == 1) return;
+  worker_error_.assign(worker, 0.0f);
+  server_error_.assign(server, 0.0f);
+  server_sum_.resize(largest_chunk);
+  send_.resize(ranks * block_bytes_);
   received_.resize(send_.size());
 }
-
-int64_t CompressedAllReduce::block_bytes() const { return kScaleBytes + chunk_size() / 8; }
 
 void CompressedAllReduce::reset_errors() {
   std::fill(worker_error_.begin(), worker_error_.end(), 0.0f);
   std::fill(server_error_.begin(), server_error_.end(), 0.0f);
 }
 
-void CompressedAllReduce::compress(const float* x, int64_t count, float scale, uint8_t* block,
+void CompressedAllReduce::compress(const float* x, int64_t count, float scale, uint8_t* out,
                                    float* error) {
-  std::memcpy(block, &scale, sizeof scale);
-  uint8_t* signs = block + kScaleBytes;
+  std::memcpy(out, &scale, sizeof scale);
+  uint8_t* signs = out + kScaleBytes;
   for (int64_t byte = 0; byte < count / 8; ++byte) {
     uint8_t bits = 0;
     for (int b = 0; b < 8; ++b) {
@@ -74,15 +89,18 @@ core::Status CompressedAllReduce::average(float* buffer) {
   const int size = comm_.size();
   if (size == 1) return {};
   const int rank = comm_.rank();
-  const int64_t chunk = chunk_size();
-  const int64_t block = block_bytes();
 
-  // Worker: compensate, compress each chunk for its server.
-  float* x = worker_error_.data();
-  for (int64_t i = 0; i < count_; ++i) x[i] = buffer[i] + x[i];
-  const float worker_scale = scale_of(backend_, x, padded_size());
-  for (int r = 0; r < size; ++r) {
-    compress(x + r * chunk, chunk, worker_scale, send_.data() + r * block, x + r * chunk);
+  // Worker: compensate each segment, compress each chunk for its server.
+  for (const Segment& segment : segments_) {
+    float* x = worker_error_.data() + segment.worker_error;
+    const float* in = buffer + segment.begin;
+    for (int64_t i = 0; i < segment.count; ++i) x[i] = in[i] + x[i];
+    const float scale = scale_of(backend_, x, segment.padded);
+    const int64_t chunk = segment.chunk;
+    for (int r = 0; r < size; ++r) {
+      compress(x + r * chunk, chunk, scale, send_.data() + r * block_bytes_ + segment.block_offset,
+               x + r * chunk);
+    }
   }
   if (core::Status status =
           comm::wait_for(*comm_.all_to_all(comm::buffer_of(send_.data(), send_.size()),
@@ -92,39 +110,48 @@ core::Status CompressedAllReduce::average(float* buffer) {
     return status;
   }
 
-  // Server of chunk `rank`: the workers' mean, added in rank order, compensated.
+  // Server of chunk `rank` of each segment: the workers' mean, added in rank
+  // order, compensated, compressed into this rank's block of received_
+  // (consumed by then), which is gathered in place.
   const float inverse_size = 1.0f / static_cast<float>(size);
-  float* sum = server_sum_.data();
-  for (int w = 0; w < size; ++w) {
-    const uint8_t* from = received_.data() + w * block;
-    const float value = scale_in(from) * inverse_size;
-    const uint8_t* signs = from + kScaleBytes;
-    if (w == 0) {
-      for (int64_t k = 0; k < chunk; ++k) sum[k] = signed_value(signs, k, value);
-    } else {
-      for (int64_t k = 0; k < chunk; ++k) sum[k] += signed_value(signs, k, value);
+  uint8_t* own = received_.data() + rank * block_bytes_;
+  for (const Segment& segment : segments_) {
+    const int64_t chunk = segment.chunk;
+    float* sum = server_sum_.data();
+    for (int w = 0; w < size; ++w) {
+      const uint8_t* from = received_.data() + w * block_bytes_ + segment.block_offset;
+      const float value = scale_in(from) * inverse_size;
+      const uint8_t* signs = from + kScaleBytes;
+      if (w == 0) {
+        for (int64_t k = 0; k < chunk; ++k) sum[k] = signed_value(signs, k, value);
+      } else {
+        for (int64_t k = 0; k < chunk; ++k) sum[k] += signed_value(signs, k, value);
+      }
     }
+    float* y = server_error_.data() + segment.server_error;
+    for (int64_t k = 0; k < chunk; ++k) y[k] = sum[k] + y[k];
+    compress(y, chunk, scale_of(backend_, y, chunk), own + segment.block_offset, y);
   }
-  float* y = server_error_.data();
-  for (int64_t k = 0; k < chunk; ++k) y[k] = sum[k] + y[k];
-  uint8_t* own = received_.data() + rank * block;  // consumed: gathered in place
-  compress(y, chunk, scale_of(backend_, y, chunk), own, y);
   if (core::Status status = comm::wait_for(
-          *comm_.all_gather(comm::buffer_of(own, block),
+          *comm_.all_gather(comm::buffer_of(own, block_bytes_),
                             comm::buffer_of(received_.data(), received_.size()),
-                            comm::Blocks::consecutive(std::vector<int64_t>(size, block))),
+                            comm::Blocks::consecutive(std::vector<int64_t>(size, block_bytes_))),
           "compressed all-reduce, server signs");
       !status.ok()) {
     return status;
   }
 
-  for (int r = 0; r < size; ++r) {
-    const int64_t begin = r * chunk;
-    const int64_t end = std::min(count_, begin + chunk);
-    const uint8_t* from = received_.data() + r * block;
-    const float scale = scale_in(from);
-    const uint8_t* signs = from + kScaleBytes;
-    for (int64_t i = begin; i < end; ++i) buffer[i] = signed_value(signs, i - begin, scale);
+  for (const Segment& segment : segments_) {
+    const int64_t chunk = segment.chunk;
+    for (int r = 0; r < size; ++r) {
+      const int64_t begin = r * chunk;
+      const int64_t end = std::min(segment.count, begin + chunk);
+      const uint8_t* from = received_.data() + r * block_bytes_ + segment.block_offset;
+      const float scale = scale_in(from);
+      const uint8_t* signs = from + kScaleBytes;
+      float* out = buffer + segment.begin;
+      for (int64_t i = begin; i < end; ++i) out[i] = signed_value(signs, i - begin, scale);
+    }
   }
   return {};
 }

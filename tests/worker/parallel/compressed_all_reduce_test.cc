@@ -117,23 +117,49 @@ TEST_CASE("the compressed all-reduce equals the simulation bit for bit, errors i
   auto backend = dslaunch::kernels::make_cpu_backend(1);
   const int ranks = world_size();
   const int me = world_rank();
-  for (const int64_t count : {int64_t{1}, int64_t{13}, int64_t{1001}, int64_t{65537}}) {
-    CAPTURE(ranks, count);
-    CompressedAllReduce reduce(world_data(), *backend, count);
-    REQUIRE(reduce.padded_size() == CompressedAllReduce::padded_size(count, ranks));
-    Simulation simulation(ranks, count, reduce.padded_size());
+  // One segment of sizes that divide by nothing, and several segments in
+  // one buffer (each compressed on its own, in the same two messages).
+  const std::vector<std::vector<int64_t>> layouts = {
+      {1}, {13}, {1001}, {65537}, {13, 1, 1001, 64, 7}};
+  for (const std::vector<int64_t>& segments : layouts) {
+    int64_t count = 0;
+    for (const int64_t n : segments) count += n;
+    CAPTURE(ranks, segments);
+    CompressedAllReduce reduce(world_data(), *backend, segments);
+    REQUIRE(reduce.count() == count);
+    std::vector<Simulation> simulations;
+    int64_t worker_floats = 0, server_floats = 0;
+    for (const int64_t n : segments) {
+      const int64_t padded = CompressedAllReduce::padded_size(n, ranks);
+      simulations.emplace_back(ranks, n, padded);
+      worker_floats += padded;
+      server_floats += padded / ranks;
+    }
+    REQUIRE(static_cast<int64_t>(reduce.worker_error().size()) == worker_floats);
+    REQUIRE(static_cast<int64_t>(reduce.server_error().size()) == server_floats);
     for (int call = 0; call < 4; ++call) {
       CAPTURE(call);
       std::vector<std::vector<float>> inputs;
       for (int w = 0; w < ranks; ++w) inputs.push_back(input_of(w, call, count));
       std::vector<float> buffer = inputs[me];
       REQUIRE(reduce.average(buffer.data()).ok());
-      const std::vector<float> expected = simulation.run(inputs);
-      CHECK(same_bits(buffer.data(), expected.data(), count));
-      CHECK(same_bits(reduce.worker_error().data(), simulation.worker_error[me].data(),
-                      reduce.padded_size()));
-      CHECK(same_bits(reduce.server_error().data(), simulation.server_error[me].data(),
-                      reduce.chunk_size()));
+      int64_t begin = 0, worker = 0, server = 0;
+      for (size_t s = 0; s < segments.size(); ++s) {
+        Simulation& simulation = simulations[s];
+        std::vector<std::vector<float>> pieces;
+        for (int w = 0; w < ranks; ++w) {
+          pieces.emplace_back(inputs[w].begin() + begin, inputs[w].begin() + begin + segments[s]);
+        }
+        const std::vector<float> expected = simulation.run(pieces);
+        CHECK(same_bits(buffer.data() + begin, expected.data(), segments[s]));
+        CHECK(same_bits(reduce.worker_error().data() + worker, simulation.worker_error[me].data(),
+                        simulation.padded));
+        CHECK(same_bits(reduce.server_error().data() + server, simulation.server_error[me].data(),
+                        simulation.chunk));
+        begin += segments[s];
+        worker += simulation.padded;
+        server += simulation.chunk;
+      }
     }
   }
 }
@@ -144,7 +170,7 @@ TEST_CASE("error feedback makes the running mean converge to the true mean", "[c
   auto backend = dslaunch::kernels::make_cpu_backend(1);
   const int ranks = world_size();
   const int64_t count = 4099;
-  CompressedAllReduce reduce(world_data(), *backend, count);
+  CompressedAllReduce reduce(world_data(), *backend, {count});
   std::vector<double> exact(count, 0.0);
   for (int w = 0; w < ranks; ++w) {
     const std::vector<float> in = input_of(w, 0, count);
@@ -165,7 +191,7 @@ TEST_CASE("error feedback makes the running mean converge to the true mean", "[c
   }
   CHECK(std::sqrt(error / norm) < 0.02);
   // One call alone is far coarser.
-  CompressedAllReduce fresh(world_data(), *backend, count);
+  CompressedAllReduce fresh(world_data(), *backend, {count});
   std::vector<float> once = mine;
   REQUIRE(fresh.average(once.data()).ok());
   double once_error = 0;
@@ -175,7 +201,7 @@ TEST_CASE("error feedback makes the running mean converge to the true mean", "[c
 
 TEST_CASE("reset_errors forgets the compensation", "[compressed]") {
   auto backend = dslaunch::kernels::make_cpu_backend(1);
-  CompressedAllReduce reduce(world_data(), *backend, 100);
+  CompressedAllReduce reduce(world_data(), *backend, {100});
   std::vector<float> buffer = input_of(world_rank(), 1, 100);
   REQUIRE(reduce.average(buffer.data()).ok());
   reduce.reset_errors();
