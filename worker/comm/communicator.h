@@ -161,6 +161,13 @@ class Communicator {
   virtual std::unique_ptr<Work> broadcast(BufferRef buffer, int root) = 0;
   // `in` and `out` each hold size() equal blocks; block r of `in` goes to rank r.
   virtual std::unique_ptr<Work> all_to_all(BufferRef in, BufferRef out) = 0;
+  // Blocks of any size (MPI_Alltoallv): block r of `in` (as `sent` places
+  // it) goes to rank r, and rank r's block for this one lands in `out` as
+  // `received` places it; every rank's sent.counts[q] must equal rank q's
+  // received.counts[r]. The bytes on the wire are those of the blocks sent
+  // to other ranks.
+  virtual std::unique_ptr<Work> all_to_all(BufferRef in, const Blocks& sent, BufferRef out,
+                                           const Blocks& received) = 0;
   virtual std::unique_ptr<Work> send(BufferRef buffer, int peer) = 0;  // peer: a group rank
   virtual std::unique_ptr<Work> recv(BufferRef buffer, int peer) = 0;
   virtual std::unique_ptr<Work> barrier() = 0;

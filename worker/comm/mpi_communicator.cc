@@ -153,11 +153,14 @@ void MpiCommunicator::note_failure(const core::Status& status) {
 }
 
 std::unique_ptr<Work> MpiCommunicator::launch(OpKind kind, int64_t bytes, int peer,
-                                              core::Status invalid, MpiStream::Blocking call) {
-  return queue(kind, bytes, peer, std::move(invalid),
-               [&](std::shared_ptr<MpiOpState> state) {
-                 stream_->submit_blocking(std::move(call), std::move(state));
-               });
+                                              core::Status invalid, MpiStream::Blocking call,
+                                              std::optional<int64_t> wire) {
+  return queue(
+      kind, bytes, peer, std::move(invalid),
+      [&](std::shared_ptr<MpiOpState> state) {
+        stream_->submit_blocking(std::move(call), std::move(state));
+      },
+      wire);
 }
 
 std::unique_ptr<Work> MpiCommunicator::launch_p2p(OpKind kind, int64_t bytes, int peer,
@@ -170,7 +173,7 @@ std::unique_ptr<Work> MpiCommunicator::launch_p2p(OpKind kind, int64_t bytes, in
 
 std::unique_ptr<Work> MpiCommunicator::queue(
     OpKind kind, int64_t bytes, int peer, core::Status invalid,
-    const std::function<void(std::shared_ptr<MpiOpState>)>& submit) {
+    const std::function<void(std::shared_ptr<MpiOpState>)>& submit, std::optional<int64_t> wire) {
   stream_->stall_point();
   auto state = std::make_shared<MpiOpState>();
   std::lock_guard lock(mutex_);
@@ -188,9 +191,9 @@ std::unique_ptr<Work> MpiCommunicator::queue(
   CommStats::Op& op = stats_.ops[static_cast<int>(kind)];
   ++op.calls;
   op.bytes += bytes;
-  const int64_t wire = wire_bytes(kind, bytes, size());
-  op.wire_bytes += wire;
-  transport_.count_wire_bytes(axis_, wire);
+  const int64_t sent = wire.value_or(wire_bytes(kind, bytes, size()));
+  op.wire_bytes += sent;
+  transport_.count_wire_bytes(axis_, sent);
   if (collective) collectives_.fetch_add(1);
   // Under mutex_, so operations are queued in the order these calls return.
   submit(std::move(state));
@@ -317,6 +320,57 @@ std::unique_ptr<Work> MpiCommunicator::all_to_all(BufferRef in, BufferRef out) {
                   return MPI_Alltoall(in.data, static_cast<int>(block), type, out.data,
                                       static_cast<int>(block), type, comm);
                 });
+}
+
+std::unique_ptr<Work> MpiCommunicator::all_to_all(BufferRef in, const Blocks& sent, BufferRef out,
+                                                  const Blocks& received) {
+  core::Status invalid;
+  const auto check_blocks = [&](const Blocks& blocks, const BufferRef& buffer, const char* what) {
+    if (!invalid.ok()) return;
+    if (static_cast<int>(blocks.counts.size()) != size() ||
+        blocks.displacements.size() != blocks.counts.size()) {
+      invalid = core::invalid_argument(
+          fmt::format("all_to_all: {} {} block counts and {} displacements for {} ranks",
+                      blocks.counts.size(), what, blocks.displacements.size(), size()));
+      return;
+    }
+    for (size_t r = 0; invalid.ok() && r < blocks.counts.size(); ++r) {
+      invalid = check_count(blocks.counts[r], "an all_to_all block");
+      if (invalid.ok())
+        invalid = check_count(blocks.displacements[r], "an all_to_all displacement");
+      if (invalid.ok() && blocks.displacements[r] + blocks.counts[r] > buffer.count) {
+        invalid = core::invalid_argument(
+            fmt::format("all_to_all: a {} block ends at {}, past the buffer's {} elements", what,
+                        blocks.displacements[r] + blocks.counts[r], buffer.count));
+      }
+    }
+  };
+  if (in.dtype != out.dtype) invalid = core::invalid_argument("all_to_all: buffers of two types");
+  check_blocks(sent, in, "sent");
+  check_blocks(received, out, "received");
+  int64_t to_peers = 0;
+  if (invalid.ok()) {
+    for (int r = 0; r < size(); ++r) {
+      if (r != rank_) to_peers += sent.counts[r] * dtype_bytes(in.dtype);
+    }
+  }
+  std::vector<int> send_counts = invalid.ok() ? to_ints(sent.counts) : std::vector<int>();
+  std::vector<int> send_displacements =
+      invalid.ok() ? to_ints(sent.displacements) : std::vector<int>();
+  std::vector<int> receive_counts = invalid.ok() ? to_ints(received.counts) : std::vector<int>();
+  std::vector<int> receive_displacements =
+      invalid.ok() ? to_ints(received.displacements) : std::vector<int>();
+  return launch(
+      OpKind::kAllToAll, in.bytes(), -1, std::move(invalid),
+      [=, comm = comm_, send_counts = std::move(send_counts),
+       send_displacements = std::move(send_displacements),
+       receive_counts = std::move(receive_counts),
+       receive_displacements = std::move(receive_displacements)] {
+        const MPI_Datatype type = mpi_type(in.dtype);
+        return MPI_Alltoallv(in.data, send_counts.data(), send_displacements.data(), type, out.data,
+                             receive_counts.data(), receive_displacements.data(), type, comm);
+      },
+      to_peers);
 }
 
 std::unique_ptr<Work> MpiCommunicator::send(BufferRef buffer, int peer) {

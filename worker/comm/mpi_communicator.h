@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,8 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Work> all_gather(BufferRef in, BufferRef out, const Blocks& blocks) override;
   std::unique_ptr<Work> broadcast(BufferRef buffer, int root) override;
   std::unique_ptr<Work> all_to_all(BufferRef in, BufferRef out) override;
+  std::unique_ptr<Work> all_to_all(BufferRef in, const Blocks& sent, BufferRef out,
+                                   const Blocks& received) override;
   std::unique_ptr<Work> send(BufferRef buffer, int peer) override;
   std::unique_ptr<Work> recv(BufferRef buffer, int peer) override;
   std::unique_ptr<Work> barrier() override;
@@ -64,12 +67,15 @@ class MpiCommunicator final : public Communicator {
   // Counts the operation, then queues the collective `call` or the
   // point-to-point `start` on the stream (or fails at once when the
   // communicator is broken or `invalid` is not ok).
+  // `wire`: the bytes sent to peers, when wire_bytes(kind, bytes) does not
+  // say it (blocks of any size).
   std::unique_ptr<Work> launch(OpKind kind, int64_t bytes, int peer, core::Status invalid,
-                               MpiStream::Blocking call);
+                               MpiStream::Blocking call, std::optional<int64_t> wire = {});
   std::unique_ptr<Work> launch_p2p(OpKind kind, int64_t bytes, int peer, core::Status invalid,
                                    MpiStream::Start start);
   std::unique_ptr<Work> queue(OpKind kind, int64_t bytes, int peer, core::Status invalid,
-                              const std::function<void(std::shared_ptr<MpiOpState>)>& submit);
+                              const std::function<void(std::shared_ptr<MpiOpState>)>& submit,
+                              std::optional<int64_t> wire = {});
   void note_failure(const core::Status& status);
 
   MpiTransport& transport_;

@@ -81,6 +81,24 @@ class ModelState {
   virtual core::StatusOr<std::vector<float>> final_parameters() = 0;
 };
 
+// The element type gradients are averaged in over the data group:
+// communication_data_type, or by default the training's precision, as
+// DeepSpeed chooses it.
+inline core::DType gradient_communication_type(const spec::TrainingSpec& training,
+                                               core::DType precision) {
+  switch (training.communication_data_type) {
+    case spec::CommunicationDataType::kFp32:
+      return core::DType::kF32;
+    case spec::CommunicationDataType::kFp16:
+      return core::DType::kF16;
+    case spec::CommunicationDataType::kBf16:
+      return core::DType::kBF16;
+    case spec::CommunicationDataType::kDefault:
+      break;
+  }
+  return precision;
+}
+
 struct ModelStateInputs {
   const spec::TrainingSpec* training = nullptr;
   const core::ParameterTable* table = nullptr;

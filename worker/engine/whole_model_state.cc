@@ -52,6 +52,7 @@ class WholeModelState final : public ModelState {
         grads_(table_.total(), 0.0f),
         reducer_(comm_, grads_.data(), table_.total(), training_.zero.reduce_bucket_size),
         optimizer_(make_whole_model_optimizer(training_.optimizer, table_, comm_, backend_)) {
+    reducer_.set_communication_type(gradient_communication_type(training_, precision_));
     if (precision_ == core::DType::kF32) return;
     masters_ = params_;
     backend_.round_to(params_.data(), params_.data(), table_.total(), precision_);

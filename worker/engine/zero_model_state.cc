@@ -191,7 +191,9 @@ class ReplicatedGradients final : public ZeroStateBase {
   explicit ReplicatedGradients(ModelStateInputs& inputs)
       : ZeroStateBase(inputs),
         grads_(table_.total(), 0.0f),
-        reducer_(comm_, grads_.data(), table_.total(), training_.zero.reduce_bucket_size) {}
+        reducer_(comm_, grads_.data(), table_.total(), training_.zero.reduce_bucket_size) {
+    reducer_.set_communication_type(gradient_communication_type(training_, precision_));
+  }
 
   const float* parameters_for_model() override { return params_.data(); }
   float* gradients_for_backward() override { return grads_.data(); }
@@ -275,7 +277,9 @@ class PartitionedGradients final : public ZeroStateBase {
       : ZeroStateBase(inputs),
         grads_(own_count_, 0.0f),
         workspace_(table_.total()),
-        reducer_(comm_, workspace_, training_.zero.reduce_bucket_size, partition_, grads_.data()) {}
+        reducer_(comm_, workspace_, training_.zero.reduce_bucket_size, partition_, grads_.data()) {
+    reducer_.set_communication_type(gradient_communication_type(training_, precision_));
+  }
 
   // Stage 3's gathered parameters, set up after construction (it may fail).
   core::Status partition_parameters(model::Gpt2Model& model) {

@@ -4,6 +4,8 @@
 #include <climits>
 #include <string>
 
+#include "kernels/half_precision.h"
+
 #if defined(__SSE2__)
 #include <pmmintrin.h>
 #include <xmmintrin.h>
@@ -27,6 +29,24 @@ void flush_denormals_on_this_thread() {
 
 std::string range_text(int64_t begin, int64_t end) {
   return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+}
+
+uint16_t narrowed(float value, core::DType dtype) {
+  return dtype == core::DType::kBF16 ? kernels::float_to_bf16(value)
+                                     : kernels::float_to_fp16(value);
+}
+float widened(uint16_t value, core::DType dtype) {
+  return dtype == core::DType::kBF16 ? kernels::bf16_to_float(value)
+                                     : kernels::fp16_to_float(value);
+}
+
+// Waits for `works` in order, so a hang names the first that never completed.
+core::Status wait_in_order(std::vector<std::unique_ptr<comm::Work>>& works,
+                           const std::string& context) {
+  for (const auto& work : works) {
+    if (core::Status status = work->wait().with_context(context); !status.ok()) return status;
+  }
+  return {};
 }
 
 }  // namespace
@@ -260,7 +280,55 @@ std::unique_ptr<comm::Work> GradientReducer::start_sum(const Bucket& bucket) {
       shares_.blocks.counts, comm::ReduceOp::kSum);
 }
 
+std::vector<std::unique_ptr<comm::Work>> GradientReducer::start_narrow_sum(const Bucket& bucket) {
+  cut(bucket);
+  const int64_t count = bucket.end - bucket.begin;
+  const int64_t own_count = shares_.blocks.counts[shares_.rank];
+  narrow_.sent.resize(std::max<int64_t>(1, count));
+  narrow_.received.resize(std::max<int64_t>(1, size_ * own_count));
+  const float* from = grads_ + bucket.begin;
+  for (int64_t i = 0; i < count; ++i) narrow_.sent[i] = narrowed(from[i], wire_type_);
+  // Rank r gets its share of the bucket from every rank, in rank order.
+  narrow_.received_blocks = comm::Blocks::consecutive(std::vector<int64_t>(size_, own_count));
+  std::vector<std::unique_ptr<comm::Work>> works;
+  works.push_back(comm_->all_to_all({narrow_.sent.data(), count, wire_type_}, shares_.blocks,
+                                    {narrow_.received.data(), size_ * own_count, wire_type_},
+                                    narrow_.received_blocks));
+  works.push_back(comm_->then([this, own_count] {
+    float* sum = shares_.received.data();
+    for (int64_t i = 0; i < own_count; ++i) sum[i] = widened(narrow_.received[i], wire_type_);
+    for (int w = 1; w < size_; ++w) {
+      const uint16_t* from = narrow_.received.data() + w * own_count;
+      for (int64_t i = 0; i < own_count; ++i) sum[i] += widened(from[i], wire_type_);
+    }
+  }));
+  return works;
+}
+
+core::Status GradientReducer::narrow_all_reduce(const Bucket& bucket) {
+  std::vector<std::unique_ptr<comm::Work>> works = start_narrow_sum(bucket);
+  const int64_t own_count = shares_.blocks.counts[shares_.rank];
+  const int64_t count = bucket.end - bucket.begin;
+  narrow_.mean.resize(std::max<int64_t>(1, own_count));
+  narrow_.gathered.resize(count);
+  works.push_back(comm_->then([this, own_count] {
+    const float size = static_cast<float>(size_);
+    for (int64_t i = 0; i < own_count; ++i) {
+      narrow_.mean[i] = narrowed(shares_.received[i] / size, wire_type_);
+    }
+  }));
+  works.push_back(comm_->all_gather({narrow_.mean.data(), own_count, wire_type_},
+                                    {narrow_.gathered.data(), count, wire_type_}, shares_.blocks));
+  const std::string context =
+      std::string(kWhat) + ": bucket " + range_text(bucket.begin, bucket.end);
+  if (core::Status status = wait_in_order(works, context); !status.ok()) return status;
+  for (int64_t i = 0; i < count; ++i)
+    grads_[bucket.begin + i] = widened(narrow_.gathered[i], wire_type_);
+  return {};
+}
+
 core::Status GradientReducer::all_reduce(const Bucket& bucket) {
+  if (wire_type_ != core::DType::kF32) return narrow_all_reduce(bucket);
   // Queued back to back on the communicator's stream: the sum's share, its
   // mean (on the stream's thread), the means gathered into the bucket.
   auto sum = start_sum(bucket);
@@ -289,9 +357,17 @@ void GradientReducer::add_share(const Bucket& bucket, const float* summed) {
   const int64_t own_count = std::min(bucket.end, partition.end(rank)) - own_begin;  // may be <= 0
   if (own_count > 0) {
     float* own = scatter_->partition_grads + (own_begin - partition.begin(rank));
-    // Division, not multiplication by 1/size: the correctly rounded mean of the sum.
+    // Division, not multiplication by 1/size: the correctly rounded mean of
+    // the sum; in 16-bit communication rounded to the wire's type, as the
+    // 16-bit gradients all-reduced in every mode.
     const float size = static_cast<float>(size_);
-    for (int64_t i = 0; i < own_count; ++i) own[i] += summed[i] / size;
+    if (wire_type_ == core::DType::kF32) {
+      for (int64_t i = 0; i < own_count; ++i) own[i] += summed[i] / size;
+    } else {
+      for (int64_t i = 0; i < own_count; ++i) {
+        own[i] += widened(narrowed(summed[i] / size, wire_type_), wire_type_);
+      }
+    }
   }
   // Buckets are reduced in index order, so the floats from this bucket's end
   // to the end of its last page belong to the bucket before, already zeroed
@@ -308,12 +384,15 @@ core::Status GradientReducer::reduce_scatter(const Bucket& bucket) {
     return {};
   }
   // The share's mean is added on the stream's thread, right after the sum.
-  auto sum = start_sum(bucket);
-  auto add = comm_->then([this, &bucket] { add_share(bucket, shares_.received.data()); });
-  const std::string context = std::string(kWhat) + ": bucket " + range_text(bucket.begin, bucket.end);
-  core::Status status = sum->wait().with_context(context);
-  if (status.ok()) status = add->wait().with_context(context);
-  return status;
+  std::vector<std::unique_ptr<comm::Work>> works;
+  if (wire_type_ != core::DType::kF32) {
+    works = start_narrow_sum(bucket);
+  } else {
+    works.push_back(start_sum(bucket));
+  }
+  works.push_back(comm_->then([this, &bucket] { add_share(bucket, shares_.received.data()); }));
+  return wait_in_order(works,
+                       std::string(kWhat) + ": bucket " + range_text(bucket.begin, bucket.end));
 }
 
 }  // namespace dslaunch::worker

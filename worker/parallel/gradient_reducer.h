@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/status.h"
 #include "worker/comm/communicator.h"
 #include "worker/parallel/releasable_buffer.h"
@@ -117,6 +118,14 @@ class GradientReducer {
   // which the caller reports as a hang.
   core::Status finish();
 
+  // The element type gradients travel in (DeepSpeed's
+  // communication_data_type): kF32, the default, or kBF16/kF16. Then each
+  // bucket's shares are rounded to it and exchanged by an all-to-all, each
+  // rank sums its share in fp32 (adding the ranks' values in rank order)
+  // and divides; in all-reduce mode the mean is rounded again and
+  // all-gathered. Half the bytes on the wire. Before the first ready().
+  void set_communication_type(core::DType dtype) { wire_type_ = dtype; }
+
   // Heap bytes held: the bucket table, the temporary receiving this rank's
   // share of a bucket and the tables of counts (on one rank, in all-reduce
   // mode, only the bucket table). The transport may use scratch space of its
@@ -164,11 +173,25 @@ class GradientReducer {
   core::Status reduce(const Bucket& bucket);  // communication thread only
   core::Status all_reduce(const Bucket& bucket);
   core::Status reduce_scatter(const Bucket& bucket);
+  // 16-bit communication: the bucket's shares rounded and exchanged, then
+  // (on the stream) this rank's share summed in fp32 into shares_.received;
+  // the operations, to be waited in order.
+  std::vector<std::unique_ptr<comm::Work>> start_narrow_sum(const Bucket& bucket);
+  core::Status narrow_all_reduce(const Bucket& bucket);
 
   float* const grads_;
   const int64_t n_;
   std::optional<Scatter> scatter_;
   Shares shares_;
+  core::DType wire_type_ = core::DType::kF32;
+  // 16-bit communication's buffers: the bucket rounded, every rank's
+  // rounded share of it for this one, this rank's mean rounded, and every
+  // rank's mean gathered.
+  struct Narrow {
+    std::vector<uint16_t> sent, received, mean, gathered;
+    comm::Blocks received_blocks;
+  };
+  Narrow narrow_;
   int64_t bucket_elements_ = 1;
   std::vector<Bucket> buckets_;    // in launch order; buckets_[0] ends at n_
   std::unique_ptr<comm::Communicator> comm_;  // our duplicate; none on one rank

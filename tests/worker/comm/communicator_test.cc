@@ -308,6 +308,56 @@ TEST_CASE("all_to_all sends block r of `in` to rank r") {
   CHECK(out == expected);
 }
 
+TEST_CASE(
+    "all_to_all with blocks of any size sends each rank its own block, bytes counted exactly") {
+  auto groups = make_world_groups();
+  Communicator& world = groups->world();
+  const int size = world.size();
+  const int rank = world.rank();
+  // Rank r sends rank q (r + q) % 3 elements: some blocks are empty.
+  const auto count = [](int from, int to) { return int64_t{(from + to) % 3}; };
+  std::vector<int64_t> sent_counts, received_counts;
+  for (int q = 0; q < size; ++q) {
+    sent_counts.push_back(count(rank, q));
+    received_counts.push_back(count(q, rank));
+  }
+  const Blocks sent = Blocks::consecutive(sent_counts);
+  const Blocks received = Blocks::consecutive(received_counts);
+  std::vector<int32_t> in(sent.displacements.back() + sent_counts.back() + 1);
+  for (int q = 0; q < size; ++q) {
+    for (int64_t k = 0; k < sent_counts[q]; ++k) {
+      in[sent.displacements[q] + k] = rank * 1000 + q * 10 + static_cast<int32_t>(k);
+    }
+  }
+  std::vector<int32_t> out(received.displacements.back() + received_counts.back() + 1, -1);
+  const int64_t before = groups->transport().wire_bytes("");
+  CHECK_OK(world
+               .all_to_all(buffer_of(in.data(), static_cast<int64_t>(in.size())), sent,
+                           buffer_of(out.data(), static_cast<int64_t>(out.size())), received)
+               ->wait());
+  std::vector<int32_t> expected(out.size(), -1);
+  for (int q = 0; q < size; ++q) {
+    for (int64_t k = 0; k < received_counts[q]; ++k) {
+      expected[received.displacements[q] + k] = q * 1000 + rank * 10 + static_cast<int32_t>(k);
+    }
+  }
+  CHECK(out == expected);
+  int64_t to_peers = 0;
+  for (int q = 0; q < size; ++q) {
+    if (q != rank) to_peers += 4 * sent_counts[q];
+  }
+  CHECK(groups->transport().wire_bytes("") - before == to_peers);
+  // Blocks that do not fit the buffers are refused before any rank sends.
+  Blocks past_end = received;
+  past_end.displacements[0] = static_cast<int64_t>(out.size());
+  past_end.counts[0] = 1;
+  CHECK(world
+            .all_to_all(buffer_of(in.data(), static_cast<int64_t>(in.size())), sent,
+                        buffer_of(out.data(), static_cast<int64_t>(out.size())), past_end)
+            ->wait()
+            .code() == dslaunch::core::StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("send and recv pass a ring between neighbours, in order") {
   auto groups = make_world_groups();
   Communicator& world = groups->world();

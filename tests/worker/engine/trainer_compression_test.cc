@@ -245,5 +245,35 @@ TEST_CASE("resuming on another data-parallel size restarts the error feedback, w
   if (world_data().rank() == 0) fs::remove_all(dir);
 }
 
+TEST_CASE("communication_data_type bf16 or fp16 halves the gradients' bytes of fp32 training") {
+  // The tiny job's gradients are small enough for fp16 without scaling.
+  const std::string dir = testing::shared_token_files(world_data());
+  const int stage = GENERATE(0, 2);
+  const spec::CommunicationDataType type =
+      GENERATE(spec::CommunicationDataType::kBf16, spec::CommunicationDataType::kFp16);
+  INFO("ZeRO stage " << stage
+                     << (type == spec::CommunicationDataType::kBf16 ? ", bf16" : ", fp16"));
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  spec.training.zero.stage = stage;
+  const Run full = train_run(world_data(), spec);
+  spec.training.communication_data_type = type;
+  const Run narrow = train_run(world_data(), spec);
+  for (const auto& [step, report] : narrow.steps) {
+    INFO("step " << step);
+    const int64_t fp32_bytes = full.steps.at(step).data_comm_bytes;
+    // Stage 0 all-reduces gradients only; stage 2 reduce-scatters each
+    // micro-batch's and all-gathers the fp32 parameters after the step (as
+    // many bytes as one reduce-scatter).
+    const double accumulation = 8.0 / (2 * world_data().size());
+    const double expected = stage == 0 ? 0.5 : (0.5 * accumulation + 1) / (accumulation + 1);
+    CHECK(report.data_comm_bytes < (expected + 0.05) * static_cast<double>(fp32_bytes));
+    CHECK(report.data_comm_bytes > (expected - 0.05) * static_cast<double>(fp32_bytes));
+  }
+  CHECK(std::abs(narrow.final_eval() - full.final_eval()) < 0.01 * full.final_eval());
+  CHECK(narrow.params != full.params);  // the rounding did happen
+  REQUIRE_OK(world_barrier());
+  if (world_data().rank() == 0) fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace dslaunch::worker::engine

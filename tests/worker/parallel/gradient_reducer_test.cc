@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -12,6 +13,8 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+
+#include "kernels/half_precision.h"
 
 #include "core/status.h"
 #include "tests/worker/parallel/reducer_testing.h"
@@ -141,6 +144,50 @@ TEST_CASE("the buffer holds the exact mean over ranks for any bucket size and re
       for (const auto& [begin, end] : order.ranges) reducer.ready(begin, end);
       REQUIRE_OK(reducer.finish());
       CHECK(grads == expected);
+    }
+  }
+}
+
+TEST_CASE(
+    "16-bit communication sums the rounded shares in fp32 and rounds the mean, in half the bytes") {
+  const int rank = world_rank();
+  const int size = world_size();
+  const int64_t n = 3001;
+  for (const dslaunch::core::DType type :
+       {dslaunch::core::DType::kBF16, dslaunch::core::DType::kF16}) {
+    INFO(dslaunch::core::dtype_name(type));
+    const auto narrow = [type](float value) {
+      return type == dslaunch::core::DType::kBF16
+                 ? dslaunch::kernels::bf16_to_float(dslaunch::kernels::float_to_bf16(value))
+                 : dslaunch::kernels::fp16_to_float(dslaunch::kernels::float_to_fp16(value));
+    };
+    // Values no 16-bit format holds: every rounding shows.
+    const auto value = [](int r, int64_t i) {
+      return std::sin(0.37f * static_cast<float>(i) + static_cast<float>(r)) * 3.1f;
+    };
+    std::vector<float> expected(n);
+    for (int64_t i = 0; i < n; ++i) {
+      float sum = narrow(value(0, i));
+      for (int r = 1; r < size; ++r) sum += narrow(value(r, i));
+      expected[i] = narrow(sum / static_cast<float>(size));
+    }
+    for (const int64_t bucket : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{5000}}) {
+      INFO("bucket " << bucket);
+      std::vector<float> grads(n);
+      for (int64_t i = 0; i < n; ++i) grads[i] = value(rank, i);
+      auto& transport = comm::testing::world_groups().transport();
+      GradientReducer reducer(data_comm(), grads.data(), n, bucket);
+      reducer.set_communication_type(type);
+      const int64_t before = transport.wire_bytes("data");
+      for (const auto& [begin, end] : chunks(n, {1, 5, 17, 2, 40}, true)) reducer.ready(begin, end);
+      REQUIRE_OK(reducer.finish());
+      CHECK(grads == expected);
+      // An all-to-all and an all-gather of 2-byte values: the bytes of a
+      // ring all-reduce of fp32 halved (each bucket's all-to-all blocks are
+      // its largest share, so tiny buckets pad a little).
+      const int64_t bytes = transport.wire_bytes("data") - before;
+      const int64_t fp32 = comm::wire_bytes(comm::OpKind::kAllReduce, 4 * n, size);
+      if (bucket >= 1000) CHECK(bytes <= fp32 / 2 + 16 * size * ((n + bucket - 1) / bucket));
     }
   }
 }
