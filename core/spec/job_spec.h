@@ -142,6 +142,13 @@ struct ZeroSpec {
   int64_t max_live_parameters = 1'000'000'000;    // stage3_max_live_parameters
   OffloadSpec offload_optimizer;
   OffloadSpec offload_param;  // stage 3 only
+  // ZeRO++ (stage 3): the parameters' all-gathers and the gradients'
+  // reduce-scatters in int8 blocks, and a secondary copy of the parameters
+  // partitioned within groups of this many consecutive data ranks (a host),
+  // from which the backward pass gathers them; 1 = none.
+  bool quantized_weights = false;    // zero_quantized_weights
+  bool quantized_gradients = false;  // zero_quantized_gradients
+  int hpz_partition_size = 1;        // zero_hpz_partition_size
   // Elements the optimizer updates at a time; with offload to NVMe, what
   // one swap buffer holds.
   int64_t sub_group_size = 1'000'000'000;

@@ -405,9 +405,22 @@ void read_zero(MapReader zero, ZeroSpec& out) {
   zero.integer("sub_group_size", out.sub_group_size, 1, kNoLimit);
   read_offload(zero.map("offload_optimizer"), out.offload_optimizer);
   read_offload(zero.map("offload_param"), out.offload_param);
+  zero.boolean("zero_quantized_weights", out.quantized_weights);
+  zero.boolean("zero_quantized_gradients", out.quantized_gradients);
+  zero.integer("zero_hpz_partition_size", out.hpz_partition_size, 1, kMaxParallel);
   // A stage that could not be read is not 0: the rules below would blame
   // the default.
   const bool stage_read = zero.read_ok("stage");
+  for (const auto& [key, given] :
+       {std::pair{"zero_quantized_weights", out.quantized_weights},
+        std::pair{"zero_quantized_gradients", out.quantized_gradients},
+        std::pair{"zero_hpz_partition_size", out.hpz_partition_size > 1}}) {
+    if (stage_read && given && out.stage != 3) {
+      zero.error(key, fmt::format("{} (ZeRO++) works at ZeRO stage 3, as in DeepSpeed; set "
+                                  "{}.stage: 3 or remove it",
+                                  key, zero.path()));
+    }
+  }
   if (stage_read && out.offload_param.device != OffloadDevice::kNone && out.stage != 3) {
     zero.error("offload_param",
                fmt::format("offload_param needs ZeRO stage 3 (parameters are partitioned only "

@@ -183,6 +183,11 @@ class Communicator {
   // rank, which two threads sharing it could not promise). Its axis() is
   // "<axis>/<label>". Collective over the group.
   virtual core::StatusOr<std::unique_ptr<Communicator>> duplicate(std::string_view label) = 0;
+  // A new communicator over this group's ranks of the same `color`, in
+  // group-rank order (ZeRO++'s host groups); its axis() is "<axis>/<label>".
+  // Collective over the group.
+  virtual core::StatusOr<std::unique_ptr<Communicator>> split(std::string_view label,
+                                                              int color) = 0;
 
   virtual CommStats stats() const = 0;
   // Collectives this rank has started on the group (sends and receives not
@@ -205,8 +210,9 @@ class Transport {
   // Every live communicator's collectives_started(); thread-safe.
   virtual std::vector<GroupProgress> progress() const = 0;
   // The wire_bytes() of every operation started so far on the process's
-  // communicators of grid axis `axis` ("data" counts "data/gradients" too;
-  // "" every axis), those destroyed since included; thread-safe.
+  // communicators of `axis` and those made from them ("data" counts
+  // "data/gradients" too; "" every axis), those destroyed since included;
+  // thread-safe.
   virtual int64_t wire_bytes(std::string_view axis) const = 0;
   // Fault injection (testing.fault stall_collective): the next thread to
   // start an operation on any communicator blocks forever, as if this rank

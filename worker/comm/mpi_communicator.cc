@@ -415,6 +415,37 @@ core::StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::duplicate(std::st
       transport_, copy, axis_ + "/" + std::string(label), world_ranks_, policy_, poll_interval_));
 }
 
+core::StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::split(std::string_view label,
+                                                                     int color) {
+  stream_->stall_point();
+  MPI_Comm part = MPI_COMM_NULL;
+  std::vector<int> members;  // the new group's ranks, as ranks of this one
+  const int code = stream_->call([&] {
+    int rc = MPI_Comm_split(comm_, color, rank_, &part);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(part, MPI_ERRORS_RETURN);
+    MPI_Group ours = MPI_GROUP_NULL, theirs = MPI_GROUP_NULL;
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_group(comm_, &ours);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_group(part, &theirs);
+    int size = 0;
+    if (rc == MPI_SUCCESS) rc = MPI_Group_size(theirs, &size);
+    std::vector<int> ranks(size);
+    for (int i = 0; i < size; ++i) ranks[i] = i;
+    members.assign(size, MPI_UNDEFINED);
+    if (rc == MPI_SUCCESS) {
+      rc = MPI_Group_translate_ranks(theirs, size, ranks.data(), ours, members.data());
+    }
+    if (theirs != MPI_GROUP_NULL) MPI_Group_free(&theirs);
+    if (ours != MPI_GROUP_NULL) MPI_Group_free(&ours);
+    return rc;
+  });
+  if (code != MPI_SUCCESS) return from_mpi(code, "MPI_Comm_split").with_context(axis_);
+  std::vector<int> world_ranks;
+  for (const int member : members) world_ranks.push_back(world_ranks_[member]);
+  return std::unique_ptr<Communicator>(
+      std::make_unique<MpiCommunicator>(transport_, part, axis_ + "/" + std::string(label),
+                                        std::move(world_ranks), policy_, poll_interval_));
+}
+
 std::unique_ptr<Work> MpiCommunicator::then(std::function<void()> host) {
   auto state = std::make_shared<MpiOpState>();
   std::lock_guard lock(mutex_);

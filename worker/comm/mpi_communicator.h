@@ -55,6 +55,7 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Work> then(std::function<void()> host) override;
 
   core::StatusOr<std::unique_ptr<Communicator>> duplicate(std::string_view label) override;
+  core::StatusOr<std::unique_ptr<Communicator>> split(std::string_view label, int color) override;
   CommStats stats() const override;
   int64_t collectives_started() const override;
 

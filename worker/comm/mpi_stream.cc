@@ -45,23 +45,23 @@ std::vector<GroupProgress> MpiTransport::progress() const {
 
 int64_t MpiTransport::wire_bytes(std::string_view axis) const {
   std::lock_guard lock(wire_mutex_);
-  if (!axis.empty()) {
-    const auto found = wire_bytes_.find(axis);
-    return found == wire_bytes_.end() ? 0 : found->second;
-  }
   int64_t total = 0;
-  for (const auto& [name, bytes] : wire_bytes_) total += bytes;
+  for (const auto& [name, bytes] : wire_bytes_) {
+    const bool within = axis.empty() || name == axis ||
+                        (name.size() > axis.size() && name.compare(0, axis.size(), axis) == 0 &&
+                         name[axis.size()] == '/');
+    if (within) total += bytes;
+  }
   return total;
 }
 
 void MpiTransport::count_wire_bytes(std::string_view axis, int64_t bytes) {
   std::lock_guard lock(wire_mutex_);
-  const std::string_view root = axis.substr(0, axis.find('/'));
-  const auto found = wire_bytes_.find(root);
+  const auto found = wire_bytes_.find(axis);
   if (found != wire_bytes_.end()) {
     found->second += bytes;
   } else {
-    wire_bytes_.emplace(std::string(root), bytes);
+    wire_bytes_.emplace(std::string(axis), bytes);
   }
 }
 

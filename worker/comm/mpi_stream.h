@@ -44,7 +44,7 @@ class MpiTransport final : public Transport {
  private:
   std::atomic<bool> stall_{false};
   mutable std::mutex wire_mutex_;
-  std::map<std::string, int64_t, std::less<>> wire_bytes_;  // by the axis before any '/'
+  std::map<std::string, int64_t, std::less<>> wire_bytes_;  // by communicator axis
   mutable std::mutex mutex_;
   std::vector<const Communicator*> communicators_;
 };

@@ -72,7 +72,9 @@ Zero3Parameters::Zero3Parameters(comm::Communicator& comm, const core::Parameter
   }
   packed_.resize(packed);
   regions_ = regions;
-  gatherer_.emplace(comm, partition, master_.data(), workspace_, std::move(regions));
+  gatherer_.emplace(comm, partition, master_.data(), workspace_, std::move(regions),
+                    settings.hpz_partition_size);
+  gatherer_->set_quantized(settings.quantized_weights);
   if (swap) {
     swap_ = std::move(swap);
     if (core::Status status = store_partition(/*changed=*/true); !status.ok()) {
@@ -144,6 +146,7 @@ std::string Zero3Parameters::error() const {
 }
 
 std::string Zero3Parameters::refresh_persistent() {
+  gatherer_->invalidate_secondary();  // the step changed the parameters
   float* mine = packed_.data() + packed_blocks_.displacements[rank_];
   std::string error;
   for_own_persistent([&](int64_t from, int64_t to) {
@@ -199,7 +202,8 @@ int64_t Zero3Parameters::parameter_bytes() const {
 
 int64_t Zero3Parameters::buffer_bytes() const {
   return static_cast<int64_t>(packed_.size() * sizeof(float)) +
-         (swap_ ? swap_->staging_bytes() : 0);
+         (swap_ ? swap_->staging_bytes() : 0) +
+         gatherer_->secondary_floats() * static_cast<int64_t>(sizeof(float));
 }
 
 void Zero3Parameters::prefetch_following(int first, int step) {

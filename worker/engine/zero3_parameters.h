@@ -22,6 +22,8 @@ struct Zero3Settings {
   int64_t persistence_threshold = 0;  // stage3_param_persistence_threshold
   int64_t prefetch_bucket_size = 0;   // stage3_prefetch_bucket_size
   int64_t max_live_parameters = 0;    // stage3_max_live_parameters
+  bool quantized_weights = false;     // ZeRO++'s zero_quantized_weights
+  int hpz_partition_size = 1;         // ZeRO++'s zero_hpz_partition_size
 };
 
 // ZeRO stage 3's parameters on one rank: its partition of the fp32 weights
@@ -101,7 +103,8 @@ class Zero3Parameters : public model::ParameterSource {
   // Bytes held for parameters: this rank's partition (none when swapped)
   // plus the persistent copy.
   int64_t parameter_bytes() const;
-  // The persistent tensors' packed buffer, and the swap's staging buffer.
+  // The persistent tensors' packed buffer, the swap's staging buffer, and
+  // hpZ's secondary partition.
   int64_t buffer_bytes() const;
   // The largest resident size of the workspace measured before a release.
   int64_t workspace_peak_bytes() const { return workspace_.peak_resident_bytes(); }

@@ -279,6 +279,7 @@ class PartitionedGradients final : public ZeroStateBase {
         workspace_(table_.total()),
         reducer_(comm_, workspace_, training_.zero.reduce_bucket_size, partition_, grads_.data()) {
     reducer_.set_communication_type(gradient_communication_type(training_, precision_));
+    reducer_.set_quantized(training_.zero.quantized_gradients);
   }
 
   // Stage 3's gathered parameters, set up after construction (it may fail).
@@ -289,6 +290,8 @@ class PartitionedGradients final : public ZeroStateBase {
     settings.persistence_threshold = training_.zero.param_persistence_threshold;
     settings.prefetch_bucket_size = training_.zero.prefetch_bucket_size;
     settings.max_live_parameters = training_.zero.max_live_parameters;
+    settings.quantized_weights = training_.zero.quantized_weights;
+    settings.hpz_partition_size = training_.zero.hpz_partition_size;
     // ZeRO-Infinity's parameter offload: the partition goes to a swap file.
     std::unique_ptr<PartitionSwap> swap;
     const spec::OffloadSpec& offload = training_.zero.offload_param;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/half_precision.h"
+#include "worker/parallel/block_quantizer.h"
 
 #if defined(__SSE2__)
 #include <pmmintrin.h>
@@ -305,6 +306,40 @@ std::vector<std::unique_ptr<comm::Work>> GradientReducer::start_narrow_sum(const
   return works;
 }
 
+std::vector<std::unique_ptr<comm::Work>> GradientReducer::start_quantized_sum(
+    const Bucket& bucket) {
+  cut(bucket);
+  Quantized& q = quantized_buffers_;
+  const int64_t own_count = shares_.blocks.counts[shares_.rank];
+  const int64_t own_bytes = quantized_bytes(own_count);
+  std::vector<int64_t> sent_counts;
+  for (int r = 0; r < size_; ++r) sent_counts.push_back(quantized_bytes(shares_.blocks.counts[r]));
+  q.sent_blocks = comm::Blocks::consecutive(sent_counts);
+  q.received_blocks = comm::Blocks::consecutive(std::vector<int64_t>(size_, own_bytes));
+  const int64_t sent_total = q.sent_blocks.displacements.back() + sent_counts.back();
+  q.sent.resize(std::max<int64_t>(1, sent_total));
+  q.received.resize(std::max<int64_t>(1, size_ * own_bytes));
+  q.values.resize(std::max<int64_t>(1, own_count));
+  for (int r = 0; r < size_; ++r) {
+    quantize(grads_ + bucket.begin + shares_.blocks.displacements[r], shares_.blocks.counts[r],
+             q.sent.data() + q.sent_blocks.displacements[r]);
+  }
+  std::vector<std::unique_ptr<comm::Work>> works;
+  works.push_back(comm_->all_to_all(comm::buffer_of(q.sent.data(), sent_total), q.sent_blocks,
+                                    comm::buffer_of(q.received.data(), size_ * own_bytes),
+                                    q.received_blocks));
+  works.push_back(comm_->then([this, own_count, own_bytes] {
+    Quantized& q = quantized_buffers_;
+    float* sum = shares_.received.data();
+    dequantize(q.received.data(), own_count, sum);
+    for (int w = 1; w < size_; ++w) {
+      dequantize(q.received.data() + w * own_bytes, own_count, q.values.data());
+      for (int64_t i = 0; i < own_count; ++i) sum[i] += q.values[i];
+    }
+  }));
+  return works;
+}
+
 core::Status GradientReducer::narrow_all_reduce(const Bucket& bucket) {
   std::vector<std::unique_ptr<comm::Work>> works = start_narrow_sum(bucket);
   const int64_t own_count = shares_.blocks.counts[shares_.rank];
@@ -361,7 +396,7 @@ void GradientReducer::add_share(const Bucket& bucket, const float* summed) {
     // the sum; in 16-bit communication rounded to the wire's type, as the
     // 16-bit gradients all-reduced in every mode.
     const float size = static_cast<float>(size_);
-    if (wire_type_ == core::DType::kF32) {
+    if (wire_type_ == core::DType::kF32 || quantized_) {
       for (int64_t i = 0; i < own_count; ++i) own[i] += summed[i] / size;
     } else {
       for (int64_t i = 0; i < own_count; ++i) {
@@ -385,7 +420,9 @@ core::Status GradientReducer::reduce_scatter(const Bucket& bucket) {
   }
   // The share's mean is added on the stream's thread, right after the sum.
   std::vector<std::unique_ptr<comm::Work>> works;
-  if (wire_type_ != core::DType::kF32) {
+  if (quantized_) {
+    works = start_quantized_sum(bucket);
+  } else if (wire_type_ != core::DType::kF32) {
     works = start_narrow_sum(bucket);
   } else {
     works.push_back(start_sum(bucket));

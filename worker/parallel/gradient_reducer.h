@@ -125,6 +125,12 @@ class GradientReducer {
   // and divides; in all-reduce mode the mean is rounded again and
   // all-gathered. Half the bytes on the wire. Before the first ready().
   void set_communication_type(core::DType dtype) { wire_type_ = dtype; }
+  // ZeRO++'s quantized gradients (qgZ), reduce-scatter mode only: each
+  // rank's shares go out int8 block-quantized (block_quantizer) through an
+  // all-to-all and are summed in fp32, about a quarter of fp32's bytes
+  // (DeepSpeed sends int4 in two hops, within and across hosts; here int8
+  // in one). Overrides the communication type. Before the first ready().
+  void set_quantized(bool quantized) { quantized_ = quantized; }
 
   // Heap bytes held: the bucket table, the temporary receiving this rank's
   // share of a bucket and the tables of counts (on one rank, in all-reduce
@@ -177,6 +183,8 @@ class GradientReducer {
   // (on the stream) this rank's share summed in fp32 into shares_.received;
   // the operations, to be waited in order.
   std::vector<std::unique_ptr<comm::Work>> start_narrow_sum(const Bucket& bucket);
+  // The same with int8 blocks (set_quantized).
+  std::vector<std::unique_ptr<comm::Work>> start_quantized_sum(const Bucket& bucket);
   core::Status narrow_all_reduce(const Bucket& bucket);
 
   float* const grads_;
@@ -192,6 +200,15 @@ class GradientReducer {
     comm::Blocks received_blocks;
   };
   Narrow narrow_;
+  bool quantized_ = false;
+  // Quantized gradients' buffers: every share quantized, every rank's
+  // quantized share for this one, and one share dequantized.
+  struct Quantized {
+    std::vector<uint8_t> sent, received;
+    comm::Blocks sent_blocks, received_blocks;
+    std::vector<float> values;
+  };
+  Quantized quantized_buffers_;
   int64_t bucket_elements_ = 1;
   std::vector<Bucket> buckets_;    // in launch order; buckets_[0] ends at n_
   std::unique_ptr<comm::Communicator> comm_;  // our duplicate; none on one rank

@@ -51,8 +51,17 @@ class ParameterGatherer {
   // for this object's lifetime, and master not written while a gather may run. Ranges longer than
   // INT_MAX floats are split. A failure here or in a gather sticks: error() says it, acquire()
   // stops waiting and no more collectives are started.
+  //
+  // secondary_group > 1 (ZeRO++'s hpZ, zero_hpz_partition_size): the data
+  // ranks form groups of that many consecutive ranks (a host's), and each
+  // rank also keeps a secondary partition: 1/secondary_group of every
+  // gathered range, split among its group. The first gather of a region
+  // after invalidate_secondary() is over all ranks and fills it; later
+  // gathers of the region (the backward pass's) are all-gathers of the
+  // secondary partitions within the group, never leaving the host.
   ParameterGatherer(comm::Communicator& comm, const ZeroPartition& partition, const float* master,
-                    ReleasableBuffer& workspace, std::vector<std::vector<Range>> regions);
+                    ReleasableBuffer& workspace, std::vector<std::vector<Range>> regions,
+                    int secondary_group = 1);
   // Gathers every region already requested (every rank requested the same
   // ones), then joins the thread and frees the duplicate.
   ~ParameterGatherer();
@@ -68,6 +77,16 @@ class ParameterGatherer {
   // before the first prefetch() or acquire().
   using OwnLoader = std::function<std::string(int64_t begin, int64_t end)>;
   void set_own_loader(OwnLoader loader) { own_loader_ = std::move(loader); }
+  // ZeRO++'s quantized weights (qwZ): each rank's floats of a range travel
+  // int8 block-quantized (block_quantizer) and every rank, this one
+  // included, reads them dequantized, so all compute with the same weights;
+  // about a quarter of the bytes. Set it before the first prefetch().
+  void set_quantized(bool quantized) { quantized_ = quantized; }
+  // The parameters changed (an optimizer step): the secondary partitions
+  // are stale, and each region's next gather is over all ranks again.
+  void invalidate_secondary();
+  // Floats of the secondary partitions this rank keeps.
+  int64_t secondary_floats() const { return static_cast<int64_t>(secondary_.size()); }
   // Starts gathering `region` unless it is resident or already requested;
   // returns without waiting.
   void prefetch(int region);
@@ -92,7 +111,14 @@ class ParameterGatherer {
   enum class State { kReleased, kRequested, kResident };
 
   void communication_loop();
-  std::string gather(int region);  // communication thread only
+  std::string gather(int region, bool secondary);  // communication thread only
+  // Piece `member` of the secondary split of [begin, end).
+  Range secondary_piece(int64_t begin, int64_t end, int member) const;
+  std::string gather_secondary(int region);
+  void keep_secondary(int region);
+  // One range's all-gather, its blocks_ set, this rank's floats at `send`.
+  std::string gather_range(int64_t begin, int64_t end, const float* send);
+  std::string gather_quantized(int64_t begin, const float* send);
 
   ZeroPartition partition_;
   const float* master_;
@@ -103,13 +129,30 @@ class ParameterGatherer {
   std::unique_ptr<comm::Communicator> comm_;  // our duplicate
   int rank_ = 0;
   comm::Blocks blocks_;  // per rank, communication thread only
+  bool quantized_ = false;
+  // Quantized gathers (communication thread only): this rank's floats
+  // quantized, and every rank's.
+  std::vector<uint8_t> quantized_sent_, quantized_received_;
 
   mutable std::mutex mutex_;
   std::condition_variable requested_or_stopping_;
   std::condition_variable gathered_;
   std::vector<State> states_;
   int64_t live_floats_ = 0;
-  std::deque<int> queue_;
+  struct Request {
+    int region;
+    bool secondary;  // from the secondary partitions
+  };
+  std::deque<Request> queue_;
+  // hpZ: the group's communicator, this rank's place in it, where each
+  // range's piece starts in secondary_, and which regions' pieces are fresh
+  // (compute thread, under mutex_).
+  std::unique_ptr<comm::Communicator> group_;
+  int member_ = 0;
+  std::vector<std::vector<int64_t>> secondary_offsets_;
+  std::vector<float> secondary_;
+  std::vector<bool> secondary_fresh_;
+  comm::Blocks group_blocks_;  // communication thread only
   std::string error_;
   bool stopping_ = false;
   std::thread thread_;

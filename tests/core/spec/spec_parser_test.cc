@@ -798,7 +798,8 @@ training:
   CHECK(loaded.only("cluster.device").message ==
         "cluster.device must be one of cpu, cuda, got 'gpu'; did you mean 'cpu'?");
   CHECK(loaded.only("optimizer.type").message ==
-        "training.optimizer.type must be one of Adam, AdamW, got 'Adamm'; did you mean "
+        "training.optimizer.type must be one of Adam, AdamW, Lamb, OneBitAdam, ZeroOneAdam, "
+        "OneBitLamb, got 'Adamm'; did you mean "
         "'Adam'?");
   CHECK(loaded.only("scheduler.type").message ==
         "training.scheduler.type must be one of none, WarmupLR, WarmupDecayLR, WarmupCosineLR, "
@@ -1107,6 +1108,26 @@ TEST_CASE("DeepSpeed's refusals around the 1-bit optimizers and Lamb come before
               " needs dynamic loss scaling, as in DeepSpeed; set fp16.loss_scale: 0");
     CHECK_FALSE(load(type, "  fp16: {enabled: true, loss_scale: 0}\n").diagnostics.has_errors());
   }
+}
+
+TEST_CASE("ZeRO++'s keys are read at stage 3 and refused below it") {
+  SpecFolder folder;
+  const auto load = [&](const std::string& zero) {
+    return folder.load("data: {train: demo}\ntraining:\n  steps: 1\n  zero_optimization: " + zero +
+                       "\n");
+  };
+  const Loaded on = load(
+      "{stage: 3, zero_quantized_weights: true, zero_quantized_gradients: true, "
+      "zero_hpz_partition_size: 4}");
+  CHECK_FALSE(on.diagnostics.has_errors());
+  CHECK(on.spec.training.zero.quantized_weights);
+  CHECK(on.spec.training.zero.quantized_gradients);
+  CHECK(on.spec.training.zero.hpz_partition_size == 4);
+  const Loaded below = load("{stage: 2, zero_quantized_gradients: true}");
+  REQUIRE(below.errors().size() == 1);
+  CHECK(below.only("ZeRO++").message ==
+        "zero_quantized_gradients (ZeRO++) works at ZeRO stage 3, as in DeepSpeed; set "
+        "training.zero_optimization.stage: 3 or remove it");
 }
 
 TEST_CASE("communication_data_type takes DeepSpeed's fp32, fp16 and bf16") {

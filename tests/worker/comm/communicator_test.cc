@@ -358,6 +358,27 @@ TEST_CASE(
             .code() == dslaunch::core::StatusCode::kInvalidArgument);
 }
 
+TEST_CASE("split makes groups of the ranks of one colour, in rank order") {
+  auto groups = make_world_groups();
+  Communicator& world = groups->world();
+  const int size = world.size();
+  const int rank = world.rank();
+  auto split = world.split("halves", rank % 2);
+  REQUIRE(split.ok());
+  Communicator& half = **split;
+  CHECK(half.axis() == std::string(world.axis()) + "/halves");
+  CHECK(half.size() == (size + 1 - rank % 2) / 2);
+  CHECK(half.rank() == rank / 2);
+  std::vector<int> expected;
+  for (int r = rank % 2; r < size; r += 2) expected.push_back(world.world_ranks()[r]);
+  CHECK(half.world_ranks() == expected);
+  int64_t value = rank, sum = 0;
+  CHECK_OK(half.all_reduce(buffer_of(&value, 1), buffer_of(&sum, 1), ReduceOp::kSum)->wait());
+  int64_t expected_sum = 0;
+  for (int r = rank % 2; r < size; r += 2) expected_sum += r;
+  CHECK(sum == expected_sum);
+}
+
 TEST_CASE("send and recv pass a ring between neighbours, in order") {
   auto groups = make_world_groups();
   Communicator& world = groups->world();

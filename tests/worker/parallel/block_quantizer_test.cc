@@ -1,0 +1,60 @@
+#include "worker/parallel/block_quantizer.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+using dslaunch::worker::dequantize;
+using dslaunch::worker::kQuantizationBlock;
+using dslaunch::worker::quantize;
+using dslaunch::worker::quantized_bytes;
+
+TEST_CASE("a quantized buffer is a scale per block of 256 and a byte per value") {
+  CHECK(quantized_bytes(0) == 0);
+  CHECK(quantized_bytes(1) == 5);
+  CHECK(quantized_bytes(256) == 260);
+  CHECK(quantized_bytes(257) == 265);
+  CHECK(quantized_bytes(1000) == 4 * 4 + 1000);
+}
+
+TEST_CASE("values come back within half a step of their block's scale, the largest exactly") {
+  std::mt19937 random(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const int64_t count : {int64_t{1}, int64_t{255}, int64_t{256}, int64_t{1001}}) {
+    CAPTURE(count);
+    std::vector<float> x(count);
+    for (int64_t i = 0; i < count; ++i) x[i] = normal(random) * (1 + i / kQuantizationBlock);
+    std::vector<uint8_t> packed(quantized_bytes(count));
+    quantize(x.data(), count, packed.data());
+    std::vector<float> back(count);
+    dequantize(packed.data(), count, back.data());
+    for (int64_t begin = 0; begin < count; begin += kQuantizationBlock) {
+      const int64_t end = std::min(count, begin + kQuantizationBlock);
+      float largest = 0;
+      for (int64_t i = begin; i < end; ++i) largest = std::max(largest, std::abs(x[i]));
+      const float step = largest / 127.0f;
+      for (int64_t i = begin; i < end; ++i) {
+        REQUIRE(std::abs(back[i] - x[i]) <= 0.5001f * step);
+        if (std::abs(x[i]) == largest)
+          REQUIRE(std::abs(std::abs(back[i]) - largest) <= 1e-6f * largest);
+      }
+    }
+  }
+}
+
+TEST_CASE("zeros stay zeros, and a block with inf or NaN comes back NaN, the others intact") {
+  std::vector<float> x(600, 0.0f);
+  x[300] = std::numeric_limits<float>::infinity();
+  x[500] = 2.0f;
+  std::vector<uint8_t> packed(quantized_bytes(600));
+  quantize(x.data(), 600, packed.data());
+  std::vector<float> back(600);
+  dequantize(packed.data(), 600, back.data());
+  for (int i = 0; i < 256; ++i) REQUIRE(back[i] == 0.0f);
+  for (int i = 256; i < 512; ++i) REQUIRE(std::isnan(back[i]));
+  x[500] = 0.0f;
+  for (int i = 512; i < 600; ++i) REQUIRE(back[i] == 0.0f);
+}

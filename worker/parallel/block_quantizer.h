@@ -1,0 +1,22 @@
+#pragma once
+
+#include <cstdint>
+
+namespace dslaunch::worker {
+
+// ZeRO++'s int8 block quantization (qwZ for weights, qgZ for gradients):
+// symmetric, in blocks of kQuantizationBlock floats, each stored as its
+// fp32 scale (max |x| / 127) followed by its values round(x / scale) as
+// int8, so a quantized buffer is about a quarter of the floats' bytes. A
+// block holding inf or NaN gets a NaN scale: it dequantizes to NaN, so an
+// fp16 overflow still reaches the loss scaler.
+inline constexpr int64_t kQuantizationBlock = 256;
+
+// Bytes `count` floats take quantized.
+int64_t quantized_bytes(int64_t count);
+// x[0, count) into out (quantized_bytes(count) bytes).
+void quantize(const float* x, int64_t count, uint8_t* out);
+// The values back: out[i] = scale × q[i].
+void dequantize(const uint8_t* in, int64_t count, float* out);
+
+}  // namespace dslaunch::worker
