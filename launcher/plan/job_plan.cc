@@ -308,6 +308,16 @@ std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMa
                       plan.batch.gradient_accumulation_steps, data));
       return std::nullopt;
     }
+    const int hpz = spec.training.zero.hpz_partition_size;
+    if (hpz > 1 && data % hpz != 0) {
+      diagnostics.error(
+          locations.find("training.zero_optimization.zero_hpz_partition_size"),
+          fmt::format("zero_hpz_partition_size {} must divide the data-parallel size {} (its "
+                      "groups are that many consecutive data ranks, a host's); use a divisor "
+                      "of {}, such as the ranks per host",
+                      hpz, data, data));
+      return std::nullopt;
+    }
     const int virtual_stages = spec.parallelism.virtual_stages;
     if (pipeline > 1 && virtual_stages > 1 &&
         plan.batch.gradient_accumulation_steps % pipeline != 0) {

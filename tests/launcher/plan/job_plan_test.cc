@@ -283,6 +283,26 @@ testing: {fault: {kind: exit, rank: 2, step: 3}}
              Catch::Contains("testing.fault.rank 2 is not a rank of this job: its ranks are 0..1"));
 }
 
+TEST_CASE("zero_hpz_partition_size must divide the data-parallel size") {
+  Folder folder;
+  const Planned planned = plan_file(folder.write("hpz.yaml", R"(
+cluster: {device: cpu, num_gpus: 6}
+training: {train_micro_batch_size_per_gpu: 1, steps: 10,
+           zero_optimization: {stage: 3, zero_hpz_partition_size: 4}}
+data: {train: demo}
+)"));
+  CHECK_FALSE(planned.plan.has_value());
+  CHECK_THAT(planned.diagnostics.format(),
+             Catch::Contains("zero_hpz_partition_size 4 must divide the data-parallel size 6"));
+  const Planned fine = plan_file(folder.write("hpz3.yaml", R"(
+cluster: {device: cpu, num_gpus: 6}
+training: {train_micro_batch_size_per_gpu: 1, steps: 10,
+           zero_optimization: {stage: 3, zero_hpz_partition_size: 3}}
+data: {train: demo}
+)"));
+  CHECK(fine.plan.has_value());
+}
+
 TEST_CASE("a pipeline needs as many micro-batches per step as stages, and the plan shows each "
           "stage's blocks") {
   Folder folder;
