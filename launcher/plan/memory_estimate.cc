@@ -91,6 +91,17 @@ ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& trainin
   bytes.parameters = (stage >= 3 ? partition : psi) * param_bytes;
   bytes.gradients = (stage >= 2 ? partition : psi) * grad_bytes;
   bytes.optimizer_states = optimizer_elements * (moment_bytes + master_bytes);
+  // What the compressed optimizers keep beside Adam's moments (ZeRO 0, so
+  // over the whole model): the worker error (ψ) and the server error (ψ/N);
+  // 0/1 Adam the synchronised weights and the accumulated updates; 1-bit
+  // LAMB the fresh variance and the momentum of the step before.
+  const spec::OptimizerType type = training.optimizer.type;
+  if (spec::compresses_communication(type) && data_parallel > 1) {
+    bytes.optimizer_states += (psi + ceil_div(psi, data_parallel)) * 4;
+  }
+  if (type == spec::OptimizerType::kZeroOneAdam || type == spec::OptimizerType::kOneBitLamb) {
+    bytes.optimizer_states += 2 * psi * 4;
+  }
 
   const auto offload = [&bytes](spec::OffloadDevice device, int64_t& on_device, int64_t moved) {
     if (device == spec::OffloadDevice::kCpu) bytes.offloaded_to_host += moved;

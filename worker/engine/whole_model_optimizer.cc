@@ -71,6 +71,15 @@ class OptimizerBase : public WholeModelOptimizer {
         m_(total_, 0.0f),
         v_(total_, 0.0f) {}
 
+  int64_t state_bytes() const override { return bytes_of(m_) + bytes_of(v_); }
+  template <typename T>
+  static int64_t bytes_of(const std::vector<T>& values) {
+    return static_cast<int64_t>(values.size() * sizeof(T));
+  }
+  static int64_t error_bytes(const CompressedAllReduce& reduce) {
+    return bytes_of(reduce.worker_error()) + bytes_of(reduce.server_error());
+  }
+
   static std::vector<OptimizerArray> error_arrays(CompressedAllReduce& reduce) {
     std::vector<float>& worker = reduce.worker_error();
     std::vector<float>& server = reduce.server_error();
@@ -173,6 +182,9 @@ class OneBitAdam final : public OptimizerBase {
   }
   std::vector<OptimizerArray> rank_arrays() override { return error_arrays(reduce_); }
   void restart_error_feedback() override { reduce_.reset_errors(); }
+  int64_t state_bytes() const override {
+    return OptimizerBase::state_bytes() + error_bytes(reduce_);
+  }
 
  private:
   CompressedAllReduce reduce_;
@@ -298,6 +310,10 @@ class ZeroOneAdam final : public OptimizerBase {
     std::fill(accumulated_.begin(), accumulated_.end(), 0.0f);
     lrs_ = 0;
   }
+  int64_t state_bytes() const override {
+    return OptimizerBase::state_bytes() + error_bytes(reduce_) + bytes_of(synchronized_) +
+           bytes_of(accumulated_);
+  }
   // The checkpoint's parameters are the synchronised ones; each rank's
   // drift since is its accumulated updates.
   void resumed(float* params) override {
@@ -380,6 +396,11 @@ class OneBitLamb final : public OptimizerBase {
     return arrays;
   }
   void restart_error_feedback() override { reduce_.reset_errors(); }
+  int64_t state_bytes() const override {
+    return OptimizerBase::state_bytes() + error_bytes(reduce_) + bytes_of(fresh_v_) +
+           bytes_of(last_m_) + bytes_of(coeff_freeze_) + bytes_of(last_factor_) +
+           bytes_of(scaling_);
+  }
 
  private:
   void warm_up_step(float* params, const float* grads, double lr, int64_t t) {

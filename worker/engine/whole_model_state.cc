@@ -167,14 +167,8 @@ class WholeModelState final : public ModelState {
     MemoryReport memory;
     memory.parameters = table_.total() * static_cast<int64_t>(sizeof(float));
     memory.gradients = static_cast<int64_t>(grads_.size() * sizeof(float));
-    int64_t states = static_cast<int64_t>(masters_.size() * sizeof(float));
-    for (size_t i = 0; i < optimizer_->layout_state().size(); ++i) {
-      states += table_.total() * static_cast<int64_t>(sizeof(float));
-    }
-    for (const OptimizerArray& array : optimizer_->rank_arrays()) {
-      states += array.count * core::dtype_bytes(array.dtype);
-    }
-    memory.optimizer_states = states;
+    memory.optimizer_states =
+        static_cast<int64_t>(masters_.size() * sizeof(float)) + optimizer_->state_bytes();
     memory.activations = activation_bytes;
     memory.communication_buffers = reducer_.buffer_bytes();
     return memory;

@@ -53,6 +53,8 @@ class CompressedAllReduce {
   // zeros at first.
   std::vector<float>& worker_error() { return worker_error_; }
   std::vector<float>& server_error() { return server_error_; }
+  const std::vector<float>& worker_error() const { return worker_error_; }
+  const std::vector<float>& server_error() const { return server_error_; }
   void reset_errors();
 
  private:

@@ -122,6 +122,24 @@ TEST_CASE("on the CPU backend 16-bit weights and gradients are held widened to f
               4'000'000, 4'000'000, 2'000'000);
 }
 
+TEST_CASE("the compressed optimizers' error feedback and extra copies count in the plan") {
+  spec::TrainingSpec training;
+  const int64_t psi = 1'000'000;
+  const int64_t adam = model_state_bytes(psi, training, 4, spec::Device::kCpu).optimizer_states;
+  CHECK(adam == psi * 8);
+  training.optimizer.type = spec::OptimizerType::kOneBitAdam;
+  CHECK(model_state_bytes(psi, training, 4, spec::Device::kCpu).optimizer_states ==
+        adam + (psi + psi / 4) * 4);
+  // One rank compresses nothing and keeps no errors.
+  CHECK(model_state_bytes(psi, training, 1, spec::Device::kCpu).optimizer_states == adam);
+  training.optimizer.type = spec::OptimizerType::kZeroOneAdam;
+  CHECK(model_state_bytes(psi, training, 4, spec::Device::kCpu).optimizer_states ==
+        adam + (psi + psi / 4) * 4 + 2 * psi * 4);
+  training.optimizer.type = spec::OptimizerType::kOneBitLamb;
+  CHECK(model_state_bytes(psi, training, 4, spec::Device::kCpu).optimizer_states ==
+        adam + (psi + psi / 4) * 4 + 2 * psi * 4);
+}
+
 TEST_CASE("ZeRO partitions round up") {
   // 10 parameters over 4 ranks: partitions of 3.
   check_bytes(model_state_bytes(10, training(Precision::kFp32, 1), 4), 40, 40, 24);
