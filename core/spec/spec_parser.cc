@@ -456,6 +456,14 @@ void read_optimizer_params(MapReader& params, OptimizerSpec& out) {
     params.boolean("adam_w_mode", out.decoupled_weight_decay);
     return;
   }
+  // DeepSpeed's Lamb and 1-bit optimizers take amsgrad and raise on true.
+  bool amsgrad = false;
+  params.boolean("amsgrad", amsgrad);
+  if (amsgrad) {
+    params.error("amsgrad", fmt::format("{}.amsgrad: DeepSpeed's Lamb and 1-bit optimizers do not "
+                                        "support the AMSGrad variant; remove it",
+                                        params.path()));
+  }
   if (type == OptimizerType::kLamb) {
     params.boolean("bias_correction", out.bias_correction);
     params.boolean("eps_inside_sqrt", out.eps_inside_sqrt);

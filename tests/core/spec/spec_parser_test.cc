@@ -1072,6 +1072,14 @@ TEST_CASE("Lamb and DeepSpeed's 1-bit optimizers take their names and keys, any 
     REQUIRE(loaded.errors().size() == 1);
     CHECK(loaded.only("var_freeze_step").message.find("unknown key 'var_freeze_step'") == 0);
   }
+  SECTION("amsgrad: false is accepted, true refused") {
+    CHECK_FALSE(load("{type: OneBitAdam, params: {amsgrad: false}}").diagnostics.has_errors());
+    const Loaded loaded = load("{type: ZeroOneAdam, params: {amsgrad: true}}");
+    REQUIRE(loaded.errors().size() == 1);
+    CHECK(loaded.only("amsgrad").message ==
+          "training.optimizer.params.amsgrad: DeepSpeed's Lamb and 1-bit optimizers do not "
+          "support the AMSGrad variant; remove it");
+  }
   SECTION("min_coeff above max_coeff") {
     const Loaded loaded = load("{type: Lamb, params: {max_coeff: 0.1, min_coeff: 0.5}}");
     REQUIRE(loaded.errors().size() == 1);
