@@ -157,6 +157,24 @@ struct ZeroSpec {
 enum class OptimizerType { kAdam, kAdamW, kLamb, kOneBitAdam, kZeroOneAdam, kOneBitLamb };
 // Whether the optimizer averages its own data-parallel traffic, compressed
 // to signs after a warm-up (1-bit Adam, 0/1 Adam, 1-bit LAMB).
+// DeepSpeed's name of the type: "AdamW", "OneBitAdam", ...
+inline const char* optimizer_type_name(OptimizerType type) {
+  switch (type) {
+    case OptimizerType::kAdam:
+      return "Adam";
+    case OptimizerType::kAdamW:
+      return "AdamW";
+    case OptimizerType::kLamb:
+      return "Lamb";
+    case OptimizerType::kOneBitAdam:
+      return "OneBitAdam";
+    case OptimizerType::kZeroOneAdam:
+      return "ZeroOneAdam";
+    case OptimizerType::kOneBitLamb:
+      return "OneBitLamb";
+  }
+  return "?";
+}
 inline bool compresses_communication(OptimizerType type) {
   return type == OptimizerType::kOneBitAdam || type == OptimizerType::kZeroOneAdam ||
          type == OptimizerType::kOneBitLamb;

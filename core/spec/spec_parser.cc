@@ -483,7 +483,7 @@ void read_optimizer_params(MapReader& params, OptimizerSpec& out) {
   bool cuda_aware = false;
   params.boolean("cuda_aware", cuda_aware);
   int backend = 0;
-  params.choice("comm_backend_name", {"nccl", "mpi", "compressed"}, backend);
+  params.choice("comm_backend_name", {"nccl", "mpi", "compressed", "hccl"}, backend);
   if (type == OptimizerType::kZeroOneAdam) {
     params.integer("var_freeze_step", out.var_freeze_step, 1, kNoLimit);
     params.integer("var_update_scaler", out.var_update_scaler, 1, kNoLimit);
@@ -681,12 +681,8 @@ void check_elastic_batch_keys(MapReader& training, const ElasticitySpec& elastic
 // What DeepSpeed refuses beside the Lamb family and the 1-bit optimizers.
 void check_optimizer_combinations(MapReader& training, const TrainingSpec& out) {
   const OptimizerType type = out.optimizer.type;
-  const char* name = type == OptimizerType::kLamb          ? "Lamb"
-                     : type == OptimizerType::kOneBitAdam  ? "OneBitAdam"
-                     : type == OptimizerType::kZeroOneAdam ? "ZeroOneAdam"
-                     : type == OptimizerType::kOneBitLamb  ? "OneBitLamb"
-                                                           : nullptr;
-  if (name == nullptr) return;
+  if (type == OptimizerType::kAdam || type == OptimizerType::kAdamW) return;
+  const char* name = optimizer_type_name(type);
   if (out.zero.stage >= 1 && compresses_communication(type)) {
     training.error("optimizer",
                    fmt::format("optimizer {} cannot be combined with ZeRO stage {}, as in "

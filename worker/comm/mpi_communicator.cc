@@ -436,6 +436,7 @@ core::StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::split(std::string
     }
     if (theirs != MPI_GROUP_NULL) MPI_Group_free(&theirs);
     if (ours != MPI_GROUP_NULL) MPI_Group_free(&ours);
+    if (rc != MPI_SUCCESS && part != MPI_COMM_NULL) MPI_Comm_free(&part);
     return rc;
   });
   if (code != MPI_SUCCESS) return from_mpi(code, "MPI_Comm_split").with_context(axis_);

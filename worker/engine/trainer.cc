@@ -284,12 +284,12 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   std::vector<int32_t> targets(micro * T);
   const double tokens_per_step = static_cast<double>(global_batch) * T;
   result.steps = first_step;
+  const auto wire_bytes = [&options](std::string_view axis) -> int64_t {
+    return options.transport != nullptr ? options.transport->wire_bytes(axis) : 0;
+  };
   for (int64_t step = first_step; step < training.steps; ++step) {
     if (options.on_step_started) options.on_step_started(step + 1);
     const Clock::time_point start = Clock::now();
-    const auto wire_bytes = [&options](std::string_view axis) -> int64_t {
-      return options.transport != nullptr ? options.transport->wire_bytes(axis) : 0;
-    };
     const int64_t wire_before = wire_bytes("");
     const int64_t data_wire_before = wire_bytes("data");
     const double tensor_comm_before = tensor_comm_seconds();

@@ -27,14 +27,13 @@ std::vector<Tensor> tensors_of(const core::ParameterTable& table, double weight_
   return tensors;
 }
 
-// m = β1 m + (1 - β1) g, as torch's mul_(β1).add_(g, alpha=1 - β1).
-void update_momentum(float* m, const float* g, int64_t n, float beta1) {
-  const float rest = 1.0f - beta1;
-  for (int64_t i = 0; i < n; ++i) m[i] = m[i] * beta1 + rest * g[i];
+// m = β m + rest g and v = β v + rest g², as torch's mul_(β).add_(g,
+// alpha=rest) and addcmul_ compute them.
+void update_momentum(float* m, const float* g, int64_t n, float beta, float rest) {
+  for (int64_t i = 0; i < n; ++i) m[i] = m[i] * beta + rest * g[i];
 }
-void update_variance(float* v, const float* g, int64_t n, float beta2) {
-  const float rest = 1.0f - beta2;
-  for (int64_t i = 0; i < n; ++i) v[i] = v[i] * beta2 + rest * g[i] * g[i];
+void update_variance(float* v, const float* g, int64_t n, float beta, float rest) {
+  for (int64_t i = 0; i < n; ++i) v[i] = v[i] * beta + rest * g[i] * g[i];
 }
 
 // Adam's step without bias correction, as DeepSpeed's 1-bit optimizers take
@@ -68,6 +67,12 @@ class OptimizerBase : public WholeModelOptimizer {
         beta1_(static_cast<float>(spec.betas[0])),
         beta2_(static_cast<float>(spec.betas[1])),
         eps_(static_cast<float>(spec.eps)),
+        // DeepSpeed's 1-bit optimizers pass 1 - β from Python (a double,
+        // rounded once); FusedLamb's kernel takes 1 - β in float.
+        rest1_(spec.type == spec::OptimizerType::kLamb ? 1.0f - beta1_
+                                                       : static_cast<float>(1.0 - spec.betas[0])),
+        rest2_(spec.type == spec::OptimizerType::kLamb ? 1.0f - beta2_
+                                                       : static_cast<float>(1.0 - spec.betas[1])),
         m_(total_, 0.0f),
         v_(total_, 0.0f) {}
 
@@ -89,7 +94,8 @@ class OptimizerBase : public WholeModelOptimizer {
              true}};
   }
   // Each tensor compressed with scales of its own, as DeepSpeed compresses
-  // each parameter of an fp32 model.
+  // each parameter of an fp32 model: the table's tensors lie one after the
+  // other from element 0, as the compressed all-reduce's segments must.
   std::vector<int64_t> tensor_sizes() const {
     std::vector<int64_t> sizes;
     for (const Tensor& tensor : tensors_) sizes.push_back(tensor.count);
@@ -101,6 +107,7 @@ class OptimizerBase : public WholeModelOptimizer {
   const int64_t total_;
   kernels::Backend& backend_;
   const float beta1_, beta2_, eps_;
+  const float rest1_, rest2_;  // 1 - β1, 1 - β2
   std::vector<float> m_, v_;
 };
 
@@ -126,8 +133,8 @@ class Lamb final : public OptimizerBase {
       const float* g = grads + tensor.begin;
       float* m = m_.data() + tensor.begin;
       float* v = v_.data() + tensor.begin;
-      update_momentum(m, g, tensor.count, beta1_);
-      update_variance(v, g, tensor.count, beta2_);
+      update_momentum(m, g, tensor.count, beta1_, rest1_);
+      update_variance(v, g, tensor.count, beta2_, rest2_);
       const auto update = [&](int64_t i) {
         const float denom = spec_.eps_inside_sqrt ? std::sqrt(v[i] + eps_) : std::sqrt(v[i]) + eps_;
         return m[i] / denom + tensor.decay * p[i];
@@ -164,9 +171,9 @@ class OneBitAdam final : public OptimizerBase {
 
   core::Status step(float* params, float* grads, double lr) override {
     const int64_t t = ++steps_;
-    update_momentum(m_.data(), grads, total_, beta1_);
+    update_momentum(m_.data(), grads, total_, beta1_, rest1_);
     if (t <= spec_.freeze_step) {
-      update_variance(v_.data(), grads, total_, beta2_);
+      update_variance(v_.data(), grads, total_, beta2_, rest2_);
     } else if (core::Status status = reduce_.average(m_.data()); !status.ok()) {
       return status;
     }
@@ -185,6 +192,7 @@ class OneBitAdam final : public OptimizerBase {
   int64_t state_bytes() const override {
     return OptimizerBase::state_bytes() + error_bytes(reduce_);
   }
+  int64_t buffer_bytes() const override { return reduce_.buffer_bytes(); }
 
  private:
   CompressedAllReduce reduce_;
@@ -220,12 +228,12 @@ class ZeroOneAdam final : public OptimizerBase {
     if (!frozen_) {
       const bool full = t % var_interval_ == 0;
       if (full) {
-        update_variance(v_.data(), grads, total_, beta2_);
+        update_variance(v_.data(), grads, total_, beta2_, rest2_);
       } else {
         if (core::Status status = reduce_.average(grads); !status.ok()) return status;
         compressed_ = true;
       }
-      update_momentum(m_.data(), grads, total_, beta1_);
+      update_momentum(m_.data(), grads, total_, beta1_, rest1_);
       for (const Tensor& tensor : tensors_) {
         adam_step(params + tensor.begin, m_.data() + tensor.begin, v_.data() + tensor.begin,
                   tensor.count, rate, eps_, tensor.decay);
@@ -237,7 +245,7 @@ class ZeroOneAdam final : public OptimizerBase {
       if (t > spec_.var_freeze_step) freeze(params);
       return {};
     }
-    update_momentum(m_.data(), grads, total_, beta1_);
+    update_momentum(m_.data(), grads, total_, beta1_, rest1_);
     lrs_ += lr;
     float* u = accumulated_.data();
     for (const Tensor& tensor : tensors_) {
@@ -281,18 +289,24 @@ class ZeroOneAdam final : public OptimizerBase {
             {"local_step_counter", static_cast<double>(local_step_counter_)},
             {"lrs", lrs_}};
   }
+  // None given (a checkpoint of another optimizer, or of another layout):
+  // the schedule replayed from the step count, a new local period begun.
   void set_scalars(const std::map<std::string, double>& scalars) override {
     const auto value = [&scalars](const char* name, double fallback) {
       const auto found = scalars.find(name);
       return found == scalars.end() ? fallback : found->second;
     };
-    var_interval_ = static_cast<int64_t>(value("var_interval", 1));
-    var_counter_ = static_cast<int64_t>(value("var_counter", 0));
-    local_step_interval_ = static_cast<int64_t>(value("local_step_interval", 1));
-    local_step_counter_ = static_cast<int64_t>(value("local_step_counter", 0));
+    if (scalars.empty()) {
+      replay_schedule();
+    } else {
+      var_interval_ = static_cast<int64_t>(value("var_interval", 1));
+      var_counter_ = static_cast<int64_t>(value("var_counter", 0));
+      local_step_interval_ = static_cast<int64_t>(value("local_step_interval", 1));
+      local_step_counter_ = static_cast<int64_t>(value("local_step_counter", 0));
+      frozen_ = value("frozen", 0) != 0;
+    }
     lrs_ = value("lrs", 0);
-    if (value("frozen", 0) != 0 && !frozen_) {
-      frozen_ = true;
+    if (frozen_) {
       synchronized_.assign(total_, 0.0f);
       accumulated_.assign(total_, 0.0f);
     }
@@ -314,6 +328,7 @@ class ZeroOneAdam final : public OptimizerBase {
     return OptimizerBase::state_bytes() + error_bytes(reduce_) + bytes_of(synchronized_) +
            bytes_of(accumulated_);
   }
+  int64_t buffer_bytes() const override { return reduce_.buffer_bytes(); }
   // The checkpoint's parameters are the synchronised ones; each rank's
   // drift since is its accumulated updates.
   void resumed(float* params) override {
@@ -323,6 +338,27 @@ class ZeroOneAdam final : public OptimizerBase {
   }
 
  private:
+  // The intervals and counters step() leaves after steps_ steps.
+  void replay_schedule() {
+    frozen_ = false;
+    var_interval_ = 1;
+    var_counter_ = 0;
+    local_step_interval_ = 1;
+    local_step_counter_ = 0;
+    for (int64_t t = 1; t <= steps_; ++t) {
+      if (!frozen_) {
+        if (t % var_interval_ == 0 && ++var_counter_ == spec_.var_update_scaler) {
+          var_counter_ = 0;
+          var_interval_ *= 2;
+        }
+        frozen_ = t > spec_.var_freeze_step;
+      } else if (++local_step_counter_ == spec_.local_step_scaler) {
+        local_step_counter_ = 0;
+        local_step_interval_ = std::min(spec_.local_step_clipper, local_step_interval_ * 2);
+      }
+    }
+  }
+
   void freeze(const float* params) {
     frozen_ = true;
     synchronized_.assign(params, params + total_);
@@ -401,11 +437,12 @@ class OneBitLamb final : public OptimizerBase {
            bytes_of(last_m_) + bytes_of(coeff_freeze_) + bytes_of(last_factor_) +
            bytes_of(scaling_);
   }
+  int64_t buffer_bytes() const override { return reduce_.buffer_bytes(); }
 
  private:
   void warm_up_step(float* params, const float* grads, double lr, int64_t t) {
-    update_momentum(m_.data(), grads, total_, beta1_);
-    update_variance(v_.data(), grads, total_, beta2_);
+    update_momentum(m_.data(), grads, total_, beta1_, rest1_);
+    update_variance(v_.data(), grads, total_, beta2_, rest2_);
     if (t == spec_.freeze_step) fresh_v_ = v_;
     for (size_t k = 0; k < tensors_.size(); ++k) {
       const Tensor& tensor = tensors_[k];
@@ -451,7 +488,7 @@ class OneBitLamb final : public OptimizerBase {
     for (size_t k = 0; k < tensors_.size(); ++k) {
       const Tensor& tensor = tensors_[k];
       float* m = m_.data() + tensor.begin;
-      update_momentum(m, grads + tensor.begin, tensor.count, beta1_);
+      update_momentum(m, grads + tensor.begin, tensor.count, beta1_, rest1_);
       const float scaling = static_cast<float>(scaling_[k]);
       for (int64_t i = 0; i < tensor.count; ++i) m[i] *= scaling;
     }
@@ -463,12 +500,13 @@ class OneBitLamb final : public OptimizerBase {
       const float* last = last_m_.data() + tensor.begin;
       const float* v = v_.data() + tensor.begin;
       float* fresh = fresh_v_.data() + tensor.begin;
-      const float scaling = static_cast<float>(scaling_[k]);
+      // torch divides by a scalar as a multiplication by its reciprocal.
+      const float unscaling = static_cast<float>(1.0 / scaling_[k]);
       double update_squares = 0, prelim_squares = 0, factor = 0;
       for (int64_t i = 0; i < tensor.count; ++i) {
-        m[i] /= scaling;
-        const float reconstructed = (m[i] - last[i] * beta1_) / (1.0f - beta1_);
-        fresh[i] = fresh[i] * beta2_ + (1.0f - beta2_) * reconstructed * reconstructed;
+        m[i] *= unscaling;
+        const float reconstructed = (m[i] - last[i] * beta1_) / rest1_;
+        fresh[i] = fresh[i] * beta2_ + rest2_ * reconstructed * reconstructed;
         const float denom = std::sqrt(v[i]) + eps_;
         const double prelim = m[i] / denom;
         const double update = static_cast<float>(prelim) + tensor.decay * p[i];

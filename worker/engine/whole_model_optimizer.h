@@ -54,8 +54,10 @@ class WholeModelOptimizer {
 
   // Whether the step just taken averaged anything compressed.
   virtual bool compressed_last_step() const { return false; }
-  // Bytes of state it holds (moments, error feedback, and the rest).
+  // Bytes of state it holds (moments, error feedback, and the rest), and of
+  // its compressed collective's message buffers.
   virtual int64_t state_bytes() const = 0;
+  virtual int64_t buffer_bytes() const { return 0; }
 
   // The layout's arrays a checkpoint keeps beside the parameters: Adam's
   // moments (and 1-bit LAMB's fresh variance), each total floats; a

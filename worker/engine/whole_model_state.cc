@@ -6,7 +6,9 @@
 // and only an overflow is agreed on by every rank.
 #include "worker/engine/model_state.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 
 #include <fmt/format.h>
@@ -170,7 +172,7 @@ class WholeModelState final : public ModelState {
     memory.optimizer_states =
         static_cast<int64_t>(masters_.size() * sizeof(float)) + optimizer_->state_bytes();
     memory.activations = activation_bytes;
-    memory.communication_buffers = reducer_.buffer_bytes();
+    memory.communication_buffers = reducer_.buffer_bytes() + optimizer_->buffer_bytes();
     return memory;
   }
 
@@ -214,15 +216,17 @@ class WholeModelState final : public ModelState {
       }
     }
     const auto& source = own ? own : first;
-    if (source) optimizer_->set_scalars(source->second.rank_state->scalars);
+    optimizer_->set_scalars(source ? source->second.rank_state->scalars
+                                   : std::map<std::string, double>());
     for (const OptimizerArray& array : optimizer_->rank_arrays()) {
       if (array.data_rank_own && !own) continue;
       if (!source) {
-        return core::Status(core::StatusCode::kDataLoss,
-                            fmt::format("the checkpoint holds no {} state (its {}) for tensor "
-                                        "rank {} of {}, pipeline stage {} of {}",
-                                        optimizer_name(), array.name, place.tensor_rank,
-                                        place.tensor_size, place.stage, place.stages));
+        return core::Status(
+            core::StatusCode::kDataLoss,
+            fmt::format("the checkpoint holds no {} state (its {}) for tensor "
+                        "rank {} of {}, pipeline stage {} of {}",
+                        spec::optimizer_type_name(training_.optimizer.type), array.name,
+                        place.tensor_rank, place.tensor_size, place.stage, place.stages));
       }
       if (core::Status status = read_array(source->first, source->second, array); !status.ok()) {
         return status;
@@ -230,14 +234,24 @@ class WholeModelState final : public ModelState {
     }
     if (own) return {};
     optimizer_->restart_error_feedback();
-    if (notice) {
-      notice(source ? fmt::format("resuming {} on {} data-parallel ranks from a checkpoint of {}: "
-                                  "the error feedback of compressed communication starts again "
-                                  "from zero",
-                                  optimizer_name(), comm_.size(), saved_ranks)
-                    : fmt::format("the checkpoint holds no {} state: its error feedback starts "
-                                  "from zero",
-                                  optimizer_name()));
+    const std::vector<OptimizerArray> arrays = optimizer_->rank_arrays();
+    const bool has_feedback = std::any_of(arrays.begin(), arrays.end(),
+                                          [](const OptimizerArray& a) { return a.data_rank_own; });
+    if (!notice || !has_feedback) return {};
+    const std::string name = spec::optimizer_type_name(training_.optimizer.type);
+    if (!source) {
+      notice(fmt::format("the checkpoint holds no {} state: its error feedback starts from zero",
+                         name));
+    } else if (saved_ranks != comm_.size()) {
+      notice(
+          fmt::format("resuming {} on {} data-parallel ranks from a checkpoint of {}: the "
+                      "error feedback of compressed communication starts again from zero",
+                      name, comm_.size(), saved_ranks));
+    } else {
+      notice(
+          fmt::format("the checkpoint holds no {} state of data rank {}: the error feedback "
+                      "starts again from zero",
+                      name, comm_.rank()));
     }
     return {};
   }
@@ -260,21 +274,6 @@ class WholeModelState final : public ModelState {
     }
     return core::Status(core::StatusCode::kDataLoss,
                         fmt::format("{} holds no {} in its rank state", path, array.name));
-  }
-
-  const char* optimizer_name() const {
-    switch (training_.optimizer.type) {
-      case spec::OptimizerType::kLamb:
-        return "Lamb";
-      case spec::OptimizerType::kOneBitAdam:
-        return "OneBitAdam";
-      case spec::OptimizerType::kZeroOneAdam:
-        return "ZeroOneAdam";
-      case spec::OptimizerType::kOneBitLamb:
-        return "OneBitLamb";
-      default:
-        return "the optimizer";
-    }
   }
 
   const spec::TrainingSpec& training_;
@@ -300,6 +299,11 @@ core::StatusOr<std::unique_ptr<ModelState>> make_whole_model_state(ModelStateInp
   const std::vector<core::ShardLocation>* shards = inputs.resume_shards;
   const int64_t optimizer_steps = inputs.resume_optimizer_steps;
   std::function<void(const std::string&)> notice = inputs.notice;
+  const spec::OptimizerType type = inputs.training->optimizer.type;
+  if (type != spec::OptimizerType::kLamb && !spec::compresses_communication(type)) {
+    return core::invalid_argument(fmt::format("optimizer {} is not one of the whole-model ones",
+                                              spec::optimizer_type_name(type)));
+  }
   auto state = std::make_unique<WholeModelState>(inputs);
   if (shards != nullptr) {
     if (core::Status status = state->resume(*shards, optimizer_steps, notice); !status.ok()) {

@@ -12,6 +12,10 @@ namespace dslaunch::worker {
 // fp16 overflow still reaches the loss scaler.
 inline constexpr int64_t kQuantizationBlock = 256;
 
+// The most floats one collective moves so that their quantized bytes still
+// count in an int (MPI counts in ints).
+inline constexpr int64_t kMaxQuantizableCount = 2147483647LL / 260 * 256;
+
 // Bytes `count` floats take quantized.
 int64_t quantized_bytes(int64_t count);
 // x[0, count) into out (quantized_bytes(count) bytes).

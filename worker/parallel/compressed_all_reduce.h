@@ -17,7 +17,7 @@ namespace dslaunch::worker {
 // The buffer is cut into consecutive segments (a model's tensors, or one for
 // the whole), each compressed as DeepSpeed compresses one tensor, with its
 // own scales and error feedback; all segments travel in the same two
-// messages. For each segment, each rank the "server" of one chunk of it:
+// messages. For each segment, each rank is the "server" of one chunk of it:
 //
 // 1. Worker: x = the segment (zero-padded to its padded size P) + its
 //    worker error; scale = ||x|| / sqrt(P); x is sent as its signs (a 1 bit
@@ -56,6 +56,11 @@ class CompressedAllReduce {
   const std::vector<float>& worker_error() const { return worker_error_; }
   const std::vector<float>& server_error() const { return server_error_; }
   void reset_errors();
+  // Bytes of its message and scratch buffers (the errors aside).
+  int64_t buffer_bytes() const {
+    return static_cast<int64_t>(server_sum_.size() * sizeof(float) + send_.size() +
+                                received_.size());
+  }
 
  private:
   struct Segment {

@@ -77,7 +77,9 @@ void GradientReducer::start(comm::Communicator& comm, int64_t bucket_elements) {
         std::to_string(n) + ", bucket size " + std::to_string(bucket_elements) + ")");
     return;
   }
-  bucket_elements_ = std::min<int64_t>({bucket_elements, INT_MAX, std::max<int64_t>(n, 1)});
+  // Capped so that a quantized bucket's bytes still count in an int.
+  bucket_elements_ =
+      std::min<int64_t>({bucket_elements, kMaxQuantizableCount, std::max<int64_t>(n, 1)});
   for (int64_t end = n; end > 0; end -= bucket_elements_) {
     const int64_t begin = std::max<int64_t>(0, end - bucket_elements_);
     buckets_.push_back({begin, end, end - begin});
@@ -224,6 +226,13 @@ int64_t GradientReducer::buffer_bytes() const {
       (shares_.blocks.counts.capacity() + shares_.blocks.displacements.capacity()) *
           sizeof(int64_t) +
       shares_.received.capacity() * sizeof(float));
+  // 16-bit and quantized communication's buffers.
+  bytes += static_cast<int64_t>((narrow_.sent.capacity() + narrow_.received.capacity() +
+                                 narrow_.mean.capacity() + narrow_.gathered.capacity()) *
+                                    sizeof(uint16_t) +
+                                quantized_buffers_.sent.capacity() +
+                                quantized_buffers_.received.capacity() +
+                                quantized_buffers_.values.capacity() * sizeof(float));
   return bytes;
 }
 
@@ -394,9 +403,9 @@ void GradientReducer::add_share(const Bucket& bucket, const float* summed) {
     float* own = scatter_->partition_grads + (own_begin - partition.begin(rank));
     // Division, not multiplication by 1/size: the correctly rounded mean of
     // the sum; in 16-bit communication rounded to the wire's type, as the
-    // 16-bit gradients all-reduced in every mode.
+    // all-reduce mode rounds its mean (one rank sends nothing: no rounding).
     const float size = static_cast<float>(size_);
-    if (wire_type_ == core::DType::kF32 || quantized_) {
+    if (wire_type_ == core::DType::kF32 || quantized_ || size_ == 1) {
       for (int64_t i = 0; i < own_count; ++i) own[i] += summed[i] / size;
     } else {
       for (int64_t i = 0; i < own_count; ++i) {

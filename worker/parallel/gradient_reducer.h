@@ -58,7 +58,8 @@ namespace dslaunch::worker {
 //
 // bucket_elements counts floats, as DeepSpeed's zero_optimization.
 // reduce_bucket_size counts elements (its default 5e8 is 500M elements, 2 GB
-// of fp32); it is capped at INT_MAX (MPI counts in ints) and at n.
+// of fp32); it is capped at n and at kMaxQuantizableCount (just under INT_MAX: MPI
+// counts in ints, and a quantized bucket takes a little more than a byte a float).
 //
 // On a communicator of one rank there is no thread and no communication: in
 // all-reduce mode ready() only checks its ranges and finish() leaves the

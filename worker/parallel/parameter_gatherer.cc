@@ -8,12 +8,13 @@
 namespace dslaunch::worker {
 namespace {
 
-// The ranges, each cut into pieces a collective can count (MPI counts in ints).
+// The ranges, each cut into pieces a collective can count (MPI counts in
+// ints), quantized or not.
 std::vector<ParameterGatherer::Range> countable(const std::vector<ParameterGatherer::Range>& in) {
   std::vector<ParameterGatherer::Range> out;
   for (const auto& [begin, end] : in) {
-    for (int64_t at = begin; at < end; at += INT_MAX) {
-      out.emplace_back(at, std::min<int64_t>(end, at + INT_MAX));
+    for (int64_t at = begin; at < end; at += kMaxQuantizableCount) {
+      out.emplace_back(at, std::min<int64_t>(end, at + kMaxQuantizableCount));
     }
   }
   return out;

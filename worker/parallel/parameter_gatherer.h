@@ -49,16 +49,18 @@ class ParameterGatherer {
   // the whole layout's address space (padded_total() floats), of which this rank's partition holds
   // its values; workspace: partition.total floats. Both owned by the caller, alive and not moved
   // for this object's lifetime, and master not written while a gather may run. Ranges longer than
-  // INT_MAX floats are split. A failure here or in a gather sticks: error() says it, acquire()
-  // stops waiting and no more collectives are started.
+  // kMaxQuantizableCount floats (just under INT_MAX) are split. A failure here or in a gather
+  // sticks: error() says it, acquire() stops waiting and no more collectives are started.
   //
   // secondary_group > 1 (ZeRO++'s hpZ, zero_hpz_partition_size): the data
   // ranks form groups of that many consecutive ranks (a host's), and each
   // rank also keeps a secondary partition: 1/secondary_group of every
   // gathered range, split among its group. The first gather of a region
-  // after invalidate_secondary() is over all ranks and fills it; later
-  // gathers of the region (the backward pass's) are all-gathers of the
-  // secondary partitions within the group, never leaving the host.
+  // after invalidate_secondary() is over all ranks and fills it; every
+  // later gather of the region until the next invalidate_secondary() (the
+  // backward pass's, the next micro-batches', evaluation's) is an
+  // all-gather of the secondary partitions within the group, never leaving
+  // the host.
   ParameterGatherer(comm::Communicator& comm, const ZeroPartition& partition, const float* master,
                     ReleasableBuffer& workspace, std::vector<std::vector<Range>> regions,
                     int secondary_group = 1);

@@ -245,6 +245,39 @@ TEST_CASE("resuming on another data-parallel size restarts the error feedback, w
   if (world_data().rank() == 0) fs::remove_all(dir);
 }
 
+TEST_CASE(
+    "an AdamW checkpoint resumes under 0/1 Adam (schedule from the step count), not 1-bit LAMB") {
+  const std::string dir = testing::shared_token_files(world_data());
+  spec::JobSpec adam = compressed_job(dir, spec::OptimizerType::kAdamW);
+  adam.checkpoint.interval = 20;
+  const std::string root = dir + "/adamw";
+  train_run(world_data(), adam, root);
+  // Past var_freeze_step (10): 0/1 Adam goes on frozen, from Adam's moments.
+  const Run zero_one =
+      train_run(world_data(), compressed_job(dir, spec::OptimizerType::kZeroOneAdam),
+                root + "-zero-one", resume_point(root, 20, adam.model));
+  REQUIRE(zero_one.notices.size() == 1);
+  CHECK(zero_one.notices[0] ==
+        "the checkpoint holds no ZeroOneAdam state: its error feedback starts from zero");
+  REQUIRE(zero_one.steps.size() == 30);
+  CHECK(std::isfinite(zero_one.final_eval()));
+  // 1-bit LAMB needs its frozen trust ratios: refused, naming what is missing.
+  spec::JobSpec lamb = compressed_job(dir, spec::OptimizerType::kOneBitLamb);
+  lamb.training.batch.micro_batch_per_gpu = 2;
+  lamb.training.batch.gradient_accumulation_steps = 8 / (2 * world_data().size());
+  lamb.training.batch.train_batch_size = 8;
+  const data::TrainingData data = data::open_training_data(lamb.data, lamb.model.seq_length, "");
+  auto backend = kernels::make_cpu_backend(1);
+  TrainerOptions options;
+  options.data_comm = &world_data();
+  options.resume = resume_point(root, 20, adam.model);
+  const TrainResult refused = train(lamb, data, *backend, options);
+  CHECK_THAT(refused.error, Catch::Contains("resuming from the checkpoint of step 20") &&
+                                Catch::Contains("fresh_v"));
+  REQUIRE_OK(world_barrier());
+  if (world_data().rank() == 0) fs::remove_all(dir);
+}
+
 TEST_CASE("communication_data_type bf16 or fp16 halves the gradients' bytes of fp32 training") {
   // The tiny job's gradients are small enough for fp16 without scaling.
   const std::string dir = testing::shared_token_files(world_data());
