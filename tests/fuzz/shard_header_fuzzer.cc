@@ -65,7 +65,8 @@ int64_t data_offset(const std::string& file) {
 }
 
 // Where each of the header's arrays starts, worked out here independently of
-// the reader, then the end of the last one (the file's size).
+// the reader, then the end of the last one: the file's size, once the rank
+// state's arrays (each at a multiple of 64 bytes too) are added.
 std::vector<int64_t> array_offsets(const std::string& file, const core::ShardHeader& header) {
   const int64_t count = header.end - header.begin;
   std::vector<int64_t> offsets;
@@ -76,6 +77,14 @@ std::vector<int64_t> array_offsets(const std::string& file, const core::ShardHea
     int64_t bytes = 0;
     require(!__builtin_mul_overflow(count, core::dtype_bytes(array.dtype), &bytes) &&
             !__builtin_add_overflow(offset, bytes, &offset));
+  }
+  if (header.rank_state) {
+    for (const core::RankStateArray& array : header.rank_state->arrays) {
+      offset = (offset + 63) / 64 * 64;
+      int64_t bytes = 0;
+      require(!__builtin_mul_overflow(array.count, core::dtype_bytes(array.dtype), &bytes) &&
+              !__builtin_add_overflow(offset, bytes, &offset));
+    }
   }
   offsets.push_back(offset);
   return offsets;

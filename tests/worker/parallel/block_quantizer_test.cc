@@ -12,18 +12,21 @@ using dslaunch::worker::kQuantizationBlock;
 using dslaunch::worker::quantize;
 using dslaunch::worker::quantized_bytes;
 
-TEST_CASE("a quantized buffer is a scale per block of 256 and a byte per value") {
+TEST_CASE("a quantized buffer is a scale per block of 64 and a byte per value") {
+  CHECK(kQuantizationBlock == 64);
   CHECK(quantized_bytes(0) == 0);
   CHECK(quantized_bytes(1) == 5);
-  CHECK(quantized_bytes(256) == 260);
-  CHECK(quantized_bytes(257) == 265);
-  CHECK(quantized_bytes(1000) == 4 * 4 + 1000);
+  CHECK(quantized_bytes(64) == 68);
+  CHECK(quantized_bytes(65) == 73);
+  CHECK(quantized_bytes(1000) == 16 * 4 + 1000);
+  // The largest count one collective moves still counts in an int.
+  CHECK(quantized_bytes(dslaunch::worker::kMaxQuantizableCount) <= 2147483647LL);
 }
 
 TEST_CASE("values come back within half a step of their block's scale, the largest exactly") {
   std::mt19937 random(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (const int64_t count : {int64_t{1}, int64_t{255}, int64_t{256}, int64_t{1001}}) {
+  for (const int64_t count : {int64_t{1}, int64_t{63}, int64_t{64}, int64_t{1001}}) {
     CAPTURE(count);
     std::vector<float> x(count);
     for (int64_t i = 0; i < count; ++i) x[i] = normal(random) * (1 + i / kQuantizationBlock);
@@ -46,15 +49,14 @@ TEST_CASE("values come back within half a step of their block's scale, the large
 }
 
 TEST_CASE("zeros stay zeros, and a block with inf or NaN comes back NaN, the others intact") {
-  std::vector<float> x(600, 0.0f);
-  x[300] = std::numeric_limits<float>::infinity();
-  x[500] = 2.0f;
-  std::vector<uint8_t> packed(quantized_bytes(600));
-  quantize(x.data(), 600, packed.data());
-  std::vector<float> back(600);
-  dequantize(packed.data(), 600, back.data());
-  for (int i = 0; i < 256; ++i) REQUIRE(back[i] == 0.0f);
-  for (int i = 256; i < 512; ++i) REQUIRE(std::isnan(back[i]));
-  x[500] = 0.0f;
-  for (int i = 512; i < 600; ++i) REQUIRE(back[i] == 0.0f);
+  std::vector<float> x(200, 0.0f);
+  x[70] = std::numeric_limits<float>::infinity();  // block [64, 128)
+  x[150] = 2.0f;                                   // block [128, 192)
+  std::vector<uint8_t> packed(quantized_bytes(200));
+  quantize(x.data(), 200, packed.data());
+  std::vector<float> back(200);
+  dequantize(packed.data(), 200, back.data());
+  for (int i = 0; i < 64; ++i) REQUIRE(back[i] == 0.0f);
+  for (int i = 64; i < 128; ++i) REQUIRE(std::isnan(back[i]));
+  for (int i = 128; i < 200; ++i) REQUIRE(back[i] == (i == 150 ? 2.0f : 0.0f));
 }
