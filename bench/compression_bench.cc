@@ -76,7 +76,7 @@ int64_t host_sent_bytes(int i) {
 
 struct Result {
   double step_seconds = 0;  // median over the measured steps
-  double comm_bytes = 0;    // data group's, median over them
+  double comm_bytes = 0;    // data group's, mean over them
   double cross_host_bytes_per_step = 0;
 };
 
@@ -120,7 +120,10 @@ env: {{DSL_DATA_CACHE: '{}'}}
     times.push_back(json["step_time_s"].get<double>());
     bytes.push_back(json["data_comm_bytes"].get<double>());
   }
-  return {median(times), median(bytes), static_cast<double>(sent) / steps};
+  double total = 0;
+  for (const double b : bytes) total += b;
+  return {median(times), bytes.empty() ? 0 : total / bytes.size(),
+          static_cast<double>(sent) / steps};
 }
 
 std::string cpu_model() {
@@ -140,7 +143,9 @@ int main() {
     std::cerr << "compression_bench: needs root (tools/testhosts.sh makes network namespaces)\n";
     return 2;
   }
-  const fs::path root = fs::temp_directory_path() / fmt::format("compression_bench.{}", getpid());
+  // Not under /tmp, which each test host has its own of: the job directory
+  // (checkpoints included) must be on a filesystem every host shares.
+  const fs::path root = fmt::format("/var/tmp/compression_bench.{}", getpid());
   try {
     fmt::print("compressed communication on test hosts of this machine ({}, {} cores)\n\n",
                cpu_model(), std::thread::hardware_concurrency());
@@ -177,7 +182,7 @@ int main() {
     }
     fmt::print(
         "data parallelism over 2 hosts (1 rank each, ZeRO 0, 9.5M parameters, batch 2 x 64 "
-        "tokens); medians of steps {}-{}, after every warm-up\n",
+        "tokens); steps {}-{}, after every warm-up: median step time, mean bytes\n",
         skip + 1, steps);
     fmt::print("{:<12} {:>16} {:>18} {:>16} {:>16}\n", "optimizer", "step s @ 1 Gbit",
                "step s @ 100 Mbit", "bytes/step", "vs AdamW");
@@ -190,7 +195,7 @@ int main() {
     }
     fmt::print(
         "(0/1 Adam: local_step_scaler 2, local_step_clipper 4, so by step {} it synchronises "
-        "every 4th step; the median is a step without communication)\n\n",
+        "every 4th step and its median step has no communication)\n\n",
         skip + 1);
 
     hostfile = hosts_up(2, 2);

@@ -12,8 +12,9 @@
 #   testhosts.sh kill HOST         kills every process of HOST (a host lost)
 #   testhosts.sh partition HOST    cuts HOST's link; `heal HOST` restores it
 #   testhosts.sh slow HOST RATE [DELAY]
-#                                  shapes HOST's link (tc netem: RATE such as
-#                                  1gbit or 100mbit, DELAY such as 1ms)
+#                                  shapes HOST's link both ways: RATE such as
+#                                  1gbit or 100mbit (tc tbf), DELAY such as
+#                                  1ms (tc netem, which some kernels lack)
 #   testhosts.sh pids HOST         the processes of HOST, one per line
 #   testhosts.sh slurm             a Slurm cluster on the hosts that are up:
 #                                  slurmctld on dsl-h1, slurmd on each (as
@@ -319,7 +320,14 @@ main() {
       local i
       i=$(host_index "${1:?slow HOST RATE [DELAY]}")
       [ -n "${2:-}" ] || die "usage: slow HOST RATE [DELAY]"
-      shape "$i" netem rate "$2" delay "${3:-0ms}"
+      if [ -n "${3:-}" ]; then
+        shape "$i" netem rate "$2" delay "$3" ||
+          die "slow: tc netem (for DELAY) is not available in this kernel; give RATE alone"
+      else
+        # A token bucket: every kernel has it. A 1 MB burst keeps even 1 Gbit/s
+        # at its rate with a 250 Hz timer.
+        shape "$i" tbf rate "$2" burst 1mb latency 100ms
+      fi
       ;;
     pids) ip netns pids "dslh$(host_index "${1:?pids HOST}")" ;;
     slurm) cmd_slurm ;;
