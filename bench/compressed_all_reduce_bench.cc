@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "bench/median_time.h"
+#include "bench/test_hosts.h"
 #include "kernels/backend.h"
 #include "worker/comm/mpi_process_groups.h"
 #include "worker/parallel/compressed_all_reduce.h"
@@ -22,23 +23,7 @@
 namespace {
 
 using namespace dslaunch;
-
-std::string cpu_model() {
-  FILE* info = std::fopen("/proc/cpuinfo", "r");
-  if (info == nullptr) return "unknown CPU";
-  char line[512];
-  std::string model = "unknown CPU";
-  while (std::fgets(line, sizeof line, info) != nullptr) {
-    std::string text(line);
-    if (text.rfind("model name", 0) == 0) {
-      model = text.substr(text.find(':') + 2);
-      model.erase(model.find_last_not_of("\n ") + 1);
-      break;
-    }
-  }
-  std::fclose(info);
-  return model;
-}
+using dslaunch::bench::cpu_model;
 
 }  // namespace
 

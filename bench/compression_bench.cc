@@ -27,44 +27,18 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/test_hosts.h"
+
 namespace {
 
 namespace fs = std::filesystem;
+using dslaunch::bench::cpu_model;
+using dslaunch::bench::hosts_up;
+using dslaunch::bench::runfile;
+using dslaunch::bench::shell;
+using dslaunch::bench::testhosts;
 
 constexpr const char* kSubnet = "198.51.100.0/24";
-
-fs::path runfiles_root() {
-  if (const char* dir = std::getenv("RUNFILES_DIR")) return fs::path(dir) / "dslaunch";
-  return fs::path(fs::read_symlink("/proc/self/exe").string() + ".runfiles") / "dslaunch";
-}
-
-std::string runfile(const std::string& path) { return (runfiles_root() / path).string(); }
-
-// Runs `command` through the shell; its output, or an exception when it fails.
-std::string shell(const std::string& command) {
-  std::string output;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) throw std::runtime_error("cannot run " + command);
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
-  if (pclose(pipe) != 0) throw std::runtime_error(fmt::format("{} failed:\n{}", command, output));
-  return output;
-}
-
-std::string testhosts(const std::string& args) {
-  return shell(runfile("tools/testhosts.sh") + " " + args);
-}
-
-// The hostfile of `count` test hosts of `slots` slots.
-std::string hosts_up(int count, int slots) {
-  std::istringstream lines(testhosts(fmt::format("up {} --slots {}", count, slots)));
-  std::string last;
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.empty()) last = line;
-  }
-  return last;
-}
 
 // Bytes test host i has sent over its link so far (its veth's far end receives them).
 int64_t host_sent_bytes(int i) {
@@ -124,14 +98,6 @@ env: {{DSL_DATA_CACHE: '{}'}}
   for (const double b : bytes) total += b;
   return {median(times), bytes.empty() ? 0 : total / bytes.size(),
           static_cast<double>(sent) / steps};
-}
-
-std::string cpu_model() {
-  std::ifstream file("/proc/cpuinfo");
-  for (std::string line; std::getline(file, line);) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
 }
 
 std::string mib(double bytes) { return fmt::format("{:.2f} MiB", bytes / 1048576); }

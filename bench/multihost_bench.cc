@@ -30,49 +30,22 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/test_hosts.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+using dslaunch::bench::cpu_model;
+using dslaunch::bench::hosts_up;
+using dslaunch::bench::runfile;
+using dslaunch::bench::shell;
+using dslaunch::bench::testhosts;
 
 constexpr const char* kSubnet = "198.51.100.0/24";
 
-fs::path runfiles_root() {
-  if (const char* dir = std::getenv("RUNFILES_DIR")) return fs::path(dir) / "dslaunch";
-  return fs::path(fs::read_symlink("/proc/self/exe").string() + ".runfiles") / "dslaunch";
-}
-
-std::string runfile(const std::string& path) { return (runfiles_root() / path).string(); }
-
 double now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-// Runs `command` through the shell; its output, or an exception when it
-// fails.
-std::string shell(const std::string& command) {
-  std::string output;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) throw std::runtime_error("cannot run " + command);
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
-  if (pclose(pipe) != 0) throw std::runtime_error(fmt::format("{} failed:\n{}", command, output));
-  return output;
-}
-
-std::string testhosts(const std::string& args) {
-  return shell(runfile("tools/testhosts.sh") + " " + args);
-}
-
-// The hostfile of `count` test hosts of 2 slots.
-std::string hosts_up(int count) {
-  std::istringstream lines(testhosts(fmt::format("up {}", count)));
-  std::string last;
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.empty()) last = line;
-  }
-  return last;
 }
 
 fs::path write_spec(const fs::path& dir, const std::string& cluster, int steps) {
@@ -180,14 +153,6 @@ Recovery recover(const fs::path& dir, const std::string& hostfile,
   }
   return {detected[0] - fault_time, probed[0] - detected[0], finished[0] - probed[0],
           started[1] - finished[0], first_step_after - started[1]};
-}
-
-std::string cpu_model() {
-  std::ifstream file("/proc/cpuinfo");
-  for (std::string line; std::getline(file, line);) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
 }
 
 }  // namespace
