@@ -87,18 +87,9 @@ Run train_run(comm::Communicator& comm, spec::JobSpec spec, const std::string& r
   return run;
 }
 
+// The checkpoint of `step` of these runs (a global batch of 8).
 ResumePoint resume_point(const std::string& root, int64_t step, const spec::ModelSpec& model) {
-  ResumePoint resume;
-  resume.step = step;
-  resume.samples_seen = step * 8;
-  resume.total_parameters = core::ParameterTable(core::model_config(model, 1)).total();
-  for (const auto& entry : fs::directory_iterator(fs::path(root) / fmt::format("step_{}", step))) {
-    std::string error;
-    const auto header = core::read_shard_header(entry.path().string(), error);
-    REQUIRE(header);
-    resume.shards.push_back({entry.path().string(), header->begin, header->end});
-  }
-  return resume;
+  return testing::resume_point(root, step, model, 8);
 }
 
 // The tiny job with `type`, its warm-up over after step 10.

@@ -90,23 +90,7 @@ Run train_checkpointed(comm::Communicator& comm, spec::JobSpec spec, int64_t glo
   return run;
 }
 
-// The checkpoint of `step` under `root` as the controller hands it to ranks:
-// every shard file with the range its header gives, the size of the whole
-// model and the samples consumed (`step` steps of `global_batch`).
-ResumePoint resume_point(const std::string& root, int64_t step, const spec::ModelSpec& model,
-                         int64_t global_batch) {
-  ResumePoint resume;
-  resume.step = step;
-  resume.samples_seen = step * global_batch;
-  resume.total_parameters = core::ParameterTable(core::model_config(model, 1)).total();
-  for (const auto& entry : fs::directory_iterator(fs::path(root) / fmt::format("step_{}", step))) {
-    std::string error;
-    const auto header = core::read_shard_header(entry.path().string(), error);
-    REQUIRE(header);
-    resume.shards.push_back({entry.path().string(), header->begin, header->end});
-  }
-  return resume;
-}
+using testing::resume_point;
 
 std::string file_bytes(const fs::path& path) {
   std::ifstream file(path, std::ios::binary);

@@ -13,12 +13,17 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+#include <catch2/catch.hpp>
+
+#include "core/checkpoint/shard_file.h"
 #include "core/layout/model_config.h"
 #include "core/layout/parameter_table.h"
-#include "core/status.h"
 #include "core/spec/job_spec.h"
+#include "core/status.h"
 #include "worker/comm/communicator.h"
 #include "worker/data/llmc_token_file.h"
+#include "worker/engine/trainer.h"
 
 namespace dslaunch::worker::engine::testing {
 
@@ -83,6 +88,26 @@ inline std::string shared_token_files(comm::Communicator& comm) {
       comm.broadcast(comm::buffer_of(dir.data(), static_cast<int64_t>(dir.size())), 0)->wait();
   if (!sent.ok()) return "";
   return reinterpret_cast<const char*>(dir.data());
+}
+
+// The checkpoint of `step` under `root` (its shards in step_<step>/) as the
+// controller hands it to ranks: every shard with the range its header gives,
+// the size of the whole model, and the samples consumed (`step` steps of
+// `global_batch`).
+inline ResumePoint resume_point(const std::string& root, int64_t step, const spec::ModelSpec& model,
+                                int64_t global_batch) {
+  ResumePoint resume;
+  resume.step = step;
+  resume.samples_seen = step * global_batch;
+  resume.total_parameters = core::ParameterTable(core::model_config(model, 1)).total();
+  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(root) /
+                                                               fmt::format("step_{}", step))) {
+    std::string error;
+    const auto header = core::read_shard_header(entry.path().string(), error);
+    REQUIRE(header);
+    resume.shards.push_back({entry.path().string(), header->begin, header->end});
+  }
+  return resume;
 }
 
 // The largest absolute difference between two runs' final parameters (laid
