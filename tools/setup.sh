@@ -16,11 +16,17 @@ packages=(
   libyaml-cpp-dev libspdlog-dev libfmt-dev libopenblas-openmp-dev
   catch2 libcli11-dev nlohmann-json3-dev libxxhash-dev libhwloc-dev
   liburing-dev libdnnl-dev libssl-dev
+  libpcre2-dev libcpp-httplib-dev libdw-dev
+  # `dslaunch plot`
+  gnuplot-nox
   # test hosts for multi-host runs (tools/testhosts.sh): namespaces, links,
   # sshd, and a Slurm cluster on them
   iproute2 openssh-server openssh-client slurm-wlm munge
   # the independent PyTorch reference (tools/reference) for tests and benchmarks
   python3-torch python3-numpy
+  # independent readers in tests: GPT-2's reference BPE (regex), TensorBoard
+  # record checksums (crc32c)
+  python3-regex python3-crc32c
 )
 
 missing=()

@@ -1,36 +1,33 @@
 #include "tools/tokenize/byte_tokenizer.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
 
-#include "core/mapped_file.h"
+#include "tools/tokenize/documents.h"
 
 namespace dslaunch::tools {
 
-ByteTokens tokenize_text_files(const std::vector<std::string>& paths) {
-  ByteTokens result;
-  for (const std::string& path : paths) {
-    core::MappedFile file;
-    std::string error;
-    if (!file.open(path, error)) return {{}, error};
-    if (file.size() == 0) {
-      return {{}, fmt::format("'{}' is empty: there is nothing to tokenize", path)};
-    }
-    const uint8_t* bytes = file.bytes();
-    const uint8_t* nul = std::find(bytes, bytes + file.size(), uint8_t{0});
-    if (nul != bytes + file.size()) {
-      return {{},
-              fmt::format("'{}' has a NUL byte at offset {}: not a text file (token 0 separates "
-                          "documents, so text must not contain it)",
-                          path, nul - bytes)};
-    }
-    if (!result.tokens.empty()) result.tokens.push_back(kDocumentSeparator);
-    result.tokens.insert(result.tokens.end(), bytes, bytes + file.size());
-  }
-  if (result.tokens.empty()) return {{}, "no input files"};
-  return result;
+core::StatusOr<std::vector<uint16_t>> tokenize_text_files(const std::vector<std::string>& paths,
+                                                          std::string_view jsonl_key) {
+  if (paths.empty()) return core::invalid_argument("no input files");
+  std::vector<uint16_t> tokens;
+  const core::Status read =
+      for_each_document(paths, jsonl_key, [&](const Document& document) -> core::Status {
+        if (const size_t nul = document.text.find('\0'); nul != std::string_view::npos) {
+          return core::invalid_argument(fmt::format(
+              "{} has a NUL byte at offset {}: not text (token 0 separates documents, so text "
+              "must not contain it)",
+              document.place(), nul));
+        }
+        if (!tokens.empty()) tokens.push_back(kDocumentSeparator);
+        tokens.insert(
+            tokens.end(), reinterpret_cast<const uint8_t*>(document.text.data()),
+            reinterpret_cast<const uint8_t*>(document.text.data()) + document.text.size());
+        return {};
+      });
+  if (!read.ok()) return read;
+  return tokens;
 }
 
 TokenSplit split_tail(std::span<const uint16_t> tokens, double fraction) {

@@ -1,26 +1,26 @@
 #pragma once
 
-// The byte-level tokenizer behind `tokenize_text`: one token per byte
-// (vocabulary 256), each input file one document, documents separated by
-// token 0 (the NUL byte, which text files do not contain).
+// The byte-level tokenizer behind `tokenize_text` without a vocabulary: one
+// token per byte (vocabulary 256), documents separated by token 0 (the NUL
+// byte, which text does not contain).
 
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "core/status.h"
 
 namespace dslaunch::tools {
 
 inline constexpr uint16_t kDocumentSeparator = 0;
 
-struct ByteTokens {
-  std::vector<uint16_t> tokens;
-  std::string error;  // names the file and what is wrong; tokens are then empty
-};
-
-// The bytes of `paths` in order, with kDocumentSeparator between files.
-// Fails on an unreadable or empty file, or one that contains a NUL byte.
-ByteTokens tokenize_text_files(const std::vector<std::string>& paths);
+// The bytes of the documents of `paths` (documents.h), in order, with
+// kDocumentSeparator between documents. Fails as for_each_document does, on
+// no paths, and on a document that contains a NUL byte.
+core::StatusOr<std::vector<uint16_t>> tokenize_text_files(const std::vector<std::string>& paths,
+                                                          std::string_view jsonl_key);
 
 struct TokenSplit {
   std::span<const uint16_t> train;  // the first tokens
