@@ -18,4 +18,11 @@ int run_export_command(const std::string& source, const std::string& out);
 // started, with 1.
 int run_eval_command(int argc, char** argv);
 
+// `dslaunch generate ARGS...`: runs `dsworker generate ARGS...` in place of
+// this process, as eval does, after turning a --weights that names a job
+// (an id or a unique prefix of one) rather than a file or folder into that
+// job's directory, whose weights/model.safetensors the worker reads. Returns
+// only if it cannot, with 2 (no such job) or 1 (the worker cannot start).
+int run_generate_command(int argc, char** argv);
+
 }  // namespace dslaunch::launcher

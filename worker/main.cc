@@ -12,6 +12,7 @@
 #include "worker/comm/mpi_runtime.h"
 #include "worker/comm/mpi_world_probe.h"
 #include "worker/eval_command.h"
+#include "worker/generate_command.h"
 #include "worker/worker_run.h"
 
 namespace {
@@ -106,6 +107,39 @@ int main(int argc, char** argv) try {
   eval->add_option("--threads", eval_options.threads, "Compute threads (default: every core)");
   eval->add_flag("--json", eval_options.json, "Print {\"loss\": ...} as JSON");
 
+  dslaunch::worker::GenerateOptions generate_options;
+  CLI::App* generate = app.add_subcommand(
+      "generate", "Sample a continuation of a prompt from GPT-2 weights, with a KV cache");
+  generate
+      ->add_option("--weights", generate_options.weights,
+                   "GPT-2 weights (.safetensors), or a folder holding "
+                   "weights/model.safetensors (a job directory) or model.safetensors")
+      ->required();
+  CLI::Option* prompt_text = generate->add_option(
+      "--prompt", generate_options.prompt,
+      "Text to continue, as its UTF-8 bytes: byte-level models only (default: a newline)");
+  generate
+      ->add_option("--prompt-tokens", generate_options.prompt_tokens,
+                   "Token ids to continue, as 1,2,3 (any vocabulary)")
+      ->delimiter(',')
+      ->excludes(prompt_text);
+  generate->add_option("--tokens", generate_options.tokens,
+                       "New tokens to draw (default: until the model's seq_length is full)");
+  generate->add_option("--temperature", generate_options.sampling.temperature,
+                       "0: greedy (the likeliest token); above 0: softmax(logits / T) (default 1)");
+  generate->add_option("--top-k", generate_options.sampling.top_k,
+                       "Draw among the K likeliest tokens only (default 0: all)");
+  generate->add_option(
+      "--seed", generate_options.sampling.seed,
+      fmt::format("Seed of the draws: the same seed gives the same tokens (default {})",
+                  dslaunch::worker::model::kDefaultSamplingSeed));
+  generate->add_option("--n-head", generate_options.num_heads,
+                       "Attention heads (default: n_head from a config.json beside the weights)");
+  generate->add_option("--threads", generate_options.threads,
+                       "Compute threads (default: every core)");
+  generate->add_flag("--json", generate_options.json,
+                     "Print {\"tokens\": [...], \"text\": ...} when done instead of streaming");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -115,6 +149,7 @@ int main(int argc, char** argv) try {
   if (probe->parsed()) return run_probe(probe_json);
   if (run->parsed()) return dslaunch::worker::run_worker();
   if (eval->parsed()) return dslaunch::worker::run_eval_command(eval_options);
+  if (generate->parsed()) return dslaunch::worker::run_generate_command(generate_options);
   std::cerr << app.help() << "\ndsworker: a subcommand is required\n";
   return kUsageError;
 }
