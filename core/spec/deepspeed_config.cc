@@ -1,12 +1,16 @@
 #include "core/spec/deepspeed_config.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/spec/hjson_reader.h"
 #include "core/spec/text_file.h"
 #include "core/spec/yaml_document.h"
 
@@ -20,18 +24,11 @@ namespace {
 // stays an unknown key, so nobody trains something else than they asked for.
 const std::set<std::string, std::less<>>& ignored_deepspeed_keys() {
   static const std::set<std::string, std::less<>> keys = {
-      // Monitoring, profiling, autotuning, and features configured elsewhere
-      // here (checkpoints and the pipeline layout come from the job spec).
-      "steps_per_print",
-      "wall_clock_breakdown",
+      // Profiling, autotuning, and features configured elsewhere here
+      // (checkpoints and the pipeline layout come from the job spec).
       "dump_state",
       "memory_breakdown",
-      "tensorboard",
-      "wandb",
-      "csv_monitor",
-      "comet",
       "flops_profiler",
-      "comms_logger",
       "autotuning",
       "prescale_gradients",
       "gradient_predivide_factor",
@@ -40,9 +37,6 @@ const std::set<std::string, std::less<>>& ignored_deepspeed_keys() {
       "zero_force_ds_cpu_optimizer",
       "aio",
       "checkpoint",
-      "data_efficiency",
-      "compression_training",
-      "amp",
       "seq_parallel_communication_data_type",
       "pipeline",
       "timers",
@@ -84,49 +78,139 @@ const std::set<std::string, std::less<>>& ignored_deepspeed_keys() {
   return keys;
 }
 
-// Checks JSON syntax without building a document: nlohmann reports the byte
-// where the syntax breaks, which yaml-cpp (accepting far more than JSON)
-// would not.
-class JsonSyntax : public nlohmann::json_sax<nlohmann::json> {
- public:
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override { return true; }
-  bool key(string_t&) override { return true; }
-  bool end_object() override { return true; }
-  bool start_array(std::size_t) override { return true; }
-  bool end_array() override { return true; }
-  bool parse_error(std::size_t position, const std::string&,
-                   const nlohmann::detail::exception& error) override {
-    byte = position;
-    message = error.what();
-    return false;
-  }
+// YAML keys written without quotes: those yaml-cpp reads back as the same
+// string ("null" and its spellings would read as a null key).
+bool is_plain_key(const std::string& key) {
+  const auto word_char = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-';
+  };
+  return !key.empty() && !(key[0] >= '0' && key[0] <= '9') && key[0] != '-' &&
+         std::all_of(key.begin(), key.end(), word_char) && key != "null" && key != "Null" &&
+         key != "NULL";
+}
 
-  size_t byte = 0;
-  std::string message;
-};
-
-Location position_in(const std::string& path, const std::string& text, size_t byte) {
-  Location where;
-  where.file = path;
-  where.line = 1;
-  where.column = 1;
-  for (size_t i = 0; i + 1 < byte && i < text.size(); ++i) {
-    if (text[i] == '\n') {
-      ++where.line;
-      where.column = 1;
-    } else {
-      ++where.column;
+// `text` as a YAML double-quoted scalar: JSON's short escapes where JSON has
+// them, so a string is no wider than the JSON string for it; other bytes,
+// UTF-8 included, pass through as yaml-cpp keeps them.
+std::string yaml_quoted(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += fmt::format("\\x{:02x}", static_cast<int>(c));
+        } else {
+          out += c;
+        }
     }
   }
-  return where;
+  return out + "\"";
 }
+
+// Writes the config, read as Hjson, out again as YAML in flow style (JSON's
+// shape) with every key and value at the line and column it has in the
+// config, so that yaml-cpp, loading that text, marks each node with its
+// place in the config: yaml-cpp offers no other way to give a node a
+// position. Strings are written double-quoted, numbers as spelled (5e8 stays
+// 5e8; the training checks read it as an integer), keys without quotes where
+// they read back the same. Lines always match. A column moves right only
+// where the YAML is wider than the config and something follows on the same
+// line: an unquoted key with no blank before its value (`stage:2`), the
+// first key of a root object written without braces when it starts the file
+// (the '{' the YAML needs comes first), a '...' or '''multiline''' string with
+// characters to escape.
+class YamlLayout : public HjsonHandler {
+ public:
+  const std::string& text() const { return text_; }
+
+  void begin_object(TextPosition at) override { open(at, "{"); }
+  std::string key(const std::string& name, TextPosition at) override {
+    start_entry(at);
+    const bool plain = is_plain_key(name);
+    // A plain key's ':' needs a blank after it; a quoted key's does not.
+    write(plain ? name + ": " : yaml_quoted(name) + ":");
+    after_key_ = true;
+    return "";  // keys given twice are reported by drop_duplicate_keys, with their paths
+  }
+  void end_object() override { close("}"); }
+  void begin_array(TextPosition at) override { open(at, "["); }
+  void end_array() override { close("]"); }
+  void scalar(const nlohmann::ordered_json& value, std::string_view spelling,
+              TextPosition at) override {
+    start_entry(at);
+    if (value.is_string()) {
+      write(yaml_quoted(value.get_ref<const std::string&>()));
+    } else if (value.is_number()) {
+      write(spelling);
+    } else {
+      write(value.dump());  // true, false, null
+    }
+  }
+
+ private:
+  // Separates an entry from the one before it in its container (a value
+  // after its key needs no ',') and moves to where it starts.
+  void start_entry(TextPosition at) {
+    if (after_key_) {
+      after_key_ = false;
+    } else if (!has_entries_.empty()) {
+      if (has_entries_.back()) write(",");
+      has_entries_.back() = true;
+    }
+    if (at.line > line_) {
+      text_.append(at.line - line_, '\n');
+      line_ = at.line;
+      column_ = 1;
+    }
+    if (at.column > column_) {
+      text_.append(at.column - column_, ' ');
+      column_ = at.column;
+    }
+  }
+  void open(TextPosition at, std::string_view bracket) {
+    // The root's bracket starts the text: a root object written without
+    // braces has none, and its '{' must not take its first key's place.
+    start_entry(has_entries_.empty() ? TextPosition{1, 1} : at);
+    write(bracket);
+    has_entries_.push_back(false);
+  }
+  void close(std::string_view bracket) {
+    write(bracket);
+    has_entries_.pop_back();
+  }
+  void write(std::string_view token) {
+    text_ += token;
+    column_ += static_cast<int>(token.size());
+  }
+
+  std::string text_;
+  int line_ = 1;
+  int column_ = 1;
+  std::vector<bool> has_entries_;  // per open container, innermost last
+  bool after_key_ = false;
+};
 
 Location mark_in(const std::string& path, const YAML::Mark& mark) {
   if (mark.is_null()) return Location{path, 0, 0, ""};
@@ -186,18 +270,17 @@ DeepSpeedConfig load_deepspeed_config(const std::string& path) {
   const std::optional<std::string> contents =
       read_text_file(path, "DeepSpeed config", config.error);
   if (!contents) return config;
-  const std::string& text = *contents;
-  JsonSyntax syntax;
-  if (!nlohmann::json::sax_parse(text, &syntax)) {
-    config.error_location = position_in(path, text, syntax.byte);
-    config.error = fmt::format("'{}' is not valid JSON: {}", path, syntax.message);
+  YamlLayout layout;
+  if (const std::optional<HjsonError> syntax = parse_hjson(*contents, layout)) {
+    config.error_location = Location{path, syntax->at.line, syntax->at.column, ""};
+    config.error = fmt::format("'{}' is not valid JSON or Hjson: {}", path, syntax->message);
     return config;
   }
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    root = YAML::Load(layout.text());
   } catch (const YAML::Exception& e) {
-    // Valid JSON that yaml-cpp cannot read (nested beyond its depth limit).
+    // Hjson that yaml-cpp cannot read (nested beyond its depth limit).
     config.error_location = mark_in(path, e.mark);
     config.error = fmt::format("'{}' cannot be read: {}", path, e.msg);
     return config;

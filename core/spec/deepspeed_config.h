@@ -13,20 +13,21 @@ namespace dslaunch::spec {
 
 struct DeepSpeedConfig {
   // The config's keys, as a YAML mapping whose marks are positions in the
-  // JSON file (line and column), so later checks can point into it.
+  // config file (line and column), so later checks can point into it.
   YAML::Node training;
   std::vector<Diagnostic> problems;  // errors in a config that could be read: duplicate keys
-  std::string error;                 // unreadable file, bad JSON, not a JSON object
+  std::string error;                 // unreadable file, bad JSON/Hjson, not an object
   Location error_location;           // where `error` is, when it is in the file
 };
 
-// Reads a DeepSpeed JSON config (ds_config.json) for the job spec's
-// `training` section. The JSON syntax is checked strictly (nlohmann), then the
-// text is read with yaml-cpp, JSON being YAML, so every value keeps its line
-// and column. A key given twice in one object is an error, as in DeepSpeed;
-// the first is kept. Every key is handed to the training section's checks,
-// so a typo there gets the same "did you mean" as in the YAML, and DeepSpeed
-// keys dslaunch does not use (is_ignored_deepspeed_key) get a warning there.
+// Reads a DeepSpeed config (ds_config.json) for the job spec's `training`
+// section. Like DeepSpeed, it takes JSON and Hjson (JSON with comments,
+// trailing commas, and keys and strings without quotes; hjson_reader.h); every
+// value keeps its line and column in the file. A key given twice in one
+// object is an error, as in DeepSpeed; the first is kept. Every key is handed
+// to the training section's checks, so a typo there gets the same "did you
+// mean" as in the YAML, and DeepSpeed keys dslaunch does not use
+// (is_ignored_deepspeed_key) get a warning there.
 DeepSpeedConfig load_deepspeed_config(const std::string& path);
 
 // Whether `path` (a key path relative to the DeepSpeed config, which is the

@@ -87,7 +87,7 @@ TEST_CASE("malformed inputs exit non-zero with a message naming the file") {
        "nest deeper than 64 levels"},
       {"a DeepSpeed config nested 100000 deep",
        "plan " + write("ds-deeper.yaml", "deepspeed_config: ds-deeper.json\n" + minimal),
-       "ds-deeper.json", "cannot be read"},
+       "ds-deeper.json", "nested deeper than 512 levels"},
       {"a safetensors header nested 100000 deep",
        "export " +
            write("deep.safetensors",
