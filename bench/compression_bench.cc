@@ -1,5 +1,9 @@
 // Compressed communication on test hosts of this machine (tools/testhosts.sh;
-// needs root), their links shaped with tc netem:
+// needs root), their links shaped with tc (a token bucket). The test hosts
+// share this machine's cores, so each rank computes on one thread
+// (OMP_NUM_THREADS 1): with a thread per core on every rank, one rank's
+// compute and the other's polling in MPI fight over the cores, and step times
+// measure that fight, not the network.
 //  - data parallelism across 2 hosts (1 rank each) on links of 1 Gbit/s and
 //    100 Mbit/s: step time and bytes per step of AdamW, 1-bit Adam, 0/1 Adam
 //    and 1-bit LAMB after their warm-up, on a GPT of 9.5M parameters small
@@ -75,7 +79,7 @@ training:
   eval_interval: 1000
 {}
 fault_tolerance: {{heartbeat_interval: 1, heartbeat_timeout: 60}}
-env: {{DSL_DATA_CACHE: '{}'}}
+env: {{DSL_DATA_CACHE: '{}', OMP_NUM_THREADS: '1'}}
 )",
                                      hostfile, kSubnet, model, steps, training,
                                      dir.parent_path().string());

@@ -24,7 +24,7 @@ inline spec::JobSpec demo_training_job() {
   spec.model.vocab_size = 256;
   spec.model.seq_length = 256;
   spec.model.make_vocab_size_divisible_by = 64;
-  spec.data.train = "demo";
+  spec.data.train_on(spec::kDemoData);
   spec.training.eval_batches = 1;
   spec.training.eval_interval = 1000;
   return spec;

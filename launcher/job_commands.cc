@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "core/host_name.h"
 #include "core/status.h"
 #include "launcher/controller/job_directory.h"
 #include "launcher/controller/job_status.h"
@@ -70,6 +71,42 @@ struct JobView {
   std::string note;   // why a running job's status is not live
 };
 
+// Whether the controller that state.json names is known to be gone: it ran
+// on this machine and its pid is no longer a dslaunch process (a pid the
+// system gave to another program since counts as gone). A controller on
+// another machine cannot be checked from here.
+bool controller_gone(const v1::JobStatus& status) {
+  if (status.controller_pid() <= 0 || status.controller_host() != core::host_name()) return false;
+  std::ifstream comm(fmt::format("/proc/{}/comm", status.controller_pid()));
+  std::string name;
+  return !std::getline(comm, name) || name != "dslaunch";
+}
+
+// A running job whose controller does not answer: LOST when the controller
+// is gone (its ranks went with it: they exit when their session breaks),
+// UNKNOWN when it may still run elsewhere. Either way the ranks' last
+// states are not current, and `resume` is what continues the job.
+void mark_unanswered(JobView& view, const std::string& why) {
+  v1::JobStatus& s = view.status;
+  const bool gone = controller_gone(s);
+  const std::string resume =
+      fmt::format("`dslaunch resume {}` continues it from {}", s.job_id(),
+                  s.last_checkpoint_step() > 0
+                      ? fmt::format("the checkpoint of step {}", s.last_checkpoint_step())
+                      : std::string("step 0 (no checkpoint yet)"));
+  if (gone) {
+    view.note = fmt::format("its controller (pid {} on {}) is gone; {}", s.controller_pid(),
+                            s.controller_host(), resume);
+  } else {
+    view.note = fmt::format("{}; state.json written {} ago; if the controller has ended, {}", why,
+                            age_text(now_unix_ms() - s.updated_unix_ms()), resume);
+  }
+  s.set_state(gone ? "LOST" : "UNKNOWN");
+  for (v1::RankStatus& rank : *s.mutable_ranks()) {
+    if (rank.state() == "running") rank.set_state(gone ? "lost" : "unknown");
+  }
+}
+
 // The job's status: live from its controller while it runs, else state.json.
 std::optional<JobView> view_job(const JobDirectory& directory, std::string& error) {
   const auto state = directory.read_state(error);
@@ -80,7 +117,7 @@ std::optional<JobView> view_job(const JobDirectory& directory, std::string& erro
   std::string token_error;
   const auto token = directory.read_token(token_error);
   if (!token || view.status.controller_address().empty()) {
-    view.note = token ? "no controller address recorded" : token_error;
+    mark_unanswered(view, token ? "no controller address recorded" : token_error);
     return view;
   }
   proto::ClientOptions options = client_options(view.status);
@@ -92,18 +129,28 @@ std::optional<JobView> view_job(const JobDirectory& directory, std::string& erro
     view.status = live;
     view.live = true;
   } else {
-    view.note = fmt::format("controller at {} not answering ({}); state.json written {} ago",
-                            view.status.controller_address(), answered.message(),
-                            age_text(now_unix_ms() - view.status.updated_unix_ms()));
+    mark_unanswered(view, fmt::format("controller at {} not answering ({})",
+                                      view.status.controller_address(), answered.message()));
   }
   return view;
 }
 
+// At the pace of the current attempt: its steps since the step it resumed
+// from, over the time since it began (a resumed job's global step counts
+// steps an earlier run took).
 std::string eta_text(const v1::JobStatus& status) {
   if (status.total_steps() <= 0 || status.step() <= 0 || is_final_state(status.state())) return "-";
-  const int64_t elapsed = status.updated_unix_ms() - status.started_unix_ms();
-  const int64_t remaining = elapsed * (status.total_steps() - status.step()) / status.step();
-  return age_text(remaining);
+  int64_t started = status.started_unix_ms();
+  int64_t first_step = 0;
+  if (status.attempts_size() > 0) {
+    const v1::AttemptSummary& current = status.attempts(status.attempts_size() - 1);
+    if (current.started_unix_ms() > 0) started = current.started_unix_ms();
+    first_step = current.resumed_from_step();
+  }
+  const int64_t done = status.step() - first_step;
+  if (done <= 0) return "-";
+  const int64_t elapsed = status.updated_unix_ms() - started;
+  return age_text(elapsed * (status.total_steps() - status.step()) / done);
 }
 
 void print_jobs_table(const std::vector<JobView>& views) {
@@ -134,20 +181,18 @@ void print_ranks_table(const JobView& view) {
                            : view.note.empty() ? " [from state.json]"
                                                : " [" + view.note + "]");
   if (s.kind() == "train") {
-    std::cout << fmt::format("step {}/{}, last checkpoint {}, restarts {}\n", s.step(),
-                             s.total_steps(),
-                             s.last_checkpoint_step() > 0
-                                 ? fmt::format("step {}", s.last_checkpoint_step())
-                                 : std::string("none"),
-                             s.restarts());
+    std::cout << fmt::format(
+        "step {}/{}, last checkpoint {}, restarts {}\n", s.step(), s.total_steps(),
+        s.last_checkpoint_step() > 0 ? fmt::format("step {}", s.last_checkpoint_step())
+                                     : std::string("none"),
+        s.restarts());
   }
   // Every attempt but a lone first one: where each started and why it ended.
   if (s.attempts_size() > 1) {
     for (const v1::AttemptSummary& attempt : s.attempts()) {
-      std::cout << fmt::format(
-          "  attempt {}: {} from step {} to step {}{}\n", attempt.attempt(), attempt.state(),
-          attempt.resumed_from_step(), attempt.last_step(),
-          attempt.reason().empty() ? "" : " (" + attempt.reason() + ")");
+      std::cout << fmt::format("  attempt {}: {} from step {} to step {}{}\n", attempt.attempt(),
+                               attempt.state(), attempt.resumed_from_step(), attempt.last_step(),
+                               attempt.reason().empty() ? "" : " (" + attempt.reason() + ")");
     }
   }
   std::cout << fmt::format(
@@ -379,14 +424,28 @@ int run_checkpoint_command(const std::string& job) {
   return kOk;
 }
 
-int run_logs_command(const std::string& job, std::optional<int> rank, bool follow) {
+int run_logs_command(const std::string& job, std::optional<int> rank,
+                     std::optional<int> attempt_number, bool follow) {
   std::string error;
   const auto directory = find_job(job, error);
   if (!directory) {
     std::cerr << "dslaunch logs: " << error << "\n";
     return kBadInput;
   }
-  const auto attempt = latest_attempt(*directory);
+  std::optional<fs::path> attempt;
+  if (attempt_number) {
+    attempt = fs::path(directory->path()) / "logs" / fmt::format("attempt_{}", *attempt_number);
+    if (!fs::is_directory(*attempt)) {
+      const std::optional<fs::path> latest = latest_attempt(*directory);
+      std::cerr << fmt::format("dslaunch logs: job {} has no attempt {}{}\n",
+                               directory->job_id(), *attempt_number,
+                               latest ? " (the latest is " + latest->filename().string() + ")"
+                                      : "");
+      return kBadInput;
+    }
+  } else {
+    attempt = latest_attempt(*directory);
+  }
   if (!attempt) {
     std::cerr << fmt::format("dslaunch logs: job {} has no logs yet\n", directory->job_id());
     return kUnreachable;

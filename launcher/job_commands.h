@@ -38,10 +38,12 @@ int run_checkpoint_command(const std::string& job);
 // `dslaunch` itself was killed). nullopt with `error` set otherwise.
 std::optional<std::string> resumable_job_dir(const std::string& job, std::string& error);
 
-// `dslaunch logs JOB [--rank N] [--follow]`: the latest attempt's output.
+// `dslaunch logs JOB [--rank N] [--attempt K] [--follow]`: the latest
+// attempt's output, or attempt K's (0 = the first).
 // With --rank, that rank's stdout on stdout and stderr on stderr; without,
 // every rank's lines prefixed "rank N | ". --follow keeps printing new lines
 // until the job has ended.
-int run_logs_command(const std::string& job, std::optional<int> rank, bool follow);
+int run_logs_command(const std::string& job, std::optional<int> rank,
+                     std::optional<int> attempt, bool follow);
 
 }  // namespace dslaunch::launcher

@@ -13,6 +13,7 @@
 #include "launcher/job_dir_path.h"
 #include "launcher/model_commands.h"
 #include "launcher/plan_command.h"
+#include "launcher/plot_command.h"
 #include "tools/build_info/build_info.h"
 
 namespace {
@@ -38,6 +39,32 @@ dslaunch::controller::ProgressDisplay::Mode progress_mode(const std::string& nam
                            : dslaunch::controller::ProgressDisplay::mode_for(stdout);
 }
 
+// The spec's cluster keys DeepSpeed's launcher takes as flags, the command
+// line winning over the spec, on `plan` and `run` alike.
+void add_launcher_flags(CLI::App& command, dslaunch::spec::LoadOptions& load) {
+  command.add_option("-H,--hostfile", load.hostfile,
+                     "DeepSpeed hostfile (`host slots=N` lines); overrides cluster.hostfile");
+  command.add_option("-i,--include", load.include,
+                     "Only these hosts/slots, as host1:0,1@host2 (DeepSpeed syntax)");
+  command.add_option("-e,--exclude", load.exclude,
+                     "All but these hosts/slots, as host1:0,1@host2");
+  command.add_option("--num_nodes", load.num_nodes, "Use the first N hosts (cluster.num_nodes)");
+  command.add_option("--num_gpus", load.num_gpus,
+                     "Ranks per host, or on this machine (cluster.num_gpus)");
+  command.add_option("--master_addr", load.master_addr,
+                     "MASTER_ADDR the ranks get (cluster.master_addr; default rank 0's host)");
+  command.add_option("--master_port", load.master_port,
+                     "MASTER_PORT the ranks get (cluster.master_port; default a free port)");
+  command.add_option("--launcher", load.launcher,
+                     "How ranks start: openmpi, slurm or local (cluster.runner)");
+  command.add_option("--launcher_args", load.launcher_args,
+                     "Extra arguments for mpirun or srun (cluster.launcher_args)");
+  command
+      .add_option("--set", load.overrides,
+                  "Override a spec value, as key.path=value or key.list[N].key=value (repeatable)")
+      ->take_all();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -59,15 +86,7 @@ int main(int argc, char** argv) try {
                          "Check a job spec and show where every rank would run, with batch sizes, "
                          "groups and memory");
   plan->add_option("spec", plan_options.spec_path, "The job spec (YAML)")->required();
-  plan->add_option("--hostfile", plan_options.load.hostfile,
-                   "DeepSpeed hostfile (`host slots=N` lines); overrides cluster.hostfile");
-  plan->add_option("--include", plan_options.load.include,
-                   "Only these hosts/slots, as host1:0,1@host2 (DeepSpeed syntax)");
-  plan->add_option("--exclude", plan_options.load.exclude,
-                   "All but these hosts/slots, as host1:0,1@host2");
-  plan->add_option("--set", plan_options.load.overrides,
-                   "Override a spec value, as key.path=value or key.list[N].key=value (repeatable)")
-      ->take_all();
+  add_launcher_flags(*plan, plan_options.load);
   plan->add_option("--rankfile", plan_options.rankfile,
                    "Also write the placement as an Open MPI rankfile to this path");
   plan->add_flag("--json", plan_options.json, "Print one JSON object instead of text");
@@ -79,12 +98,7 @@ int main(int argc, char** argv) try {
   run->add_option("spec", run_options.spec_path, "The job spec (YAML)")->required();
   CLI::Option* run_job_dir = run->add_option(
       "--job-dir", run_options.job_dir, "The job's directory (default: ~/.dslaunch/jobs/<job id>)");
-  run->add_option("--hostfile", run_options.load.hostfile, "DeepSpeed hostfile");
-  run->add_option("--include", run_options.load.include, "Only these hosts/slots");
-  run->add_option("--exclude", run_options.load.exclude, "All but these hosts/slots");
-  run->add_option("--set", run_options.load.overrides,
-                  "Override a spec value, as key.path=value or key.list[N].key=value (repeatable)")
-      ->take_all();
+  add_launcher_flags(*run, run_options.load);
   run->add_option("--progress", progress, "auto (a bar on a terminal), bar, plain or off")
       ->check(CLI::IsMember({"auto", "bar", "plain", "off"}));
 
@@ -120,11 +134,21 @@ int main(int argc, char** argv) try {
 
   std::string logs_job;
   std::optional<int> logs_rank;
+  std::optional<int> logs_attempt;
   bool logs_follow = false;
   CLI::App* logs = app.add_subcommand("logs", "Print a job's output (its latest attempt)");
   logs->add_option("job", logs_job, "The job")->required();
   logs->add_option("--rank", logs_rank, "Only this rank (stdout to stdout, stderr to stderr)");
+  logs->add_option("--attempt", logs_attempt, "This attempt's output (0 = the first; default the latest)")
+      ->check(CLI::NonNegativeNumber);
   logs->add_flag("--follow,-f", logs_follow, "Keep printing new output until the job ends");
+
+  std::string plot_job;
+  std::optional<std::string> plot_out;
+  CLI::App* plot = app.add_subcommand(
+      "plot", "Draw a job's loss, evaluation loss, learning rate and tokens/s over the steps");
+  plot->add_option("job", plot_job, "The job")->required();
+  plot->add_option("--out", plot_out, "The PNG to write (default: plot.png in the job directory)");
 
   std::string export_source;
   std::string export_out;
@@ -146,6 +170,13 @@ int main(int argc, char** argv) try {
       "(dslaunch eval --help lists its options)");
   eval->set_help_flag();
   eval->prefix_command();
+  // The same for `generate`, once a --weights naming a job is its directory.
+  CLI::App* generate = app.add_subcommand(
+      "generate",
+      "Sample text (or tokens) from GPT-2 weights or a job's, with a KV cache "
+      "(dslaunch generate --help lists its options)");
+  generate->set_help_flag();
+  generate->prefix_command();
 
   try {
     app.parse(argc, argv);
@@ -185,11 +216,15 @@ int main(int argc, char** argv) try {
   if (list->parsed()) return dslaunch::launcher::run_list_command();
   if (stop->parsed()) return dslaunch::launcher::run_stop_command(stop_job, stop_now);
   if (checkpoint->parsed()) return dslaunch::launcher::run_checkpoint_command(checkpoint_job);
-  if (logs->parsed()) return dslaunch::launcher::run_logs_command(logs_job, logs_rank, logs_follow);
+  if (logs->parsed()) {
+    return dslaunch::launcher::run_logs_command(logs_job, logs_rank, logs_attempt, logs_follow);
+  }
+  if (plot->parsed()) return dslaunch::launcher::run_plot_command(plot_job, plot_out);
   if (export_command->parsed()) {
     return dslaunch::launcher::run_export_command(export_source, export_out);
   }
   if (eval->parsed()) return dslaunch::launcher::run_eval_command(argc, argv);
+  if (generate->parsed()) return dslaunch::launcher::run_generate_command(argc, argv);
   std::cerr << app.help() << "\ndslaunch: a subcommand is required\n";
   return kUsageError;
 }

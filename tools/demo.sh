@@ -3,9 +3,10 @@
 # dsworker, and runs them on this machine: the environment report, the plan
 # of the demo training job, the training itself (2 data-parallel ranks on the
 # built-in corpus, generated on first use, checkpointing every 100 steps),
-# the job's status and checkpoints, its weights
-# exported as Hugging Face GPT-2 safetensors and evaluated, and a 4-rank
-# collectives benchmark (jobs/commbench.yaml).
+# the job's status and checkpoints, its training curves plotted, its weights
+# exported as Hugging Face GPT-2 safetensors and evaluated, a 4-rank
+# collectives benchmark (jobs/commbench.yaml) with its table, and a sample of
+# text from the trained model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,5 +43,13 @@ data_dir="${DSL_DATA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dslaunch/data}"
 "$dslaunch" eval --weights "$job_dir/export/model.safetensors" \
   --tokens "$data_dir/demo-v1-valid.bin" --batch 8 --seq 256 --batches 8
 echo
-echo "== dslaunch run jobs/commbench.yaml"
-"$dslaunch" run jobs/commbench.yaml --set commbench.max_bytes=1048576
+echo "== dslaunch plot: loss, evaluation loss, learning rate, tokens/s"
+"$dslaunch" plot "$job_dir"
+echo
+echo "== dslaunch run jobs/commbench.yaml, and its table from rank 0's log"
+bench_dir="${job_dir%/*}/commbench-$(date +%Y%m%d-%H%M%S)"
+"$dslaunch" run jobs/commbench.yaml --set commbench.max_bytes=1048576 --job-dir "$bench_dir"
+"$dslaunch" logs "$bench_dir" --rank 0
+echo
+echo "== dslaunch generate: the trained model continues a prompt"
+"$dslaunch" generate --weights "$job_dir" --prompt "The " --tokens 240 --temperature 0.8 --seed 7

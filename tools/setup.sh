@@ -46,7 +46,21 @@ if [ "$(id -u)" != 0 ]; then
   fi
   as_root=(sudo)
 fi
-echo "setup: installing ${missing[*]}" >&2
-"${as_root[@]}" apt-get update -qq
-"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+# apt's own output goes to a log file, named if something fails: a fresh
+# machine's set-up is a few lines, not pages.
+log=$(mktemp "${TMPDIR:-/tmp}/dslaunch-setup.XXXXXX.log")
+step() {
+  local what=$1
+  shift
+  echo "setup: $what" >&2
+  if ! "$@" >>"$log" 2>&1; then
+    echo "setup: failed: $what; the last lines of $log:" >&2
+    tail -n 20 "$log" >&2
+    exit 1
+  fi
+}
+step "updating the package lists (apt-get update)" "${as_root[@]}" apt-get update
+step "installing ${#missing[@]} package(s): ${missing[*]}" \
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y --no-install-recommends "${missing[@]}"
+echo "setup: done (apt's output: $log)" >&2

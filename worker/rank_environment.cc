@@ -1,5 +1,6 @@
 #include "worker/rank_environment.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <string>
@@ -80,6 +81,15 @@ void export_rank_environment(const RankEnvironment& environment) {
   setenv("LOCAL_RANK", std::to_string(environment.local_rank).c_str(), 1);
   setenv("WORLD_SIZE", std::to_string(environment.world_size).c_str(), 1);
   setenv("LOCAL_WORLD_SIZE", std::to_string(environment.local_world_size).c_str(), 1);
+}
+
+int compute_threads(const std::function<const char*(const char*)>& getenv, int bound_cores,
+                    int machine_cores, int local_world_size) {
+  if (const std::optional<int> threads = number(getenv("OMP_NUM_THREADS")); threads > 0) {
+    return *threads;
+  }
+  if (bound_cores > 0) return bound_cores;
+  return std::max(1, machine_cores / std::max(1, local_world_size));
 }
 
 }  // namespace dslaunch::worker

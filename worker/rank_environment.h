@@ -24,6 +24,14 @@ struct RankEnvironment {
 std::optional<RankEnvironment> read_rank_environment(
     const std::function<const char*(const char*)>& getenv, std::string& error);
 
+// Threads for the rank's kernels: OMP_NUM_THREADS where `getenv` gives a
+// positive integer (as torchrun and DeepSpeed users set it), otherwise one
+// per core the rank is bound to (`bound_cores` > 0), otherwise an equal
+// share of the machine's `machine_cores` among the host's
+// `local_world_size` ranks; at least 1.
+int compute_threads(const std::function<const char*(const char*)>& getenv, int bound_cores,
+                    int machine_cores, int local_world_size);
+
 // Sets RANK, LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE in this process's
 // environment, so libraries and user code find them where torchrun puts them.
 void export_rank_environment(const RankEnvironment& environment);

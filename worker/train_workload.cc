@@ -8,14 +8,15 @@
 #include <fmt/format.h>
 
 #include "core/file_system.h"
+#include "core/spec/training_support.h"
+#include "core/weights/hf_gpt2.h"
 #include "kernels/backend.h"
 #include "kernels/make_backend.h"
 #include "worker/checkpoint/async_shard_writer.h"
+#include "worker/comm/comms_summary.h"
 #include "worker/data/demo_corpus.h"
 #include "worker/data/training_data.h"
 #include "worker/engine/trainer.h"
-#include "core/spec/training_support.h"
-#include "core/weights/hf_gpt2.h"
 
 namespace dslaunch::worker {
 namespace {
@@ -36,6 +37,7 @@ void send_step_metrics(proto::Session& session, const engine::StepReport& report
   event->set_kind(v1::WorkerEvent::KIND_STEP_METRICS);
   event->set_step(report.step);
   auto& metrics = *event->mutable_metrics();
+  metrics["samples"] = static_cast<double>(report.samples);
   metrics["loss"] = report.loss;
   metrics["lr"] = report.lr;
   metrics["grad_norm"] = report.grad_norm;
@@ -48,6 +50,10 @@ void send_step_metrics(proto::Session& session, const engine::StepReport& report
     metrics["skipped"] = report.skipped ? 1 : 0;
     metrics["skipped_steps"] = static_cast<double>(report.skipped_steps);
   }
+  metrics["forward_s"] = report.forward_seconds;
+  metrics["backward_s"] = report.backward_seconds;
+  metrics["gradient_wait_s"] = report.gradient_wait_seconds;
+  metrics["optimizer_s"] = report.optimizer_seconds;
   if (report.tensor_comm_seconds > 0) metrics["tensor_comm_s"] = report.tensor_comm_seconds;
   metrics["comm_bytes"] = static_cast<double>(report.comm_bytes);
   metrics["data_comm_bytes"] = static_cast<double>(report.data_comm_bytes);
@@ -118,8 +124,8 @@ void save_in_background(checkpoint::AsyncShardWriter& writer, proto::Session& se
       std::filesystem::path(root) / fmt::format("step_{:08d}", slice.step);
   const std::string file = fmt::format("rank_{}.bin", groups.rank());
   // Private to the user, as the job directory is (0700).
-  if (std::string error; !core::create_folders(core::default_file_system(), folder.string(),
-                                               0700, error)) {
+  if (std::string error;
+      !core::create_folders(core::default_file_system(), folder.string(), 0700, error)) {
     report_checkpoint_failure(session, failed, slice.step, error);
     return;
   }
@@ -148,7 +154,8 @@ void save_in_background(checkpoint::AsyncShardWriter& writer, proto::Session& se
               });
 }
 
-std::string format_step(const engine::StepReport& r, int64_t total_steps) {
+std::string format_step(const engine::StepReport& r, int64_t total_steps,
+                        bool wall_clock_breakdown) {
   std::string line = fmt::format(
       "step {:>{}}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.3f} | {:.0f} tokens/s | {:.3f} "
       "TFLOP/s",
@@ -159,6 +166,12 @@ std::string format_step(const engine::StepReport& r, int64_t total_steps) {
                         r.skipped ? " (gradients overflowed: step skipped)" : "");
   }
   if (r.eval_loss) line += fmt::format(" | eval_loss {:.4f}", *r.eval_loss);
+  if (wall_clock_breakdown) {
+    line += fmt::format(
+        " | forward {:.1f} ms | backward {:.1f} ms | gradient wait {:.1f} ms | optimizer {:.1f} ms",
+        r.forward_seconds * 1e3, r.backward_seconds * 1e3, r.gradient_wait_seconds * 1e3,
+        r.optimizer_seconds * 1e3);
+  }
   return line;
 }
 
@@ -179,7 +192,10 @@ int run_train_workload(const TrainWorkloadContext& context) {
   }
   const bool reporter = context.groups->rank() == 0;
   if (reporter) {
-    std::cout << fmt::format("data: train {} tokens, evaluation {} tokens{}", data.train.size(),
+    std::cout << fmt::format("data: train {} tokens{}, evaluation {} tokens{}", data.train_tokens(),
+                             data.train.size() > 1
+                                 ? fmt::format(" in {} blended datasets", data.train.size())
+                                 : "",
                              data.valid.size(),
                              data.unigram_entropy_nats
                                  ? fmt::format(" (demo corpus; unigram entropy {:.3f} nats)",
@@ -188,10 +204,10 @@ int run_train_workload(const TrainWorkloadContext& context) {
               << std::endl;
   }
 
-  core::StatusOr<std::unique_ptr<kernels::Backend>> made_backend = kernels::make_backend(
-      spec.cluster.device == spec::Device::kCuda ? kernels::DeviceKind::kCuda
-                                                 : kernels::DeviceKind::kCpu,
-      context.compute_threads);
+  core::StatusOr<std::unique_ptr<kernels::Backend>> made_backend =
+      kernels::make_backend(spec.cluster.device == spec::Device::kCuda ? kernels::DeviceKind::kCuda
+                                                                       : kernels::DeviceKind::kCpu,
+                            context.compute_threads);
   if (!made_backend.ok()) {
     report_error(session, made_backend.status().message());
     return 1;
@@ -222,7 +238,12 @@ int run_train_workload(const TrainWorkloadContext& context) {
   options.on_step = [&](const engine::StepReport& report) {
     if (context.on_step_done) context.on_step_done(report);
     if (!reporter) return;
-    std::cout << format_step(report, spec.training.steps) << std::endl;
+    const spec::MonitorSpec& monitor = spec.training.monitor;
+    if (report.step % monitor.steps_per_print == 0 || report.eval_loss ||
+        report.step == spec.training.steps) {
+      std::cout << format_step(report, spec.training.steps, monitor.wall_clock_breakdown)
+                << std::endl;
+    }
     send_step_metrics(session, report);
   };
   options.on_notice = [&](const std::string& notice) {
@@ -253,6 +274,10 @@ int run_train_workload(const TrainWorkloadContext& context) {
     report_error(session, result.error);
     return 1;
   }
+  if (reporter && spec.training.monitor.comms_logger) {
+    std::cout << "comms_logger: rank 0's collectives\n"
+              << comm::comms_summary(context.groups->transport().stats_by_axis()) << std::flush;
+  }
   if (context.on_writing_checkpoint) context.on_writing_checkpoint();
   writer.wait();
   if (checkpoint_failed.load()) return 1;
@@ -260,10 +285,9 @@ int run_train_workload(const TrainWorkloadContext& context) {
     const core::ParameterTable table(core::model_config(spec.model, 1));
     const std::string path =
         (std::filesystem::path(context.job_directory) / "weights" / "model.safetensors").string();
-    if (std::string error;
-        !core::create_folders(core::default_file_system(), core::parent_folder(path), 0700,
-                              error) ||
-        !core::write_hf_gpt2(path, table, result.params.data(), error)) {
+    if (std::string error; !core::create_folders(core::default_file_system(),
+                                                 core::parent_folder(path), 0700, error) ||
+                           !core::write_hf_gpt2(path, table, result.params.data(), error)) {
       report_error(session, "writing the final weights: " + error);
       return 1;
     }

@@ -1,5 +1,5 @@
-#include "worker/timing.h"
 #include "worker/worker_run.h"
+#include "worker/timing.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -115,8 +115,8 @@ std::optional<engine::ResumePoint> resume_point(const v1::RegisterReply& reply) 
   }
   for (const v1::CheckpointShard& shard : reply.resume().shards()) {
     resume.shards.push_back(
-        {(std::filesystem::path(reply.resume().directory()) / shard.path()).string(),
-         shard.begin(), shard.end()});
+        {(std::filesystem::path(reply.resume().directory()) / shard.path()).string(), shard.begin(),
+         shard.end()});
   }
   return resume;
 }
@@ -144,7 +144,8 @@ int64_t unix_time_ms() {
 // may not listen yet), backing off between tries.
 core::Status with_retries(const std::function<core::Status()>& call) {
   core::Status status;
-  auto backoff = std::chrono::duration_cast<std::chrono::milliseconds>(timing::kRegisterFirstBackoff);
+  auto backoff =
+      std::chrono::duration_cast<std::chrono::milliseconds>(timing::kRegisterFirstBackoff);
   for (int attempt = 0; attempt < timing::kRegisterAttempts; ++attempt) {
     status = call();
     if (status.code() != core::StatusCode::kUnavailable) return status;
@@ -189,12 +190,11 @@ void bind_to_cores(const v1::RankPlacement& placement) {
   }
 }
 
-// Threads for the rank's kernels: one per core it is bound to, otherwise
-// an equal share of the machine.
+// Threads for the rank's kernels (see rank_environment.h).
 int compute_threads(const v1::RankPlacement& placement) {
-  if (placement.cpu_cores_size() > 0) return placement.cpu_cores_size();
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  return std::max(1, cores / std::max(1, placement.local_world_size()));
+  return worker::compute_threads(std::getenv, placement.cpu_cores_size(),
+                                 static_cast<int>(std::thread::hardware_concurrency()),
+                                 placement.local_world_size());
 }
 
 void send_event(proto::Session& session, v1::WorkerEvent::Kind kind, const std::string& message) {
@@ -245,7 +245,8 @@ void heartbeat_loop(proto::Session& session, RankStatus& status, std::chrono::mi
     if (status.stacks_requested.exchange(false)) {
       v1::WorkerMessage stacks;
       stacks.mutable_event()->set_kind(v1::WorkerEvent::KIND_STACKS);
-      stacks.mutable_event()->set_message(capture_stack(workload_thread, timing::kStackCaptureTimeout));
+      stacks.mutable_event()->set_message(
+          capture_stack(workload_thread, timing::kStackCaptureTimeout));
       session.send(stacks);
     }
     v1::WorkerMessage message;
@@ -492,7 +493,9 @@ int run_worker() {
       const int signal = g_stop_signal.load();
       return signal == 0 ? std::string() : std::string("SIG") + sigabbrev_np(signal);
     };
-    context.checkpoint_requested = [&status] { return status.checkpoint_requested.exchange(false); };
+    context.checkpoint_requested = [&status] {
+      return status.checkpoint_requested.exchange(false);
+    };
     context.on_writing_checkpoint = [&status] { status.phase.store(v1::PHASE_CHECKPOINT); };
     context.on_step_started = [&status, &spec, &rank_env, attempt, &groups](int64_t step) {
       status.step.store(step);

@@ -10,7 +10,8 @@ core::Gpt2Config model_config(const spec::ModelSpec& model, int tensor_parallel)
   config.vocab_size = model.vocab_size;
   config.padded_vocab_size = core::padded_vocab(
       model.vocab_size, static_cast<int64_t>(model.make_vocab_size_divisible_by) * tensor_parallel);
-  config.max_seq_len = model.seq_length;
+  config.max_seq_len =
+      model.max_position_embeddings > 0 ? model.max_position_embeddings : model.seq_length;
   return config;
 }
 

@@ -55,6 +55,13 @@ struct ClusterSpec {
   int num_nodes = -1;  // -1: every host
   int num_gpus = -1;   // ranks per host; -1: every slot (local: every GPU, or 1 CPU rank)
   int ssh_port = 22;
+  // MASTER_ADDR and MASTER_PORT the ranks get (DeepSpeed's --master_addr and
+  // --master_port): "" = rank 0's host; 0 = a port free on this host.
+  std::string master_addr;
+  int master_port = 0;
+  // The controller's Prometheus endpoint (GET /metrics on every interface);
+  // 0 = none.
+  int metrics_port = 0;
   // An interface name (eth0) or an IPv4 subnet (10.0.0.0/16): where MPI's
   // TCP traffic goes and where the controller listens; "" = Open MPI chooses.
   std::string network_interface;
@@ -93,6 +100,11 @@ struct ModelSpec {
   int num_attention_heads = 12;
   int vocab_size = 50257;
   int seq_length = 1024;
+  // Rows of the position embedding (Megatron's max_position_embeddings):
+  // the longest sequence the model can take; 0 = seq_length. Larger than
+  // seq_length to fine-tune weights trained on longer sequences (GPT-2's
+  // 1024) on shorter ones without cutting their position embedding.
+  int max_position_embeddings = 0;
   double dropout = 0.0;
   uint64_t init_seed = 1234;
   // The embedding is padded to a multiple of this times the tensor size, as
@@ -102,10 +114,32 @@ struct ModelSpec {
 
 enum class DataFormat { kAuto, kLlmc, kMegatron };
 
+// One dataset of data.train: token files or Megatron prefixes (absolute
+// paths, or glob patterns such as shards/train_*.bin, matched in sorted
+// order when the data is opened) read one after the other, drawn from with
+// `weight` among the others (Megatron's blend).
+struct Dataset {
+  double weight = 1;
+  std::vector<std::string> paths;
+
+  bool operator==(const Dataset&) const = default;
+};
+
+inline constexpr const char* kDemoData = "demo";
+
 struct DataSpec {
-  std::string train;  // token file, Megatron prefix (path without .bin/.idx), or "demo"
-  std::string valid;  // "" = a held-out split of train
+  // One dataset for a path, pattern or list of them; several for a blend
+  // [w1, p1, w2, p2, ...]. {{1, {"demo"}}}: the built-in corpus.
+  std::vector<Dataset> train;
+  // Read one after the other; empty = held out of each training dataset.
+  std::vector<std::string> valid;
   DataFormat format = DataFormat::kAuto;
+
+  bool demo() const {
+    return train.size() == 1 && train[0].paths == std::vector<std::string>{kDemoData};
+  }
+  // `path` as the only training dataset (or "demo").
+  void train_on(std::string path) { train = {{1, {std::move(path)}}}; }
 };
 
 struct Fp16Spec {
@@ -272,6 +306,28 @@ struct ElasticitySpec {
 // the training's precision, as DeepSpeed defaults it.
 enum class CommunicationDataType { kDefault, kFp32, kFp16, kBf16 };
 
+// DeepSpeed's tensorboard and csv_monitor sections.
+struct MonitorOutput {
+  bool enabled = false;
+  std::string output_path;  // "" = <job dir>/tensorboard or <job dir>/csv_monitor
+  std::string job_name;     // "" = the job's name; the files go to output_path/job_name
+};
+
+// What a run reports besides metrics.jsonl (DeepSpeed's monitoring keys).
+struct MonitorSpec {
+  MonitorOutput tensorboard;
+  MonitorOutput csv_monitor;
+  // comms_logger.enabled: rank 0 prints each collective's count, bytes and
+  // time by operation and group after training (and every steps_per_print).
+  bool comms_logger = false;
+  // Rank 0 prints a step's line every this many steps (and evaluation and
+  // last steps); DeepSpeed's default prints none, dslaunch's every step.
+  int64_t steps_per_print = 1;
+  // The printed line also gives the step's forward, backward, gradient wait
+  // and optimizer times (they are in metrics.jsonl either way).
+  bool wall_clock_breakdown = false;
+};
+
 struct TrainingSpec {
   BatchInput batch;  // as given; resolved against the data-parallel size by the plan
   int64_t steps = 0;
@@ -281,12 +337,19 @@ struct TrainingSpec {
   ZeroSpec zero;
   OptimizerSpec optimizer;
   SchedulerSpec scheduler;
-  double gradient_clipping = 0;  // max global gradient norm; 0 = no clipping
+  // Max global gradient norm; 0 = no clipping. DeepSpeed's default is 1.0
+  // (deepspeed/runtime/constants.py, GRADIENT_CLIPPING_DEFAULT).
+  double gradient_clipping = 1.0;
   uint64_t seed = 1234;          // the order training samples are drawn in
   int64_t eval_interval = 0;     // steps between evaluations; 0 = only after the last step
   int64_t eval_batches = 8;      // consecutive (micro batch, seq_length) windows of the valid split
   ActivationCheckpointingSpec activation_checkpointing;
   ElasticitySpec elasticity;
+  MonitorSpec monitor;
+  // Hugging Face GPT-2 weights (.safetensors) the first attempt starts from
+  // instead of a random initialisation; "" = random (model.init_seed). A
+  // resume continues from its checkpoint.
+  std::string init_from;
 };
 
 struct CheckpointSpec {

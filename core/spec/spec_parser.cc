@@ -17,6 +17,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "core/ipv4_subnet.h"
+#include "core/path_pattern.h"
 #include "core/shell_words.h"
 #include "core/spec/deepspeed_config.h"
 #include "core/spec/merge_keys.h"
@@ -259,6 +260,9 @@ void read_cluster(MapReader cluster, ClusterSpec& out) {
   read_count("num_nodes", out.num_nodes, kMaxNodes);
   read_count("num_gpus", out.num_gpus, kMaxRanksPerHost);
   cluster.integer("ssh_port", out.ssh_port, 1, 65535);
+  cluster.string("master_addr", out.master_addr);
+  cluster.integer("master_port", out.master_port, 1, 65535);
+  cluster.integer("metrics_port", out.metrics_port, 1, 65535);
   cluster.string("network_interface", out.network_interface);
   check_network_interface(cluster, out.network_interface);
   std::string launcher_args;
@@ -300,6 +304,14 @@ void read_model(MapReader model, ModelSpec& out) {
   model.integer("num_attention_heads", out.num_attention_heads, 1, kMaxHidden);
   model.integer("vocab_size", out.vocab_size, 1, kMaxVocab);
   model.integer("seq_length", out.seq_length, 1, kMaxSequence);
+  model.integer("max_position_embeddings", out.max_position_embeddings, 1, kMaxSequence);
+  if (model.read_ok("seq_length") && model.read_ok("max_position_embeddings") &&
+      out.max_position_embeddings != 0 && out.max_position_embeddings < out.seq_length) {
+    model.error("max_position_embeddings",
+                fmt::format("model.max_position_embeddings {} is below model.seq_length {}: the "
+                            "position embedding needs a row for every position of a sequence",
+                            out.max_position_embeddings, out.seq_length));
+  }
   model.number("dropout", out.dropout, 0, 1);
   if (out.dropout == 1) model.error("dropout", "model.dropout must be below 1");
   model.integer("init_seed", out.init_seed);
@@ -314,54 +326,136 @@ void read_model(MapReader model, ModelSpec& out) {
   model.finish();
 }
 
+// The paths under `key` (data.train or data.valid) as written: one
+// string, or a list of scalars (numbers among them for a blend).
+std::vector<MapReader::ListScalar> data_items(MapReader& data, const char* key) {
+  std::vector<MapReader::ListScalar> items;
+  if (data.is_list(key)) {
+    data.scalar_list(key, items);
+    return items;
+  }
+  std::string path;
+  data.string(key, path);
+  if (!path.empty()) items.push_back({path, std::nullopt});
+  return items;
+}
+
+// data.train as datasets: a list whose first item is a number is Megatron's
+// blend of weights and paths, anything else one dataset.
+std::optional<std::vector<Dataset>> datasets_of(MapReader& data,
+                                                const std::vector<MapReader::ListScalar>& items) {
+  if (items.empty() || !items.front().number) {
+    Dataset one;
+    for (const MapReader::ListScalar& item : items) one.paths.push_back(item.text);
+    if (one.paths.empty()) return std::vector<Dataset>{};
+    return std::vector<Dataset>{one};
+  }
+  std::vector<Dataset> blend;
+  for (size_t i = 0; i < items.size(); i += 2) {
+    const bool weight_missing = !items[i].number;
+    if (weight_missing || i + 1 == items.size() || items[i + 1].number) {
+      data.error("train",
+                 fmt::format("data.train: a blend lists weights and paths in turn, as Megatron's "
+                             "data_path does ([0.3, path1, 0.7, path2]); item {} is not a {}",
+                             weight_missing ? i + 1 : i + 2, weight_missing ? "weight" : "path"));
+      return std::nullopt;
+    }
+    const double weight = *items[i].number;
+    if (!(weight > 0) || !std::isfinite(weight)) {
+      data.error("train", fmt::format("data.train: blend weight {} must be a positive number",
+                                      items[i].text));
+      return std::nullopt;
+    }
+    blend.push_back({weight, {items[i + 1].text}});
+  }
+  return blend;
+}
+
 void read_data(MapReader data, DataSpec& out, const std::string& spec_path, JobKind kind) {
-  data.string("train", out.train);
-  data.string("valid", out.valid);
+  const std::vector<MapReader::ListScalar> train_items = data_items(data, "train");
+  const std::vector<MapReader::ListScalar> valid_items = data_items(data, "valid");
   read_enum(data, "format", {"auto", "llmc", "megatron"}, out.format);
-  if (out.train.empty() && kind == JobKind::kTrain) {
+  if (std::optional<std::vector<Dataset>> datasets = datasets_of(data, train_items)) {
+    out.train = std::move(*datasets);
+  }
+  for (const MapReader::ListScalar& item : valid_items) {
+    if (item.number) {
+      data.error("valid",
+                 "data.valid: a blend of weights is for data.train only; list the evaluation "
+                 "files (they are read one after the other)");
+      break;
+    }
+    out.valid.push_back(item.text);
+  }
+  if (train_items.empty() && data.read_ok("train") && kind == JobKind::kTrain) {
     data.error("train",
                "data.train is required: an llm.c token file, a Megatron dataset prefix "
-               "(path without .bin/.idx), or 'demo' for the built-in corpus");
+               "(path without .bin/.idx), a glob pattern or a list of them, a blend "
+               "[weight, path, ...], or 'demo' for the built-in corpus");
   }
-  const auto check_exists = [&](const char* key, std::string& path) {
-    const Location where = data.location_of(key);
-    const bool relative = !path.empty() && !fs::path(path).is_absolute();
-    path = resolve_path(path, where);
-    if (path.empty() || path == "demo") return;
-    // The error_code overloads: a path the OS refuses (too long, no
-    // permission) is "no data there", not an exception out of the parser.
-    const auto is_file = [](const std::string& candidate) {
-      std::error_code ignored;
-      return fs::is_regular_file(candidate, ignored);
-    };
-    const bool file = is_file(path);
-    // A Megatron prefix, also when given as its .bin or .idx file.
-    const auto has_pair = [&](const std::string& prefix) {
-      return is_file(prefix + ".bin") && is_file(prefix + ".idx");
-    };
+  // The error_code overloads: a path the OS refuses (too long, no
+  // permission) is "no data there", not an exception out of the parser.
+  const auto is_file = [](const std::string& candidate) {
+    std::error_code ignored;
+    return fs::is_regular_file(candidate, ignored);
+  };
+  // A Megatron prefix, also when given as its .bin or .idx file.
+  const auto has_pair = [&](const std::string& prefix) {
+    return is_file(prefix + ".bin") && is_file(prefix + ".idx");
+  };
+  const auto found = [&](const std::string& path) {
     const std::string extension = fs::path(path).extension().string();
     const bool megatron =
         has_pair(path) || ((extension == ".bin" || extension == ".idx") &&
                            has_pair(path.substr(0, path.size() - extension.size())));
-    const bool found = out.format == DataFormat::kLlmc       ? file
-                       : out.format == DataFormat::kMegatron ? megatron
-                                                             : file || megatron;
-    if (!found) {
-      data.error(key,
-                 fmt::format(
-                     "data.{}: no data at '{}' (looked for that file, and for "
-                     "{}.bin with {}.idx){}",
-                     key, path, path, path,
-                     relative ? "; the path is relative to " + relative_to(where, spec_path) : ""));
+    return out.format == DataFormat::kLlmc       ? is_file(path)
+           : out.format == DataFormat::kMegatron ? megatron
+                                                 : is_file(path) || megatron;
+  };
+  const auto check_paths = [&](const char* key, std::vector<std::string>& paths) {
+    const Location where = data.location_of(key);
+    for (std::string& path : paths) {
+      const bool relative = !fs::path(path).is_absolute();
+      path = resolve_path(path, where);
+      if (path == kDemoData) {
+        if (std::string_view(key) == "valid" || !out.demo()) {
+          data.error(key, fmt::format("data.{}: 'demo' names the built-in corpus only under "
+                                      "data.train, alone: it brings its own evaluation "
+                                      "split; {}",
+                                      key,
+                                      std::string_view(key) == "valid"
+                                          ? "leave valid out or give a path"
+                                          : "it cannot be listed or blended with other data"));
+        }
+        continue;
+      }
+      const std::string folder_note =
+          relative ? "; the path is relative to " + relative_to(where, spec_path) : "";
+      if (core::has_wildcards(path)) {
+        const std::vector<std::string> matches = core::matching_paths(path);
+        if (matches.empty()) {
+          data.error(key, fmt::format("data.{}: no files match '{}'{}", key, path, folder_note));
+        }
+        for (const std::string& match : matches) {
+          if (!found(match)) {
+            data.error(key, fmt::format("data.{}: '{}' (matched by '{}') is not token data of "
+                                        "format {}",
+                                        key, match, path, out.format == DataFormat::kMegatron
+                                                              ? "megatron (.bin with .idx)"
+                                                              : "llmc or megatron"));
+          }
+        }
+        continue;
+      }
+      if (!found(path)) {
+        data.error(key, fmt::format("data.{}: no data at '{}' (looked for that file, and for "
+                                    "{}.bin with {}.idx){}",
+                                    key, path, path, path, folder_note));
+      }
     }
   };
-  check_exists("train", out.train);
-  if (out.valid == "demo") {
-    data.error("valid",
-               "data.valid: 'demo' names the built-in corpus only under data.train, which then "
-               "brings its own evaluation split; leave valid out or give a path");
-  }
-  check_exists("valid", out.valid);
+  for (Dataset& dataset : out.train) check_paths("train", dataset.paths);
+  check_paths("valid", out.valid);
   data.finish();
 }
 
@@ -708,6 +802,63 @@ void check_optimizer_combinations(MapReader& training, const TrainingSpec& out) 
 
 // `parallelism_read_ok` tells whether a parallelism key ("tensor") was read
 // without a problem.
+// DeepSpeed features that change what is trained and that dslaunch does not
+// build: refused when enabled, so that nobody trains something other than
+// their config asks for; accepted with `enabled: false`.
+void refuse_unbuilt_features(MapReader& training) {
+  static const std::pair<const char*, const char*> kFeatures[] = {
+      {"amp", "NVIDIA Apex AMP (use bf16 or fp16)"},
+      {"compression_training", "compression training (quantization and pruning while training)"},
+      {"data_efficiency", "data efficiency (curriculum data sampling and routing)"},
+      {"curriculum_learning", "curriculum learning"},
+      {"progressive_layer_drop", "progressive layer drop"},
+      {"sparse_attention", "sparse attention"},
+      {"eigenvalue", "eigenvalue computation (for quantization schedules)"},
+      {"quantize_training", "quantize training (MoQ)"},
+      {"wandb", "the wandb monitor (it needs the network; use tensorboard or csv_monitor)"},
+      {"comet", "the Comet monitor (it needs the network; use tensorboard or csv_monitor)"},
+  };
+  for (const auto& [key, feature] : kFeatures) {
+    if (!training.has(key)) continue;
+    MapReader section = training.map(key);
+    bool enabled = true;
+    section.boolean("enabled", enabled);
+    section.accept_prefix("");
+    section.finish();
+    if (enabled && training.read_ok(key)) {
+      training.error(key, fmt::format("training.{}: DeepSpeed's {} is not built in dslaunch; "
+                                      "remove the section or set enabled: false",
+                                      key, feature));
+    }
+  }
+}
+
+void read_monitor_output(MapReader section, MonitorOutput& out) {
+  section.boolean("enabled", out.enabled);
+  section.string("output_path", out.output_path);
+  out.output_path = resolve_path(out.output_path, section.location_of("output_path"));
+  section.string("job_name", out.job_name);
+  if (out.job_name.find('/') != std::string::npos || out.job_name == ".." ||
+      out.job_name == ".") {
+    section.error("job_name", fmt::format("{}.job_name '{}' must be a folder name, not a path",
+                                          section.path(), out.job_name));
+  }
+  section.finish();
+}
+
+void read_monitoring(MapReader& training, MonitorSpec& out) {
+  read_monitor_output(training.map("tensorboard"), out.tensorboard);
+  read_monitor_output(training.map("csv_monitor"), out.csv_monitor);
+  MapReader comms = training.map("comms_logger");
+  comms.boolean("enabled", out.comms_logger);
+  // DeepSpeed's finer switches: what it prints; the summary here is by
+  // operation either way.
+  for (const char* key : {"verbose", "prof_all", "debug", "prof_ops"}) comms.accept(key);
+  comms.finish();
+  training.integer("steps_per_print", out.steps_per_print, 1, kNoLimit);
+  training.boolean("wall_clock_breakdown", out.wall_clock_breakdown);
+}
+
 void read_training(MapReader training, TrainingSpec& out, const ParallelismSpec& parallelism,
                    JobKind kind, const std::function<bool(const char*)>& parallelism_read_ok) {
   training.optional_integer("train_batch_size", out.batch.train_batch_size, 1);
@@ -755,6 +906,20 @@ void read_training(MapReader training, TrainingSpec& out, const ParallelismSpec&
   training.integer("seed", out.seed);
   training.integer("eval_interval", out.eval_interval, 0, kNoLimit);
   training.integer("eval_batches", out.eval_batches, 1, kMaxEvalBatches);
+  read_monitoring(training, out.monitor);
+  refuse_unbuilt_features(training);
+  training.string("init_from", out.init_from);
+  if (!out.init_from.empty()) {
+    const Location where = training.location_of("init_from");
+    out.init_from = resolve_path(out.init_from, where);
+    std::error_code ignored;
+    if (!fs::is_regular_file(out.init_from, ignored)) {
+      training.error("init_from",
+                     fmt::format("training.init_from: no file '{}' (Hugging Face GPT-2 weights, "
+                                 ".safetensors, as `dslaunch export` writes them)",
+                                 out.init_from));
+    }
+  }
   if (training.has("activation_checkpointing")) {
     ActivationCheckpointingSpec& checkpointing = out.activation_checkpointing;
     checkpointing.enabled = true;
@@ -769,8 +934,7 @@ void read_training(MapReader training, TrainingSpec& out, const ParallelismSpec&
       section.accept("number_checkpoints");
     }
     section.boolean("cpu_checkpointing", checkpointing.cpu_checkpointing);
-    section.boolean("contiguous_memory_optimization",
-                    checkpointing.contiguous_memory_optimization);
+    section.boolean("contiguous_memory_optimization", checkpointing.contiguous_memory_optimization);
     section.boolean("synchronize_checkpoint_boundary",
                     checkpointing.synchronize_checkpoint_boundary);
     section.boolean("profile", checkpointing.profile);
@@ -852,8 +1016,8 @@ void read_parallelism(MapReader parallelism, ParallelismSpec& out, const ModelSp
   if (pipeline_read && virtual_read && model_read_ok("num_layers") &&
       parallelism.read_ok("pipeline_partition") &&
       out.pipeline_partition == PipelinePartition::kExplicit) {
-    const int64_t blocks = std::accumulate(out.stage_layers.begin(), out.stage_layers.end(),
-                                           int64_t{0});
+    const int64_t blocks =
+        std::accumulate(out.stage_layers.begin(), out.stage_layers.end(), int64_t{0});
     if (static_cast<int64_t>(out.stage_layers.size()) != virtual_stages ||
         blocks != model.num_layers) {
       parallelism.error(
@@ -952,8 +1116,8 @@ void read_fault(MapReader fault, FaultSpec& out) {
                 "stall_collective or nan_gradient");
   }
   // In FaultKind's order.
-  const std::vector<std::string> kinds = {"exit",  "abort",           "hang",        "stall_step",
-                                          "slow",  "stall_collective", "nan_gradient"};
+  const std::vector<std::string> kinds = {
+      "exit", "abort", "hang", "stall_step", "slow", "stall_collective", "nan_gradient"};
   int kind = static_cast<int>(out.kind);
   fault.choice("kind", kinds, kind);
   out.kind = static_cast<FaultKind>(kind);
@@ -992,6 +1156,27 @@ void write_back(YAML::Node node, const std::string& path, const std::string& val
   if (node.IsMap() && node[keys.back()].IsScalar()) node[keys.back()] = value;
 }
 
+// Resolved data paths as the spec may write them: one path as a string,
+// several as a list, a blend as [weight, path, ...].
+YAML::Node paths_node(const std::vector<std::string>& paths) {
+  if (paths.size() == 1) return YAML::Node(paths.front());
+  YAML::Node list(YAML::NodeType::Sequence);
+  for (const std::string& path : paths) list.push_back(path);
+  return list;
+}
+
+YAML::Node data_node(const std::vector<Dataset>& datasets) {
+  if (datasets.size() == 1 && datasets.front().weight == 1) {
+    return paths_node(datasets.front().paths);
+  }
+  YAML::Node blend(YAML::NodeType::Sequence);
+  for (const Dataset& dataset : datasets) {
+    blend.push_back(dataset.weight);
+    blend.push_back(dataset.paths.front());
+  }
+  return blend;
+}
+
 // The spec as ranks receive it: the document after --set overrides and the
 // DeepSpeed merge, without `deepspeed_config` (already merged in), with the
 // job's name and every path made absolute, so it reads the same wherever it
@@ -1001,8 +1186,15 @@ std::string resolved_document(const YAML::Node& root, const JobSpec& spec) {
   resolved.remove("deepspeed_config");
   resolved["name"] = spec.name;
   write_back(resolved, "cluster.hostfile", spec.cluster.hostfile);
-  write_back(resolved, "data.train", spec.data.train);
-  write_back(resolved, "data.valid", spec.data.valid);
+  if (resolved["data"].IsMap()) {
+    if (!spec.data.train.empty()) resolved["data"]["train"] = data_node(spec.data.train);
+    if (!spec.data.valid.empty()) resolved["data"]["valid"] = paths_node(spec.data.valid);
+  }
+  write_back(resolved, "training.init_from", spec.training.init_from);
+  write_back(resolved, "training.tensorboard.output_path",
+             spec.training.monitor.tensorboard.output_path);
+  write_back(resolved, "training.csv_monitor.output_path",
+             spec.training.monitor.csv_monitor.output_path);
   write_back(resolved, "checkpoint.dir", spec.checkpoint.dir);
   write_back(resolved, "cluster.tls.cert", spec.cluster.tls.cert);
   write_back(resolved, "cluster.tls.key", spec.cluster.tls.key);
@@ -1049,6 +1241,12 @@ void apply_command_line(YAML::Node& root, const LoadOptions& options, ReadContex
   }
   flag("--include", "cluster.include", options.include);
   flag("--exclude", "cluster.exclude", options.exclude);
+  flag("--num_nodes", "cluster.num_nodes", options.num_nodes);
+  flag("--num_gpus", "cluster.num_gpus", options.num_gpus);
+  flag("--master_addr", "cluster.master_addr", options.master_addr);
+  flag("--master_port", "cluster.master_port", options.master_port);
+  flag("--launcher", "cluster.runner", options.launcher);
+  flag("--launcher_args", "cluster.launcher_args", options.launcher_args);
   for (const Override& override_value : overrides) {
     const std::string error = apply_override(root, override_value);
     if (!error.empty()) {

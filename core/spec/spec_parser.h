@@ -17,6 +17,15 @@ struct LoadOptions {
   // cluster.include and cluster.exclude (the command line wins).
   std::string include;
   std::string exclude;
+  // DeepSpeed's launcher flags, as given ("" = absent): --num_nodes,
+  // --num_gpus, --master_addr, --master_port, --launcher (cluster.runner)
+  // and --launcher_args, each set over the spec's key.
+  std::string num_nodes;
+  std::string num_gpus;
+  std::string master_addr;
+  std::string master_port;
+  std::string launcher;
+  std::string launcher_args;
 };
 
 // Reads, checks and types the job spec at `path`. Every problem is reported

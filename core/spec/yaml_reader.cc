@@ -361,6 +361,28 @@ void MapReader::number_list(std::string_view key, std::vector<double>& out) {
   out = numbers;
 }
 
+void MapReader::scalar_list(std::string_view key, std::vector<ListScalar>& out) {
+  accept(key);
+  const YAML::Node value = lookup(key);
+  if (!value.IsDefined() || value.IsNull()) return;
+  const std::string path = child_path(key);
+  context_.locations().set(path, context_.location_of(path, value));
+  if (!value.IsSequence()) {
+    fail(key, fmt::format("{} must be a list, got {}", path, node_kind(value)));
+    return;
+  }
+  std::vector<ListScalar> items;
+  for (const YAML::Node& item : value) {
+    if (!item.IsScalar()) {
+      fail(key, fmt::format("{} must be a list of single values, got {} in it", path,
+                            node_kind(item)));
+      return;
+    }
+    items.push_back({item.Scalar(), number_in(item)});
+  }
+  out = std::move(items);
+}
+
 void MapReader::choice_list(std::string_view key, const std::vector<std::string>& choices,
                             std::vector<std::string>& out) {
   accept(key);

@@ -97,6 +97,13 @@ class MapReader {
   // One of `choices`, matched without regard to case; `out` gets the index.
   void choice(std::string_view key, const std::vector<std::string>& choices, int& out);
   void number_list(std::string_view key, std::vector<double>& out);
+  // A list of scalars, each with its number when it reads as one (see the
+  // class comment): Megatron's blend [0.3, path, 0.7, path] mixes both.
+  struct ListScalar {
+    std::string text;
+    std::optional<double> number;
+  };
+  void scalar_list(std::string_view key, std::vector<ListScalar>& out);
   // A non-empty list of distinct items from `choices` (case-insensitive),
   // stored in their canonical spelling.
   void choice_list(std::string_view key, const std::vector<std::string>& choices,

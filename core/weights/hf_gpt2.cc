@@ -209,8 +209,10 @@ bool write_hf_gpt2(const std::string& safetensors_path, const ParameterTable& ta
                                      hf_gpt2_config_json(config) + "\n", error);
 }
 
-HfGpt2Weights load_hf_gpt2(const std::string& safetensors_path, int64_t num_heads,
-                           int64_t padded_vocab_multiple) {
+namespace {
+
+HfGpt2Weights read_hf_gpt2(const std::string& safetensors_path, int64_t num_heads,
+                           int64_t padded_vocab_multiple, bool read_values) {
   HfGpt2Weights result;
   auto fail = [&](const std::string& problem) {
     result.params.clear();
@@ -278,6 +280,7 @@ HfGpt2Weights load_hf_gpt2(const std::string& safetensors_path, int64_t num_head
                             index.by_name.begin()->second->name));
   }
 
+  if (!read_values) return result;
   result.params.assign(static_cast<size_t>(table.total()), 0.0f);  // padding rows stay 0
   for (size_t i = 0; i < sources.size(); ++i) {
     float* out = result.params.data() + table.tensors()[i].offset;
@@ -305,6 +308,18 @@ HfGpt2Weights load_hf_gpt2(const std::string& safetensors_path, int64_t num_head
     }
   }
   return result;
+}
+
+}  // namespace
+
+HfGpt2Weights load_hf_gpt2(const std::string& safetensors_path, int64_t num_heads,
+                           int64_t padded_vocab_multiple) {
+  return read_hf_gpt2(safetensors_path, num_heads, padded_vocab_multiple, true);
+}
+
+HfGpt2Weights inspect_hf_gpt2(const std::string& safetensors_path, int64_t num_heads,
+                              int64_t padded_vocab_multiple) {
+  return read_hf_gpt2(safetensors_path, num_heads, padded_vocab_multiple, false);
 }
 
 }  // namespace dslaunch::core

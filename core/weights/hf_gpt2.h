@@ -54,4 +54,11 @@ struct HfGpt2Weights {
 HfGpt2Weights load_hf_gpt2(const std::string& safetensors_path, int64_t num_heads,
                            int64_t padded_vocab_multiple);
 
+// load_hf_gpt2's checks of the header and config.json and its config,
+// without reading the values (params stays empty; an lm_head.weight is not
+// compared with the token embedding): whether the weights fit a model,
+// before anything starts.
+HfGpt2Weights inspect_hf_gpt2(const std::string& safetensors_path, int64_t num_heads,
+                              int64_t padded_vocab_multiple);
+
 }  // namespace dslaunch::core

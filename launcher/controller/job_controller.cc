@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "core/atomic_file.h"
+#include "core/host_name.h"
 #include "core/json_input.h"
 #include "core/layout/model_config.h"
 #include "core/spec/terminal_text.h"
@@ -33,6 +34,9 @@
 #include "launcher/controller/job_handler.h"
 #include "launcher/controller/job_state.h"
 #include "launcher/controller/job_status.h"
+#include "launcher/controller/metrics_endpoint.h"
+#include "launcher/controller/prometheus_text.h"
+#include "launcher/controller/training_monitors.h"
 #include "launcher/plan/planned_job.h"
 #include "launcher/runner/exported_environment.h"
 #include "launcher/runner/failure_report.h"
@@ -152,14 +156,56 @@ struct RunSecrets {
   std::shared_ptr<const proto::JobCertificateAuthority> rank_certificates;
 };
 
+// What every attempt of one run reports to besides the job directory:
+// DeepSpeed's tensorboard and csv_monitor, and the Prometheus endpoint.
+struct RunMonitors {
+  std::optional<TrainingMonitors> writers;
+  std::unique_ptr<MetricsEndpoint> endpoint;
+  std::mutex mutex;                   // guards the members below
+  nlohmann::json last_step;           // rank 0's last step line
+  bool write_failure_reported = false;
+  // The running attempt's status; unset between attempts, when the last
+  // one's stands.
+  std::function<v1::JobStatus()> status_now;
+  v1::JobStatus last_status;
+
+  // Rank 0's step lines (called by the handler with each metrics line).
+  void on_metrics(const nlohmann::json& line) {
+    if (line.contains("what") || line.value("rank", -1) != 0) return;
+    std::lock_guard lock(mutex);
+    last_step = line;
+    if (!writers) return;
+    if (core::Status status = writers->on_step(line); !status.ok() && !write_failure_reported) {
+      write_failure_reported = true;
+      std::cerr << "dslaunch: warning: the training monitors stopped: " << status.message()
+                << "\n";
+    }
+  }
+  // The endpoint's answer: the status now.
+  std::string render() {
+    std::lock_guard lock(mutex);
+    if (status_now) last_status = status_now();
+    return prometheus_text(last_status, last_step);
+  }
+  // The endpoint's thread renders under `mutex`: it stops before the rest goes.
+  ~RunMonitors() { endpoint.reset(); }
+
+  void follow(std::function<v1::JobStatus()> source) {
+    std::lock_guard lock(mutex);
+    if (!source && status_now) last_status = status_now();
+    status_now = std::move(source);
+  }
+};
+
 // Everything one attempt owns while it runs.
 class Attempt {
  public:
   Attempt(const RunOptions& options, const spec::JobSpec& spec, const plan::JobPlan& plan,
           JobDirectory& directory, const RunSecrets& secrets, const JobInfo& info,
-          JobHandler::Attempt setup)
+          JobHandler::Attempt setup, RunMonitors& monitors)
       : options_(options),
         secrets_(secrets),
+        monitors_(monitors),
         spec_(spec),
         plan_(plan),
         directory_(directory),
@@ -167,7 +213,10 @@ class Attempt {
         number_(setup.number),
         state_(plan.world_size(), timeouts(spec), clock_),
         handler_(info, with_spec(std::move(setup)), state_, directory, clock_),
-        progress_(options.progress, stdout) {}
+        progress_(options.progress, stdout) {
+    monitors_.follow([this] { return handler_.status_now(); });
+  }
+  ~Attempt() { monitors_.follow({}); }
 
   // How this attempt ended, once run() returned.
   v1::AttemptSummary summary() const {
@@ -227,8 +276,11 @@ class Attempt {
     inputs.restart_count = number_;
     inputs.controller_address = info_.controller_address;
     const std::string& rank0_host = plan_.placement.ranks.front().host;
-    inputs.master_address = rank0_host == "localhost" ? "127.0.0.1" : rank0_host;
-    inputs.master_port = free_port();
+    inputs.master_address = !spec_.cluster.master_addr.empty() ? spec_.cluster.master_addr
+                            : rank0_host == "localhost"        ? "127.0.0.1"
+                                                               : rank0_host;
+    inputs.master_port =
+        spec_.cluster.master_port > 0 ? spec_.cluster.master_port : free_port();
     inputs.running_as_root = geteuid() == 0;
     inputs.local_cores = static_cast<int>(std::thread::hardware_concurrency());
     inputs.exported_environment = secrets_.exported;
@@ -512,6 +564,7 @@ class Attempt {
 
   const RunOptions& options_;
   const RunSecrets& secrets_;
+  RunMonitors& monitors_;
   std::vector<std::string> lost_hosts_;
   bool failure_recorded_ = false;
   bool requeue_signal_seen_ = false;
@@ -768,6 +821,29 @@ int run_attempts(const RunOptions& options, const plan::PlannedJob& first, JobDi
                  const RunSecrets& secrets, JobInfo info) {
   std::vector<v1::AttemptSummary> earlier = earlier_attempts(directory);
   int number = earlier.empty() ? 0 : earlier.back().attempt() + 1;
+  RunMonitors monitors;
+  if (first.spec.kind == spec::JobKind::kTrain) {
+    core::StatusOr<TrainingMonitors> writers =
+        TrainingMonitors::create(first.spec.training.monitor, directory.path(), first.spec.name);
+    if (!writers.ok()) {
+      std::cerr << "dslaunch: " << writers.status().message() << "\n";
+      return kRunBadInput;
+    }
+    if (writers->enabled()) monitors.writers.emplace(std::move(*writers));
+  }
+  if (first.spec.cluster.metrics_port > 0) {
+    core::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
+        MetricsEndpoint::start(first.spec.cluster.metrics_port, [&monitors] {
+          return monitors.render();
+        });
+    if (!endpoint.ok()) {
+      std::cerr << "dslaunch: " << endpoint.status().message() << "\n";
+      return kRunBadInput;
+    }
+    monitors.endpoint = std::move(*endpoint);
+    std::cout << fmt::format("metrics for Prometheus at http://{}:{}/metrics\n",
+                             core::host_name(), monitors.endpoint->port());
+  }
   std::optional<plan::PlannedJob> replanned;
   for (int restarts = 0;; ++restarts, ++number) {
     const spec::JobSpec& spec = replanned ? replanned->spec : first.spec;
@@ -800,7 +876,10 @@ int run_attempts(const RunOptions& options, const plan::PlannedJob& first, JobDi
     }
     std::vector<std::string> lost;
     {
-      Attempt attempt(options, spec, plan, directory, secrets, info, std::move(setup));
+      setup.on_step_metrics = [&monitors](const nlohmann::json& line) {
+        monitors.on_metrics(line);
+      };
+      Attempt attempt(options, spec, plan, directory, secrets, info, std::move(setup), monitors);
       const int code = attempt.run();
       earlier.push_back(attempt.summary());
       if (code == kRunStopped && attempt.requeue_asked()) {
@@ -938,6 +1017,8 @@ int run_job(const RunOptions& options) {
   info.kind = spec.kind == spec::JobKind::kCommbench ? "commbench" : "train";
   info.total_steps = spec.kind == spec::JobKind::kTrain ? spec.training.steps : 0;
   info.started_unix_ms = unix_time_ms();
+  info.controller_pid = getpid();
+  info.controller_host = core::host_name();
   info.tls_ca = spec.cluster.tls.ca;
   std::cout << fmt::format("job {}: {} rank(s) on {} host(s); job directory {}\n", job_id,
                            job_plan.world_size(), job_plan.hosts.size(), directory->path());

@@ -24,6 +24,7 @@ JobHandler::JobHandler(JobInfo info, Attempt attempt, JobState& state, JobDirect
       state_(state),
       directory_(directory),
       clock_(clock),
+      started_unix_ms_(unix_time_ms()),
       finished_(info_.world_size, false),
       last_checkpoint_step_(attempt_.last_checkpoint_step) {
   if (attempt_.checkpoints) committer_.emplace(*attempt_.checkpoints);
@@ -80,12 +81,17 @@ void JobHandler::worker_message(const v1::WorkerMessage& message) {
       record_event(rank, "error", event.message());
       break;
     case v1::WorkerEvent::KIND_STEP_METRICS: {
-      nlohmann::json line = {{"time_ms", unix_time_ms()}, {"rank", rank}, {"step", event.step()}};
+      nlohmann::json line = {{"time_ms", unix_time_ms()},
+                             {"attempt", attempt_.number},
+                             {"rank", rank},
+                             {"step", event.step()}};
       if (!event.message().empty()) line["what"] = event.message();
       for (const auto& [name, value] : event.metrics()) line[name] = value;
+      if (line.contains("samples")) line["samples"] = line["samples"].get<int64_t>();
       std::lock_guard<std::mutex> lock(mutex_);
       std::string error;
       if (!directory_.append_metrics(line, error)) report_write_failure(error);
+      if (attempt_.on_step_metrics) attempt_.on_step_metrics(line);
       break;
     }
     case v1::WorkerEvent::KIND_HUNG:
@@ -136,7 +142,8 @@ void JobHandler::shard_written(int rank, const v1::WorkerEvent& event) {
     record_event(-1, "checkpoint_removed", removed);
   }
   if (!outcome.error.empty()) {
-    const std::string reason = fmt::format("checkpoint of step {}: {}", outcome.step, outcome.error);
+    const std::string reason =
+        fmt::format("checkpoint of step {}: {}", outcome.step, outcome.error);
     record_event(-1, "checkpoint_failed", reason);
     // A checkpoint that could not be committed leaves the previous one as
     // the newest; training on would only lose more work.
@@ -245,6 +252,7 @@ v1::JobStatus JobHandler::status_now() const {
   current->set_reason(status.reason());
   current->set_resumed_from_step(attempt_.resume ? attempt_.resume->step() : 0);
   current->set_last_step(status.step());
+  current->set_started_unix_ms(started_unix_ms_);
   return status;
 }
 

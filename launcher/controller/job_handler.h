@@ -1,12 +1,15 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "launcher/controller/checkpoint_committer.h"
 #include "launcher/controller/controller_handler.h"
@@ -29,14 +32,17 @@ class JobHandler final : public ControllerHandler {
     int heartbeat_interval_ms = 5000;
     std::string resolved_spec_yaml;
     std::vector<v1::RankPlacement> placements;  // indexed by rank
-    v1::GridShape grid;                          // the plan's
+    v1::GridShape grid;                         // the plan's
     v1::BatchSizes batch;
     // Training jobs: where checkpoints go and how they are committed.
     std::optional<CheckpointCommitter::Settings> checkpoints;
     // The checkpoint every rank starts from; unset: the beginning.
     std::optional<v1::ResumePoint> resume;
-    int64_t last_checkpoint_step = 0;          // committed before this attempt
+    int64_t last_checkpoint_step = 0;         // committed before this attempt
     std::vector<v1::AttemptSummary> earlier;  // the attempts before this one
+    // Called with each metrics.jsonl line as it is appended (under the
+    // handler's lock; it must not call the handler).
+    std::function<void(const nlohmann::json&)> on_step_metrics;
   };
 
   // `state`, `directory` and `clock` must outlive the handler.
@@ -82,6 +88,7 @@ class JobHandler final : public ControllerHandler {
   JobState& state_;
   JobDirectory& directory_;
   const Clock& clock_;
+  const int64_t started_unix_ms_;  // when this attempt began
   std::atomic<bool> stop_now_{false};
   std::atomic<bool> requeue_asked_{false};
   std::atomic<bool> write_failure_reported_{false};

@@ -19,7 +19,7 @@ T get_or(const nlohmann::json& json, const char* key, T fallback) {
     if (it->is_number_unsigned()) {
       const uint64_t value = it->get<uint64_t>();
       return value <= static_cast<uint64_t>(std::numeric_limits<T>::max()) ? static_cast<T>(value)
-                                                                            : fallback;
+                                                                           : fallback;
     }
     const int64_t value = it->get<int64_t>();
     return std::in_range<T>(value) ? static_cast<T>(value) : fallback;
@@ -66,6 +66,8 @@ v1::JobStatus make_job_status(const JobInfo& info, const JobState& state, const 
   status.set_controller_address(info.controller_address);
   status.set_tls_ca(info.tls_ca);
   status.set_started_unix_ms(info.started_unix_ms);
+  status.set_controller_pid(info.controller_pid);
+  status.set_controller_host(info.controller_host);
   status.set_updated_unix_ms(now_unix_ms);
   status.set_attempt(attempt);
   status.set_restarts(restarts);
@@ -132,7 +134,8 @@ nlohmann::json status_to_json(const v1::JobStatus& status) {
                         {"state", attempt.state()},
                         {"reason", attempt.reason()},
                         {"resumed_from_step", attempt.resumed_from_step()},
-                        {"last_step", attempt.last_step()}});
+                        {"last_step", attempt.last_step()},
+                        {"started_unix_ms", attempt.started_unix_ms()}});
   }
   return {{"job_id", status.job_id()},
           {"name", status.name()},
@@ -149,6 +152,8 @@ nlohmann::json status_to_json(const v1::JobStatus& status) {
           {"reason", status.reason()},
           {"controller_address", status.controller_address()},
           {"tls_ca", status.tls_ca()},
+          {"controller_pid", status.controller_pid()},
+          {"controller_host", status.controller_host()},
           {"started_unix_ms", status.started_unix_ms()},
           {"updated_unix_ms", status.updated_unix_ms()},
           {"ranks", ranks},
@@ -173,9 +178,10 @@ v1::JobStatus status_from_json(const nlohmann::json& json) {
   status.set_controller_address(get_or<std::string>(json, "controller_address", ""));
   status.set_tls_ca(get_or<std::string>(json, "tls_ca", ""));
   status.set_started_unix_ms(get_or<int64_t>(json, "started_unix_ms", 0));
+  status.set_controller_pid(get_or<int>(json, "controller_pid", 0));
+  status.set_controller_host(get_or<std::string>(json, "controller_host", ""));
   status.set_updated_unix_ms(get_or<int64_t>(json, "updated_unix_ms", 0));
-  if (const auto attempts = json.find("attempts");
-      attempts != json.end() && attempts->is_array()) {
+  if (const auto attempts = json.find("attempts"); attempts != json.end() && attempts->is_array()) {
     for (const nlohmann::json& entry : *attempts) {
       v1::AttemptSummary* attempt = status.add_attempts();
       attempt->set_attempt(get_or<int>(entry, "attempt", 0));
@@ -183,6 +189,7 @@ v1::JobStatus status_from_json(const nlohmann::json& json) {
       attempt->set_reason(get_or<std::string>(entry, "reason", ""));
       attempt->set_resumed_from_step(get_or<int64_t>(entry, "resumed_from_step", 0));
       attempt->set_last_step(get_or<int64_t>(entry, "last_step", 0));
+      attempt->set_started_unix_ms(get_or<int64_t>(entry, "started_unix_ms", 0));
     }
   }
   const auto ranks = json.find("ranks");

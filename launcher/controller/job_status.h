@@ -18,10 +18,12 @@ struct JobInfo {
   std::string kind;  // "train" or "commbench"
   int world_size = 0;
   std::vector<int> stage_of_rank;  // each rank's pipeline stage (empty: all 0)
-  int64_t total_steps = 0;  // 0 when not known in advance
+  int64_t total_steps = 0;         // 0 when not known in advance
   std::string controller_address;
   std::string tls_ca;  // "" when the control plane is plaintext
   int64_t started_unix_ms = 0;
+  int controller_pid = 0;
+  std::string controller_host;  // gethostname()
 };
 
 // The job as `dslaunch status` shows it, from the controller's state now.

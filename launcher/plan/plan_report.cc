@@ -76,8 +76,8 @@ std::string plan_to_text(const spec::JobSpec& spec, const JobPlan& plan, int max
   for (int r = 0; r < shown; ++r) {
     const topology::RankPlacement& rank = plan.placement.ranks[r];
     out += fmt::format("{:>6}  {:<20} {:>4}  {:>8} {:>4} {:>6}  {:>5}  {:<8} {}\n", rank.rank,
-                       rank.host, rank.slot, rank.coord.pipeline, rank.coord.data, rank.coord.tensor,
-                       rank.local_rank, rank.device, cores_text(rank.cpu_cores));
+                       rank.host, rank.slot, rank.coord.pipeline, rank.coord.data,
+                       rank.coord.tensor, rank.local_rank, rank.device, cores_text(rank.cpu_cores));
   }
   if (shown < plan.world_size()) {
     out += fmt::format("   ... {} more ranks (--json lists all)\n", plan.world_size() - shown);
@@ -89,10 +89,12 @@ std::string plan_to_text(const spec::JobSpec& spec, const JobPlan& plan, int max
   append_groups(out, "pipeline", plan.grid.pipeline_groups(), max_rows);
 
   if (!plan.memory_by_stage.empty()) {
-    out += fmt::format("\nmodel states and activations per rank ({}, ZeRO stage {}, data-parallel {})\n",
-                       precision(spec.training), spec.training.zero.stage, shape.data);
+    out += fmt::format(
+        "\nmodel states and activations per rank ({}, ZeRO stage {}, data-parallel {})\n",
+        precision(spec.training), spec.training.zero.stage, shape.data);
     out += fmt::format("{:>6}  {:>9}  {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n", "stage",
-                       "blocks", "parameters", "gradients", "optimizer", "on device", "offloaded",
+                       "blocks", "parameters", "gradients", "optimizer",
+                       plan.device == spec::Device::kCuda ? "on device" : "in memory", "offloaded",
                        "activations");
     for (size_t stage = 0; stage < plan.memory_by_stage.size(); ++stage) {
       const ModelStateBytes& bytes = plan.memory_by_stage[stage];
@@ -100,15 +102,21 @@ std::string plan_to_text(const spec::JobSpec& spec, const JobPlan& plan, int max
       for (const auto& [begin, end] : plan.stage_layers[stage]) {
         blocks += fmt::format("{}{}-{}", blocks.empty() ? "" : ",", begin, end - 1);
       }
-      out += fmt::format("{:>6}  {:>9}  {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n", stage,
-                         blocks, gib(bytes.parameters),
-                         gib(bytes.gradients), gib(bytes.optimizer_states),
+      out += fmt::format("{:>6}  {:>9}  {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n", stage, blocks,
+                         gib(bytes.parameters), gib(bytes.gradients), gib(bytes.optimizer_states),
                          gib(bytes.device_total()),
                          gib(bytes.offloaded_to_host + bytes.offloaded_to_nvme),
                          gib(plan.activation_bytes_by_stage[stage]));
     }
-    if (plan.device_memory_bytes > 0) {
+    // A CPU rank's model states live in host memory: the budget is its
+    // share of the host's, not a device's.
+    if (plan.device_memory_bytes > 0 && plan.device == spec::Device::kCuda) {
       out += fmt::format("device memory per rank: {}\n", gib(plan.device_memory_bytes));
+    } else if (plan.device_memory_bytes > 0) {
+      out += fmt::format("host memory per rank: {} ({})\n", gib(plan.device_memory_bytes),
+                         spec.cluster.topology.device_memory_gb > 0
+                             ? "cluster.topology.device_memory_gb"
+                             : "this machine's memory shared by the ranks of the busiest host");
     }
   }
   if (!plan.warnings.empty()) {

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "core/layout/model_config.h"
+#include "core/weights/initial_weights.h"
 #include "launcher/plan/local_machine.h"
 #include "proto/message_limits.h"
 
@@ -22,6 +24,15 @@ std::optional<PlannedJob> load_and_plan(const std::string& path, const spec::Loa
                     "send its ranks; keep large data in files the spec names",
                     job.spec.resolved_yaml.size(), proto::kMaxResolvedSpecBytes >> 20));
     return std::nullopt;
+  }
+  // The weights to start from must fit the model before any rank starts.
+  if (const std::string& weights = job.spec.training.init_from; !weights.empty()) {
+    const core::Status fits = core::initial_weights_problem(
+        weights, core::model_config(job.spec.model, job.spec.parallelism.tensor));
+    if (!fits.ok()) {
+      diagnostics.error(job.locations.find("training.init_from"), fits.message());
+      return std::nullopt;
+    }
   }
   const PlanInputs inputs{probe_local_machine(),
                           [](const char* name) { return std::getenv(name); }};

@@ -728,6 +728,15 @@ TEST_CASE("dslaunch killed with SIGKILL: the ranks leave, and dslaunch resume co
   Workspace::wait_exit(dslaunch);
   // Within the heartbeat timeout (5 s) every rank and the launcher are gone.
   CHECK(wait_until([&] { return processes_of("controller-killed").empty(); }, 5s));
+  // status tells what happened, and how to go on.
+  const fs::path status_log = w.dir / "controller-killed-status.log";
+  REQUIRE(w.run({"status", "controller-killed"}, status_log) == 0);
+  const std::string status = Workspace::log_text(status_log);
+  CHECK_THAT(status, Catch::Contains("controller-killed: LOST") &&
+                         Catch::Contains(fmt::format("its controller (pid {}", dslaunch)) &&
+                         Catch::Contains("`dslaunch resume controller-killed` continues it from "
+                                         "the checkpoint of step"));
+  CHECK_THAT(status, !Catch::Contains(" running "));
   const int code = w.run({"resume", "controller-killed", "--progress", "off"}, log);
   INFO(Workspace::log_text(log));
   REQUIRE(code == 0);

@@ -2,6 +2,8 @@
 // run`, `dslaunch export`, and `dslaunch eval` checked against the loss the
 // trainer logged for the same weights and against an independent PyTorch
 // implementation reading the exported file.
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -133,9 +135,19 @@ TEST_CASE("a 2-rank training job trains, exports, and evaluates to the loss it l
   for (size_t i = 0; i < metrics.size(); ++i) {
     CHECK(metrics[i]["step"] == static_cast<int>(i + 1));
     CHECK(metrics[i]["rank"] == 0);
-    for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s", "tflops", "step_time_s"}) {
+    for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s", "tflops", "step_time_s",
+                            "forward_s", "backward_s", "gradient_wait_s", "optimizer_s"}) {
       REQUIRE(metrics[i].contains(key));
     }
+    // The wall-clock breakdown: parts of the step, each measured.
+    const auto seconds = [&](const char* key) { return metrics[i][key].get<double>(); };
+    CHECK(seconds("forward_s") > 0);
+    CHECK(seconds("backward_s") > 0);
+    CHECK(seconds("gradient_wait_s") >= 0);
+    CHECK(seconds("optimizer_s") > 0);
+    CHECK(seconds("forward_s") + seconds("backward_s") + seconds("gradient_wait_s") +
+              seconds("optimizer_s") <=
+          seconds("step_time_s"));
     if (metrics[i].contains("eval_loss")) eval_losses.push_back(metrics[i]["eval_loss"]);
   }
   REQUIRE(eval_losses.size() == 3);
@@ -225,6 +237,108 @@ TEST_CASE("dslaunch stop ends a training job after a step, with its weights and 
   CHECK(metrics.back().contains("eval_loss"));  // the last step evaluated
   CHECK(fs::is_regular_file(job / "weights" / "model.safetensors"));
   CHECK(fs::is_regular_file(job / "weights" / "config.json"));
+}
+
+// An llm.c token file of `tokens` (header: magic, version, count; then uint16).
+void write_token_file(const fs::path& path, const std::vector<uint16_t>& tokens) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240520;
+  header[1] = 1;
+  header[2] = static_cast<int32_t>(tokens.size());
+  std::ofstream file(path, std::ios::binary);
+  file.write(reinterpret_cast<const char*>(header.data()), 256 * sizeof(int32_t));
+  file.write(reinterpret_cast<const char*>(tokens.data()),
+             static_cast<std::streamsize>(tokens.size() * sizeof(uint16_t)));
+}
+
+// The tiny model starting from `weights` on `tokens` (4 windows of 32 + 1
+// tokens: the first step's batch of 4 is all of them), for one step, under
+// `parallelism` on `ranks` ranks.
+fs::path write_init_spec(const fs::path& dir, const std::string& name, const fs::path& weights,
+                         const fs::path& tokens, int ranks, const std::string& parallelism,
+                         int micro_batch, int layers = 2) {
+  const fs::path spec = dir / (name + ".yaml");
+  std::ofstream(spec) << fmt::format(R"(name: {}
+cluster: {{device: cpu, num_gpus: {}}}
+model: {{num_layers: {}, hidden_size: 64, num_attention_heads: 2, vocab_size: 256, seq_length: 32,
+        make_vocab_size_divisible_by: 64}}
+parallelism: {}
+data: {{train: {}, valid: {}}}
+training:
+  train_batch_size: 4
+  train_micro_batch_size_per_gpu: {}
+  steps: 1
+  eval_batches: 1
+  init_from: {}
+  optimizer: {{type: AdamW, params: {{lr: 0.003}}}}
+fault_tolerance: {{heartbeat_interval: 1, heartbeat_timeout: 60}}
+)",
+                                     name, ranks, layers, parallelism, tokens.string(),
+                                     tokens.string(), micro_batch, weights.string());
+  return spec;
+}
+
+TEST_CASE("training.init_from starts at the loss its weights have, on 1 rank and on 2 x 2") {
+  const Workspace w;
+  tokenize_corpus(w.dir);
+  const fs::path trained = w.dir / "jobs" / "tiny-trained";
+  const auto run = w.dslaunch(fmt::format("run {} --job-dir {} --progress off",
+                                          write_tiny_spec(w.dir, 8).string(), trained.string()));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  const fs::path weights = trained / "weights" / "model.safetensors";
+
+  // Four windows of the evaluation text the model has not trained on.
+  std::vector<uint16_t> tokens;
+  {
+    std::ifstream valid(w.dir / "valid.bin", std::ios::binary);
+    valid.seekg(256 * sizeof(int32_t));
+    tokens.resize(4 * 32 + 1);
+    valid.read(reinterpret_cast<char*>(tokens.data()),
+               static_cast<std::streamsize>(tokens.size() * sizeof(uint16_t)));
+    REQUIRE(valid.gcount() == static_cast<std::streamsize>(tokens.size() * sizeof(uint16_t)));
+  }
+  const fs::path window_file = w.dir / "four_windows.bin";
+  write_token_file(window_file, tokens);
+  const auto evaluated =
+      w.dslaunch(fmt::format("eval --weights {} --tokens {} --batch 4 --seq 32 --batches 1 --json",
+                             weights.string(), window_file.string()));
+  INFO(evaluated.output);
+  REQUIRE(evaluated.exit_code == 0);
+  const double expected =
+      nlohmann::json::parse(evaluated.output.substr(evaluated.output.rfind('{')))["loss"];
+  CHECK(expected < 0.9 * std::log(256.0));  // trained weights, not a fresh model's
+
+  struct Layout {
+    const char* name;
+    int ranks;
+    const char* parallelism;
+    int micro_batch;
+  };
+  // One rank; data 2 x tensor 2; data 2 x pipeline 2 (two micro-batches).
+  for (const Layout& layout : {Layout{"init-1", 1, "{}", 4}, Layout{"init-2x2", 4, "{tensor: 2}", 2},
+                               Layout{"init-pp2", 4, "{pipeline: 2}", 1}}) {
+    INFO(layout.name);
+    const fs::path job = w.dir / "jobs" / layout.name;
+    const auto started = w.dslaunch(
+        fmt::format("run {} --job-dir {} --progress off",
+                    write_init_spec(w.dir, layout.name, weights, window_file, layout.ranks,
+                                    layout.parallelism, layout.micro_batch)
+                        .string(),
+                    job.string()));
+    INFO(started.output);
+    REQUIRE(started.exit_code == 0);
+    const std::vector<nlohmann::json> metrics = read_metrics(job / "metrics.jsonl");
+    REQUIRE(metrics.size() == 1);
+    CHECK(metrics.front()["loss"].get<double>() == Approx(expected).epsilon(1e-5));
+  }
+
+  // Weights of another shape are refused before any rank starts.
+  const auto wrong = w.dslaunch(fmt::format(
+      "plan {}", write_init_spec(w.dir, "init-wrong", weights, window_file, 1, "{}", 4, 3).string()));
+  CHECK(wrong.exit_code != 0);
+  CHECK_THAT(wrong.output, Catch::Contains("training.init_from") &&
+                               Catch::Contains("2 layers where model.num_layers is 3"));
 }
 
 TEST_CASE("export and eval refuse what they cannot read, naming it") {

@@ -72,4 +72,15 @@ TEST_CASE("missing or inconsistent rank variables are an error naming them") {
   CHECK(error.find("SLURM_STEP_TASKS_PER_NODE with SLURM_NODEID") != std::string::npos);
 }
 
+TEST_CASE("compute threads: OMP_NUM_THREADS, else the bound cores, else a share of the machine") {
+  CHECK(compute_threads(environment({{"OMP_NUM_THREADS", "3"}}), 8, 16, 2) == 3);
+  CHECK(compute_threads(environment({}), 8, 16, 2) == 8);
+  CHECK(compute_threads(environment({}), 0, 16, 4) == 4);
+  CHECK(compute_threads(environment({}), 0, 2, 4) == 1);
+  // Not a positive whole number: ignored, as OpenMP itself would not use it.
+  for (const char* value : {"0", "-2", "2x", "", "two"}) {
+    CHECK(compute_threads(environment({{"OMP_NUM_THREADS", value}}), 0, 16, 2) == 8);
+  }
+}
+
 }  // namespace dslaunch::worker

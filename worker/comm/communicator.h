@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -117,6 +118,10 @@ struct CommStats {
     int64_t calls = 0;
     int64_t bytes = 0;  // what this rank handed to the transport: its send buffer
     int64_t wire_bytes = 0;  // of which sent to peers, as wire_bytes() counts
+    // Collectives: seconds their MPI calls took on the communication thread,
+    // from when each began (its turn in the queue) to its end: the latency
+    // DeepSpeed's comms logger reports. Sends and receives: 0.
+    double seconds = 0;
   };
   Op ops[kOpKindCount];
   int64_t calls() const;
@@ -214,6 +219,8 @@ class Transport {
   // "data/gradients" too; "" every axis), those destroyed since included;
   // thread-safe.
   virtual int64_t wire_bytes(std::string_view axis) const = 0;
+  // Every live communicator's stats(), summed by axis(); thread-safe.
+  virtual std::map<std::string, CommStats> stats_by_axis() const = 0;
   // Fault injection (testing.fault stall_collective): the next thread to
   // start an operation on any communicator blocks forever, as if this rank
   // never entered its next collective; the rest of the process (heartbeats)

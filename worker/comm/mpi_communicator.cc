@@ -155,10 +155,21 @@ void MpiCommunicator::note_failure(const core::Status& status) {
 std::unique_ptr<Work> MpiCommunicator::launch(OpKind kind, int64_t bytes, int peer,
                                               core::Status invalid, MpiStream::Blocking call,
                                               std::optional<int64_t> wire) {
+  // Timed on the communication thread, where the call runs: the stats'
+  // latency. The communicator outlives its queued operations.
+  MpiStream::Blocking timed = [this, kind, call = std::move(call)] {
+    const auto start = std::chrono::steady_clock::now();
+    const int result = call();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::lock_guard lock(mutex_);
+    stats_.ops[static_cast<int>(kind)].seconds += seconds;
+    return result;
+  };
   return queue(
       kind, bytes, peer, std::move(invalid),
       [&](std::shared_ptr<MpiOpState> state) {
-        stream_->submit_blocking(std::move(call), std::move(state));
+        stream_->submit_blocking(std::move(timed), std::move(state));
       },
       wire);
 }

@@ -43,6 +43,22 @@ std::vector<GroupProgress> MpiTransport::progress() const {
   return all;
 }
 
+std::map<std::string, CommStats> MpiTransport::stats_by_axis() const {
+  std::lock_guard lock(mutex_);
+  std::map<std::string, CommStats> all;
+  for (const Communicator* communicator : communicators_) {
+    const CommStats stats = communicator->stats();
+    CommStats& sum = all[std::string(communicator->axis())];
+    for (int kind = 0; kind < kOpKindCount; ++kind) {
+      sum.ops[kind].calls += stats.ops[kind].calls;
+      sum.ops[kind].bytes += stats.ops[kind].bytes;
+      sum.ops[kind].wire_bytes += stats.ops[kind].wire_bytes;
+      sum.ops[kind].seconds += stats.ops[kind].seconds;
+    }
+  }
+  return all;
+}
+
 int64_t MpiTransport::wire_bytes(std::string_view axis) const {
   std::lock_guard lock(wire_mutex_);
   int64_t total = 0;

@@ -36,6 +36,7 @@ class MpiTransport final : public Transport {
 
   std::vector<GroupProgress> progress() const override;
   int64_t wire_bytes(std::string_view axis) const override;
+  std::map<std::string, CommStats> stats_by_axis() const override;
   // Adds an operation's bytes to those of `axis` (a communicator's axis()).
   void count_wire_bytes(std::string_view axis, int64_t bytes);
   void add(const Communicator* communicator);

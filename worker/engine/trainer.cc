@@ -15,7 +15,9 @@
 
 #include "core/layout/pipeline_schedule.h"
 #include "core/spec/elasticity.h"
+#include "core/weights/initial_weights.h"
 #include "worker/data/consecutive_batch.h"
+#include "worker/data/blended_sampler.h"
 #include "worker/data/window_sampler.h"
 #include "worker/engine/evaluation.h"
 #include "worker/engine/loss_scaler.h"
@@ -55,7 +57,10 @@ std::string sum_over_ranks(comm::Communicator& comm, double* values, int count) 
 }
 
 std::string data_problem(const spec::JobSpec& spec, const data::TrainingData& data, int64_t micro) {
-  for (const data::TokenRange* range : {&data.train, &data.valid}) {
+  std::vector<const data::TokenRange*> ranges;
+  for (const data::TokenRange& range : data.train) ranges.push_back(&range);
+  ranges.push_back(&data.valid);
+  for (const data::TokenRange* range : ranges) {
     if (range->source->max_token() >= spec.model.vocab_size) {
       return fmt::format(
           "{} holds token {} but model.vocab_size is {}; raise vocab_size to cover "
@@ -108,8 +113,8 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   if (options.batch) {
     batch = *options.batch;
     if (batch.micro_batch_per_gpu < 1 || batch.gradient_accumulation_steps < 1 ||
-        batch.train_batch_size != batch.micro_batch_per_gpu * batch.gradient_accumulation_steps *
-                                      dp_size) {
+        batch.train_batch_size !=
+            batch.micro_batch_per_gpu * batch.gradient_accumulation_steps * dp_size) {
       result.error = fmt::format(
           "the plan's batch sizes (train_batch_size {}, micro-batch {}, accumulation {}) do "
           "not fit a data group of {} ranks",
@@ -156,10 +161,16 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   const std::vector<core::LayoutTensor> layout = core::layout_of(table);
   // The model's size whatever the layout: as one rank holds it, its
   // vocabulary padded for one tensor rank (what checkpoints record).
-  const int64_t model_parameters =
-      core::ParameterTable(core::model_config(spec.model, 1)).total();
+  const int64_t model_parameters = core::ParameterTable(core::model_config(spec.model, 1)).total();
   std::vector<float> params(table.total(), 0.0f);
-  model::init_gpt2_parameters(table, spec.model.init_seed, params.data());
+  if (!options.resume && !training.init_from.empty()) {
+    if (core::Status status = core::load_initial_weights(training.init_from, table, params.data());
+        !status.ok()) {
+      return failed(status);
+    }
+  } else {
+    model::init_gpt2_parameters(table, spec.model.init_seed, params.data());
+  }
   const int64_t first_step = options.resume ? options.resume->step : 0;
   const int64_t first_sample = options.resume ? options.resume->samples_seen : 0;
   const auto samples_before = [&](int64_t step) {
@@ -193,9 +204,9 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     }
     // Every rank reads the whole parameters; the model state keeps what its
     // ZeRO stage keeps, and reads its partition of the optimizer's moments.
-    if (std::string error; !core::read_flat_range(options.resume->shards, layout,
-                                                  core::StateKind::kParameter, 0, table.total(),
-                                                  params.data(), error)) {
+    if (std::string error;
+        !core::read_flat_range(options.resume->shards, layout, core::StateKind::kParameter, 0,
+                               table.total(), params.data(), error)) {
       return resume_failed(error);
     }
   }
@@ -273,12 +284,13 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     return result;
   }
   ModelState& state = **made;
-  data::WindowSamplerResult sampling = data::WindowSampler::create(data.train, T, training.seed);
+  data::BlendedSamplerResult sampling =
+      data::BlendedSampler::create(data.train, data.weights, T, training.seed);
   if (!sampling.sampler) {
     result.error = "training data: " + sampling.error;
     return result;
   }
-  const data::WindowSampler& sampler = *sampling.sampler;
+  const data::BlendedSampler& sampler = *sampling.sampler;
 
   std::vector<int32_t> inputs(micro * T);
   std::vector<int32_t> targets(micro * T);
@@ -299,7 +311,9 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     // scales its gradients by NaN, and the reduction spreads them.
     bool poison = options.poison_gradients && options.poison_gradients(step + 1);
     double loss_sum = 0;
+    StepReport report;
     for (size_t i = 0; i < schedule.size(); ++i) {
+      const Clock::time_point pass_start = Clock::now();
       const core::ScheduledPass& pass = schedule[i];
       const int64_t m = pass.micro_batch;
       model::Gpt2Model& chunk = *models[pass.chunk];
@@ -315,6 +329,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
                                   micro, pass.slot);
         if (!chunk.tensor_status().ok()) return failed(chunk.tensor_status());
         links.after_forward(pass.chunk, pass.slot);
+        report.forward_seconds += seconds_since(pass_start);
         continue;
       }
       const bool reduce = state.reduces_micro_batch(m, accumulation);
@@ -325,28 +340,34 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
               ? std::numeric_limits<float>::quiet_NaN()
               : static_cast<float>(scaler.scale() / static_cast<double>(accumulation));
       chunk.backward(state.parameters_for_model(), state.gradients_for_backward(), scale,
-                     reduce ? model::Gpt2Model::GradientsReady([&state](int64_t begin, int64_t end) {
-                       state.grads_ready(begin, end);
-                     })
-                            : model::Gpt2Model::GradientsReady(),
+                     reduce
+                         ? model::Gpt2Model::GradientsReady([&state](int64_t begin, int64_t end) {
+                             state.grads_ready(begin, end);
+                           })
+                         : model::Gpt2Model::GradientsReady(),
                      pass.slot);
       links.after_backward(pass.chunk);
+      const Clock::time_point backward_end = Clock::now();
+      report.backward_seconds += std::chrono::duration<double>(backward_end - pass_start).count();
       const bool complete = chunks == 1 || i == last_backward;
       if (core::Status status = state.finish_backward(reduce && complete); !status.ok()) {
         return failed(status);
       }
+      report.gradient_wait_seconds += seconds_since(backward_end);
       if (!chunk.tensor_status().ok()) return failed(chunk.tensor_status());
     }
     links.finish();
     if (!links.status().ok()) return failed(links.status());
+    const Clock::time_point passes_end = Clock::now();
     if (stages > 1 && (table.has_embeddings() || table.has_head())) {
       float* reduced = state.reduced_gradients();
       if (reduced == nullptr) {
-        return failed(core::Status(core::StatusCode::kInternal,
-                                   "pipeline parallelism needs whole gradients (ZeRO stage 0 or 1)"));
+        return failed(
+            core::Status(core::StatusCode::kInternal,
+                         "pipeline parallelism needs whole gradients (ZeRO stage 0 or 1)"));
       }
-      if (core::Status status = sum_tied_embedding_gradients(*pipeline_comm, table, backend,
-                                                             reduced, tied_embedding);
+      if (core::Status status =
+              sum_tied_embedding_gradients(*pipeline_comm, table, backend, reduced, tied_embedding);
           !status.ok()) {
         return failed(status);
       }
@@ -370,8 +391,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     // each stage its own part of the norm, all four are summed.
     std::array<double, 3> tensor_sums = {sums[1], state.squared_grad_norm(sums[2]), sums[3]};
     if (tensor_comm != nullptr) {
-      if (std::string error = sum_over_ranks(*tensor_comm, tensor_sums.data(), 3);
-          !error.empty()) {
+      if (std::string error = sum_over_ranks(*tensor_comm, tensor_sums.data(), 3); !error.empty()) {
         result.error = "tensor-group all-reduce of the gradient norm: " + error;
         return result;
       }
@@ -420,11 +440,12 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
         return result;
       }
     }
+    report.optimizer_seconds = seconds_since(passes_end);
     result.steps = step + 1;
     if (step == 0 && options.on_memory) options.on_memory(state.memory_report(activation_bytes()));
 
-    StepReport report;
     report.step = step + 1;
+    report.samples = samples_before(step + 1);
     report.loss = loss;
     report.lr = lr;
     report.grad_norm = skipped ? -1 : grad_norm;
@@ -474,9 +495,8 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       report.eval_loss = sum / static_cast<double>(training.eval_batches);
     }
     const int64_t interval = spec.checkpoint.interval;
-    if (options.save_checkpoint &&
-        (last_step || stop_after_step || checkpoint_requested ||
-         (interval > 0 && (step + 1) % interval == 0))) {
+    if (options.save_checkpoint && (last_step || stop_after_step || checkpoint_requested ||
+                                    (interval > 0 && (step + 1) % interval == 0))) {
       core::StatusOr<CheckpointSlice> saved = state.checkpoint_slice(step + 1);
       if (!saved.ok()) return failed(saved.status().with_context("saving a checkpoint"));
       CheckpointSlice& slice = *saved;
@@ -511,9 +531,8 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     return result;
   }
   if (tensor_comm != nullptr || pipeline_comm != nullptr) {
-    final_params =
-        gather_whole_model(tensor_comm, pipeline_comm, table, std::move(*final_params),
-                           core::ParameterTable(core::model_config(spec.model, 1)));
+    final_params = gather_whole_model(tensor_comm, pipeline_comm, table, std::move(*final_params),
+                                      core::ParameterTable(core::model_config(spec.model, 1)));
     if (!final_params.ok()) {
       result.error = final_params.status().message();
       return result;

@@ -6,19 +6,20 @@
 #include <string>
 #include <vector>
 
+#include "core/checkpoint/shard_file.h"
+#include "core/layout/gpt2_config.h"
+#include "core/layout/model_config.h"
+#include "core/spec/job_spec.h"
 #include "kernels/backend.h"
 #include "worker/comm/communicator.h"
-#include "core/spec/job_spec.h"
-#include "core/checkpoint/shard_file.h"
 #include "worker/data/training_data.h"
-#include "core/layout/model_config.h"
-#include "core/layout/gpt2_config.h"
 
 namespace dslaunch::worker::engine {
 
 // What one optimizer step measured, the same on every rank.
 struct StepReport {
   int64_t step = 0;  // counts from 1
+  int64_t samples = 0;  // consumed by the end of this step, since the job began
   double loss = 0;   // mean cross-entropy over the global batch
   double lr = 0;
   double grad_norm = 0;  // global L2 norm before clipping
@@ -28,6 +29,15 @@ struct StepReport {
   // transfers; 0 without pipeline parallelism).
   double tensor_comm_seconds = 0;
   double pipeline_wait_seconds = 0;
+  // Where the step's time went (DeepSpeed's wall_clock_breakdown): forward
+  // and backward passes (the backward's overlapped gradient exchange
+  // included), waiting for the gradient exchange after the last backward,
+  // and the rest up to the update (loss and norm all-reduces, clipping, the
+  // optimizer with its own communication).
+  double forward_seconds = 0;
+  double backward_seconds = 0;
+  double gradient_wait_seconds = 0;
+  double optimizer_seconds = 0;
   // Under pipeline parallelism, every stage's pipeline_wait_seconds (of this
   // rank's pipeline), in stage order; empty otherwise.
   std::vector<double> stage_wait_seconds;

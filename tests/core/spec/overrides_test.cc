@@ -167,7 +167,7 @@ TEST_CASE("--set can supply what the spec lacks, and the last --set of a key win
       sets({"data.train=demo", "training.steps=5", "training.steps=7", "model.num_layers=4"}));
   INFO(loaded.diagnostics.format());
   CHECK(loaded.diagnostics.all().empty());
-  CHECK(loaded.spec.data.train == "demo");
+  CHECK(loaded.spec.data.demo());
   CHECK(loaded.spec.training.steps == 7);
   CHECK(loaded.spec.model.num_layers == 4);
 }

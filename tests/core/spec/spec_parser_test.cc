@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
+#include <yaml-cpp/yaml.h>
 
 #include "core/spec/diagnostics.h"
 #include "core/spec/job_spec.h"
@@ -65,7 +66,7 @@ TEST_CASE("a minimal spec gets every default from job_spec.h") {
   CHECK(spec.model.init_seed == 1234);
   CHECK(spec.model.make_vocab_size_divisible_by == 128);
 
-  CHECK(spec.data.train == "demo");
+  CHECK(spec.data.demo());
   CHECK(spec.data.valid.empty());
   CHECK(spec.data.format == DataFormat::kAuto);
 
@@ -96,7 +97,7 @@ TEST_CASE("a minimal spec gets every default from job_spec.h") {
   CHECK(training.optimizer.weight_decay == 0);
   CHECK(training.optimizer.decoupled_weight_decay);
   CHECK(training.scheduler.type == SchedulerType::kNone);
-  CHECK(training.gradient_clipping == 0);
+  CHECK(training.gradient_clipping == 1.0);  // DeepSpeed's default
 
   CHECK(spec.checkpoint.dir.empty());
   CHECK(spec.checkpoint.interval == 0);
@@ -220,7 +221,7 @@ env:
   CHECK(spec.model.init_seed == 42);
   CHECK(spec.model.make_vocab_size_divisible_by == 64);
 
-  CHECK(spec.data.train == normal(folder.dir() / "tokens.bin"));
+  CHECK(spec.data.train == std::vector<Dataset>{{1, {normal(folder.dir() / "tokens.bin")}}});
   CHECK(spec.data.format == DataFormat::kLlmc);
 
   const TrainingSpec& training = spec.training;
@@ -318,6 +319,105 @@ training:
   CHECK(loaded.only("training.steps is required").location.line == 4);
 }
 
+TEST_CASE("training.init_from names a weights file, resolved beside the spec") {
+  SpecFolder folder;
+  folder.write("weights/model.safetensors", "x");
+  const Loaded loaded = folder.load(R"(
+training: {steps: 1, init_from: weights/model.safetensors}
+data: {train: demo}
+)");
+  INFO(loaded.diagnostics.format());
+  CHECK(loaded.diagnostics.all().empty());
+  CHECK(loaded.spec.training.init_from == normal(folder.dir() / "weights/model.safetensors"));
+  CHECK_THAT(loaded.spec.resolved_yaml,
+             Catch::Contains(normal(folder.dir() / "weights/model.safetensors")));
+
+  const Loaded missing = folder.load(R"(
+training: {steps: 1, init_from: weights/absent.safetensors}
+data: {train: demo}
+)");
+  const Diagnostic& error = missing.only("training.init_from: no file");
+  CHECK(error.location.line == 1);
+  CHECK_THAT(error.message, Catch::Contains(normal(folder.dir() / "weights/absent.safetensors")));
+}
+
+TEST_CASE("model.max_position_embeddings defaults to seq_length and may not be below it") {
+  SpecFolder folder;
+  const Loaded plain =
+      folder.load("training: {steps: 1}\ndata: {train: demo}\nmodel: {seq_length: 64}\n");
+  CHECK(plain.spec.model.max_position_embeddings == 0);
+  const Loaded longer = folder.load(
+      "training: {steps: 1}\ndata: {train: demo}\nmodel: {seq_length: 64, max_position_embeddings: "
+      "1024}\n");
+  INFO(longer.diagnostics.format());
+  CHECK(longer.diagnostics.all().empty());
+  CHECK(longer.spec.model.max_position_embeddings == 1024);
+  const Loaded shorter = folder.load(
+      "training: {steps: 1}\ndata: {train: demo}\nmodel: {seq_length: 64, max_position_embeddings: "
+      "32}\n");
+  CHECK_THAT(shorter.only("max_position_embeddings").message,
+             Catch::Contains("model.max_position_embeddings 32 is below model.seq_length 64"));
+}
+
+TEST_CASE("data.train takes a list, glob patterns and Megatron's weighted blend") {
+  SpecFolder folder;
+  folder.write("data/shard_000.bin", "x");
+  folder.write("data/shard_001.bin", "x");
+  folder.write("data/web.bin", "x");
+  folder.write("data/books_text_document.bin", "x");
+  folder.write("data/books_text_document.idx", "x");
+  const std::string dir = normal(folder.dir() / "data");
+
+  SECTION("a list and a pattern make one dataset, resolved beside the spec") {
+    const Loaded loaded = folder.load(R"(
+training: {steps: 1}
+data: {train: [data/shard_*.bin, data/web.bin], valid: [data/web.bin, data/shard_000.bin]}
+)");
+    INFO(loaded.diagnostics.format());
+    CHECK(loaded.diagnostics.all().empty());
+    CHECK(loaded.spec.data.train ==
+          std::vector<Dataset>{{1, {dir + "/shard_*.bin", dir + "/web.bin"}}});
+    CHECK(loaded.spec.data.valid ==
+          std::vector<std::string>{dir + "/web.bin", dir + "/shard_000.bin"});
+    // The ranks read the same, with absolute paths.
+    const YAML::Node resolved = YAML::Load(loaded.spec.resolved_yaml);
+    CHECK(resolved["data"]["train"][0].as<std::string>() == dir + "/shard_*.bin");
+    CHECK(resolved["data"]["valid"][1].as<std::string>() == dir + "/shard_000.bin");
+  }
+  SECTION("a blend: weights and paths in turn") {
+    const Loaded loaded = folder.load(R"(
+training: {steps: 1}
+data: {train: [0.3, data/books_text_document, 0.7, data/web.bin]}
+)");
+    INFO(loaded.diagnostics.format());
+    CHECK(loaded.diagnostics.all().empty());
+    CHECK(loaded.spec.data.train == std::vector<Dataset>{{0.3, {dir + "/books_text_document"}},
+                                                         {0.7, {dir + "/web.bin"}}});
+    const YAML::Node resolved = YAML::Load(loaded.spec.resolved_yaml);
+    CHECK(resolved["data"]["train"][0].as<double>() == 0.3);
+    CHECK(resolved["data"]["train"][3].as<std::string>() == dir + "/web.bin");
+  }
+  SECTION("what is wrong with a list is said, at the key") {
+    const auto error_for = [&](const std::string& train) {
+      const Loaded loaded =
+          folder.load("training: {steps: 1}\ndata: {train: " + train + "}\n");
+      REQUIRE(loaded.errors().size() == 1);
+      CHECK(loaded.errors()[0].location.line == 2);
+      return loaded.errors()[0].message;
+    };
+    CHECK_THAT(error_for("[0.3, data/web.bin, 0.7]"), Catch::Contains("item 4 is not a path"));
+    CHECK_THAT(error_for("[0.3, data/web.bin, data/web.bin]"),
+               Catch::Contains("item 3 is not a weight"));
+    CHECK_THAT(error_for("[0, data/web.bin]"),
+               Catch::Contains("blend weight 0 must be a positive number"));
+    CHECK_THAT(error_for("[data/nothing_*.bin]"),
+               Catch::Contains("no files match '" + dir + "/nothing_*.bin'"));
+    CHECK_THAT(error_for("[demo, data/web.bin]"), Catch::Contains("only under data.train, alone"));
+    CHECK_THAT(error_for("[data/web.bin, [a, b]]"),
+               Catch::Contains("must be a list of single values"));
+  }
+}
+
 TEST_CASE("data paths must exist: a file, or a Megatron prefix with .bin and .idx") {
   SpecFolder folder;
   folder.write("data/tokens.bin", "x");
@@ -332,8 +432,8 @@ data: {train: data/tokens.bin, valid: data/corpus_text_document}
 )");
     INFO(loaded.diagnostics.format());
     CHECK(loaded.diagnostics.all().empty());
-    CHECK(loaded.spec.data.train == normal(folder.dir() / "data/tokens.bin"));
-    CHECK(loaded.spec.data.valid == normal(folder.dir() / "data/corpus_text_document"));
+    CHECK(loaded.spec.data.train == std::vector<Dataset>{{1, {normal(folder.dir() / "data/tokens.bin")}}});
+    CHECK(loaded.spec.data.valid == std::vector<std::string>{normal(folder.dir() / "data/corpus_text_document")});
   }
   SECTION("a missing file is an error at the value, naming the resolved path") {
     const Loaded loaded = folder.load(R"(
@@ -395,7 +495,7 @@ checkpoint:
   const JobSpec& spec = loaded.spec;
   CHECK(spec.deepspeed_config == normal(folder.dir() / "ds_config.json"));
   CHECK(spec.cluster.hostfile == normal(folder.dir() / "jobs/hostfile.txt"));
-  CHECK(spec.data.train == normal(folder.dir() / "data/tokens.bin"));
+  CHECK(spec.data.train == std::vector<Dataset>{{1, {normal(folder.dir() / "data/tokens.bin")}}});
   CHECK(spec.training.zero.offload_param.nvme_path == normal(folder.dir() / "jobs/nvme"));
   CHECK(spec.training.zero.offload_optimizer.nvme_path == "/local_nvme");
   CHECK(spec.training.zero.offload_optimizer.buffer_count == 2);
@@ -488,7 +588,8 @@ training:
         "unknown key 'learning_rate' in training; valid keys: train_batch_size, "
         "train_micro_batch_size_per_gpu, gradient_accumulation_steps, steps, fp16, bf16, "
         "zero_optimization, optimizer, scheduler, gradient_clipping, seed, eval_interval, "
-        "eval_batches, activation_checkpointing, elasticity");
+        "eval_batches, tensorboard, csv_monitor, comms_logger, steps_per_print, "
+        "wall_clock_breakdown, init_from, activation_checkpointing, elasticity");
   CHECK(unknown.location.line == 4);
   CHECK(unknown.location.column == 3);
 }
@@ -676,15 +777,18 @@ fault_tolerance: {heartbeat_interval: 1e9, heartbeat_timeout: 1e9}
         "cluster.topology.numa_nodes_per_host must be between 1 and 1024, got 2147483648");
   CHECK_THAT(message("device_memory_gb"),
              Catch::StartsWith("cluster.topology.device_memory_gb must be between 0 and 65536"));
-  CHECK_THAT(message("vocab_size"), Catch::StartsWith("model.vocab_size must be between 1 and 16777216"));
-  CHECK_THAT(message("eval_batches"), Catch::StartsWith("training.eval_batches must be between 1 and 1048576"));
-  CHECK_THAT(message("reduce_bucket_size"),
-             Catch::Contains("must be between 1 and 1099511627776"));
-  CHECK_THAT(message("prefetch_bucket_size"), Catch::Contains("must be between 0 and 1099511627776"));
+  CHECK_THAT(message("vocab_size"),
+             Catch::StartsWith("model.vocab_size must be between 1 and 16777216"));
+  CHECK_THAT(message("eval_batches"),
+             Catch::StartsWith("training.eval_batches must be between 1 and 1048576"));
+  CHECK_THAT(message("reduce_bucket_size"), Catch::Contains("must be between 1 and 1099511627776"));
+  CHECK_THAT(message("prefetch_bucket_size"),
+             Catch::Contains("must be between 0 and 1099511627776"));
   CHECK_THAT(message("heartbeat_interval"),
              Catch::StartsWith("fault_tolerance.heartbeat_interval must be between 0.01 and 3600"));
-  CHECK_THAT(message("heartbeat_timeout must be between"),
-             Catch::StartsWith("fault_tolerance.heartbeat_timeout must be between 0.01 and 604800"));
+  CHECK_THAT(
+      message("heartbeat_timeout must be between"),
+      Catch::StartsWith("fault_tolerance.heartbeat_timeout must be between 0.01 and 604800"));
 }
 
 TEST_CASE("deeply nested or alias-expanded YAML is refused before anything walks it") {
@@ -693,8 +797,7 @@ TEST_CASE("deeply nested or alias-expanded YAML is refused before anything walks
     std::string nested = "x";
     for (int i = 0; i < 100; ++i) nested = "{a: " + nested + "}";
     const Loaded loaded = folder.load("model: " + nested + "\n");
-    CHECK_THAT(loaded.only("too large").message,
-               Catch::Contains("nest deeper than 64 levels"));
+    CHECK_THAT(loaded.only("too large").message, Catch::Contains("nest deeper than 64 levels"));
   }
   SECTION("a billion laughs") {
     std::string text = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
@@ -1270,8 +1373,8 @@ TEST_CASE("every pipeline stage needs a block; the partition is a method or the 
   CHECK(layers.location.line == 6);
 
   // 10 blocks over 4 stages is fine: the partition need not be even.
-  loaded = folder.load(std::string(kMinimal) +
-                       "model: {num_layers: 10}\nparallelism: {pipeline: 4}\n");
+  loaded =
+      folder.load(std::string(kMinimal) + "model: {num_layers: 10}\nparallelism: {pipeline: 4}\n");
   CHECK(loaded.errors().empty());
   CHECK(loaded.spec.parallelism.pipeline_partition == PipelinePartition::kParameters);
 
@@ -1305,8 +1408,9 @@ TEST_CASE("every pipeline stage needs a block; the partition is a method or the 
 
 TEST_CASE("parallelism.virtual_stages interleaves a pipeline's stages, each with a block") {
   SpecFolder folder;
-  Loaded loaded = folder.load(std::string(kMinimal) +
-                              "model: {num_layers: 8}\nparallelism: {pipeline: 2, virtual_stages: 4}\n");
+  Loaded loaded =
+      folder.load(std::string(kMinimal) +
+                  "model: {num_layers: 8}\nparallelism: {pipeline: 2, virtual_stages: 4}\n");
   CHECK(loaded.errors().empty());
   CHECK(loaded.spec.parallelism.virtual_stages == 4);
   CHECK(loaded.spec.parallelism.virtual_stage_count() == 8);
@@ -1331,9 +1435,10 @@ TEST_CASE("parallelism.virtual_stages interleaves a pipeline's stages, each with
                        "parallelism: {pipeline: 2, virtual_stages: 2, "
                        "pipeline_partition: [2, 1, 1, 2]}\n");
   CHECK(loaded.errors().empty());
-  loaded = folder.load(std::string(kMinimal) +
-                       "model: {num_layers: 6}\n"
-                       "parallelism: {pipeline: 2, virtual_stages: 2, pipeline_partition: [3, 3]}\n");
+  loaded =
+      folder.load(std::string(kMinimal) +
+                  "model: {num_layers: 6}\n"
+                  "parallelism: {pipeline: 2, virtual_stages: 2, pipeline_partition: [3, 3]}\n");
   REQUIRE(loaded.errors().size() == 1);
   CHECK(loaded.errors()[0].message ==
         "parallelism.pipeline_partition gives 2 virtual stage(s) of 6 block(s) in all; the job "
@@ -1448,17 +1553,18 @@ fault_tolerance:
 
 TEST_CASE("the step timeout is 0 (off) or at least 1 s, and longer than the heartbeat interval") {
   SpecFolder folder;
-  CHECK(folder.load(minimal_and("fault_tolerance: {step_timeout: 0}\n")).spec.fault_tolerance
-            .step_timeout_s == 0);
-  CHECK(folder.load(minimal_and("fault_tolerance: {step_timeout: 90}\n")).spec.fault_tolerance
-            .step_timeout_s == 90);
+  CHECK(folder.load(minimal_and("fault_tolerance: {step_timeout: 0}\n"))
+            .spec.fault_tolerance.step_timeout_s == 0);
+  CHECK(folder.load(minimal_and("fault_tolerance: {step_timeout: 90}\n"))
+            .spec.fault_tolerance.step_timeout_s == 90);
   CHECK(folder.load(minimal_and("fault_tolerance: {step_timeout: 0.5}\n"))
             .only("step_timeout")
             .message == "fault_tolerance.step_timeout (0.5s) must be 0 (off) or at least 1s");
-  CHECK(folder.load(minimal_and("fault_tolerance: {heartbeat_interval: 5, step_timeout: 5}\n"))
-            .only("step_timeout")
-            .message ==
-        "fault_tolerance.step_timeout (5s) must be longer than heartbeat_interval (5s), or 0 (off)");
+  CHECK(
+      folder.load(minimal_and("fault_tolerance: {heartbeat_interval: 5, step_timeout: 5}\n"))
+          .only("step_timeout")
+          .message ==
+      "fault_tolerance.step_timeout (5s) must be longer than heartbeat_interval (5s), or 0 (off)");
   CHECK_THAT(folder.load(minimal_and("fault_tolerance: {step_timeout: 604801}\n"))
                  .only("step_timeout")
                  .message,
@@ -1489,14 +1595,12 @@ TEST_CASE("testing.fault needs a kind, a step from 1, and seconds for slow") {
   CHECK(folder.load(minimal_and("testing: {fault: {rank: 0, step: 3}}\n")).only("kind").message ==
         "testing.fault.kind is required: exit, abort, hang, stall_step, slow, "
         "stall_collective or nan_gradient");
-  CHECK_THAT(folder.load(minimal_and("testing: {fault: {kind: exit, step: 0}}\n"))
-                 .only("step")
-                 .message,
-             Catch::StartsWith("testing.fault.step must be"));
-  CHECK_THAT(folder.load(minimal_and("testing: {fault: {kind: exit, rank: -1}}\n"))
-                 .only("rank")
-                 .message,
-             Catch::StartsWith("testing.fault.rank must be"));
+  CHECK_THAT(
+      folder.load(minimal_and("testing: {fault: {kind: exit, step: 0}}\n")).only("step").message,
+      Catch::StartsWith("testing.fault.step must be"));
+  CHECK_THAT(
+      folder.load(minimal_and("testing: {fault: {kind: exit, rank: -1}}\n")).only("rank").message,
+      Catch::StartsWith("testing.fault.rank must be"));
   CHECK(folder.load(minimal_and("testing: {fault: {kind: slow, step: 3}}\n"))
             .only("seconds")
             .message ==
@@ -1528,7 +1632,8 @@ TEST_CASE("testing.fault stall_collective is read") {
   CHECK(loaded.spec.testing.fault->step == 3);
 }
 
-TEST_CASE("fault_tolerance.collective_timeout: 600 s by default, 0 turns it off, below 1 s refused") {
+TEST_CASE(
+    "fault_tolerance.collective_timeout: 600 s by default, 0 turns it off, below 1 s refused") {
   SpecFolder folder;
   CHECK(folder.load(std::string(kMinimal)).spec.fault_tolerance.collective_timeout_s == 600);
   CHECK(folder.load(minimal_and("fault_tolerance: {collective_timeout: 0}\n"))
@@ -1537,13 +1642,13 @@ TEST_CASE("fault_tolerance.collective_timeout: 600 s by default, 0 turns it off,
             .spec.fault_tolerance.collective_timeout_s == 45);
   CHECK(folder.load(minimal_and("fault_tolerance: {collective_timeout: 0.5}\n"))
             .only("collective_timeout")
-            .message ==
-        "fault_tolerance.collective_timeout (0.5s) must be 0 (off) or at least 1s");
-  CHECK(folder.load(minimal_and("fault_tolerance: {heartbeat_interval: 5, collective_timeout: 5}\n"))
-            .only("collective_timeout")
-            .message ==
-        "fault_tolerance.collective_timeout (5s) must be longer than heartbeat_interval (5s), or "
-        "0 (off)");
+            .message == "fault_tolerance.collective_timeout (0.5s) must be 0 (off) or at least 1s");
+  CHECK(
+      folder.load(minimal_and("fault_tolerance: {heartbeat_interval: 5, collective_timeout: 5}\n"))
+          .only("collective_timeout")
+          .message ==
+      "fault_tolerance.collective_timeout (5s) must be longer than heartbeat_interval (5s), or "
+      "0 (off)");
   CHECK_THAT(folder.load(minimal_and("fault_tolerance: {collective_timeout: -1}\n"))
                  .only("collective_timeout")
                  .message,
@@ -1778,8 +1883,8 @@ TEST_CASE("network_interface takes an interface name or an IPv4 subnet") {
     CHECK(loaded.errors().empty());
     CHECK(loaded.spec.cluster.network_interface == good);
   }
-  for (const char* bad : {"10.0.0.0/33", "10.0/8", "eth0/1", "an interface", "eth0:1",
-                          "a-name-longer-than-15"}) {
+  for (const char* bad :
+       {"10.0.0.0/33", "10.0/8", "eth0/1", "an interface", "eth0:1", "a-name-longer-than-15"}) {
     INFO(bad);
     const Loaded loaded = folder.load(fmt::format(
         "cluster: {{network_interface: '{}'}}\ndata: {{train: demo}}\ntraining: {{steps: 1}}\n",

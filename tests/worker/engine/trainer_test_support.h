@@ -38,8 +38,8 @@ inline spec::JobSpec tiny_job(const std::string& train, const std::string& valid
   spec.model.seq_length = 16;
   spec.model.make_vocab_size_divisible_by = 8;
   spec.model.init_seed = 99;
-  spec.data.train = train;
-  spec.data.valid = valid;
+  spec.data.train_on(train);
+  if (!valid.empty()) spec.data.valid = {valid};
   spec.data.format = spec::DataFormat::kLlmc;
   spec.training.steps = 50;
   spec.training.gradient_clipping = 1.0;
