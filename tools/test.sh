@@ -36,15 +36,23 @@ fi
 echo "== running the tests (bazel test //...)"
 events=$(mktemp)
 trap 'rm -f "$events"' EXIT
-# Tests tagged requires-root (mounts, namespaces) run only as root; elsewhere
-# they are reported as skipped by name, never counted as passed.
+# Tests tagged requires-root (mounts, namespaces) run only as root, and
+# those tagged requires-gnuplot only where gnuplot is installed (setup.sh
+# installs it); elsewhere they are reported as skipped by name, never counted
+# as passed.
 filters=()
 skipped=()
-if [ "$(id -u)" != 0 ]; then
-  filters=(--test_tag_filters=-requires-root)
+excluded=()
+skip_tagged() {
+  excluded+=("-$1")
   while read -r label; do
-    skipped+=(--skipped "$label (needs root)")
-  done < <(bazel query 'attr(tags, "requires-root", tests(//...))' 2>/dev/null)
+    skipped+=(--skipped "$label ($2)")
+  done < <(bazel query "attr(tags, \"$1\", tests(//...))" 2>/dev/null)
+}
+[ "$(id -u)" != 0 ] && skip_tagged requires-root "needs root"
+command -v gnuplot >/dev/null || skip_tagged requires-gnuplot "needs gnuplot"
+if [ ${#excluded[@]} -gt 0 ]; then
+  filters=(--test_tag_filters="$(IFS=,; echo "${excluded[*]}")")
 fi
 bazel test --keep_going --build_event_json_file="$events" "${filters[@]}" //...
 bazel_status=$?
