@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -282,7 +283,11 @@ TEST_CASE("a stopped (hung) rank is detected within the heartbeat timeout, and n
     const auto event = nlohmann::json::parse(line);
     if (event["kind"] == "stacks") {
       ++stacks;
-      CHECK(event["detail"].get<std::string>().find("  #0 ") == 0);
+      const std::string stack = event["detail"];
+      INFO(stack);
+      CHECK(stack.find("  #0 ") == 0);
+      // Symbolised: the training loop's frames name function, file and line.
+      CHECK(std::regex_search(stack, std::regex(R"(dslaunch::\S.* at \S+\.(cc|h):\d+ \(dsworker\))")));
     }
   }
   // At most the 3 ranks still running answer; on a loaded machine some may
