@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-30}
 fuzzers=(hostfile_fuzzer spec_fuzzer deepspeed_config_fuzzer overrides_fuzzer plan_fuzzer
   safetensors_fuzzer manifest_fuzzer shard_header_fuzzer token_file_fuzzer state_json_fuzzer
-  rank_output_fuzzer launch_inputs_fuzzer)
+  rank_output_fuzzer launch_inputs_fuzzer bpe_tokenizer_fuzzer)
 # A separate output base (clang here, gcc in the main build), one per checkout
 # as Bazel's own are.
 workspace_key=$(pwd | md5sum | cut -c1-12)

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/errno_status.h"
+#include "core/host_name.h"
 #include "core/monitor/tfrecord.h"
 #include "proto/tensorboard_event.pb.h"
 
@@ -27,12 +28,11 @@ constexpr size_t kBufferBound = 64 << 10;
 // writers than this starting in one second in one folder is a bug.
 constexpr int kMaxNameSuffixes = 100;
 
-std::string host_name() {
-  char name[HOST_NAME_MAX + 1] = {};
-  // TensorBoard does not read the host part: it only tells people whose
-  // file is whose, so a failure needs no error.
-  if (::gethostname(name, sizeof name - 1) != 0) return "localhost";
-  return name;
+// TensorBoard does not read the host part: it only tells people whose file
+// is whose, so an unreadable name needs no error.
+std::string host_part() {
+  const std::string name = host_name();
+  return name.empty() ? "localhost" : name;
 }
 
 // Creates the event file under the first free name; `path` is the name
@@ -40,7 +40,7 @@ std::string host_name() {
 int create_event_file(FileSystem& fs, const std::string& dir, double wall_time, std::string& path,
                       std::unique_ptr<WritableFile>& file) {
   const std::string base = fmt::format("{}/events.out.tfevents.{}.{}", dir,
-                                       static_cast<int64_t>(wall_time), host_name());
+                                       static_cast<int64_t>(wall_time), host_part());
   int failure = 0;
   for (int suffix = 0; suffix <= kMaxNameSuffixes; ++suffix) {
     path = suffix == 0 ? base : fmt::format("{}.{}.{}", base, ::getpid(), suffix);
