@@ -7,7 +7,16 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+# Each stage's wall time, printed before the summary: CI has a time budget.
+timings=()
+stage_start=$SECONDS
+stage_done() {
+  timings+=("$1 $((SECONDS - stage_start)) s")
+  stage_start=$SECONDS
+}
+
 bash tools/setup.sh || exit 1
+stage_done "set-up"
 
 checks=()
 if [ -x "${CUDA_PATH:-/usr/local/cuda}/bin/nvcc" ]; then
@@ -17,9 +26,12 @@ if [ -x "${CUDA_PATH:-/usr/local/cuda}/bin/nvcc" ]; then
   else
     checks+=(--check "bazel build --config=cuda //...=failed")
   fi
+  stage_done "CUDA configuration build"
 fi
 
-# Fuzzers: a bounded run each (DSLAUNCH_FUZZ_SECONDS, default 30).
+# Fuzzers: a bounded run each (DSLAUNCH_FUZZ_SECONDS, default 15: a smoke
+# run from the seed corpora that keeps CI inside its time budget; fuzz longer
+# by hand with tools/fuzz.sh SECONDS).
 echo "== fuzzing (tools/fuzz.sh)"
 fuzz_checks=${#checks[@]}
 while read -r line; do
@@ -28,10 +40,11 @@ while read -r line; do
     "fuzz "*": passed"*) checks+=(--check "${line%%: *}=passed") ;;
     "fuzz "*": failed"*) checks+=(--check "${line%%: *}=failed") ;;
   esac
-done < <(bash tools/fuzz.sh "${DSLAUNCH_FUZZ_SECONDS:-30}" 2>&1)
+done < <(bash tools/fuzz.sh "${DSLAUNCH_FUZZ_SECONDS:-15}" 2>&1)
 if [ ${#checks[@]} -eq "$fuzz_checks" ]; then
   checks+=(--check "fuzz=failed (tools/fuzz.sh reported no fuzzer)")
 fi
+stage_done "fuzzing (build and runs)"
 
 echo "== running the tests (bazel test //...)"
 events=$(mktemp)
@@ -56,6 +69,7 @@ if [ ${#excluded[@]} -gt 0 ]; then
 fi
 bazel test --keep_going --build_event_json_file="$events" "${filters[@]}" //...
 bazel_status=$?
+stage_done "bazel test //... (build and tests)"
 testlogs=$(bazel info bazel-testlogs 2>/dev/null)
 # 0: all passed; 3: some tests failed (counted below). Anything else means
 # Bazel could not load, analyse or build part of //... , and tests there
@@ -65,5 +79,6 @@ case "$bazel_status" in
   *) checks+=(--check "bazel test //... (exit code $bazel_status: a package did not load or build)=failed") ;;
 esac
 
+echo "== time per stage: $(IFS=,; echo "${timings[*]}" | sed 's/,/, /g')"
 echo "== summary"
 python3 tools/test_summary.py --bep "$events" --testlogs "$testlogs" "${checks[@]}" "${skipped[@]}"
