@@ -460,6 +460,9 @@ int run_logs_command(const std::string& job, std::optional<int> rank,
     files.emplace_back(folder / "stdout.log", "", &std::cout);
     files.emplace_back(folder / "stderr.log", "", &std::cerr);
   } else {
+    // The controller's log covers every attempt of the job.
+    files.emplace_back(fs::path(directory->path()) / "logs" / "controller.log", "controller | ",
+                       &std::cout);
     files.emplace_back(*attempt / "launcher.stdout.log", "launcher | ", &std::cout);
     files.emplace_back(*attempt / "launcher.stderr.log", "launcher | ", &std::cout);
     std::map<int, fs::path> ranks;

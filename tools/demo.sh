@@ -35,7 +35,7 @@ ls "$job_dir/checkpoints"
 head -c 400 "$job_dir/checkpoints/step_00000300/manifest.json"; echo
 echo
 echo "== the last steps, from the rank-0 log"
-grep -E '^data:|eval_loss' "$job_dir/logs/attempt_0/rank_0/stdout.log"
+grep -E '\] (data:|step .*eval_loss)' "$job_dir/logs/attempt_0/rank_0/stdout.log"
 echo
 echo "== dslaunch export, then dslaunch eval on the demo corpus's evaluation split"
 "$dslaunch" export "$job_dir" --out "$job_dir/export/model.safetensors"

@@ -5,10 +5,9 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <iostream>
 #include <thread>
 
-#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 namespace dslaunch::worker {
 namespace {
@@ -44,11 +43,9 @@ void inject_fault(const std::optional<spec::FaultSpec>& fault, int rank, int att
     std::this_thread::sleep_for(std::chrono::duration<double>(fault->seconds));
     return;
   }
-  // The last line of stderr is what the root cause shows of a rank that died.
-  std::cout.flush();
-  std::cerr << fmt::format("dsworker rank {}: testing.fault {} injected at step {}\n", rank,
-                           name_of(fault->kind), step)
-            << std::flush;
+  // The last line of stderr is what the root cause shows of a rank that died
+  // (the logger writes each line through at once).
+  spdlog::error("testing.fault {} injected at step {}", name_of(fault->kind), step);
   switch (fault->kind) {
     case spec::FaultKind::kExit:
       _exit(1);

@@ -3,9 +3,11 @@
 #include <atomic>
 #include <exception>
 #include <filesystem>
-#include <iostream>
+#include <sstream>
+#include <string>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "core/file_system.h"
 #include "core/spec/training_support.h"
@@ -28,7 +30,7 @@ void report_error(proto::Session& session, const std::string& message) {
   out.mutable_event()->set_kind(v1::WorkerEvent::KIND_ERROR);
   out.mutable_event()->set_message(message);
   session.send(out);
-  std::cerr << "dsworker: " << message << std::endl;
+  spdlog::error("{}", message);
 }
 
 void send_step_metrics(proto::Session& session, const engine::StepReport& report) {
@@ -192,16 +194,14 @@ int run_train_workload(const TrainWorkloadContext& context) {
   }
   const bool reporter = context.groups->rank() == 0;
   if (reporter) {
-    std::cout << fmt::format("data: train {} tokens{}, evaluation {} tokens{}", data.train_tokens(),
-                             data.train.size() > 1
-                                 ? fmt::format(" in {} blended datasets", data.train.size())
-                                 : "",
-                             data.valid.size(),
-                             data.unigram_entropy_nats
-                                 ? fmt::format(" (demo corpus; unigram entropy {:.3f} nats)",
-                                               *data.unigram_entropy_nats)
-                                 : "")
-              << std::endl;
+    spdlog::info("data: train {} tokens{}, evaluation {} tokens{}", data.train_tokens(),
+                 data.train.size() > 1 ? fmt::format(" in {} blended datasets", data.train.size())
+                                       : "",
+                 data.valid.size(),
+                 data.unigram_entropy_nats
+                     ? fmt::format(" (demo corpus; unigram entropy {:.3f} nats)",
+                                   *data.unigram_entropy_nats)
+                     : "");
   }
 
   core::StatusOr<std::unique_ptr<kernels::Backend>> made_backend =
@@ -218,9 +218,8 @@ int run_train_workload(const TrainWorkloadContext& context) {
     // for the run).
     const core::DType precision = spec.training.bf16 ? core::DType::kBF16 : core::DType::kF16;
     backend.set_matmul_precision(precision);
-    std::cout << fmt::format("precision: {} with fp32 master weights; matrix products on {}",
-                             core::dtype_name(precision), backend.matmul_kernel())
-              << std::endl;
+    spdlog::info("precision: {} with fp32 master weights; matrix products on {}",
+                 core::dtype_name(precision), backend.matmul_kernel());
     backend.set_matmul_precision(core::DType::kF32);
   }
   engine::TrainerOptions options;
@@ -241,13 +240,12 @@ int run_train_workload(const TrainWorkloadContext& context) {
     const spec::MonitorSpec& monitor = spec.training.monitor;
     if (report.step % monitor.steps_per_print == 0 || report.eval_loss ||
         report.step == spec.training.steps) {
-      std::cout << format_step(report, spec.training.steps, monitor.wall_clock_breakdown)
-                << std::endl;
+      spdlog::info("{}", format_step(report, spec.training.steps, monitor.wall_clock_breakdown));
     }
     send_step_metrics(session, report);
   };
   options.on_notice = [&](const std::string& notice) {
-    if (reporter) std::cout << "notice: " << notice << std::endl;
+    if (reporter) spdlog::info("notice: {}", notice);
   };
   options.transport = &context.groups->transport();
   options.resume = context.resume;
@@ -275,8 +273,10 @@ int run_train_workload(const TrainWorkloadContext& context) {
     return 1;
   }
   if (reporter && spec.training.monitor.comms_logger) {
-    std::cout << "comms_logger: rank 0's collectives\n"
-              << comm::comms_summary(context.groups->transport().stats_by_axis()) << std::flush;
+    // One log line per table row, so each carries the time and the rank.
+    spdlog::info("comms_logger: rank 0's collectives");
+    std::istringstream table(comm::comms_summary(context.groups->transport().stats_by_axis()));
+    for (std::string row; std::getline(table, row);) spdlog::info("{}", row);
   }
   if (context.on_writing_checkpoint) context.on_writing_checkpoint();
   writer.wait();
@@ -291,7 +291,7 @@ int run_train_workload(const TrainWorkloadContext& context) {
       report_error(session, "writing the final weights: " + error);
       return 1;
     }
-    std::cout << fmt::format("weights after step {}: {}", result.steps, path) << std::endl;
+    spdlog::info("weights after step {}: {}", result.steps, path);
   }
   if (result.stopped) {
     v1::WorkerMessage stopped;

@@ -15,13 +15,14 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <iostream>
 #include <mutex>
 #include <optional>
 #include <thread>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
+#include "core/logging.h"
 #include "core/spec/spec_parser.h"
 #include "core/status.h"
 #include "proto/controller_client.h"
@@ -186,7 +187,7 @@ void bind_to_cores(const v1::RankPlacement& placement) {
   CPU_ZERO(&cores);
   for (const int core : placement.cpu_cores()) CPU_SET(core, &cores);
   if (sched_setaffinity(0, sizeof(cores), &cores) != 0) {
-    std::cerr << fmt::format("dsworker: cannot bind to the planned cores; running unbound\n");
+    spdlog::warn("cannot bind to the planned cores; running unbound");
   }
 }
 
@@ -285,7 +286,7 @@ int run_commbench_workload(const spec::JobSpec& spec, const comm::ProcessGroups&
   const bool reporter = groups.rank() == 0;
   status.communication_bytes.store(2 * spec.commbench.max_bytes);
   status.phase.store(v1::PHASE_TRAIN);
-  if (reporter) std::cout << commbench::format_header() << std::endl;
+  if (reporter) spdlog::info("{}", commbench::format_header());
   int wrong = 0;
   std::string error;
   commbench::run_commbench(
@@ -294,7 +295,7 @@ int run_commbench_workload(const spec::JobSpec& spec, const comm::ProcessGroups&
         status.step.fetch_add(1);
         if (!result.correct) ++wrong;
         if (!reporter) return;
-        std::cout << commbench::format_result(result) << std::endl;
+        spdlog::info("{}", commbench::format_result(result));
         v1::WorkerMessage message;
         v1::WorkerEvent* event = message.mutable_event();
         event->set_kind(v1::WorkerEvent::KIND_STEP_METRICS);
@@ -312,14 +313,14 @@ int run_commbench_workload(const spec::JobSpec& spec, const comm::ProcessGroups&
       error);
   if (!error.empty()) {
     send_event(session, v1::WorkerEvent::KIND_ERROR, "commbench: " + error);
-    std::cerr << "dsworker: commbench: " << error << std::endl;
+    spdlog::error("commbench: {}", error);
     return kWorkloadFailed;
   }
   if (wrong > 0) {
     const std::string message =
         fmt::format("commbench: {} measurement(s) gave wrong results", wrong);
     send_event(session, v1::WorkerEvent::KIND_ERROR, message);
-    std::cerr << "dsworker: " << message << std::endl;
+    spdlog::error("{}", message);
     return kWorkloadFailed;
   }
   return kDone;
@@ -332,23 +333,31 @@ int run_worker() {
   // helper, a debugger) can start a process that would inherit it.
   const std::string token = take_secret_variable("DSL_JOB_TOKEN");
   install_stack_dump_handler();
+  core::LogSetup log;
+  log.source = "dsworker";
+  const auto level = core::log_level_from_environment();
+  if (level.ok()) log.level = level.value();
+  (void)core::install_logging(log);  // console only: cannot fail
+  if (!level.ok()) spdlog::warn("{}; logging at info", level.status().message());
   std::string error;
   const auto rank_env =
       read_rank_environment([](const char* name) { return std::getenv(name); }, error);
   if (!rank_env) {
-    std::cerr << "dsworker: " << error << std::endl;
+    spdlog::error("{}", error);
     return kUnusable;
   }
+  log.source = fmt::format("rank {}", rank_env->rank);
+  (void)core::install_logging(log);
   export_rank_environment(*rank_env);
   const std::string address = env_or_empty("DSL_CONTROLLER");
   if (address.empty() || token.empty()) {
-    std::cerr << "dsworker: DSL_CONTROLLER or DSL_JOB_TOKEN is not set: dsworker run is started "
-                 "by `dslaunch run`\n";
+    spdlog::error(
+        "DSL_CONTROLLER or DSL_JOB_TOKEN is not set: dsworker run is started by `dslaunch run`");
     return kUnusable;
   }
 
   if (core::Status started = comm::mpi_init(); !started.ok()) {
-    std::cerr << "dsworker: " << started.message() << "\n";
+    spdlog::error("{}", started.message());
     return kUnusable;
   }
   const int attempt = std::atoi(env_or_empty("DSL_RESTART_COUNT").c_str());
@@ -360,7 +369,7 @@ int run_worker() {
       if (core::Status fetched =
               fetch_rank_certificate(address, token, rank_env->rank, attempt, *client_options.tls);
           !fetched.ok()) {
-        std::cerr << fmt::format("dsworker rank {}: {}\n", rank_env->rank, fetched.message());
+        spdlog::error("{}", fetched.message());
         comm::mpi_finalize();
         return fetched.code() == core::StatusCode::kUnavailable ? kControllerLost : kUnusable;
       }
@@ -379,8 +388,8 @@ int run_worker() {
   const core::Status registered =
       with_retries([&] { return client.register_rank(request, &reply); });
   if (!registered.ok()) {
-    std::cerr << fmt::format("dsworker rank {}: cannot register with the controller at {}: {}\n",
-                             rank_env->rank, address, registered.message());
+    spdlog::error("cannot register with the controller at {}: {}", address,
+                  registered.message());
     comm::mpi_finalize();
     return registered.code() == core::StatusCode::kUnavailable ? kControllerLost : kUnusable;
   }
@@ -390,8 +399,7 @@ int run_worker() {
   const spec::JobSpec spec = spec::parse_job_spec(
       reply.resolved_spec_yaml(), reply.job_id() + "/spec.yaml", {}, diagnostics, locations);
   if (diagnostics.has_errors()) {
-    std::cerr << "dsworker: the controller's resolved spec does not load:\n"
-              << diagnostics.format();
+    spdlog::error("the controller's resolved spec does not load:\n{}", diagnostics.format());
     comm::mpi_finalize();
     return kUnusable;
   }
@@ -424,8 +432,7 @@ int run_worker() {
       [&](const core::Status& end) {
         if (closing.load()) return;
         controller_lost.store(true);
-        std::cerr << fmt::format("dsworker rank {}: lost the controller ({}); exiting\n",
-                                 rank_env->rank, end.message());
+        spdlog::error("lost the controller ({}); exiting", end.message());
         // The job cannot be supervised, stopped or restarted any more: end
         // this rank now rather than run on unseen.
         std::_Exit(kControllerLost);
@@ -451,10 +458,9 @@ int run_worker() {
   // (the controller then collects stacks, ends the attempt and restarts),
   // and stay put, neither unwinding (the collective may still write its
   // buffers) nor exiting first (this rank's stack shows where it waited).
-  comm_options.wait.on_deadline = [&session, &rank_env](const core::Status& hang,
-                                                        const comm::HangReport& report) {
-    std::cerr << fmt::format("dsworker rank {}: {}\n", rank_env->rank, hang.message())
-              << std::flush;
+  comm_options.wait.on_deadline = [&session](const core::Status& hang,
+                                            const comm::HangReport& report) {
+    spdlog::error("{}", hang.message());
     v1::WorkerMessage out;
     v1::WorkerEvent* event = out.mutable_event();
     event->set_kind(v1::WorkerEvent::KIND_HUNG);

@@ -17,11 +17,13 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "core/atomic_file.h"
 #include "core/host_name.h"
 #include "core/json_input.h"
 #include "core/layout/model_config.h"
+#include "core/logging.h"
 #include "core/spec/terminal_text.h"
 #include "core/spec/training_support.h"
 #include "launcher/controller/checkpoint_catalog.h"
@@ -79,20 +81,18 @@ void install_interrupt_handlers() {
 void requeue_slurm_job(int64_t checkpoint_step) {
   const char* job = std::getenv("SLURM_JOB_ID");
   if (job == nullptr || *job == '\0') {
-    std::cerr << "dslaunch: stopped on SIGUSR1 outside a Slurm job: nothing to requeue; "
-                 "`dslaunch resume` continues it\n";
+    spdlog::warn(
+        "stopped on SIGUSR1 outside a Slurm job: nothing to requeue; `dslaunch resume` "
+        "continues it");
     return;
   }
   const std::string command = fmt::format("scontrol requeue {} 2>&1", job);
-  std::cerr << fmt::format(
-                   "dslaunch: stopped on SIGUSR1 after the checkpoint of step {}; "
-                   "requeueing Slurm job {}\n",
-                   checkpoint_step, job)
-            << std::flush;
+  spdlog::info("stopped on SIGUSR1 after the checkpoint of step {}; requeueing Slurm job {}",
+               checkpoint_step, job);
   if (const int status = std::system(command.c_str()); status != 0) {
-    std::cerr << fmt::format(
-        "dslaunch: `scontrol requeue {}` failed (status {}); the job is stopped and resumable "
-        "(sbatch it again with the same --job-dir)\n",
+    spdlog::error(
+        "`scontrol requeue {}` failed (status {}); the job is stopped and resumable (sbatch it "
+        "again with the same --job-dir)",
         job, status);
   }
 }
@@ -177,8 +177,7 @@ struct RunMonitors {
     if (!writers) return;
     if (core::Status status = writers->on_step(line); !status.ok() && !write_failure_reported) {
       write_failure_reported = true;
-      std::cerr << "dslaunch: warning: the training monitors stopped: " << status.message()
-                << "\n";
+      spdlog::warn("the training monitors stopped: {}", status.message());
     }
   }
   // The endpoint's answer: the status now.
@@ -359,14 +358,14 @@ class Attempt {
     handler_.record_event(-1, "failed", reason);
     server.shutdown(timing::kServerShutdownBeforeLaunch);
     write_state();
-    std::cerr << "dslaunch: " << reason << "\n";
+    spdlog::error("{}", reason);
     return kRunFailed;
   }
 
   void write_state() {
     std::string error;
     if (!directory_.write_state(status_to_json(handler_.status_now()), error)) {
-      std::cerr << "dslaunch: " << error << "\n";
+      spdlog::error("{}", error);
     }
   }
 
@@ -392,7 +391,7 @@ class Attempt {
       if (interrupts > interrupts_seen) {
         interrupts_seen = interrupts;
         if (interrupts == 1 && !handler_.stop_now_requested()) {
-          std::cerr << "\ndslaunch: stopping the job (interrupt again to kill it now)\n";
+          spdlog::warn("stopping the job (interrupt again to kill it now)");
           handler_.request_graceful_stop();
           stop_deadline = clock_.now() + options_.termination_grace;
         } else {
@@ -403,7 +402,7 @@ class Attempt {
       }
       if (g_requeue_signal.load() && !requeue_signal_seen_) {
         requeue_signal_seen_ = true;
-        std::cerr << "\ndslaunch: SIGUSR1: checkpointing and stopping, to be requeued\n";
+        spdlog::warn("SIGUSR1: checkpointing and stopping, to be requeued");
         handler_.request_graceful_stop();
         stop_deadline = clock_.now() + options_.termination_grace;
       }
@@ -545,10 +544,12 @@ class Attempt {
     // With restarts, say which attempt ended: a failed one may not end the job.
     const bool restartable = spec_.kind == spec::JobKind::kTrain &&
                              (number_ > 0 || spec_.fault_tolerance.max_restarts > 0);
-    std::cout << fmt::format("job {}{} {}{}\n  job directory: {}\n", info_.job_id,
-                             restartable ? fmt::format(" attempt {}", number_) : "",
-                             status.state(), status.reason().empty() ? "" : ": " + status.reason(),
-                             directory_.path());
+    spdlog::log(status.state() == "SUCCEEDED" || status.state() == "STOPPED"
+                    ? spdlog::level::info
+                    : spdlog::level::err,
+                "job {}{} {}{}; job directory {}", info_.job_id,
+                restartable ? fmt::format(" attempt {}", number_) : "", status.state(),
+                status.reason().empty() ? "" : ": " + status.reason(), directory_.path());
   }
 
   int exit_code() const {
@@ -591,7 +592,7 @@ std::vector<v1::AttemptSummary> earlier_attempts(const JobDirectory& directory) 
   if (!state) {
     // A new job has none; a damaged one costs only the attempts' history.
     if (fs::exists(fs::path(directory.path()) / "state.json")) {
-      std::cerr << "dslaunch: warning: the earlier attempts are not known: " << error << "\n";
+      spdlog::warn("the earlier attempts are not known: {}", error);
     }
     return {};
   }
@@ -639,7 +640,7 @@ std::optional<v1::ResumePoint> choose_resume_point(const std::string& root,
       fs::remove_all(skipped.dir, removed);
       detail += removed ? "; cannot remove it: " + removed.message() : "; removed";
     }
-    std::cerr << "dslaunch: skipping a checkpoint: " << spec::terminal_safe(detail) << "\n";
+    spdlog::warn("skipping a checkpoint: {}", spec::terminal_safe(detail));
     directory.append_event(-1, "checkpoint_skipped", detail, ignored);
   }
   if (!newest.found) return std::nullopt;
@@ -758,7 +759,7 @@ std::optional<plan::PlannedJob> replan_without(const RunOptions& options, const 
     kept.push_back(fmt::format("{}:{}", host.host, fmt::join(host.slots, ",")));
   }
   if (kept.empty()) {
-    std::cerr << fmt::format("dslaunch: every host of the job is lost ({})\n", joined_hosts(lost));
+    spdlog::error("every host of the job is lost ({})", joined_hosts(lost));
     return std::nullopt;
   }
   spec::LoadOptions load = options.load;
@@ -768,8 +769,7 @@ std::optional<plan::PlannedJob> replan_without(const RunOptions& options, const 
   std::optional<plan::PlannedJob> planned =
       plan::load_and_plan(options.spec_path, load, diagnostics);
   if (!planned) {
-    std::cerr << fmt::format("dslaunch: cannot go on without {}:\n{}", joined_hosts(lost),
-                             diagnostics.format());
+    spdlog::error("cannot go on without {}:\n{}", joined_hosts(lost), diagnostics.format());
   }
   return planned;
 }
@@ -780,9 +780,9 @@ std::optional<plan::PlannedJob> replan_without(const RunOptions& options, const 
 bool wait_for_hosts(const spec::JobSpec& spec, const std::vector<std::string>& lost) {
   const auto limit = std::chrono::milliseconds(
       static_cast<int64_t>(spec.fault_tolerance.host_wait_timeout_s * 1000));
-  std::cerr << fmt::format(
-      "dslaunch: waiting up to {}s (fault_tolerance.host_wait_timeout) for {} to answer again; "
-      "with training.elasticity the job would go on without it\n",
+  spdlog::warn(
+      "waiting up to {}s (fault_tolerance.host_wait_timeout) for {} to answer again; with "
+      "training.elasticity the job would go on without it",
       std::chrono::duration_cast<std::chrono::seconds>(limit).count(), joined_hosts(lost));
   const auto start = std::chrono::steady_clock::now();
   while (g_interrupts.load() == 0) {
@@ -793,19 +793,18 @@ bool wait_for_hosts(const spec::JobSpec& spec, const std::vector<std::string>& l
     }
     const auto waited = std::chrono::steady_clock::now() - start;
     if (all_back) {
-      std::cerr << fmt::format("dslaunch: {} answer{} again after {}s\n", joined_hosts(lost),
-                               lost.size() > 1 ? "" : "s",
-                               std::chrono::duration_cast<std::chrono::seconds>(waited).count());
+      spdlog::info("{} answer{} again after {}s", joined_hosts(lost), lost.size() > 1 ? "" : "s",
+                   std::chrono::duration_cast<std::chrono::seconds>(waited).count());
       return true;
     }
     if (waited >= limit) break;
     std::this_thread::sleep_for(timing::kLostHostPoll);
   }
   if (g_interrupts.load() == 0) {
-    std::cerr << fmt::format(
-        "dslaunch: {} did not answer within {}s; the job stops here. Resume it once the host "
-        "is back (dslaunch resume), or run it again from the same job directory without the "
-        "host (--exclude), or enable training.elasticity to go on without lost hosts\n",
+    spdlog::error(
+        "{} did not answer within {}s; the job stops here. Resume it once the host is back "
+        "(dslaunch resume), or run it again from the same job directory without the host "
+        "(--exclude), or enable training.elasticity to go on without lost hosts",
         joined_hosts(lost), std::chrono::duration_cast<std::chrono::seconds>(limit).count());
   }
   return false;
@@ -826,7 +825,7 @@ int run_attempts(const RunOptions& options, const plan::PlannedJob& first, JobDi
     core::StatusOr<TrainingMonitors> writers =
         TrainingMonitors::create(first.spec.training.monitor, directory.path(), first.spec.name);
     if (!writers.ok()) {
-      std::cerr << "dslaunch: " << writers.status().message() << "\n";
+      spdlog::error("{}", writers.status().message());
       return kRunBadInput;
     }
     if (writers->enabled()) monitors.writers.emplace(std::move(*writers));
@@ -837,12 +836,12 @@ int run_attempts(const RunOptions& options, const plan::PlannedJob& first, JobDi
           return monitors.render();
         });
     if (!endpoint.ok()) {
-      std::cerr << "dslaunch: " << endpoint.status().message() << "\n";
+      spdlog::error("{}", endpoint.status().message());
       return kRunBadInput;
     }
     monitors.endpoint = std::move(*endpoint);
-    std::cout << fmt::format("metrics for Prometheus at http://{}:{}/metrics\n",
-                             core::host_name(), monitors.endpoint->port());
+    spdlog::info("metrics for Prometheus at http://{}:{}/metrics", core::host_name(),
+                 monitors.endpoint->port());
   }
   std::optional<plan::PlannedJob> replanned;
   for (int restarts = 0;; ++restarts, ++number) {
@@ -859,7 +858,7 @@ int run_attempts(const RunOptions& options, const plan::PlannedJob& first, JobDi
       setup.resume = choose_resume_point(setup.checkpoints->root, directory, error);
       if (!error.empty()) {
         // Starting from step 0 would throw the job's progress away.
-        std::cerr << "dslaunch: " << error << "\n";
+        spdlog::error("{}", error);
         return kRunFailed;
       }
       if (setup.resume) {
@@ -867,11 +866,11 @@ int run_attempts(const RunOptions& options, const plan::PlannedJob& first, JobDi
         setup.checkpoints->first_step = setup.resume->step();
         setup.checkpoints->samples_before = setup.resume->samples_seen();
         setup.checkpoints->tokens_before = setup.resume->samples_seen() * spec.model.seq_length;
-        std::cout << fmt::format("attempt {}: resuming from the checkpoint of step {} ({})\n",
-                                 number, setup.resume->step(), setup.resume->directory());
+        spdlog::info("attempt {}: resuming from the checkpoint of step {} ({})", number,
+                     setup.resume->step(), setup.resume->directory());
       } else if (number > 0) {
-        std::cout << fmt::format("attempt {}: no valid checkpoint in {}; starting from step 0\n",
-                                 number, setup.checkpoints->root);
+        spdlog::info("attempt {}: no valid checkpoint in {}; starting from step 0", number,
+                     setup.checkpoints->root);
       }
     }
     std::vector<std::string> lost;
@@ -890,7 +889,7 @@ int run_attempts(const RunOptions& options, const plan::PlannedJob& first, JobDi
     }
     if (restarts >= spec.fault_tolerance.max_restarts) {
       if (spec.fault_tolerance.max_restarts > 0) {
-        std::cerr << fmt::format("dslaunch: giving up after {} restart(s)\n", restarts);
+        spdlog::error("giving up after {} restart(s)", restarts);
       }
       return kRunFailed;
     }
@@ -899,9 +898,9 @@ int run_attempts(const RunOptions& options, const plan::PlannedJob& first, JobDi
         std::optional<plan::PlannedJob> without = replan_without(options, plan, lost);
         if (!without) return kRunFailed;
         const spec::BatchSizes& batch = without->plan.batch;
-        std::cerr << fmt::format(
-            "dslaunch: going on without {} (elasticity): {} rank(s) on {} host(s), train batch {} "
-            "= micro-batch {} x accumulation {} x data-parallel {}\n",
+        spdlog::warn(
+            "going on without {} (elasticity): {} rank(s) on {} host(s), train batch {} = "
+            "micro-batch {} x accumulation {} x data-parallel {}",
             joined_hosts(lost), without->plan.world_size(), without->plan.hosts.size(),
             batch.train_batch_size, batch.micro_batch_per_gpu, batch.gradient_accumulation_steps,
             without->plan.grid.shape().data);
@@ -912,9 +911,9 @@ int run_attempts(const RunOptions& options, const plan::PlannedJob& first, JobDi
     }
     const auto backoff = std::min<std::chrono::seconds>(timing::kMaxRestartBackoff,
                                                         std::chrono::seconds(1 << std::min(restarts, 5)));
-    std::cerr << fmt::format("dslaunch: attempt {} failed: {}; restart {} of {} in {}s\n", number,
-                             earlier.back().reason(), restarts + 1,
-                             spec.fault_tolerance.max_restarts, backoff.count());
+    spdlog::error("attempt {} failed: {}; restart {} of {} in {}s", number,
+                  earlier.back().reason(), restarts + 1, spec.fault_tolerance.max_restarts,
+                  backoff.count());
     const auto until = std::chrono::steady_clock::now() + backoff;
     while (std::chrono::steady_clock::now() < until && g_interrupts.load() == 0) {
       std::this_thread::sleep_for(timing::kBackoffPoll);
@@ -926,6 +925,11 @@ int run_attempts(const RunOptions& options, const plan::PlannedJob& first, JobDi
 }  // namespace
 
 int run_job(const RunOptions& options) {
+  const core::StatusOr<spdlog::level::level_enum> log_level = core::log_level_from_environment();
+  if (!log_level.ok()) {
+    std::cerr << "dslaunch: " << spec::terminal_safe(log_level.status().message()) << "\n";
+    return kRunBadInput;
+  }
   spec::Diagnostics diagnostics;
   std::optional<plan::PlannedJob> planned =
       plan::load_and_plan(options.spec_path, options.load, diagnostics);
@@ -1000,11 +1004,27 @@ int run_job(const RunOptions& options) {
     return kRunFailed;
   }
   secrets.token = token.token;
+  // From here on the controller logs (with times and levels) to the
+  // terminal and to logs/controller.log, which `dslaunch logs` shows.
+  core::LogSetup log;
+  log.source = "dslaunch";
+  log.level = log_level.value();
+  log.colour = true;
+  log.clear_terminal_line = true;
+  log.file = directory->controller_log_path(error);
+  if (log.file.empty()) {
+    std::cerr << "dslaunch: " << spec::terminal_safe(error) << "\n";
+    return kRunFailed;
+  }
+  if (core::Status logging = core::install_logging(log); !logging.ok()) {
+    std::cerr << "dslaunch: " << spec::terminal_safe(logging.message()) << "\n";
+    return kRunFailed;
+  }
   if (spec.cluster.tls.enabled() && spec.cluster.tls.client_certificates) {
     core::StatusOr<std::unique_ptr<proto::JobCertificateAuthority>> authority =
         proto::JobCertificateAuthority::create(job_id);
     if (!authority.ok()) {
-      std::cerr << "dslaunch: " << authority.status().message() << "\n";
+      spdlog::error("{}", authority.status().message());
       return kRunFailed;
     }
     secrets.rank_certificates = std::move(*authority);
@@ -1020,8 +1040,8 @@ int run_job(const RunOptions& options) {
   info.controller_pid = getpid();
   info.controller_host = core::host_name();
   info.tls_ca = spec.cluster.tls.ca;
-  std::cout << fmt::format("job {}: {} rank(s) on {} host(s); job directory {}\n", job_id,
-                           job_plan.world_size(), job_plan.hosts.size(), directory->path());
+  spdlog::info("job {}: {} rank(s) on {} host(s); job directory {}", job_id,
+               job_plan.world_size(), job_plan.hosts.size(), directory->path());
   return run_attempts(options, *planned, *directory, secrets, info);
 }
 

@@ -204,9 +204,18 @@ std::string JobDirectory::rank_log_path(int attempt, int rank, std::string_view 
                         rank, stream);
     return {};
   }
-  const std::string folder = fmt::format("{}/logs/attempt_{}/rank_{}", path_, attempt, rank);
+  return private_log(fmt::format("{}/logs/attempt_{}/rank_{}", path_, attempt, rank),
+                     fmt::format("{}.log", stream), error);
+}
+
+std::string JobDirectory::controller_log_path(std::string& error) const {
+  return private_log(path_ + "/logs", "controller.log", error);
+}
+
+std::string JobDirectory::private_log(const std::string& folder, std::string_view name,
+                                      std::string& error) const {
   if (!core::create_folders(*fs_, folder, kPrivateFolder, error)) return {};
-  const std::string path = fmt::format("{}/{}.log", folder, stream);
+  const std::string path = fmt::format("{}/{}", folder, name);
   // Made here, private, so that whoever appends to it later (with its own
   // mode and the umask) finds it there.
   std::unique_ptr<core::WritableFile> file;

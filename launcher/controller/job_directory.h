@@ -24,6 +24,7 @@ std::string new_job_id(const std::string& name);
 //   <dir>/events.jsonl              one JSON object per event: time, rank, kind, detail
 //   <dir>/metrics.jsonl             one JSON object per training step
 //   <dir>/token                     the job's secret, mode 0600 (for `status`/`stop`)
+//   <dir>/logs/controller.log       the controller's log, appended by every run
 //   <dir>/logs/attempt_<k>/rank_<r>/{stdout,stderr}.log
 // Beside them, written by others: <dir>/checkpoints/ (the ranks' shards, the
 // committer's manifests; see checkpoint_catalog.h), <dir>/weights/ (rank 0),
@@ -60,9 +61,15 @@ class JobDirectory {
   // folders when missing, or "" with `error` set.
   std::string rank_log_path(int attempt, int rank, std::string_view stream /* stdout|stderr */,
                             std::string& error) const;
+  // logs/controller.log, created empty (0600) with its folder when missing,
+  // or "" with `error` set.
+  std::string controller_log_path(std::string& error) const;
 
  private:
   JobDirectory(std::string path, core::FileSystem& fs) : path_(std::move(path)), fs_(&fs) {}
+  // `folder`/`name`, made (private) with its folders when missing.
+  std::string private_log(const std::string& folder, std::string_view name,
+                          std::string& error) const;
   std::string path_;
   core::FileSystem* fs_;
 };

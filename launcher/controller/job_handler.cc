@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <iostream>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 namespace dslaunch::controller {
 namespace {
@@ -229,8 +229,10 @@ void JobHandler::report_write_failure(const std::string& error) {
   // The job goes on (its ranks are unaffected), but the user must learn that
   // its record is incomplete: say so once, not for every heartbeat.
   if (!write_failure_reported_.exchange(true)) {
-    std::cerr << "dslaunch: the job directory is not being written (" << error
-              << "); the job continues, but events and metrics are being lost\n";
+    spdlog::error(
+        "the job directory is not being written ({}); the job continues, but events and "
+        "metrics are being lost",
+        error);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 namespace dslaunch::controller {
 namespace {
@@ -75,8 +76,8 @@ void ProgressDisplay::update(const v1::JobStatus& status,
     fflush(out_);
     drew_ = true;
   } else if (mode_ == Mode::kPlain && (!last_plain_ || now - *last_plain_ >= plain_interval_)) {
-    fmt::print(out_, "{}\n", line(status, remaining, false));
-    fflush(out_);
+    // Off a terminal (a batch job's output file) the line is a log line.
+    spdlog::info("{}", line(status, remaining, false));
     last_plain_ = now;
   }
 }

@@ -10,7 +10,8 @@ namespace dslaunch::controller {
 
 // What `dslaunch run` shows while the job runs: on a terminal, one line
 // redrawn in place (state, a bar, step/total, loss, tokens/s, ETA, ranks);
-// otherwise a plain line at most every `plain_interval`, so logs stay short.
+// otherwise a plain log line (spdlog) at most every `plain_interval`, so logs
+// stay short.
 // Not thread-safe: the controller's loop drives it.
 class ProgressDisplay {
  public:

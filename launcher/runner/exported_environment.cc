@@ -54,9 +54,9 @@ bool read_env_file(const std::string& path, std::map<std::string, std::string>& 
 
 }  // namespace
 
-const std::vector<std::string> kExportedPrefixes = {"MLFLOW",  "NCCL",  "PYTHON", "MV2",
-                                                    "UCX",     "OMP_",  "KMP_",   "OPENBLAS_",
-                                                    "ONEDNN_", "DNNL_", "CUDA_"};
+const std::vector<std::string> kExportedPrefixes = {
+    "MLFLOW",  "NCCL",  "PYTHON", "MV2",   "UCX", "OMP_", "KMP_", "OPENBLAS_",
+    "ONEDNN_", "DNNL_", "CUDA_",  "DSLAUNCH_LOG_LEVEL"};
 
 std::vector<std::string> deepspeed_env_files(const char* home, const char* ds_env_file) {
   const std::string name =

@@ -14,7 +14,8 @@ namespace dslaunch::runner {
 // DeepSpeed's prefixes are MLFLOW, NCCL, PYTHON, MV2 and UCX; this engine
 // adds the thread and math-library settings a CPU rank reads (OMP_, KMP_,
 // OPENBLAS_, ONEDNN_, DNNL_) and CUDA's allocator and launch settings
-// (CUDA_ but CUDA_VISIBLE_DEVICES, which the plan sets per rank).
+// (CUDA_ but CUDA_VISIBLE_DEVICES, which the plan sets per rank), and
+// DSLAUNCH_LOG_LEVEL, so the ranks log at the controller's level.
 extern const std::vector<std::string> kExportedPrefixes;
 
 // Where DeepSpeed looks for its environment file, in order (a later file

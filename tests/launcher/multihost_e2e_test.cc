@@ -450,7 +450,7 @@ TEST_CASE(
   const std::optional<int> code = run.wait(std::chrono::seconds(120));
   INFO(run.output());
   REQUIRE(code == 1);
-  CHECK_THAT(run.output(), Catch::Contains("dslaunch: dsl-h2 did not answer within 3s; the job "
+  CHECK_THAT(run.output(), Catch::Contains("[error] dsl-h2 did not answer within 3s; the job "
                                            "stops here"));
   check_host_blamed(dir / "job", job.fault_time);
   CHECK(state_of(dir / "job")["attempts"].size() == 1);

@@ -24,9 +24,10 @@ TEST_CASE("the variables DeepSpeed forwards reach the ranks, and nothing else") 
       {"NCCL_IB_HCA=mlx5_0", "UCX_TLS=rc", "PYTHONPATH=/x", "MLFLOW_RUN=1", "MV2_ENABLE=1",
        "OMP_NUM_THREADS=4", "OPENBLAS_NUM_THREADS=1", "CUDA_DEVICE_MAX_CONNECTIONS=1",
        "CUDA_VISIBLE_DEVICES=3", "HOME=/root", "PATH=/bin", "SECRET=x", "DSL_JOB_TOKEN=t",
-       "EMPTY=", "NCCL_EMPTY=", "broken"},
+       "EMPTY=", "NCCL_EMPTY=", "broken", "DSLAUNCH_LOG_LEVEL=debug", "DSLAUNCH_HOME=/h"},
       {}, out, error));
   CHECK(out == Variables{{"CUDA_DEVICE_MAX_CONNECTIONS", "1"},
+                         {"DSLAUNCH_LOG_LEVEL", "debug"},
                          {"MLFLOW_RUN", "1"},
                          {"MV2_ENABLE", "1"},
                          {"NCCL_EMPTY", ""},
