@@ -11,6 +11,7 @@
 
 #include "core/weights/hf_gpt2.h"
 #include "kernels/backend.h"
+#include "worker/token_text.h"
 
 namespace dslaunch::worker {
 namespace {
@@ -22,9 +23,6 @@ constexpr int kBadInput = 2;
 // A vocabulary this small is bytes: token i is the byte i, as the byte-level
 // tokenizer (tools/tokenize) and the demo corpus write them.
 constexpr int64_t kByteVocabulary = 256;
-// Where a byte-level model starts when given no prompt: a new line, which
-// starts a paragraph in the text such models learn from.
-constexpr char kDefaultTextPrompt[] = "\n";
 
 // The safetensors file `weights` names: itself, or inside a folder a job's
 // final weights (weights/model.safetensors) or a model.safetensors; "" with
@@ -42,54 +40,62 @@ std::string weights_file(const std::string& weights, std::string& error) {
   return "";
 }
 
-// The prompt's token ids, or nullopt with `error` set.
-std::optional<std::vector<int32_t>> prompt_of(const GenerateOptions& options, int64_t vocab,
-                                              std::string& error) {
+// How this model's prompt and output are text: the tokenizer given, the
+// bytes of a byte-level model, the tokenizer beside the weights, or none.
+core::StatusOr<TokenText> token_text_for(const GenerateOptions& options,
+                                         const std::string& weights, int64_t vocab) {
+  if (!options.tokenizer_json.empty() && (!options.vocab.empty() || !options.merges.empty())) {
+    return core::invalid_argument("give --tokenizer, or --vocab with --merges, not both");
+  }
+  if (options.vocab.empty() != options.merges.empty()) {
+    return core::invalid_argument("--vocab and --merges go together");
+  }
+  if (!options.tokenizer_json.empty() || !options.vocab.empty()) {
+    return load_bpe_text({options.tokenizer_json, options.vocab, options.merges}, vocab);
+  }
+  if (vocab <= kByteVocabulary) return TokenText::bytes(vocab);
+  if (const auto beside = tokenizer_files_in(fs::path(weights).parent_path().string())) {
+    return load_bpe_text(*beside, vocab);
+  }
+  return TokenText::ids_only();
+}
+
+// The prompt's token ids, or the reason there are none.
+core::StatusOr<std::vector<int32_t>> prompt_of(const GenerateOptions& options, TokenText& text,
+                                               int64_t vocab) {
   if (!options.prompt_tokens.empty()) {
     for (const int32_t token : options.prompt_tokens) {
       if (token < 0 || token >= vocab) {
-        error = fmt::format("--prompt-tokens: {} is outside the model's vocabulary [0, {})", token,
-                            vocab);
-        return std::nullopt;
+        return core::invalid_argument(fmt::format(
+            "--prompt-tokens: {} is outside the model's vocabulary [0, {})", token, vocab));
       }
     }
     return options.prompt_tokens;
   }
-  if (vocab > kByteVocabulary) {
-    error = "a prompt as text needs a byte-level model; pass --prompt-tokens";
-    return std::nullopt;
+  if (!options.prompt) {
+    if (auto start = text.default_prompt()) return std::move(*start);
+    return core::invalid_argument(
+        text.has_text()
+            ? "--prompt is needed: the tokenizer has no <|endoftext|> to start from"
+            : "give --prompt-tokens: the model's vocabulary is not bytes, and no tokenizer is "
+              "given or beside the weights (--tokenizer, or --vocab with --merges)");
   }
-  const std::string& text = options.prompt.value_or(kDefaultTextPrompt);
-  if (text.empty()) {
-    error = "--prompt is empty: the model needs at least one token to continue";
-    return std::nullopt;
+  if (options.prompt->empty()) {
+    return core::invalid_argument(
+        "--prompt is empty: the model needs at least one token to continue");
   }
-  std::vector<int32_t> tokens;
-  for (const char c : text) {
-    const int32_t byte = static_cast<unsigned char>(c);
-    if (byte >= vocab) {
-      error = fmt::format("--prompt holds byte 0x{:02X}, outside the model's vocabulary of {}",
-                          byte, vocab);
-      return std::nullopt;
-    }
-    tokens.push_back(byte);
-  }
+  core::StatusOr<std::vector<int32_t>> tokens = text.encode(*options.prompt);
+  if (!tokens.ok()) return tokens.status().with_context("--prompt");
   return tokens;
 }
 
-std::string as_bytes(const std::vector<int32_t>& tokens) {
-  std::string text;
-  for (const int32_t token : tokens) text.push_back(static_cast<char>(token));
-  return text;
-}
-
-// Prints tokens as they come: bytes as they are, ids separated by spaces.
+// Prints tokens as they come: as text, or ids separated by spaces.
 class TokenPrinter {
  public:
-  explicit TokenPrinter(bool bytes) : bytes_(bytes) {}
+  explicit TokenPrinter(const TokenText& text) : text_(text) {}
   void print(int32_t token) {
-    if (bytes_) {
-      std::cout.put(static_cast<char>(token));
+    if (text_.has_text()) {
+      std::cout << text_.decode(token);
     } else {
       std::cout << (first_ ? "" : " ") << token;
     }
@@ -99,7 +105,7 @@ class TokenPrinter {
   }
 
  private:
-  bool bytes_;
+  const TokenText& text_;
   bool first_ = true;
 };
 
@@ -123,9 +129,14 @@ int generate(const GenerateOptions& options) {
     return kBadInput;
   }
   const core::Gpt2Config& config = loaded.config;
-  const std::optional<std::vector<int32_t>> prompt = prompt_of(options, config.vocab_size, error);
-  if (!prompt) {
-    std::cerr << "dslaunch generate: " << error << "\n";
+  core::StatusOr<TokenText> text = token_text_for(options, path, config.vocab_size);
+  if (!text.ok()) {
+    std::cerr << "dslaunch generate: " << text.status().message() << "\n";
+    return kBadInput;
+  }
+  core::StatusOr<std::vector<int32_t>> prompt = prompt_of(options, *text, config.vocab_size);
+  if (!prompt.ok()) {
+    std::cerr << "dslaunch generate: " << prompt.status().message() << "\n";
     return kBadInput;
   }
   const auto prompt_length = static_cast<int64_t>(prompt->size());
@@ -148,7 +159,6 @@ int generate(const GenerateOptions& options) {
         "not {}\n",
         config.max_seq_len, room, prompt_length, wanted);
   }
-  const bool bytes = config.vocab_size <= kByteVocabulary;
   const int threads = options.threads > 0
                           ? options.threads
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -156,7 +166,7 @@ int generate(const GenerateOptions& options) {
   const core::ParameterTable table(config);
   model::Gpt2Generator generator(table, *backend, loaded.params.data());
 
-  TokenPrinter printer(bytes);
+  TokenPrinter printer(*text);
   model::TokenCallback on_token;
   if (!options.json) {
     for (const int32_t token : *prompt) printer.print(token);
@@ -168,11 +178,13 @@ int generate(const GenerateOptions& options) {
     std::cout << "\n";
     return 0;
   }
-  std::vector<int32_t> all = *prompt;
+  std::vector<int32_t> all = prompt.value();
   all.insert(all.end(), drawn.begin(), drawn.end());
+  std::string decoded;
+  for (const int32_t token : all) decoded += text->decode(token);
   const nlohmann::json out{{"tokens", all},
                            {"prompt_length", prompt_length},
-                           {"text", bytes ? nlohmann::json(as_bytes(all)) : nlohmann::json()}};
+                           {"text", text->has_text() ? nlohmann::json(decoded) : nlohmann::json()}};
   std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   return 0;
 }

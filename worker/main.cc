@@ -117,12 +117,25 @@ int main(int argc, char** argv) try {
       ->required();
   CLI::Option* prompt_text = generate->add_option(
       "--prompt", generate_options.prompt,
-      "Text to continue, as its UTF-8 bytes: byte-level models only (default: a newline)");
+      "Text to continue: its bytes for a byte-level model, else encoded by the tokenizer "
+      "(default: a new line, or the tokenizer's <|endoftext|>)");
   generate
       ->add_option("--prompt-tokens", generate_options.prompt_tokens,
                    "Token ids to continue, as 1,2,3 (any vocabulary)")
       ->delimiter(',')
       ->excludes(prompt_text);
+  CLI::Option* tokenizer = generate->add_option(
+      "--tokenizer", generate_options.tokenizer_json,
+      "GPT-2 BPE tokenizer: Hugging Face's tokenizer.json (default: tokenizer.json, or "
+      "vocab.json with merges.txt, beside the weights)");
+  generate
+      ->add_option("--vocab", generate_options.vocab,
+                   "GPT-2 BPE vocabulary: OpenAI's vocab.json (with --merges)")
+      ->excludes(tokenizer);
+  generate
+      ->add_option("--merges", generate_options.merges,
+                   "GPT-2 BPE merges: OpenAI's merges.txt (with --vocab)")
+      ->excludes(tokenizer);
   generate->add_option("--tokens", generate_options.tokens,
                        "New tokens to draw (default: until the model's seq_length is full)");
   generate->add_option("--temperature", generate_options.sampling.temperature,

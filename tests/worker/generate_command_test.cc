@@ -12,6 +12,8 @@
 #include "core/weights/hf_gpt2.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_files.h"
+#include "tools/tokenize/bpe_tokenizer.h"
+#include "tools/tokenize/byte_alphabet.h"
 #include "worker/model/gpt2_model.h"
 
 namespace dslaunch {
@@ -128,7 +130,12 @@ TEST_CASE("a vocabulary that is not bytes takes and prints token ids") {
   const auto text =
       m.dsworker(fmt::format("--weights {} --prompt hi --n-head 2", m.tokens.string()));
   CHECK(text.exit_code == 2);
-  CHECK(text.output.find("a prompt as text needs a byte-level model; pass --prompt-tokens") !=
+  CHECK(text.output.find("--prompt: text needs a byte-level model or a tokenizer (--tokenizer, "
+                         "or --vocab with --merges, or those files beside the weights); or give "
+                         "--prompt-tokens") != std::string::npos);
+  const auto none = m.dsworker(fmt::format("--weights {} --n-head 2", m.tokens.string()));
+  CHECK(none.exit_code == 2);
+  CHECK(none.output.find("give --prompt-tokens: the model's vocabulary is not bytes") !=
         std::string::npos);
 
   const std::string args =
@@ -150,6 +157,96 @@ TEST_CASE("a vocabulary that is not bytes takes and prints token ids") {
       m.dsworker(fmt::format("--weights {} --prompt-tokens 300", m.tokens.string()));
   CHECK(outside.exit_code == 2);
   CHECK(outside.output.find("outside the model's vocabulary [0, 300)") != std::string::npos);
+}
+
+// A GPT-2 BPE vocabulary of 260 tokens: the 256 bytes, three merges
+// ("he", " t", " the") and <|endoftext|>, as vocab.json and merges.txt in
+// `folder`.
+void write_bpe_files(const fs::path& folder) {
+  fs::create_directories(folder);
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int byte = 0; byte < 256; ++byte) {
+    vocab[tools::byte_character(static_cast<uint8_t>(byte))] = byte;
+  }
+  vocab["he"] = 256;
+  vocab["\u0120t"] = 257;
+  vocab["\u0120the"] = 258;
+  vocab["<|endoftext|>"] = 259;
+  testing::write_bytes((folder / "vocab.json").string(), vocab.dump());
+  testing::write_bytes((folder / "merges.txt").string(),
+                       "#version: 0.2\nh e\n\u0120 t\n\u0120t he\n");
+}
+
+std::string decoded(const fs::path& folder, const std::vector<int32_t>& tokens) {
+  auto tokenizer = tools::BpeTokenizer::from_vocab_and_merges(
+      (folder / "vocab.json").string(), (folder / "merges.txt").string());
+  REQUIRE(tokenizer.ok());
+  auto text = tokenizer->decode(tokens);
+  REQUIRE(text.ok());
+  return *text;
+}
+
+TEST_CASE("a model with a GPT-2 BPE tokenizer beside it, or given, takes and prints text") {
+  const Models m;
+  const fs::path model = fs::path(m.dir.path()) / "bpe" / "model.safetensors";
+  write_model(model, 260, 48);
+  write_bpe_files(model.parent_path());
+  const std::string args = fmt::format("--weights {} --prompt ' the he' --tokens 12 --seed 5",
+                                       model.string());
+  const nlohmann::json json = m.json(args);
+  const auto tokens = json["tokens"].get<std::vector<int32_t>>();
+  REQUIRE(tokens.size() == 3 + 12);
+  // " the" is one token, then " " and "he".
+  CHECK(std::vector<int32_t>(tokens.begin(), tokens.begin() + 3) ==
+        std::vector<int32_t>{258, 32, 256});
+  CHECK(json["prompt_length"] == 3);
+  CHECK(json["text"].is_string());
+  // Streamed, the tokens' bytes as they are drawn.
+  const auto streamed = m.dsworker(args);
+  REQUIRE(streamed.exit_code == 0);
+  CHECK(streamed.output == decoded(model.parent_path(), tokens) + "\n");
+  CHECK(streamed.output.rfind(" the he", 0) == 0);
+
+  // The same files named on the command line, from elsewhere.
+  const fs::path elsewhere = fs::path(m.dir.path()) / "tokenizer";
+  write_bpe_files(elsewhere);
+  fs::remove(model.parent_path() / "vocab.json");
+  CHECK(m.json(args + fmt::format(" --vocab {} --merges {}", (elsewhere / "vocab.json").string(),
+                                  (elsewhere / "merges.txt").string())) == json);
+
+  // No prompt: GPT-2's unconditional start, <|endoftext|>.
+  const nlohmann::json unprompted =
+      m.json(fmt::format("--weights {} --vocab {} --merges {} --tokens 4", model.string(),
+                         (elsewhere / "vocab.json").string(), (elsewhere / "merges.txt").string()));
+  CHECK(unprompted["prompt_length"] == 1);
+  CHECK(unprompted["tokens"][0] == 259);
+}
+
+TEST_CASE("a tokenizer that does not fit the model, or half of one, is refused") {
+  const Models m;
+  const fs::path model = fs::path(m.dir.path()) / "small" / "model.safetensors";
+  write_model(model, 258, 48);
+  const fs::path files = fs::path(m.dir.path()) / "tokenizer";
+  write_bpe_files(files);
+  const std::string vocab = (files / "vocab.json").string();
+  const std::string merges = (files / "merges.txt").string();
+  const auto larger = m.dsworker(fmt::format("--weights {} --vocab {} --merges {} --prompt hi",
+                                             model.string(), vocab, merges));
+  CHECK(larger.exit_code == 2);
+  CHECK_THAT(larger.output, Catch::Contains("has 260 tokens, more than the model's vocabulary "
+                                            "of 258"));
+  const auto half =
+      m.dsworker(fmt::format("--weights {} --vocab {} --prompt hi", model.string(), vocab));
+  CHECK(half.exit_code == 2);
+  CHECK_THAT(half.output, Catch::Contains("--vocab and --merges go together"));
+  const auto broken_dir = fs::path(m.dir.path()) / "broken";
+  fs::create_directories(broken_dir);
+  testing::write_bytes((broken_dir / "merges.txt").string(), "#version: 0.2\nq z\n");
+  const auto broken = m.dsworker(fmt::format("--weights {} --vocab {} --merges {} --prompt hi",
+                                             model.string(), vocab,
+                                             (broken_dir / "merges.txt").string()));
+  CHECK(broken.exit_code == 2);
+  CHECK_THAT(broken.output, Catch::Contains((broken_dir / "merges.txt").string()));
 }
 
 TEST_CASE("dslaunch generate reads a job's weights by id, prefix or directory") {
