@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -134,6 +135,9 @@ training:
   steps_per_print: 10
   wall_clock_breakdown: true
 fault_tolerance: {{heartbeat_interval: 0.2, heartbeat_timeout: 60}}
+# Steps of this model take milliseconds: slowed, the run lasts the seconds
+# the scrapes below need to see it running.
+testing: {{fault: {{kind: slow, rank: 0, step: 2, seconds: 0.05}}}}
 env: {{DSL_DATA_CACHE: '{}'}}
 )",
                                      port, (dir / "csv").string(), dir.string());
@@ -142,14 +146,18 @@ env: {{DSL_DATA_CACHE: '{}'}}
       "DSLAUNCH_HOME='{}' DSLAUNCH_WORKER='{}' {} run {} --job-dir {} --progress off", dir.string(),
       runfile("worker/dsworker"), runfile("launcher/dslaunch"), spec.string(), job.string());
   dslaunch::testing::CommandResult run;
-  std::thread runner([&] { run = run_command(command + " 2>&1"); });
+  std::atomic<bool> ended{false};
+  std::thread runner([&] {
+    run = run_command(command + " 2>&1");
+    ended.store(true);
+  });
 
   // Scrape until a step shows, while the job trains.
   httplib::Client client("127.0.0.1", port);
   client.set_connection_timeout(1);
   std::vector<Sample> scraped;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (std::chrono::steady_clock::now() < until) {
+  while (std::chrono::steady_clock::now() < until && !ended.load()) {
     if (auto response = client.Get("/metrics"); response && response->status == 200) {
       CHECK_THAT(response->get_header_value("Content-Type"), Catch::Contains("version=0.0.4"));
       scraped = parse_exposition(response->body);
