@@ -2,7 +2,8 @@
 # Builds the libFuzzer targets with clang (ASan + UBSan) and runs each for a
 # bounded time from its seed corpus:
 #   tools/fuzz.sh [SECONDS_PER_FUZZER]      (default 30)
-# Prints one line per fuzzer, "fuzz <name>: passed|failed", and exits non-zero
+# Runs one fuzzer per core at a time. Prints one line per fuzzer, in the
+# order listed, "fuzz <name>: passed|failed", and exits non-zero
 # when any fuzzer found a crash, a hang, a leak or a broken promise. Crashing
 # inputs are left under $DSLAUNCH_FUZZ_ARTIFACTS (default /tmp/dslaunch-fuzz).
 set -uo pipefail
@@ -27,8 +28,10 @@ if ! fuzz_bazel build --config=fuzz --symlink_prefix=/ "${targets[@]}"; then
 fi
 bin=$(fuzz_bazel info --config=fuzz bazel-bin 2>/dev/null)
 
-status=0
-for fuzzer in "${fuzzers[@]}"; do
+# One fuzzer per core at a time (each is one process); results print in the
+# order of the list.
+fuzz_one() {
+  local fuzzer=$1 corpus
   corpus=$(mktemp -d)
   mkdir -p "$artifacts/$fuzzer"
   if "$bin/tests/fuzz/$fuzzer" "$corpus" "tests/fuzz/corpus/${fuzzer%_fuzzer}" \
@@ -38,8 +41,26 @@ for fuzzer in "${fuzzers[@]}"; do
   else
     echo "fuzz $fuzzer: failed; see $artifacts/$fuzzer.log"
     tail -30 "$artifacts/$fuzzer.log"
-    status=1
-  fi
+  fi > "$artifacts/$fuzzer.result"
   rm -rf "$corpus"
+}
+
+rm -f "$artifacts"/*.result
+parallel=$(nproc)
+running=0
+for fuzzer in "${fuzzers[@]}"; do
+  if [ "$running" -ge "$parallel" ]; then
+    wait -n
+    running=$((running - 1))
+  fi
+  fuzz_one "$fuzzer" &
+  running=$((running + 1))
+done
+wait
+
+status=0
+for fuzzer in "${fuzzers[@]}"; do
+  cat "$artifacts/$fuzzer.result"
+  grep -q "^fuzz $fuzzer: passed" "$artifacts/$fuzzer.result" || status=1
 done
 exit $status
