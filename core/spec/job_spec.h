@@ -62,6 +62,9 @@ struct ClusterSpec {
   // The controller's Prometheus endpoint (GET /metrics on every interface);
   // 0 = none.
   int metrics_port = 0;
+  // A file holding the bearer token scrapes must send (Prometheus's
+  // authorization.credentials_file); "" = none asked.
+  std::string metrics_token_file;
   // An interface name (eth0) or an IPv4 subnet (10.0.0.0/16): where MPI's
   // TCP traffic goes and where the controller listens; "" = Open MPI chooses.
   std::string network_interface;

@@ -263,6 +263,14 @@ void read_cluster(MapReader cluster, ClusterSpec& out) {
   cluster.string("master_addr", out.master_addr);
   cluster.integer("master_port", out.master_port, 1, 65535);
   cluster.integer("metrics_port", out.metrics_port, 1, 65535);
+  cluster.string("metrics_token_file", out.metrics_token_file);
+  out.metrics_token_file =
+      resolve_path(out.metrics_token_file, cluster.location_of("metrics_token_file"));
+  if (!out.metrics_token_file.empty() && out.metrics_port == 0) {
+    cluster.error("metrics_token_file",
+                  "cluster.metrics_token_file guards the metrics endpoint; set "
+                  "cluster.metrics_port too");
+  }
   cluster.string("network_interface", out.network_interface);
   check_network_interface(cluster, out.network_interface);
   std::string launcher_args;

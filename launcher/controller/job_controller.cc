@@ -831,10 +831,18 @@ int run_attempts(const RunOptions& options, const plan::PlannedJob& first, JobDi
     if (writers->enabled()) monitors.writers.emplace(std::move(*writers));
   }
   if (first.spec.cluster.metrics_port > 0) {
-    core::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
-        MetricsEndpoint::start(first.spec.cluster.metrics_port, [&monitors] {
-          return monitors.render();
-        });
+    std::string token;
+    if (!first.spec.cluster.metrics_token_file.empty()) {
+      core::StatusOr<std::string> read =
+          MetricsEndpoint::read_token_file(first.spec.cluster.metrics_token_file);
+      if (!read.ok()) {
+        spdlog::error("{}", read.status().message());
+        return kRunBadInput;
+      }
+      token = std::move(*read);
+    }
+    core::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint = MetricsEndpoint::start(
+        first.spec.cluster.metrics_port, [&monitors] { return monitors.render(); }, token);
     if (!endpoint.ok()) {
       spdlog::error("{}", endpoint.status().message());
       return kRunBadInput;

@@ -119,8 +119,9 @@ TEST_CASE("a run's TensorBoard, CSV and Prometheus monitors report what metrics.
   fs::create_directories(dir);
   const int port = free_port();
   const fs::path spec = dir / "job.yaml";
+  std::ofstream(dir / "token.txt") << "scrape-secret\n";
   std::ofstream(spec) << fmt::format(R"(name: watched
-cluster: {{device: cpu, num_gpus: 2, metrics_port: {}}}
+cluster: {{device: cpu, num_gpus: 2, metrics_port: {}, metrics_token_file: token.txt}}
 model: {{num_layers: 2, hidden_size: 64, num_attention_heads: 2, vocab_size: 256, seq_length: 32,
         make_vocab_size_divisible_by: 64}}
 data: {{train: demo}}
@@ -158,7 +159,10 @@ env: {{DSL_DATA_CACHE: '{}'}}
   std::vector<Sample> scraped;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (std::chrono::steady_clock::now() < until && !ended.load()) {
-    if (auto response = client.Get("/metrics"); response && response->status == 200) {
+    // Without the token (cluster.metrics_token_file): refused.
+    if (auto refused = client.Get("/metrics"); refused) CHECK(refused->status == 401);
+    if (auto response = client.Get("/metrics", {{"Authorization", "Bearer scrape-secret"}});
+        response && response->status == 200) {
       CHECK_THAT(response->get_header_value("Content-Type"), Catch::Contains("version=0.0.4"));
       scraped = parse_exposition(response->body);
       const Sample* step = find(scraped, "dslaunch_job_step");

@@ -1502,6 +1502,29 @@ cluster:
   CHECK(both.location.line == 8);
 }
 
+TEST_CASE("the metrics endpoint's token file resolves against the spec and needs the port") {
+  SpecFolder folder;
+  const Loaded guarded = folder.load(minimal_and(R"(
+cluster:
+  metrics_port: 9400
+  metrics_token_file: secrets/prometheus.token
+)"),
+                                     {}, "jobs/spec.yaml");
+  INFO(guarded.diagnostics.format());
+  CHECK(guarded.diagnostics.all().empty());
+  CHECK(guarded.spec.cluster.metrics_port == 9400);
+  CHECK(guarded.spec.cluster.metrics_token_file ==
+        normal(folder.dir() / "jobs/secrets/prometheus.token"));
+
+  const Loaded alone = folder.load(minimal_and(R"(
+cluster:
+  metrics_token_file: token
+)"));
+  REQUIRE(alone.errors().size() == 1);
+  CHECK(alone.only("metrics_token_file").message ==
+        "cluster.metrics_token_file guards the metrics endpoint; set cluster.metrics_port too");
+}
+
 TEST_CASE("inline hosts need a name and slots, and must be mappings") {
   SpecFolder folder;
   const Loaded loaded = folder.load(minimal_and(R"(
