@@ -2,7 +2,10 @@
 // (FusedLamb, OnebitAdam, ZeroOneAdam, OnebitLamb): the same formulas,
 // element by element in fp32, per parameter tensor where LAMB's trust ratio
 // needs it. Weight decay applies where AdamW's does here (matrices and
-// embeddings), not to biases and LayerNorm parameters.
+// embeddings), not to biases and LayerNorm parameters. The element-wise loops
+// run on the rank's compute threads (OpenMP); each element is computed on its
+// own, so the results do not depend on the number of threads. Sums (norms)
+// stay in one thread, in order.
 #include "worker/engine/whole_model_optimizer.h"
 
 #include <algorithm>
@@ -30,9 +33,11 @@ std::vector<Tensor> tensors_of(const core::ParameterTable& table, double weight_
 // m = β m + rest g and v = β v + rest g², as torch's mul_(β).add_(g,
 // alpha=rest) and addcmul_ compute them.
 void update_momentum(float* m, const float* g, int64_t n, float beta, float rest) {
+#pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) m[i] = m[i] * beta + rest * g[i];
 }
 void update_variance(float* v, const float* g, int64_t n, float beta, float rest) {
+#pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) v[i] = v[i] * beta + rest * g[i] * g[i];
 }
 
@@ -40,6 +45,7 @@ void update_variance(float* v, const float* g, int64_t n, float beta, float rest
 // it: p -= lr (m / (sqrt(v) + eps) + decay p).
 void adam_step(float* p, const float* m, const float* v, int64_t n, float lr, float eps,
                float decay) {
+#pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float update = m[i] / (std::sqrt(v[i]) + eps) + decay * p[i];
     p[i] -= lr * update;
@@ -147,6 +153,7 @@ class Lamb final : public OptimizerBase {
       const double coeff = trust_ratio(norm_of(backend_, p, tensor.count),
                                        std::sqrt(update_squares), spec_.min_coeff, spec_.max_coeff);
       const float scale = static_cast<float>(step_size * coeff);
+#pragma omp parallel for simd schedule(static)
       for (int64_t i = 0; i < tensor.count; ++i) p[i] -= scale * update(i);
     }
     return {};
@@ -249,6 +256,7 @@ class ZeroOneAdam final : public OptimizerBase {
     lrs_ += lr;
     float* u = accumulated_.data();
     for (const Tensor& tensor : tensors_) {
+#pragma omp parallel for simd schedule(static)
       for (int64_t i = tensor.begin; i < tensor.begin + tensor.count; ++i) {
         const float update = m_[i] / (std::sqrt(v_[i]) + eps_) + tensor.decay * params[i];
         u[i] += -rate * update;
@@ -256,10 +264,12 @@ class ZeroOneAdam final : public OptimizerBase {
       }
     }
     if (t % local_step_interval_ == 0) {
+#pragma omp parallel for simd schedule(static)
       for (int64_t i = 0; i < total_; ++i) u[i] *= std::sqrt(v_[i]) + eps_;
       if (core::Status status = reduce_.average(u); !status.ok()) return status;
       compressed_ = true;
       const float inverse_lrs = static_cast<float>(1.0 / lrs_);
+#pragma omp parallel for simd schedule(static)
       for (int64_t i = 0; i < total_; ++i) {
         m_[i] = -(u[i] * inverse_lrs);
         synchronized_[i] += u[i] / (std::sqrt(v_[i]) + eps_);
@@ -334,6 +344,7 @@ class ZeroOneAdam final : public OptimizerBase {
   void resumed(float* params) override {
     if (!frozen_) return;
     synchronized_.assign(params, params + total_);
+#pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < total_; ++i) params[i] = synchronized_[i] + accumulated_[i];
   }
 
@@ -463,6 +474,7 @@ class OneBitLamb final : public OptimizerBase {
         coeff_freeze_[k] = spec_.coeff_beta * coeff_freeze_[k] + (1 - spec_.coeff_beta) * coeff;
       }
       const float scale = static_cast<float>(lr * coeff);
+#pragma omp parallel for simd schedule(static)
       for (int64_t i = 0; i < tensor.count; ++i) p[i] -= scale * update(i);
     }
   }
@@ -490,6 +502,7 @@ class OneBitLamb final : public OptimizerBase {
       float* m = m_.data() + tensor.begin;
       update_momentum(m, grads + tensor.begin, tensor.count, beta1_, rest1_);
       const float scaling = static_cast<float>(scaling_[k]);
+#pragma omp parallel for simd schedule(static)
       for (int64_t i = 0; i < tensor.count; ++i) m[i] *= scaling;
     }
     if (core::Status status = reduce_.average(m_.data()); !status.ok()) return status;
@@ -523,6 +536,7 @@ class OneBitLamb final : public OptimizerBase {
                           last_factor_[k] * (1.0 + spec_.factor_threshold));
       last_factor_[k] = factor;
       const float scale = static_cast<float>(lr * coeff_freeze_[k] * factor);
+#pragma omp parallel for simd schedule(static)
       for (int64_t i = 0; i < tensor.count; ++i) {
         p[i] -= scale * (m[i] / (std::sqrt(v[i]) + eps_) + tensor.decay * p[i]);
       }

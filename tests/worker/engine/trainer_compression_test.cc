@@ -44,15 +44,15 @@ struct Run {
 
 // Trains `spec` on `comm` with a global batch of 8 (micro-batches of 2),
 // writing every checkpoint under `root` (when not empty) as the worker does,
-// rank state included; from `resume` if set.
+// rank state included; from `resume` if set; on `threads` compute threads.
 Run train_run(comm::Communicator& comm, spec::JobSpec spec, const std::string& root = "",
-              std::optional<ResumePoint> resume = std::nullopt) {
+              std::optional<ResumePoint> resume = std::nullopt, int threads = 1) {
   spec.training.batch.micro_batch_per_gpu = 2;
   spec.training.batch.gradient_accumulation_steps = 8 / (2 * comm.size());
   spec.training.batch.train_batch_size = 8;
   const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
   REQUIRE(data.error == "");
-  auto backend = kernels::make_cpu_backend(1);
+  auto backend = kernels::make_cpu_backend(threads);
   Run run;
   TrainerOptions options;
   options.data_comm = &comm;
@@ -186,6 +186,23 @@ TEST_CASE("after warm-up the compressed optimizers send under 1/20 of the bytes 
   CHECK(same_on_every_rank(world_data(), compressed.params));
   REQUIRE_OK(world_barrier());
   if (world_data().rank() == 0) fs::remove_all(dir);
+}
+
+TEST_CASE("the optimizers give the same bits on 1 and on 3 compute threads") {
+  const std::string dir = testing::shared_token_files(world_data());
+  const spec::OptimizerType type =
+      GENERATE(spec::OptimizerType::kOneBitAdam, spec::OptimizerType::kZeroOneAdam,
+               spec::OptimizerType::kOneBitLamb, spec::OptimizerType::kLamb);
+  INFO(name_of(type));
+  const spec::JobSpec spec = compressed_job(dir, type);
+  const Run one = train_run(world_data(), spec, "", std::nullopt, 1);
+  const Run three = train_run(world_data(), spec, "", std::nullopt, 3);
+  REQUIRE(one.steps.size() == three.steps.size());
+  for (const auto& [step, report] : one.steps) {
+    INFO("step " << step);
+    CHECK(three.steps.at(step).loss == report.loss);
+  }
+  CHECK(one.params == three.params);
 }
 
 TEST_CASE("a compressed-phase checkpoint resumes bit for bit, error feedback included") {
