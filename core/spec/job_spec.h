@@ -16,7 +16,9 @@
 namespace dslaunch::spec {
 
 enum class Runner { kLocal, kOpenMpi, kSlurm };
-enum class Device { kCpu, kCuda };
+// auto: the planner picks (launcher/plan/device_choice.h); a planned spec
+// holds cpu or cuda.
+enum class Device { kCpu, kCuda, kAuto };
 
 struct InlineHost {
   std::string host;
@@ -47,7 +49,7 @@ struct TlsSpec {
 
 struct ClusterSpec {
   Runner runner = Runner::kLocal;
-  Device device = Device::kCuda;
+  Device device = Device::kAuto;
   std::string hostfile;  // resolved against the spec's folder; "" = none
   std::vector<InlineHost> hosts;
   std::string include;  // DeepSpeed --include syntax: host1:0,1@host2

@@ -242,7 +242,7 @@ void read_tls(MapReader tls, TlsSpec& out) {
 
 void read_cluster(MapReader cluster, ClusterSpec& out) {
   read_enum(cluster, "runner", {"local", "openmpi", "slurm"}, out.runner);
-  read_enum(cluster, "device", {"cpu", "cuda"}, out.device);
+  read_enum(cluster, "device", {"cpu", "cuda", "auto"}, out.device);
   cluster.string("hostfile", out.hostfile);
   out.hostfile = resolve_path(out.hostfile, cluster.location_of("hostfile"));
   read_hosts(cluster, out);
@@ -1413,6 +1413,15 @@ JobSpec parse_job_spec(std::string_view text, const std::string& path, const Loa
   top.finish();
   spec.resolved_yaml = resolved_document(root, spec);
   return spec;
+}
+
+void set_planned_device(JobSpec& spec, Device device) {
+  spec.cluster.device = device;
+  YAML::Node resolved = YAML::Load(spec.resolved_yaml);
+  resolved["cluster"]["device"] = device == Device::kCuda ? "cuda" : "cpu";
+  YAML::Emitter out;
+  out << resolved;
+  spec.resolved_yaml = std::string(out.c_str()) + "\n";
 }
 
 }  // namespace dslaunch::spec

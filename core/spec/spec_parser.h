@@ -52,4 +52,8 @@ JobSpec load_job_spec(const std::string& path, const LoadOptions& options, Diagn
 JobSpec parse_job_spec(std::string_view text, const std::string& path, const LoadOptions& options,
                        Diagnostics& diagnostics, SourceMap& locations);
 
+// Sets cluster.device to what the planner chose for `auto`, in the struct
+// and in resolved_yaml (which the ranks and the job directory receive).
+void set_planned_device(JobSpec& spec, Device device);
+
 }  // namespace dslaunch::spec

@@ -4,9 +4,11 @@
 
 namespace dslaunch::spec {
 
+bool cuda_training_built() { return false; }
+
 std::string training_support_problem(const spec::JobSpec& spec) {
   const spec::TrainingSpec& training = spec.training;
-  if (spec.cluster.device != spec::Device::kCpu) {
+  if (spec.cluster.device == spec::Device::kCuda && !cuda_training_built()) {
     return "the training engine runs on CPU so far (cluster.device: cpu); the CUDA backend is "
            "not built yet";
   }

@@ -11,4 +11,8 @@ namespace dslaunch::spec {
 // rank; the worker checks it again.
 std::string training_support_problem(const spec::JobSpec& spec);
 
+// Whether this build trains on CUDA devices (cluster.device: auto picks
+// cuda only then).
+bool cuda_training_built();
+
 }  // namespace dslaunch::spec

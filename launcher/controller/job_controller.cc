@@ -1050,6 +1050,9 @@ int run_job(const RunOptions& options) {
   info.tls_ca = spec.cluster.tls.ca;
   spdlog::info("job {}: {} rank(s) on {} host(s); job directory {}", job_id,
                job_plan.world_size(), job_plan.hosts.size(), directory->path());
+  if (!job_plan.device_choice.empty()) {
+    spdlog::info("cluster.device auto: {}", job_plan.device_choice);
+  }
   return run_attempts(options, *planned, *directory, secrets, info);
 }
 

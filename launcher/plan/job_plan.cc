@@ -11,7 +11,9 @@
 #include <fmt/ranges.h>
 
 #include "core/spec/elasticity.h"
+#include "core/spec/training_support.h"
 #include "core/spec/text_file.h"
+#include "launcher/plan/device_choice.h"
 #include "topology/hostfile.h"
 #include "topology/slurm_nodelist.h"
 
@@ -236,10 +238,9 @@ void add_memory_warnings(const spec::JobSpec& spec, JobPlan& plan) {
   }
 }
 
-}  // namespace
-
-std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMap& locations,
-                                 const PlanInputs& inputs, spec::Diagnostics& diagnostics) {
+// make_plan for a spec whose device is cpu or cuda.
+std::optional<JobPlan> plan_on_device(const spec::JobSpec& spec, const spec::SourceMap& locations,
+                                      const PlanInputs& inputs, spec::Diagnostics& diagnostics) {
   const auto entries = host_entries(spec, locations, inputs, diagnostics);
   if (!entries) return std::nullopt;
   const spec::ClusterSpec& cluster = spec.cluster;
@@ -367,6 +368,21 @@ std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMa
   }
   plan.device_memory_bytes = device_memory(spec, inputs.machine, plan.placement);
   add_memory_warnings(spec, plan);
+  return plan;
+}
+
+}  // namespace
+
+std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMap& locations,
+                                 const PlanInputs& inputs, spec::Diagnostics& diagnostics) {
+  if (spec.cluster.device != spec::Device::kAuto) {
+    return plan_on_device(spec, locations, inputs, diagnostics);
+  }
+  const DeviceChoice choice = choose_device(inputs.machine.gpus, spec::cuda_training_built());
+  spec::JobSpec decided = spec;
+  decided.cluster.device = choice.device;
+  std::optional<JobPlan> plan = plan_on_device(decided, locations, inputs, diagnostics);
+  if (plan) plan->device_choice = choice.reason;
   return plan;
 }
 

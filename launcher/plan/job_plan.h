@@ -26,7 +26,9 @@ struct PlanInputs {
 // batch sizes, the process grid, where every rank runs, and what each rank
 // holds in memory. Computed once by make_plan.
 struct JobPlan {
-  spec::Device device = spec::Device::kCuda;
+  spec::Device device = spec::Device::kCuda;  // cpu or cuda, never auto
+  // For cluster.device: auto, what it chose and why (DeviceChoice::reason).
+  std::string device_choice;
   std::vector<topology::HostSlots> hosts;  // after filters, hostfile order
   spec::BatchSizes batch;                  // all 0 for a commbench
   // With training.elasticity: the data-parallel sizes its batch suits.
@@ -58,7 +60,8 @@ struct JobPlan {
 // inline hosts, the Slurm allocation unless the runner is local, or this
 // machine), applies the filters, checks the world size against tensor x
 // pipeline, resolves the batch sizes as DeepSpeed does, places the ranks and
-// estimates their memory. Every
+// estimates their memory. cluster.device: auto is decided first
+// (choose_device, from this machine's GPUs). Every
 // problem goes to `diagnostics` with the location of the key it concerns;
 // std::nullopt when there was any.
 std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMap& locations,

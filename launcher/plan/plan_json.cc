@@ -56,6 +56,9 @@ void write_plan_json(std::ostream& stream, const spec::JobSpec& spec, const JobP
   append(out, "{{\n  \"name\": {},\n", json_string(spec.name));
   append(out, "  \"kind\": \"{}\",\n", spec.kind == spec::JobKind::kTrain ? "train" : "commbench");
   append(out, "  \"device\": \"{}\",\n", plan.device == spec::Device::kCuda ? "cuda" : "cpu");
+  if (!plan.device_choice.empty()) {
+    append(out, "  \"device_choice\": {},\n", json_string(plan.device_choice));
+  }
   append(out, "  \"world_size\": {},\n", plan.world_size());
   append(out, "  \"hosts\": {{");
   for (size_t i = 0; i < plan.hosts.size(); ++i) {

@@ -45,6 +45,9 @@ std::string plan_to_text(const spec::JobSpec& spec, const JobPlan& plan, int max
   std::string out;
   out += fmt::format("job {}: {} rank(s) on {} host(s), device {}\n", spec.name, plan.world_size(),
                      plan.hosts.size(), device_name(plan.device));
+  if (!plan.device_choice.empty()) {
+    out += fmt::format("cluster.device auto: {}\n", plan.device_choice);
+  }
   if (spec.kind == spec::JobKind::kCommbench) {
     out += fmt::format("commbench: {} on the {} group(s), {} to {} bytes\n",
                        fmt::join(spec.commbench.collectives, ", "),

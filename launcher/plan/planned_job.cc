@@ -39,6 +39,10 @@ std::optional<PlannedJob> load_and_plan(const std::string& path, const spec::Loa
   std::optional<JobPlan> plan = make_plan(job.spec, job.locations, inputs, diagnostics);
   if (!plan) return std::nullopt;
   job.plan = std::move(*plan);
+  // What auto chose is what the job runs on, and what its ranks read.
+  if (job.spec.cluster.device == spec::Device::kAuto) {
+    spec::set_planned_device(job.spec, job.plan.device);
+  }
   const std::vector<std::string> spec_warnings = diagnostics.warnings();
   job.plan.warnings.insert(job.plan.warnings.begin(), spec_warnings.begin(), spec_warnings.end());
   return job;

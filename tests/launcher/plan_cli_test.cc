@@ -314,6 +314,25 @@ TEST_CASE("dslaunch plan exits 2 when the batch does not fit, saying why") {
                        0) == 0);
 }
 
+TEST_CASE("a spec without cluster.device plans on what auto chose, and says why") {
+  const std::string spec = temp_file("no-device.yaml",
+                                     "cluster: {num_gpus: 2}\n"
+                                     "training: {steps: 3, train_batch_size: 4}\n"
+                                     "data: {train: demo}\n");
+  const auto text = dslaunch_cli("plan " + spec);
+  INFO(text.output);
+  REQUIRE(text.exit_code == 0);
+  // This machine has no GPU, and no build trains on one yet.
+  CHECK(text.output.rfind("job no-device: 2 rank(s) on 1 host(s), device cpu\n"
+                          "cluster.device auto: cpu: ",
+                          0) == 0);
+  const auto json = dslaunch_cli("plan --json " + spec);
+  REQUIRE(json.exit_code == 0);
+  const auto plan = nlohmann::json::parse(json.output);
+  CHECK(plan["device"] == "cpu");
+  CHECK_THAT(plan["device_choice"].get<std::string>(), Catch::StartsWith("cpu: "));
+}
+
 TEST_CASE("dslaunch plan prints every mistake in a spec and exits 2") {
   const std::string spec = temp_file("three-mistakes.yaml",
                                      "cluster:\n"
@@ -330,7 +349,7 @@ TEST_CASE("dslaunch plan prints every mistake in a spec and exits 2") {
   const auto lines = lines_of(result.output);
   REQUIRE(lines.size() == 3);
   CHECK(lines[0] == spec +
-                        ":2:11: error: cluster.device must be one of cpu, cuda, got 'tpu'; did "
+                        ":2:11: error: cluster.device must be one of cpu, cuda, auto, got 'tpu'; did "
                         "you mean 'cpu'?");
   CHECK(lines[1] ==
         spec + ":4:3: error: unknown key 'hidden_sise' in model; did you mean 'hidden_size'?");

@@ -47,7 +47,7 @@ TEST_CASE("a minimal spec gets every default from job_spec.h") {
   CHECK(spec.spec_path == loaded.path);
   CHECK(spec.deepspeed_config.empty());
   CHECK(spec.cluster.runner == Runner::kLocal);
-  CHECK(spec.cluster.device == Device::kCuda);
+  CHECK(spec.cluster.device == Device::kAuto);
   CHECK(spec.cluster.hostfile.empty());
   CHECK(spec.cluster.hosts.empty());
   CHECK(spec.cluster.num_nodes == -1);
@@ -899,7 +899,7 @@ training:
   CHECK(runner.location.line == 2);
   CHECK(runner.location.column == 11);
   CHECK(loaded.only("cluster.device").message ==
-        "cluster.device must be one of cpu, cuda, got 'gpu'; did you mean 'cpu'?");
+        "cluster.device must be one of cpu, cuda, auto, got 'gpu'; did you mean 'cpu'?");
   CHECK(loaded.only("optimizer.type").message ==
         "training.optimizer.type must be one of Adam, AdamW, Lamb, OneBitAdam, ZeroOneAdam, "
         "OneBitLamb, got 'Adamm'; did you mean "
@@ -1500,6 +1500,20 @@ cluster:
   const Diagnostic& both = loaded.only("not both");
   CHECK(both.message == "give cluster.hostfile or cluster.hosts, not both");
   CHECK(both.location.line == 8);
+}
+
+TEST_CASE("the planner's choice for device auto goes into the struct and the resolved spec") {
+  SpecFolder folder;
+  Loaded loaded = folder.load(kMinimal);
+  REQUIRE(loaded.spec.cluster.device == Device::kAuto);
+  set_planned_device(loaded.spec, Device::kCpu);
+  CHECK(loaded.spec.cluster.device == Device::kCpu);
+  // What the ranks and the job directory read.
+  const Loaded reread = folder.load(loaded.spec.resolved_yaml);
+  INFO(reread.diagnostics.format());
+  CHECK(reread.diagnostics.all().empty());
+  CHECK(reread.spec.cluster.device == Device::kCpu);
+  CHECK(reread.spec.training.steps == loaded.spec.training.steps);
 }
 
 TEST_CASE("the metrics endpoint's token file resolves against the spec and needs the port") {

@@ -403,6 +403,44 @@ data:
   CHECK(planned.plan->placement.ranks[1].device == "cuda:1");
 }
 
+TEST_CASE("device auto (the default) plans on CPU here, saying why, with or without GPUs") {
+  Folder folder;
+  const std::string path = folder.write("auto.yaml", R"(
+cluster:
+  num_gpus: 2
+training:
+  train_batch_size: 16
+  steps: 10
+data:
+  train: demo
+)");
+  const Planned laptop_plan = plan_file(path);
+  INFO(laptop_plan.diagnostics.format());
+  REQUIRE(laptop_plan.plan.has_value());
+  CHECK(laptop_plan.plan->device == spec::Device::kCpu);
+  CHECK(laptop_plan.plan->device_choice ==
+        "cpu: no GPU visible on this machine (nvidia-smi found none)");
+  CHECK(laptop_plan.plan->placement.ranks[1].device == "cpu");
+
+  // GPUs visible, but this build trains on CPU only: cpu, not a job that
+  // passes plan and fails run.
+  LocalMachine server = laptop();
+  server.gpus = 4;
+  server.gpu_memory_bytes = 40 * kGiB;
+  const Planned server_plan = plan_file(path, inputs(server));
+  REQUIRE(server_plan.plan.has_value());
+  CHECK(server_plan.plan->device == spec::Device::kCpu);
+  CHECK_THAT(server_plan.plan->device_choice,
+             Catch::StartsWith("cpu: 4 GPU(s) visible, but this build trains on CPU only"));
+
+  // Said explicitly, a device is taken as it is.
+  spec::LoadOptions cpu;
+  cpu.overrides = {"cluster.device=cpu"};
+  const Planned explicit_plan = plan_file(path, inputs(server), cpu);
+  REQUIRE(explicit_plan.plan.has_value());
+  CHECK(explicit_plan.plan->device_choice.empty());
+}
+
 TEST_CASE("device cuda without num_gpus uses every GPU of this machine and its memory") {
   Folder folder;
   LocalMachine server = laptop();

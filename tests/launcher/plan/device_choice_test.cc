@@ -1,0 +1,22 @@
+#include "launcher/plan/device_choice.h"
+
+#include <catch2/catch.hpp>
+
+using dslaunch::plan::choose_device;
+using dslaunch::spec::Device;
+
+TEST_CASE("auto is cuda only where GPUs are visible and the build trains on them") {
+  const auto none = choose_device(0, true);
+  CHECK(none.device == Device::kCpu);
+  CHECK(none.reason == "cpu: no GPU visible on this machine (nvidia-smi found none)");
+
+  const auto unbuilt = choose_device(4, false);
+  CHECK(unbuilt.device == Device::kCpu);
+  CHECK(unbuilt.reason ==
+        "cpu: 4 GPU(s) visible, but this build trains on CPU only (the CUDA backend is not "
+        "built yet)");
+
+  const auto gpus = choose_device(8, true);
+  CHECK(gpus.device == Device::kCuda);
+  CHECK(gpus.reason == "cuda: 8 GPU(s) visible");
+}
