@@ -95,17 +95,13 @@ StatusOr<level::level_enum> log_level_from_environment() {
 }
 
 Status install_logging(const LogSetup& setup) {
-  std::vector<ConsoleSink> consoles;
-  if (setup.split_streams) {
-    consoles.push_back({std::make_shared<LevelBandSink>(console_sink(stdout, setup.colour),
-                                                        level::trace, level::info),
-                        stdout});
-    consoles.push_back({std::make_shared<LevelBandSink>(console_sink(stderr, setup.colour),
-                                                        level::warn, level::critical),
-                        stderr});
-  } else {
-    consoles.push_back({console_sink(stderr, setup.colour), stderr});
-  }
+  const std::vector<ConsoleSink> consoles = {
+      {std::make_shared<LevelBandSink>(console_sink(stdout, setup.colour), level::trace,
+                                       level::info),
+       stdout},
+      {std::make_shared<LevelBandSink>(console_sink(stderr, setup.colour), level::warn,
+                                       level::critical),
+       stderr}};
   const std::string pattern = log_pattern(setup.source);
   std::vector<spdlog::sink_ptr> sinks;
   for (const ConsoleSink& console : consoles) {

@@ -17,10 +17,6 @@ namespace dslaunch::core {
 struct LogSetup {
   std::string source;  // "dslaunch", "rank 3"
   spdlog::level::level_enum level = spdlog::level::info;
-  // Information to stdout and warnings and errors to stderr (so a rank's
-  // stderr.log holds what went wrong, whose last lines a failure report
-  // quotes); false puts everything on stderr.
-  bool split_streams = true;
   // Colour the level on a terminal.
   bool colour = false;
   // On a terminal, each line first clears the line the cursor is on: the
@@ -42,8 +38,10 @@ std::optional<spdlog::level::level_enum> parse_log_level(std::string_view text);
 StatusOr<spdlog::level::level_enum> log_level_from_environment();
 
 // Makes `setup` spdlog's default logger (spdlog::info(...) and friends write
-// through it from then on). Fails, leaving the logger as it was, when the
-// file cannot be opened for appending.
+// through it from then on): information to stdout, warnings and errors to
+// stderr (so a rank's stderr.log holds what went wrong, whose last lines a
+// failure report quotes). Fails, leaving the logger as it was, when the file
+// cannot be opened for appending.
 Status install_logging(const LogSetup& setup);
 
 }  // namespace dslaunch::core
