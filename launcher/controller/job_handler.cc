@@ -220,6 +220,12 @@ std::vector<int> JobHandler::sessions_lost() const {
 }
 
 void JobHandler::record_event(int rank, const std::string& kind, const std::string& detail) {
+  // The job's events as they happen, at DSLAUNCH_LOG_LEVEL=debug.
+  if (rank < 0) {
+    spdlog::debug("event {}: {}", kind, detail);
+  } else {
+    spdlog::debug("event {} of rank {}: {}", kind, rank, detail);
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   std::string error;
   if (!directory_.append_event(rank, kind, detail, error)) report_write_failure(error);

@@ -144,7 +144,9 @@ env: {{DSL_DATA_CACHE: '{}'}}
                                      port, (dir / "csv").string(), dir.string());
   const fs::path job = dir / "job";
   const std::string command = fmt::format(
-      "DSLAUNCH_HOME='{}' DSLAUNCH_WORKER='{}' {} run {} --job-dir {} --progress off", dir.string(),
+      "DSLAUNCH_LOG_LEVEL=debug DSLAUNCH_HOME='{}' DSLAUNCH_WORKER='{}' {} run {} --job-dir {} "
+      "--progress off",
+      dir.string(),
       runfile("worker/dsworker"), runfile("launcher/dslaunch"), spec.string(), job.string());
   dslaunch::testing::CommandResult run;
   std::atomic<bool> ended{false};
@@ -243,6 +245,16 @@ env: {{DSL_DATA_CACHE: '{}'}}
   std::getline(csv, first);
   CHECK(header == "step,train_loss");
   CHECK(first == fmt::format("8,{}", steps[0]["loss"].get<double>()));
+
+  // At DSLAUNCH_LOG_LEVEL=debug the controller's log has the job's events.
+  {
+    std::ifstream log(job / "logs" / "controller.log");
+    std::stringstream text;
+    text << log.rdbuf();
+    CHECK_THAT(text.str(), Catch::Contains("] [dslaunch] [debug] event launching: ") &&
+                               Catch::Contains("[debug] event registered of rank 1: ") &&
+                               Catch::Contains("[debug] event checkpoint_committed: step 60"));
+  }
 
   // steps_per_print 10 with the breakdown: rank 0 printed steps 10, 20, ...
   const auto logs =
