@@ -17,23 +17,10 @@ TokenText TokenText::bytes(int64_t model_vocab) {
 
 TokenText TokenText::ids_only() { return TokenText(Kind::kIds); }
 
-TokenText TokenText::bpe(tools::BpeTokenizer tokenizer, std::string source) {
+TokenText TokenText::bpe(tools::BpeTokenizer tokenizer) {
   TokenText text(Kind::kBpe);
   text.tokenizer_.emplace(std::move(tokenizer));
-  text.source_ = std::move(source);
   return text;
-}
-
-std::string TokenText::describe() const {
-  switch (kind_) {
-    case Kind::kBytes:
-      return "bytes";
-    case Kind::kBpe:
-      return fmt::format("GPT-2 BPE ({})", source_);
-    case Kind::kIds:
-      break;
-  }
-  return "token ids";
 }
 
 core::StatusOr<std::vector<int32_t>> TokenText::encode(std::string_view text) {
@@ -106,7 +93,7 @@ core::StatusOr<TokenText> load_bpe_text(const TokenizerFiles& files, int64_t mod
         fmt::format("the tokenizer {} has {} tokens, more than the model's vocabulary of {}",
                     source, loaded->vocab_size(), model_vocab));
   }
-  return TokenText::bpe(std::move(*loaded), source);
+  return TokenText::bpe(std::move(*loaded));
 }
 
 }  // namespace dslaunch::worker

@@ -19,11 +19,9 @@ class TokenText {
  public:
   static TokenText bytes(int64_t model_vocab);
   static TokenText ids_only();
-  static TokenText bpe(tools::BpeTokenizer tokenizer, std::string source);
+  static TokenText bpe(tools::BpeTokenizer tokenizer);
 
   bool has_text() const { return kind_ != Kind::kIds; }
-  // "bytes", "GPT-2 BPE (<source>)" or "token ids".
-  std::string describe() const;
 
   // The tokens of `text`. Fails for ids_only, on text the BPE vocabulary
   // refuses (not UTF-8), and on a byte past a small byte-level model's
@@ -43,7 +41,6 @@ class TokenText {
   Kind kind_;
   int64_t model_vocab_ = 0;
   std::optional<tools::BpeTokenizer> tokenizer_;
-  std::string source_;
 };
 
 // The tokenizer files beside a model's weights, as Hugging Face keeps them:
