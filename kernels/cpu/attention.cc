@@ -61,10 +61,12 @@ void attention_forward(float* out, float* att, const float* qkv, int64_t B, int6
     for (int64_t r0 = 0; r0 < T; r0 += kRowBlock) {
       const int64_t rows = std::min(kRowBlock, T - r0);
       const int64_t visible = r0 + rows;
-      sgemm(kNo, kYes, rows, visible, hs, scale, head.q + r0 * head.ld, head.ld, head.k, head.ld,
-            0.0f, a + r0 * T, T);
+      sgemm({.trans_b = kYes, .M = rows, .N = visible, .K = hs, .lda = head.ld, .ldb = head.ld,
+             .ldc = T, .alpha = scale},
+            head.q + r0 * head.ld, head.k, a + r0 * T);
       for (int64_t t = r0; t < r0 + rows; ++t) causal_softmax_row(a + t * T, t + 1, T);
-      sgemm(kNo, kNo, rows, hs, visible, 1.0f, a + r0 * T, T, head.v, head.ld, 0.0f, o + r0 * C, C);
+      sgemm({.M = rows, .N = hs, .K = visible, .lda = T, .ldb = head.ld, .ldc = C}, a + r0 * T,
+            head.v, o + r0 * C);
     }
   }
 }
@@ -87,22 +89,25 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
     for (int64_t r0 = 0; r0 < T; r0 += kRowBlock) {
       const int64_t rows = std::min(kRowBlock, T - r0);
       const int64_t visible = r0 + rows;
-      sgemm(kNo, kYes, rows, visible, hs, 1.0f, d_o + r0 * C, C, head.v, head.ld, 0.0f, ds + r0 * T,
-            T);
+      sgemm({.trans_b = kYes, .M = rows, .N = visible, .K = hs, .lda = C, .ldb = head.ld, .ldc = T},
+            d_o + r0 * C, head.v, ds + r0 * T);
       // Over the block's whole width: att is zero beyond the diagonal, so is
       // the gradient there, which the column pass below reads.
       for (int64_t t = r0; t < r0 + rows; ++t) softmax_backward_row(ds + t * T, a + t * T, visible);
-      sgemm(kNo, kNo, rows, hs, visible, scale, ds + r0 * T, T, head.k, head.ld, 1.0f,
-            dq + r0 * head.ld, head.ld);
+      sgemm({.M = rows, .N = hs, .K = visible, .lda = T, .ldb = head.ld, .ldc = head.ld,
+             .alpha = scale, .beta = 1.0f},
+            ds + r0 * T, head.k, dq + r0 * head.ld);
     }
     // Key and value row j receive from the query rows t >= j only.
     for (int64_t j0 = 0; j0 < T; j0 += kRowBlock) {
       const int64_t rows = std::min(kRowBlock, T - j0);
       const int64_t seen_by = T - j0;
-      sgemm(kYes, kNo, rows, hs, seen_by, 1.0f, a + j0 * T + j0, T, d_o + j0 * C, C, 1.0f,
-            dv + j0 * head.ld, head.ld);
-      sgemm(kYes, kNo, rows, hs, seen_by, scale, ds + j0 * T + j0, T, head.q + j0 * head.ld,
-            head.ld, 1.0f, dk + j0 * head.ld, head.ld);
+      sgemm({.trans_a = kYes, .M = rows, .N = hs, .K = seen_by, .lda = T, .ldb = C,
+             .ldc = head.ld, .beta = 1.0f},
+            a + j0 * T + j0, d_o + j0 * C, dv + j0 * head.ld);
+      sgemm({.trans_a = kYes, .M = rows, .N = hs, .K = seen_by, .lda = T, .ldb = head.ld,
+             .ldc = head.ld, .alpha = scale, .beta = 1.0f},
+            ds + j0 * T + j0, head.q + j0 * head.ld, dk + j0 * head.ld);
     }
   }
 }

@@ -5,11 +5,10 @@
 #include "kernels/cpu/rounded_gemm.h"
 #include "kernels/cpu/sgemm.h"
 #include "kernels/cpu/vectorize.h"
+#include "kernels/model_gemms.h"
 
 namespace dslaunch::kernels::cpu {
 namespace {
-
-using enum Transpose;
 
 // Columns per piece of the bias gradient's column sums.
 constexpr int64_t kColumnBlock = 256;
@@ -33,15 +32,14 @@ void accumulate_column_sums(float* dbias, const float* dout, int64_t N, int64_t 
   }
 }
 
-// C = op(A) · op(B) + beta · C (beta 0 or 1): fp32, or with operands
-// rounded to 16 bits when `rounded` is given.
-void gemm(RoundedGemm* rounded, Transpose trans_a, Transpose trans_b, int64_t M, int64_t N,
-          int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-          int64_t ldc) {
+// Runs a product in fp32, or with operands rounded to 16 bits when
+// `rounded` is given.
+void gemm(RoundedGemm* rounded, const RowMajorGemm& product, const float* A, const float* B,
+          float* C) {
   if (rounded != nullptr) {
-    rounded->run(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta != 0.0f, C, ldc);
+    rounded->run(product, A, B, C);
   } else {
-    sgemm(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+    sgemm(product, A, B, C);
   }
 }
 
@@ -55,25 +53,25 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 #pragma omp parallel for schedule(static)
     for (int64_t row = 0; row < N; ++row) std::memcpy(out + row * OC, bias, OC * sizeof(float));
   }
-  gemm(rounded, kNo, kNo, N, OC, C, inp, C, weight, OC, bias != nullptr ? 1.0f : 0.0f, out, OC);
+  gemm(rounded, model_gemms::linear_forward(N, C, OC, bias != nullptr), inp, weight, out);
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int64_t C, int64_t OC, RoundedGemm* rounded) {
-  if (dinp != nullptr) gemm(rounded, kNo, kYes, N, C, OC, dout, OC, weight, OC, 1.0f, dinp, C);
-  gemm(rounded, kYes, kNo, C, OC, N, inp, C, dout, OC, 1.0f, dweight, OC);
+  if (dinp != nullptr) gemm(rounded, model_gemms::linear_backward_input(N, C, OC), dout, weight, dinp);
+  gemm(rounded, model_gemms::linear_backward_weight(N, C, OC), inp, dout, dweight);
   if (dbias != nullptr) accumulate_column_sums(dbias, dout, N, OC);
 }
 
 void logits_forward(float* logits, const float* inp, const float* wte, int64_t N, int64_t C,
                     int64_t Vp, RoundedGemm* rounded) {
-  gemm(rounded, kNo, kYes, N, Vp, C, inp, C, wte, C, 0.0f, logits, Vp);
+  gemm(rounded, model_gemms::logits_forward(N, C, Vp), inp, wte, logits);
 }
 
 void logits_backward(float* dinp, float* dwte, const float* dlogits, const float* inp,
                      const float* wte, int64_t N, int64_t C, int64_t Vp, RoundedGemm* rounded) {
-  gemm(rounded, kNo, kNo, N, C, Vp, dlogits, Vp, wte, C, 1.0f, dinp, C);
-  gemm(rounded, kYes, kNo, Vp, C, N, dlogits, Vp, inp, C, 1.0f, dwte, C);
+  gemm(rounded, model_gemms::logits_backward_input(N, C, Vp), dlogits, wte, dinp);
+  gemm(rounded, model_gemms::logits_backward_weight(N, C, Vp), dlogits, inp, dwte);
 }
 
 }  // namespace dslaunch::kernels::cpu

@@ -138,30 +138,37 @@ void RoundedGemm::pack_b(Transpose trans_b, int64_t N, int64_t K, const float* B
   }
 }
 
-void RoundedGemm::run(Transpose trans_a, Transpose trans_b, int64_t M, int64_t N, int64_t K,
-                      const float* A, int64_t lda, const float* B, int64_t ldb, bool accumulate,
-                      float* C, int64_t ldc) {
-  if (M <= 0 || N <= 0) return;
-  pack_b(trans_b, N, K, B, ldb);
+void RoundedGemm::run(const RowMajorGemm& gemm, const float* A, const float* B, float* C) {
+  check_gemm(gemm);
+  if (gemm.alpha != 1.0f || (gemm.beta != 0.0f && gemm.beta != 1.0f) || gemm.batch != 1) {
+    throw std::invalid_argument("16-bit matrix product: only alpha 1, beta 0 or 1, batch 1");
+  }
+  const Transpose trans_a = gemm.trans_a;
+  const Transpose trans_b = gemm.trans_b;
+  const int64_t M = gemm.M, N = gemm.N, K = gemm.K;
+  const bool accumulate = gemm.beta != 0.0f;
+  if (M == 0 || N == 0) return;
+  pack_b(trans_b, N, K, B, gemm.ldb);
   const bool ta = trans_a == Transpose::kYes;
   const bool tb = trans_b == Transpose::kYes;
   const int64_t block = std::max<int64_t>(64, block_elements_ / std::max<int64_t>(K, 1)) / 64 * 64;
   for (int64_t row0 = 0; row0 < M; row0 += block) {
     const int64_t rows = std::min(block, M - row0);
-    pack_a(trans_a, row0, rows, K, A, lda);
-    float* c = C + row0 * ldc;
+    pack_a(trans_a, row0, rows, K, A, gemm.lda);
+    float* c = C + row0 * gemm.ldc;
     if (onednn_) {
-      dnnl::matmul& product = onednn_->primitive(rows, N, K, ta, tb, accumulate, ldc);
+      dnnl::matmul& product = onednn_->primitive(rows, N, K, ta, tb, accumulate, gemm.ldc);
       const dnnl::memory a(onednn_->a_desc(rows, K, ta), onednn_->engine, a16_.data());
       const dnnl::memory b(onednn_->b_desc(N, K, tb), onednn_->engine, b16_.data());
-      const dnnl::memory out(dnnl::memory::desc({rows, N}, dt::f32, dnnl::memory::dims{ldc, 1}),
+      const dnnl::memory out(dnnl::memory::desc({rows, N}, dt::f32, dnnl::memory::dims{gemm.ldc, 1}),
                              onednn_->engine, c);
       product.execute(onednn_->stream,
                       {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, out}});
       onednn_->stream.wait();
     } else {
-      sgemm(trans_a, trans_b, rows, N, K, 1.0f, a32_.data(), ta ? rows : K, b32_.data(), tb ? K : N,
-            accumulate ? 1.0f : 0.0f, c, ldc);
+      sgemm({.trans_a = trans_a, .trans_b = trans_b, .M = rows, .N = N, .K = K,
+             .lda = ta ? rows : K, .ldb = tb ? K : N, .ldc = gemm.ldc, .beta = gemm.beta},
+            a32_.data(), b32_.data(), c);
     }
   }
 }

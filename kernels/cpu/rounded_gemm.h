@@ -34,11 +34,11 @@ class RoundedGemm {
   // or "OpenBLAS sgemm on bf16-rounded operands".
   std::string kernel_name() const;
 
-  // Row-major C (M,N) = round(op(A)) (M,K) · round(op(B)) (K,N), plus C
-  // when `accumulate`. Works through C's rows in blocks so the 16-bit copy
-  // of A stays small; B is rounded once per call.
-  void run(Transpose trans_a, Transpose trans_b, int64_t M, int64_t N, int64_t K, const float* A,
-           int64_t lda, const float* B, int64_t ldb, bool accumulate, float* C, int64_t ldc);
+  // C = round(op(A)) · round(op(B)) + beta · C for a single product with
+  // alpha 1 and beta 0 or 1 (std::invalid_argument otherwise), which is
+  // what the model's products are. Works through C's rows in blocks so the
+  // 16-bit copy of A stays small; B is rounded once per call.
+  void run(const RowMajorGemm& gemm, const float* A, const float* B, float* C);
 
  private:
   struct Onednn;  // the engine, stream and primitives, when oneDNN runs bf16

@@ -19,7 +19,8 @@ filegroup(
 
 cc_library(
     name = "cuda_headers",
-    hdrs = glob(["include/**/*.h", "include/**/*.hpp"]),
+    # Some of CUDA 13's headers have no extension (nv/target).
+    hdrs = glob(["include/**"]),
     includes = ["include"],
 )
 

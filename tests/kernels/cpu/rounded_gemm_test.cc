@@ -16,7 +16,6 @@ namespace dslaunch::kernels::testing {
 namespace {
 
 using cpu::RoundedGemm;
-using cpu::Transpose;
 
 double rounded(core::DType dtype, float x) {
   return dtype == core::DType::kBF16 ? bf16_to_float(float_to_bf16(x))
@@ -61,8 +60,11 @@ TEST_CASE("16-bit products equal the exact product of the rounded operands, to f
         for (bool accumulate : {false, true}) {
           INFO("transposed A " << ta << ", transposed B " << tb << ", accumulate " << accumulate);
           std::vector<float> C = c0;
-          gemm.run(ta ? Transpose::kYes : Transpose::kNo, tb ? Transpose::kYes : Transpose::kNo, M,
-                   N, K, A.data(), ta ? M : K, B.data(), tb ? K : N, accumulate, C.data(), N);
+          gemm.run({.trans_a = ta ? Transpose::kYes : Transpose::kNo,
+                    .trans_b = tb ? Transpose::kYes : Transpose::kNo,
+                    .M = M, .N = N, .K = K, .lda = ta ? M : K, .ldb = tb ? K : N, .ldc = N,
+                    .beta = accumulate ? 1.0f : 0.0f},
+                   A.data(), B.data(), C.data());
           const std::vector<float> zero(M * N, 0.0f);
           const auto& start = accumulate ? c0 : zero;
           CHECK(relative_error(C, reference(dtype, ta, tb, M, N, K, A, B, start)) < 1e-6);
