@@ -2,23 +2,25 @@
 
 // Scalar conversions between float and the two 16-bit formats, rounding to
 // nearest even as PyTorch's .to(torch.bfloat16) and .to(torch.float16) and
-// CUDA's __float2bfloat16_rn / __float2half_rn do. Plain integer arithmetic,
-// so the same functions can serve the CUDA kernels (issue 19) and are
-// tested here bit for bit. Written by hand because no Debian library offers
+// CUDA's __float2bfloat16_rn / __float2half_rn do. Plain integer arithmetic
+// (DSL_HOST_DEVICE), so the CUDA kernels run the same functions, tested
+// here bit for bit. Written by hand because no Debian library offers
 // them for C++17/20 (std::bfloat16_t is C++23).
 
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/simt/host_device.h"
+
 namespace dslaunch::kernels {
 
-inline uint32_t float_bits(float value) {
+DSL_HOST_DEVICE inline uint32_t float_bits(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof bits);
   return bits;
 }
 
-inline float float_from_bits(uint32_t bits) {
+DSL_HOST_DEVICE inline float float_from_bits(uint32_t bits) {
   float value;
   std::memcpy(&value, &bits, sizeof value);
   return value;
@@ -26,19 +28,19 @@ inline float float_from_bits(uint32_t bits) {
 
 // bf16 is float's upper half: round the lower half away, ties to even. NaNs
 // stay NaN (quiet), whatever their payload.
-inline uint16_t float_to_bf16(float value) {
+DSL_HOST_DEVICE inline uint16_t float_to_bf16(float value) {
   const uint32_t bits = float_bits(value);
   if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
   const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
   return static_cast<uint16_t>((bits + rounding) >> 16);
 }
 
-inline float bf16_to_float(uint16_t value) { return float_from_bits(static_cast<uint32_t>(value) << 16); }
+DSL_HOST_DEVICE inline float bf16_to_float(uint16_t value) { return float_from_bits(static_cast<uint32_t>(value) << 16); }
 
 // IEEE binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits; values
 // past 65504 (after rounding) become infinity, values below 2^-24 / 2 zero,
 // and subnormals are rounded like the rest.
-inline uint16_t float_to_fp16(float value) {
+DSL_HOST_DEVICE inline uint16_t float_to_fp16(float value) {
   const uint32_t bits = float_bits(value);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t magnitude = bits & 0x7fffffffu;
@@ -63,7 +65,7 @@ inline uint16_t float_to_fp16(float value) {
   return static_cast<uint16_t>(sign | ((rebased + rounding) >> 13));
 }
 
-inline float fp16_to_float(uint16_t value) {
+DSL_HOST_DEVICE inline float fp16_to_float(uint16_t value) {
   const uint32_t sign = static_cast<uint32_t>(value & 0x8000u) << 16;
   const uint32_t exponent = (value >> 10) & 0x1fu;
   const uint32_t mantissa = value & 0x3ffu;

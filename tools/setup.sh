@@ -17,6 +17,8 @@ packages=(
   catch2 libcli11-dev nlohmann-json3-dev libxxhash-dev libhwloc-dev
   liburing-dev libdnnl-dev libssl-dev
   libpcre2-dev libcpp-httplib-dev libdw-dev
+  # fibers for the CUDA thread-model emulator (kernels/simt)
+  libboost-context-dev
   # `dslaunch plot`
   gnuplot-nox
   # test hosts for multi-host runs (tools/testhosts.sh): namespaces, links,

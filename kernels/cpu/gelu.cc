@@ -1,20 +1,14 @@
-#include <cmath>
-
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/vectorize.h"
+#include "kernels/math/gelu.h"
 
 namespace dslaunch::kernels::cpu {
 namespace {
 
-// GELU's tanh approximation: 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))).
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kCubic = 0.044715f;
-
 DSL_VECTOR_CLONES void gelu_chunk(float* out, const float* inp, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    const float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kCubic * x * x * x)));
+    out[i] = math::gelu(inp[i]);
   }
 }
 
@@ -22,11 +16,7 @@ DSL_VECTOR_CLONES void gelu_backward_chunk(float* dinp, const float* inp, const 
                                            int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    const float x = inp[i];
-    const float tanh_u = tanhf(kSqrt2OverPi * (x + kCubic * x * x * x));
-    const float du_dx = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
-    const float grad = 0.5f * (1.0f + tanh_u) + 0.5f * x * (1.0f - tanh_u * tanh_u) * du_dx;
-    dinp[i] += grad * dout[i];
+    dinp[i] += math::gelu_derivative(inp[i]) * dout[i];
   }
 }
 

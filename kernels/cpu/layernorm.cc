@@ -1,13 +1,11 @@
 #include <algorithm>
-#include <cmath>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/vectorize.h"
+#include "kernels/math/layernorm.h"
 
 namespace dslaunch::kernels::cpu {
 namespace {
-
-constexpr double kEps = 1e-5;
 
 // Rows per block of layernorm_backward: each block sums its rows' dweight and
 // dbias contributions, and the blocks are combined in order, so the result
@@ -31,9 +29,9 @@ DSL_VECTOR_CLONES void normalize_row(float* out, float* mean_out, float* rstd_ou
     squares += d * d;
   }
   const auto m = static_cast<float>(mean);
-  const auto r = static_cast<float>(1.0 / std::sqrt(squares / static_cast<double>(C) + kEps));
+  const float r = math::layernorm_rstd(squares, C);
 #pragma omp simd
-  for (int64_t i = 0; i < C; ++i) out[i] = (x[i] - m) * r * weight[i] + bias[i];
+  for (int64_t i = 0; i < C; ++i) out[i] = math::layernorm_output(x[i], m, r, weight[i], bias[i]);
   *mean_out = m;
   *rstd_out = r;
 }
@@ -60,7 +58,7 @@ DSL_VECTOR_CLONES void backward_row(float* dinp, double* dweight_sum, double* db
   for (int64_t i = 0; i < C; ++i) {
     const float norm = (x[i] - mean) * rstd;
     const float dnorm = weight[i] * dout[i];
-    dinp[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rstd;
+    dinp[i] += math::layernorm_input_gradient(dnorm, norm, dnorm_mean, dnorm_norm_mean, rstd);
   }
 }
 

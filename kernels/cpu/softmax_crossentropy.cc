@@ -4,6 +4,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/softmax_row.h"
 #include "kernels/cpu/vectorize.h"
+#include "kernels/math/cross_entropy.h"
 
 namespace dslaunch::kernels::cpu {
 namespace {
@@ -15,11 +16,7 @@ DSL_VECTOR_CLONES float softmax_crossentropy_row(float* probs, const float* logi
                                                  int64_t V, int64_t Vp) {
   const float target_logit = logits[target];
   const SoftmaxNormaliser normaliser = softmax_row(probs, logits, V, Vp);
-  // logsumexp = max + log(sum), and sum >= 1: the loss is the target's gap
-  // below the maximum, exact in double, plus a small positive term, finite
-  // however far the target lies below.
-  return static_cast<float>((double{normaliser.max} - double{target_logit}) +
-                            std::log(normaliser.sum));
+  return math::crossentropy_loss(normaliser.max, target_logit, normaliser.sum);
 }
 
 DSL_VECTOR_CLONES void add_scaled(float* dst, const float* src, float factor, int64_t n) {
@@ -77,9 +74,7 @@ void vocab_parallel_softmax_loss(float* probs, float* losses, const float* logit
 #pragma omp simd
     for (int64_t j = 0; j < V; ++j) p[j] = expf(x[j] - max) * inverse;
     std::fill(p + V, p + Vp, 0.0f);
-    // As softmax_crossentropy_row: the gap below the maximum, then the log.
-    losses[row] = static_cast<float>((double{max} - double{sums[N + row]}) +
-                                     std::log(double{sums[row]}));
+    losses[row] = math::crossentropy_loss(max, sums[N + row], sums[row]);
   }
 }
 
@@ -97,8 +92,8 @@ void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const f
     }
     const float before = d[target];
     add_scaled(d, p, dlosses[row], V);
-    // The target's own term, (p - 1)·dloss, rounded as one expression.
-    d[target] = before + (p[target] - 1.0f) * dlosses[row];
+    // The target's own term, rounded as one expression.
+    d[target] = before + math::crossentropy_logit_gradient(p[target], true, dlosses[row]);
   }
 }
 
