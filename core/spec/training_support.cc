@@ -9,8 +9,9 @@ bool cuda_training_built() { return false; }
 std::string training_support_problem(const spec::JobSpec& spec) {
   const spec::TrainingSpec& training = spec.training;
   if (spec.cluster.device == spec::Device::kCuda && !cuda_training_built()) {
-    return "the training engine runs on CPU so far (cluster.device: cpu); the CUDA backend is "
-           "not built yet";
+    return "the training engine runs on CPU so far (cluster.device: cpu): the CUDA kernels "
+           "are built with --config=cuda and checked by `dslaunch selftest`, but training on "
+           "GPUs also needs the NCCL communicator, not built yet";
   }
   if (training.zero.offload_optimizer.device == spec::OffloadDevice::kCpu) {
     return "offload_optimizer device cpu: on the CPU engine the optimizer states already live in "

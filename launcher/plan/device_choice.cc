@@ -10,8 +10,8 @@ DeviceChoice choose_device(int visible_gpus, bool cuda_training_built) {
   }
   if (!cuda_training_built) {
     return {spec::Device::kCpu,
-            fmt::format("cpu: {} GPU(s) visible, but this build trains on CPU only (the CUDA "
-                        "backend is not built yet)",
+            fmt::format("cpu: {} GPU(s) visible, but this build trains on CPU only (training "
+                        "on GPUs is not built yet; `dslaunch selftest` checks the CUDA kernels)",
                         visible_gpus)};
   }
   return {spec::Device::kCuda, fmt::format("cuda: {} GPU(s) visible", visible_gpus)};

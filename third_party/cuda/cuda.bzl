@@ -20,7 +20,7 @@ CUDA_ONLY = select({
     "//conditions:default": ["@platforms//:incompatible"],
 })
 
-def cuda_library(name, srcs, hdrs = [], includes_hdrs = [], deps = [], **kwargs):
+def cuda_library(name, srcs, hdrs = [], includes_hdrs = [], deps = [], nvcc_flags = [], **kwargs):
     """A cc_library made from CUDA sources.
 
     Args:
@@ -30,6 +30,7 @@ def cuda_library(name, srcs, hdrs = [], includes_hdrs = [], deps = [], **kwargs)
       includes_hdrs: other project headers the .cu files include (nvcc runs
         outside Bazel's C++ rules, so they must be listed).
       deps: cc_library dependencies for users of this library.
+      nvcc_flags: more nvcc options for these sources.
       **kwargs: passed to the cc_library (visibility, tags).
     """
     archive = "lib%s_device.a" % name
@@ -51,7 +52,7 @@ def cuda_library(name, srcs, hdrs = [], includes_hdrs = [], deps = [], **kwargs)
             "-I$(GENDIR)",
             "-Xcompiler=-fPIC,-Wall,-Wextra",
             "--Werror=all-warnings",
-        ] + CUDA_GENCODE + [
+        ] + CUDA_GENCODE + nvcc_flags + [
             "-o $@",
         ] + ["$(location %s)" % s for s in srcs]),
     )

@@ -91,7 +91,7 @@ TEST_CASE("the backend comes from the job's device") {
   auto cuda = make_backend(DeviceKind::kCuda, 1);
   REQUIRE_FALSE(cuda.ok());
   CHECK(cuda.status().code() == core::StatusCode::kUnavailable);
-  CHECK_THAT(cuda.status().message(), Catch::Contains("cluster.device: cpu"));
+  CHECK_THAT(cuda.status().message(), Catch::Contains("--config=cuda"));
 }
 
 }  // namespace

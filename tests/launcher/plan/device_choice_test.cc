@@ -13,8 +13,8 @@ TEST_CASE("auto is cuda only where GPUs are visible and the build trains on them
   const auto unbuilt = choose_device(4, false);
   CHECK(unbuilt.device == Device::kCpu);
   CHECK(unbuilt.reason ==
-        "cpu: 4 GPU(s) visible, but this build trains on CPU only (the CUDA backend is not "
-        "built yet)");
+        "cpu: 4 GPU(s) visible, but this build trains on CPU only (training on GPUs is not "
+        "built yet; `dslaunch selftest` checks the CUDA kernels)");
 
   const auto gpus = choose_device(8, true);
   CHECK(gpus.device == Device::kCuda);

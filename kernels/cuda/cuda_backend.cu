@@ -1,0 +1,161 @@
+// The CUDA backend: kernels/backend.h on one GPU. The kernels are
+// SimtBackend's (kernels/simt), the same code the emulated backend runs on
+// the CPU in the tests; the products are the shared descriptors on cuBLAS.
+// Compiled with --fmad=false (BUILD.bazel) so the AdamW element rounds as
+// the CPU backend's does.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <new>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/cublas_gemm.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/device_thread.cuh"
+#include "kernels/simt/simt_backend.h"
+
+namespace dslaunch::kernels::cuda {
+namespace {
+
+using simt::kMaxPartialSums;
+using simt::SimtBackend;
+
+class CudaStream final : public Stream {
+ public:
+  CudaStream() { check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream"); }
+  ~CudaStream() override { cudaStreamDestroy(stream); }
+  cudaStream_t stream = nullptr;
+};
+
+class CudaEvent final : public Event {
+ public:
+  CudaEvent() { check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "event"); }
+  ~CudaEvent() override { cudaEventDestroy(event); }
+  cudaEvent_t event = nullptr;
+};
+
+void check_cublas(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw std::runtime_error(std::string(what) + ": " + cublasGetStatusString(status));
+  }
+}
+
+class CudaBackend final : public SimtBackend<CudaBackend> {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    int driver = 0;
+    if (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0) {
+      throw std::runtime_error(
+          "no CUDA driver on this machine (no NVIDIA GPU, or its driver "
+          "is not installed)");
+    }
+    int count = 0;
+    check_cuda(cudaGetDeviceCount(&count), "counting CUDA devices");
+    if (device < 0 || device >= count) {
+      throw std::runtime_error("no CUDA device " + std::to_string(device) + " (" +
+                               std::to_string(count) + " visible)");
+    }
+    check_cuda(cudaSetDevice(device), "selecting the CUDA device");
+    cudaDeviceProp props{};
+    check_cuda(cudaGetDeviceProperties(&props, device), "reading the device's properties");
+    name_ = "cuda:" + std::to_string(device) + " (" + props.name + ")";
+    check_cublas(cublasCreate(&cublas_), "creating the cuBLAS handle");
+    check_cuda(cudaMalloc(&sum_scratch_, (kMaxPartialSums + 1) * sizeof(double)),
+               "allocating the sums' scratch");
+  }
+  ~CudaBackend() override {
+    cudaFree(sum_scratch_);
+    cublasDestroy(cublas_);
+  }
+
+  std::string name() const override { return name_; }
+
+  void* allocate(int64_t bytes) override {
+    void* data = nullptr;
+    // cudaMalloc aligns to 256 bytes, more than the 64 promised.
+    if (cudaMalloc(&data, static_cast<size_t>(std::max<int64_t>(bytes, 1))) != cudaSuccess) {
+      cudaGetLastError();  // clear the error, so the next call does not report it
+      throw std::bad_alloc();
+    }
+    return data;
+  }
+  void deallocate(void* data) override {
+    if (data != nullptr) check_cuda(cudaFree(data), "cudaFree");
+  }
+  void copy_host_to_device(void* device, const void* host, int64_t bytes) override {
+    if (bytes > 0) {
+      check_cuda(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_), "copy");
+    }
+  }
+  void copy_device_to_host(void* host, const void* device, int64_t bytes) override {
+    if (bytes <= 0) return;
+    check_cuda(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_), "copy");
+    check_cuda(cudaStreamSynchronize(stream_), "copy to the host");
+  }
+  void copy_device_to_device(void* to, const void* from, int64_t bytes) override {
+    if (bytes > 0) {
+      check_cuda(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
+    }
+  }
+  void memset_zero(void* device, int64_t bytes) override {
+    if (bytes > 0) check_cuda(cudaMemsetAsync(device, 0, bytes, stream_), "cudaMemsetAsync");
+  }
+
+  std::unique_ptr<Stream> create_stream() override { return std::make_unique<CudaStream>(); }
+  std::unique_ptr<Event> create_event() override { return std::make_unique<CudaEvent>(); }
+  void set_stream(Stream* stream) override {
+    stream_ = stream != nullptr ? static_cast<CudaStream*>(stream)->stream : nullptr;
+    check_cublas(cublasSetStream(cublas_, stream_), "cublasSetStream");
+  }
+  void record(Event& event) override {
+    check_cuda(cudaEventRecord(static_cast<CudaEvent&>(event).event, stream_), "cudaEventRecord");
+  }
+  void wait(Event& event) override {
+    check_cuda(cudaStreamWaitEvent(stream_, static_cast<CudaEvent&>(event).event, 0),
+               "cudaStreamWaitEvent");
+  }
+  void synchronize(Event& event) override {
+    check_cuda(cudaEventSynchronize(static_cast<CudaEvent&>(event).event), "cudaEventSynchronize");
+  }
+  void synchronize() override { check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+
+  void set_matmul_precision(core::DType dtype) override {
+    compute_type_for(dtype);  // refuses what has no compute type
+    matmul_precision_ = dtype;
+  }
+  std::string matmul_kernel() const override {
+    if (matmul_precision_ == core::DType::kF32) return "cuBLAS fp32";
+    return "cuBLAS " + std::string(core::dtype_name(matmul_precision_)) +
+           " tensor cores (fp32 accumulation)";
+  }
+
+ private:
+  friend class SimtBackend<CudaBackend>;
+
+  template <class Kernel>
+  void launch_kernel(const Kernel& kernel) {
+    cuda::launch(kernel, stream_);  // not SimtBackend::launch
+  }
+  void run_gemm(const RowMajorGemm& product, const float* A, const float* B, float* C,
+                bool at_matmul_precision) {
+    cublas_gemm(cublas_, product, A, B, C,
+                at_matmul_precision ? matmul_precision_ : core::DType::kF32);
+  }
+  double* sum_scratch() { return sum_scratch_; }
+
+  int device_;
+  std::string name_;
+  cudaStream_t stream_ = nullptr;  // the default stream until set_stream()
+  cublasHandle_t cublas_ = nullptr;
+  core::DType matmul_precision_ = core::DType::kF32;
+  double* sum_scratch_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  return std::make_unique<CudaBackend>(device);
+}
+
+}  // namespace dslaunch::kernels::cuda

@@ -1,0 +1,231 @@
+#pragma once
+
+// Every kernel of kernels/backend.h built from kernels/simt's kernels and
+// model_gemms.h's products, written once for two devices: the CUDA backend
+// (kernels/cuda, on the GPU) and the emulated backend (emulated_backend.h,
+// the same code on the CPU emulator of CUDA's thread model). A Device
+// derives from SimtBackend<Device> (CRTP) and provides memory, streams,
+// matmul_kernel()/set_matmul_precision(), and
+//   template <class Kernel> void launch_kernel(const Kernel& kernel);
+//   void run_gemm(const RowMajorGemm& product, const float* A, const float* B, float* C,
+//                 bool at_matmul_precision);  // else fp32
+//   double* sum_scratch();  // kMaxPartialSums + 1 doubles of device memory
+// (public, or with SimtBackend<Device> a friend).
+// Compiled by nvcc for the GPU and by the host compiler for the emulator.
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "core/dtype.h"
+#include "kernels/backend.h"
+#include "kernels/gemm_descriptor.h"
+#include "kernels/math/adamw.h"
+#include "kernels/model_gemms.h"
+#include "kernels/simt/attention_kernels.h"
+#include "kernels/simt/cross_entropy_kernels.h"
+#include "kernels/simt/elementwise_kernels.h"
+#include "kernels/simt/encoder_kernels.h"
+#include "kernels/simt/layernorm_kernels.h"
+#include "kernels/simt/precision_kernels.h"
+#include "kernels/simt/reduction_kernels.h"
+
+namespace dslaunch::kernels::simt {
+
+template <class Device>
+class SimtBackend : public Backend {
+ public:
+  void convert(void* out, core::DType out_dtype, const void* in, core::DType in_dtype,
+               int64_t n) override {
+    if (!convertible(out_dtype) || !convertible(in_dtype)) {
+      throw std::invalid_argument("convert: only fp32, bf16 and fp16, not " +
+                                  std::string(core::dtype_name(in_dtype)) + " to " +
+                                  std::string(core::dtype_name(out_dtype)));
+    }
+    if (n > 0) launch(Convert{out, out_dtype, in, in_dtype, n});
+  }
+  void round_to(float* out, const float* in, int64_t n, core::DType dtype) override {
+    if (n > 0) launch(RoundTo{out, in, n, dtype});
+  }
+  void fill(float* x, int64_t n, float value) override {
+    if (n > 0) launch(Fill{x, n, value});
+  }
+  void mean(float* result, const float* x, int64_t n) override {
+    const PartialSums partial{scratch().partials, x, n, false};
+    launch(partial);
+    launch(FinishSum{scratch().partials, partial.shape().grid, nullptr, result, n});
+  }
+
+  void encoder_forward(float* out, const int32_t* tokens, const float* wte, VocabSlice vocab,
+                       const float* wpe, int64_t B, int64_t T, int64_t C) override {
+    launch(EncoderForward{out, tokens, wte, vocab.begin, vocab.rows, wpe, B, T, C});
+  }
+  void encoder_backward(float* dwte, VocabSlice vocab, float* dwpe, const float* dout,
+                        const int32_t* tokens, int64_t B, int64_t T, int64_t C) override {
+    if (dwpe != nullptr) launch(EncoderBackwardPositions{dwpe, dout, B, T, C});
+    launch(EncoderBackwardTokens{dwte, vocab.begin, vocab.rows, dout, tokens, B * T, C});
+  }
+
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int64_t N, int64_t C) override {
+    launch(LayernormForward{out, mean, rstd, inp, weight, bias, N, C});
+  }
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, int64_t N, int64_t C) override {
+    launch(LayernormBackwardInput{dinp, dout, inp, weight, mean, rstd, N, C});
+    launch(LayernormBackwardParams{dweight, dbias, dout, inp, mean, rstd, N, C});
+  }
+
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                      int64_t N, int64_t C, int64_t OC) override {
+    if (bias != nullptr) launch(BroadcastRows{out, bias, N, OC});
+    gemm(model_gemms::linear_forward(N, C, OC, bias != nullptr), inp, weight, out);
+  }
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, int64_t N, int64_t C,
+                       int64_t OC) override {
+    if (dinp != nullptr) gemm(model_gemms::linear_backward_input(N, C, OC), dout, weight, dinp);
+    gemm(model_gemms::linear_backward_weight(N, C, OC), inp, dout, dweight);
+    if (dbias != nullptr) launch(AccumulateColumnSums{dbias, dout, N, OC});
+  }
+  void logits_forward(float* logits, const float* inp, const float* wte, int64_t N, int64_t C,
+                      int64_t Vp) override {
+    gemm(model_gemms::logits_forward(N, C, Vp), inp, wte, logits);
+  }
+  void logits_backward(float* dinp, float* dwte, const float* dlogits, const float* inp,
+                       const float* wte, int64_t N, int64_t C, int64_t Vp) override {
+    gemm(model_gemms::logits_backward_input(N, C, Vp), dlogits, wte, dinp);
+    gemm(model_gemms::logits_backward_weight(N, C, Vp), dlogits, inp, dwte);
+  }
+
+  void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+                         int64_t NH) override {
+    const model_gemms::AttentionShape shape{B, T, C, NH};
+    const int64_t hs = shape.hs();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+    for (int64_t h = 0; h < NH; ++h) {
+      const float* q = qkv + h * hs;
+      gemm_fp32(model_gemms::attention_scores(shape, scale), q, q + C, att + h * T * T);
+    }
+    launch(CausalSoftmax{att, B * NH * T, T});
+    for (int64_t h = 0; h < NH; ++h) {
+      gemm_fp32(model_gemms::attention_values(shape), att + h * T * T, qkv + h * hs + 2 * C,
+                out + h * hs);
+    }
+  }
+  void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                          const float* att, int64_t B, int64_t T, int64_t C, int64_t NH) override {
+    const model_gemms::AttentionShape shape{B, T, C, NH};
+    const int64_t hs = shape.hs();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+    for (int64_t h = 0; h < NH; ++h) {
+      gemm_fp32(model_gemms::attention_backward_probs(shape), dout + h * hs, qkv + h * hs + 2 * C,
+                scratch + h * T * T);
+    }
+    launch(SoftmaxBackwardRows{scratch, att, B * NH * T, T});
+    for (int64_t h = 0; h < NH; ++h) {
+      const float* q = qkv + h * hs;
+      float* dq = dqkv + h * hs;
+      const float* ds = scratch + h * T * T;
+      gemm_fp32(model_gemms::attention_backward_query(shape, scale), ds, q + C, dq);
+      gemm_fp32(model_gemms::attention_backward_key(shape, scale), ds, q, dq + C);
+      gemm_fp32(model_gemms::attention_backward_value(shape), att + h * T * T, dout + h * hs,
+                dq + 2 * C);
+    }
+  }
+
+  void gelu_forward(float* out, const float* inp, int64_t n) override {
+    if (n > 0) launch(GeluForward{out, inp, n});
+  }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override {
+    if (n > 0) launch(GeluBackward{dinp, inp, dout, n});
+  }
+  void residual_forward(float* out, const float* a, const float* b, int64_t n) override {
+    if (n > 0) launch(ResidualForward{out, a, b, n});
+  }
+  void residual_backward(float* da, float* db, const float* dout, int64_t n) override {
+    if (n > 0) launch(ResidualBackward{da, db, dout, n});
+  }
+
+  void softmax_crossentropy_forward(float* probs, float* losses, const float* logits,
+                                    const int32_t* targets, int64_t N, int64_t V,
+                                    int64_t Vp) override {
+    if (N > 0) launch(SoftmaxCrossentropyForward{probs, losses, logits, targets, N, V, Vp});
+  }
+  void vocab_parallel_max(float* row_max, const float* logits, int64_t N, int64_t V,
+                          int64_t Vp) override {
+    if (N > 0) launch(VocabParallelMax{row_max, logits, N, V, Vp});
+  }
+  void vocab_parallel_sums(float* sums, const float* logits, const float* row_max,
+                           const int32_t* targets, int64_t vocab_begin, int64_t N, int64_t V,
+                           int64_t Vp) override {
+    if (N > 0) {
+      launch(VocabParallelSums{sums, logits, row_max, targets, vocab_begin, N, V, Vp});
+    }
+  }
+  void vocab_parallel_softmax_loss(float* probs, float* losses, const float* logits,
+                                   const float* row_max, const float* sums, int64_t N, int64_t V,
+                                   int64_t Vp) override {
+    if (N > 0) {
+      launch(VocabParallelSoftmaxLoss{probs, losses, logits, row_max, sums, N, V, Vp});
+    }
+  }
+  void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const float* probs,
+                                     const int32_t* targets, int64_t vocab_begin, int64_t N,
+                                     int64_t V, int64_t Vp) override {
+    if (N * V > 0) {
+      launch(CrossentropySoftmaxBackward{dlogits, dlosses, probs, targets, vocab_begin, N, V, Vp});
+    }
+  }
+
+  void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,
+                    const AdamWParams& hyper, float* rounded) override {
+    if (n > 0) {
+      launch(AdamWUpdate{params, grads, m, v, n, math::adam_scalars(hyper), rounded,
+                         hyper.rounded_dtype});
+    }
+  }
+  double sum_of_squares(const float* x, int64_t n) override {
+    const PartialSums partial{scratch().partials, x, n, true};
+    launch(partial);
+    launch(FinishSum{scratch().partials, partial.shape().grid, scratch().total, nullptr, n});
+    double total = 0;
+    this->copy_device_to_host(&total, scratch().total, sizeof total);
+    return total;
+  }
+  void scale(float* x, int64_t n, float factor) override {
+    if (n > 0) launch(Scale{x, n, factor});
+  }
+
+ private:
+  static bool convertible(core::DType dtype) {
+    return dtype == core::DType::kF32 || dtype == core::DType::kBF16 || dtype == core::DType::kF16;
+  }
+
+  // The two-launch sums' partials and total in device memory.
+  struct Scratch {
+    double* partials;
+    double* total;
+  };
+  Scratch scratch() {
+    double* memory = static_cast<Device*>(this)->sum_scratch();
+    return {memory, memory + kMaxPartialSums};
+  }
+
+  template <class Kernel>
+  void launch(const Kernel& kernel) {
+    static_cast<Device*>(this)->launch_kernel(kernel);
+  }
+  // The linear layers' and the output layer's products, at the precision
+  // set_matmul_precision() chose.
+  void gemm(const RowMajorGemm& product, const float* A, const float* B, float* C) {
+    static_cast<Device*>(this)->run_gemm(product, A, B, C, true);
+  }
+  // Attention's products, fp32 whatever that precision (kernels/backend.h).
+  void gemm_fp32(const RowMajorGemm& product, const float* A, const float* B, float* C) {
+    static_cast<Device*>(this)->run_gemm(product, A, B, C, false);
+  }
+};
+
+}  // namespace dslaunch::kernels::simt
