@@ -177,6 +177,12 @@ int main(int argc, char** argv) try {
       "(dslaunch generate --help lists its options)");
   generate->set_help_flag();
   generate->prefix_command();
+  CLI::App* selftest = app.add_subcommand(
+      "selftest",
+      "Check a GPU (or --device emulated): every kernel and a short training run against the "
+      "CPU backend (dslaunch selftest --help lists its options)");
+  selftest->set_help_flag();
+  selftest->prefix_command();
 
   try {
     app.parse(argc, argv);
@@ -225,6 +231,7 @@ int main(int argc, char** argv) try {
   }
   if (eval->parsed()) return dslaunch::launcher::run_eval_command(argc, argv);
   if (generate->parsed()) return dslaunch::launcher::run_generate_command(argc, argv);
+  if (selftest->parsed()) return dslaunch::launcher::run_selftest_command(argc, argv);
   std::cerr << app.help() << "\ndslaunch: a subcommand is required\n";
   return kUsageError;
 }

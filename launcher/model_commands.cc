@@ -152,6 +152,10 @@ int run_eval_command(int argc, char** argv) {
   return run_worker_subcommand(std::vector<std::string>(argv + 1, argv + argc));
 }
 
+int run_selftest_command(int argc, char** argv) {
+  return run_worker_subcommand(std::vector<std::string>(argv + 1, argv + argc));
+}
+
 int run_generate_command(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);  // args[0] is "generate"
   std::string error;

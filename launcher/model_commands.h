@@ -18,6 +18,10 @@ int run_export_command(const std::string& source, const std::string& out);
 // started, with 1.
 int run_eval_command(int argc, char** argv);
 
+// `dslaunch selftest ARGS...`: runs `dsworker selftest ARGS...` in place of
+// this process, as eval does.
+int run_selftest_command(int argc, char** argv);
+
 // `dslaunch generate ARGS...`: runs `dsworker generate ARGS...` in place of
 // this process, as eval does, after turning a --weights that names a job
 // (an id or a unique prefix of one) rather than a file or folder into that

@@ -23,6 +23,13 @@ if [ -x "${CUDA_PATH:-/usr/local/cuda}/bin/nvcc" ]; then
   echo "== compiling the CUDA configuration (bazel build --config=cuda //...)"
   if bazel build --config=cuda //...; then
     checks+=(--check "bazel build --config=cuda //...=passed")
+    # The tests that exist only in that configuration (they need no GPU,
+    # and check the GPU when there is one).
+    if bazel test --config=cuda //tests/kernels/cuda:cuda_backend_test; then
+      checks+=(--check "bazel test --config=cuda //tests/kernels/cuda:cuda_backend_test=passed")
+    else
+      checks+=(--check "bazel test --config=cuda //tests/kernels/cuda:cuda_backend_test=failed")
+    fi
   else
     checks+=(--check "bazel build --config=cuda //...=failed")
   fi

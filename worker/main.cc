@@ -13,6 +13,7 @@
 #include "worker/comm/mpi_world_probe.h"
 #include "worker/eval_command.h"
 #include "worker/generate_command.h"
+#include "worker/selftest_command.h"
 #include "worker/worker_run.h"
 
 namespace {
@@ -153,6 +154,24 @@ int main(int argc, char** argv) try {
   generate->add_flag("--json", generate_options.json,
                      "Print {\"tokens\": [...], \"text\": ...} when done instead of streaming");
 
+  dslaunch::worker::SelftestOptions selftest_options;
+  CLI::App* selftest = app.add_subcommand(
+      "selftest",
+      "Check a device: every kernel against the CPU backend in each precision, and a short "
+      "training run on both");
+  selftest
+      ->add_option("--device", selftest_options.device,
+                   "cuda (the first visible GPU) or emulated (the CUDA kernels' code on the CPU "
+                   "emulator of CUDA's thread model)")
+      ->capture_default_str();
+  selftest->add_option("--steps", selftest_options.steps, "Steps of each training comparison")
+      ->capture_default_str();
+  selftest->add_option("--seed", selftest_options.seed, "Seed of the random inputs")
+      ->capture_default_str();
+  selftest->add_option("--threads", selftest_options.threads,
+                       "The CPU reference's compute threads (default: every core)");
+  selftest->add_flag("--json", selftest_options.json, "Print one JSON object instead of a table");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -163,6 +182,7 @@ int main(int argc, char** argv) try {
   if (run->parsed()) return dslaunch::worker::run_worker();
   if (eval->parsed()) return dslaunch::worker::run_eval_command(eval_options);
   if (generate->parsed()) return dslaunch::worker::run_generate_command(generate_options);
+  if (selftest->parsed()) return dslaunch::worker::run_selftest_command(selftest_options);
   std::cerr << app.help() << "\ndsworker: a subcommand is required\n";
   return kUsageError;
 }

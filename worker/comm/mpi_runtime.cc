@@ -23,6 +23,12 @@ core::Status mpi_init() {
   return {};
 }
 
+int mpi_world_size() {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
 void mpi_finalize() {
   int initialized = 0;
   int finalized = 0;

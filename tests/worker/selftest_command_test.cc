@@ -1,0 +1,61 @@
+// `dslaunch selftest` end to end: on the emulated CUDA kernels every check
+// passes and the report says so; a device this build lacks is refused.
+#include <string>
+
+#include <fmt/format.h>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/run_command.h"
+
+namespace dslaunch {
+namespace {
+
+using testing::run_command;
+using testing::runfile;
+
+testing::CommandResult selftest(const std::string& args) {
+  return run_command(fmt::format(
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 DSLAUNCH_WORKER='{}' {} "
+      "selftest --threads 1 {} 2>&1",
+      runfile("worker/dsworker"), runfile("launcher/dslaunch"), args));
+}
+
+TEST_CASE("selftest on the emulated CUDA kernels passes every check and reports each") {
+  const auto result = selftest("--device emulated --steps 3 --json");
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  const auto report = nlohmann::json::parse(result.output.substr(result.output.find('{')));
+  CHECK(report["device"].get<std::string>().find("emulated") != std::string::npos);
+  CHECK(report["failed"] == 0);
+  int passed = 0, training = 0, skipped = 0;
+  for (const auto& check : report["checks"]) {
+    const std::string outcome = check["result"];
+    if (outcome.rfind("pass", 0) == 0) ++passed;
+    if (outcome.rfind("skipped", 0) == 0) ++skipped;
+    if (check["check"] == "training, 3 steps") {
+      ++training;
+      CHECK(check["error"].get<double>() <= check["tolerance"].get<double>());
+    }
+  }
+  CHECK(passed == report["passed"]);
+  CHECK(training == 2);  // fp32 and bf16
+  CHECK(skipped == 1);   // NCCL, not built: listed, not counted as passed
+  CHECK(passed + skipped == static_cast<int>(report["checks"].size()));
+}
+
+TEST_CASE("selftest names what it cannot run on and exits 2") {
+  auto result = selftest("");  // --device cuda, which this build has no kernels for
+  CHECK(result.exit_code == 2);
+  CHECK_THAT(result.output, Catch::Contains("--device cuda") && Catch::Contains("--config=cuda") &&
+                                Catch::Contains("--device emulated"));
+  result = selftest("--device tpu");
+  CHECK(result.exit_code == 2);
+  CHECK_THAT(result.output, Catch::Contains("must be cuda or emulated"));
+  result = selftest("--device emulated --steps 0");
+  CHECK(result.exit_code == 2);
+  CHECK_THAT(result.output, Catch::Contains("--steps must be at least 1"));
+}
+
+}  // namespace
+}  // namespace dslaunch

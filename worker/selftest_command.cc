@@ -1,0 +1,148 @@
+#include "worker/selftest_command.h"
+
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kernels/make_backend.h"
+#include "kernels/simt/emulated_backend.h"
+#include "worker/comm/mpi_process_groups.h"
+#include "worker/comm/mpi_runtime.h"
+#include "worker/selftest/kernel_checks.h"
+#include "worker/selftest/training_check.h"
+
+namespace dslaunch::worker {
+namespace {
+
+constexpr int kFailed = 1;
+constexpr int kCannotRun = 2;
+
+// One line of the report.
+struct Row {
+  std::string check;
+  std::string precision;
+  double error = 0;
+  double tolerance = 0;
+  std::string result;  // "pass", "FAIL", or why it was skipped
+};
+
+core::StatusOr<std::unique_ptr<kernels::Backend>> device_backend(const std::string& device,
+                                                                 int threads) {
+  if (device == "cuda") return kernels::make_backend(kernels::DeviceKind::kCuda, threads);
+  if (device == "emulated") return kernels::simt::make_emulated_backend();
+  return core::Status(core::StatusCode::kInvalidArgument,
+                      "--device must be cuda or emulated, not \"" + device + "\"");
+}
+
+std::vector<Row> training_rows(kernels::Backend& device, kernels::Backend& reference, int steps) {
+  std::vector<Row> rows;
+  const auto fail_all = [&](const std::string& why) {
+    for (const char* precision : {"fp32", "bf16"}) {
+      rows.push_back({fmt::format("training, {} steps", steps), precision, 0, 0, "FAIL: " + why});
+    }
+    return rows;
+  };
+  if (const core::Status started = comm::mpi_init(); !started.ok()) {
+    return fail_all(started.message());
+  }
+  std::vector<selftest::TrainingCheck> checks;
+  {
+    // A data group of this process alone, also under mpirun: the tensor
+    // axis spans the world and goes unused.
+    auto groups =
+        comm::create_mpi_process_groups({1, 1, comm::mpi_world_size()}, comm::CommOptions{});
+    if (!groups.ok()) return fail_all(groups.status().message());
+    checks = selftest::check_training(device, reference, (*groups)->data(), steps,
+                                      std::filesystem::temp_directory_path().string());
+  }
+  comm::mpi_finalize();
+  for (const selftest::TrainingCheck& check : checks) {
+    std::string result = check.passed() ? "pass" : "FAIL";
+    if (!check.error_message.empty()) result += ": " + check.error_message;
+    if (check.error_message.empty()) {
+      result += fmt::format(" (final loss {:.4f}, CPU {:.4f})", check.device_final_loss,
+                            check.reference_final_loss);
+    }
+    rows.push_back({fmt::format("training, {} steps", check.steps), check.precision, check.error,
+                    check.tolerance, result});
+  }
+  return rows;
+}
+
+void print_table(const std::string& device_name, const std::vector<Row>& rows) {
+  std::cout << fmt::format(
+      "{} against the CPU backend (errors: largest difference over the "
+      "largest reference value)\n\n",
+      device_name);
+  std::cout << fmt::format("{:<42} {:<14} {:>10} {:>10}  {}\n", "check", "precision", "error",
+                           "tolerance", "result");
+  for (const Row& row : rows) {
+    const bool skipped = row.result.rfind("skipped", 0) == 0;
+    std::cout << fmt::format("{:<42} {:<14} {:>10} {:>10}  {}\n", row.check, row.precision,
+                             skipped ? "-" : fmt::format("{:.2e}", row.error),
+                             skipped ? "-" : fmt::format("{:.0e}", row.tolerance), row.result);
+  }
+}
+
+}  // namespace
+
+int run_selftest_command(const SelftestOptions& options) {
+  const int threads = options.threads > 0
+                          ? options.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  if (options.steps < 1) {
+    std::cerr << "dslaunch selftest: --steps must be at least 1\n";
+    return kCannotRun;
+  }
+  auto device = device_backend(options.device, threads);
+  if (!device.ok()) {
+    std::cerr << "dslaunch selftest: --device " << options.device << ": "
+              << device.status().message()
+              << "\n(--device emulated runs the CUDA kernels' code on this CPU instead)\n";
+    return kCannotRun;
+  }
+  auto reference = kernels::make_cpu_backend(threads);
+
+  std::vector<Row> rows;
+  for (const selftest::KernelCheck& check :
+       selftest::check_kernels(**device, *reference, options.seed)) {
+    rows.push_back({check.kernel, check.precision, check.error, check.tolerance,
+                    check.passed() ? "pass" : "FAIL"});
+  }
+  for (Row& row : training_rows(**device, *reference, options.steps)) rows.push_back(row);
+  rows.push_back({"NCCL collectives against MPI", "-", 0, 0,
+                  "skipped: this build has no NCCL communicator yet"});
+
+  int failed = 0, passed = 0;
+  for (const Row& row : rows) {
+    if (row.result.rfind("pass", 0) == 0) ++passed;
+    if (row.result.rfind("FAIL", 0) == 0) ++failed;
+  }
+  if (options.json) {
+    nlohmann::json checks = nlohmann::json::array();
+    for (const Row& row : rows) {
+      checks.push_back({{"check", row.check},
+                        {"precision", row.precision},
+                        {"error", row.error},
+                        {"tolerance", row.tolerance},
+                        {"result", row.result}});
+    }
+    std::cout << nlohmann::json{{"device", (*device)->name()},
+                                {"passed", passed},
+                                {"failed", failed},
+                                {"checks", checks}}
+                     .dump(2)
+              << "\n";
+  } else {
+    print_table((*device)->name(), rows);
+    std::cout << fmt::format("\n{} passed, {} failed\n", passed, failed);
+  }
+  return failed == 0 ? 0 : kFailed;
+}
+
+}  // namespace dslaunch::worker
