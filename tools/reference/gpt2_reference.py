@@ -354,6 +354,8 @@ def command_train_bench(args):
     L, C, H, V, T, B = args.layers, args.channels, args.heads, args.vocab, args.seq, args.batch
     model = define_model(torch)(L, C, H, V, T)
     model.init_gpt2(L)
+    device = torch.device(args.device)
+    model.to(device)
     # Matrices and embeddings decay; biases and LayerNorm parameters do not.
     decay = [p for p in model.parameters() if p.dim() == 2]
     no_decay = [p for p in model.parameters() if p.dim() != 2]
@@ -362,15 +364,26 @@ def command_train_bench(args):
          {"params": no_decay, "weight_decay": 0.0}],
         lr=args.lr, betas=(0.9, 0.999), eps=1e-8, foreach=True)
     batch = torch.randint(V, (B, T + 1), generator=torch.Generator().manual_seed(args.seed))
-    inputs, targets = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
+    inputs = batch[:, :-1].contiguous().to(device)
+    targets = batch[:, 1:].contiguous().to(device)
+    # bf16 as mixed-precision training runs it on a GPU: autocast's bf16
+    # products, fp32 weights and optimizer.
+    autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16)
+
+    def synchronize():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
 
     step_seconds, losses = [], []
     for step in range(args.warmup + args.steps):
+        synchronize()
         start = time.perf_counter()
-        loss = model(inputs, targets)
+        with autocast:
+            loss = model(inputs, targets)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        synchronize()
         elapsed = time.perf_counter() - start
         losses.append(float(loss))
         if step >= args.warmup:
@@ -573,6 +586,8 @@ def main():
     tb.add_argument("--lr", type=float, default=1e-4)
     tb.add_argument("--weight-decay", type=float, default=0.1)
     tb.add_argument("--seed", type=int, default=1)
+    tb.add_argument("--device", default="cpu", help="cpu, or cuda for the first GPU")
+    tb.add_argument("--bf16", action="store_true", help="bf16 autocast around the forward pass")
     tb.set_defaults(run=command_train_bench)
 
     ab = commands.add_parser("adam-bench", parents=[common],
