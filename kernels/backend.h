@@ -66,6 +66,7 @@ class Backend {
   virtual void deallocate(void* data) = 0;
   virtual void copy_host_to_device(void* device, const void* host, int64_t bytes) = 0;
   virtual void copy_device_to_host(void* host, const void* device, int64_t bytes) = 0;
+  // The two ranges must not overlap (cudaMemcpy's rule).
   virtual void copy_device_to_device(void* to, const void* from, int64_t bytes) = 0;
   virtual void memset_zero(void* device, int64_t bytes) = 0;
 
@@ -106,8 +107,9 @@ class Backend {
 
   // x[i] = value for i in [0, n).
   virtual void fill(float* x, int64_t n, float value) = 0;
-  // result[0] = the mean of x[0, n), summed in double in index order and
-  // rounded to float once; result stays in the backend's memory.
+  // result[0] = the mean of x[0, n), summed in double (on the CPU in index
+  // order, on a GPU in a fixed tree order) and rounded to float once; result
+  // stays in the backend's memory.
   virtual void mean(float* result, const float* x, int64_t n) = 0;
 
   // The token embedding's rows one rank holds: all of them, or under tensor

@@ -1,6 +1,5 @@
 #include "worker/selftest_command.h"
 
-#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -11,8 +10,6 @@
 
 #include "kernels/make_backend.h"
 #include "kernels/simt/emulated_backend.h"
-#include "worker/comm/mpi_process_groups.h"
-#include "worker/comm/mpi_runtime.h"
 #include "worker/selftest/kernel_checks.h"
 #include "worker/selftest/training_check.h"
 
@@ -41,35 +38,12 @@ core::StatusOr<std::unique_ptr<kernels::Backend>> device_backend(const std::stri
 
 std::vector<Row> training_rows(kernels::Backend& device, kernels::Backend& reference, int steps) {
   std::vector<Row> rows;
-  const auto fail_all = [&](const std::string& why) {
-    for (const char* precision : {"fp32", "bf16"}) {
-      rows.push_back({fmt::format("training, {} steps", steps), precision, 0, 0, "FAIL: " + why});
-    }
-    return rows;
-  };
-  if (const core::Status started = comm::mpi_init(); !started.ok()) {
-    return fail_all(started.message());
-  }
-  std::vector<selftest::TrainingCheck> checks;
-  {
-    // A data group of this process alone, also under mpirun: the tensor
-    // axis spans the world and goes unused.
-    auto groups =
-        comm::create_mpi_process_groups({1, 1, comm::mpi_world_size()}, comm::CommOptions{});
-    if (!groups.ok()) return fail_all(groups.status().message());
-    checks = selftest::check_training(device, reference, (*groups)->data(), steps,
-                                      std::filesystem::temp_directory_path().string());
-  }
-  comm::mpi_finalize();
-  for (const selftest::TrainingCheck& check : checks) {
-    std::string result = check.passed() ? "pass" : "FAIL";
-    if (!check.error_message.empty()) result += ": " + check.error_message;
-    if (check.error_message.empty()) {
-      result += fmt::format(" (final loss {:.4f}, CPU {:.4f})", check.device_final_loss,
-                            check.reference_final_loss);
-    }
-    rows.push_back({fmt::format("training, {} steps", check.steps), check.precision, check.error,
-                    check.tolerance, result});
+  for (const selftest::TrainingCheck& check : selftest::check_training(device, reference, steps)) {
+    rows.push_back(
+        {fmt::format("training, {} steps", check.steps), check.precision, check.error,
+         check.tolerance,
+         fmt::format("{} (final loss {:.4f}, CPU {:.4f})", check.passed() ? "pass" : "FAIL",
+                     check.device_final_loss, check.reference_final_loss)});
   }
   return rows;
 }

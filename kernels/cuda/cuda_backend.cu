@@ -18,7 +18,6 @@
 namespace dslaunch::kernels::cuda {
 namespace {
 
-using simt::kMaxPartialSums;
 using simt::SimtBackend;
 
 class CudaStream final : public Stream {
@@ -61,11 +60,9 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
     check_cuda(cudaGetDeviceProperties(&props, device), "reading the device's properties");
     name_ = "cuda:" + std::to_string(device) + " (" + props.name + ")";
     check_cublas(cublasCreate(&cublas_), "creating the cuBLAS handle");
-    check_cuda(cudaMalloc(&sum_scratch_, (kMaxPartialSums + 1) * sizeof(double)),
-               "allocating the sums' scratch");
   }
   ~CudaBackend() override {
-    cudaFree(sum_scratch_);
+    cudaFree(scratch_);
     cublasDestroy(cublas_);
   }
 
@@ -80,8 +77,11 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
     }
     return data;
   }
+  // Never throws: it runs in destructors (DeviceBuffer's), also while an
+  // exception unwinds. cudaFree fails only after an earlier error, which was
+  // reported where it happened.
   void deallocate(void* data) override {
-    if (data != nullptr) check_cuda(cudaFree(data), "cudaFree");
+    if (data != nullptr) cudaFree(data);
   }
   void copy_host_to_device(void* device, const void* host, int64_t bytes) override {
     if (bytes > 0) {
@@ -142,14 +142,27 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
     cublas_gemm(cublas_, product, A, B, C,
                 at_matmul_precision ? matmul_precision_ : core::DType::kF32);
   }
-  double* sum_scratch() { return sum_scratch_; }
+  // Grows by reallocating: cudaFree waits for the work still using the old
+  // memory, so this is stream-ordered like everything else.
+  double* scratch_doubles(int64_t count) {
+    if (count > scratch_count_) {
+      cudaFree(scratch_);
+      scratch_ = nullptr;
+      scratch_count_ = 0;
+      check_cuda(cudaMalloc(&scratch_, static_cast<size_t>(count) * sizeof(double)),
+                 "allocating scratch for partial sums");
+      scratch_count_ = count;
+    }
+    return scratch_;
+  }
 
   int device_;
   std::string name_;
   cudaStream_t stream_ = nullptr;  // the default stream until set_stream()
   cublasHandle_t cublas_ = nullptr;
   core::DType matmul_precision_ = core::DType::kF32;
-  double* sum_scratch_ = nullptr;
+  double* scratch_ = nullptr;  // partial sums, grown as needed
+  int64_t scratch_count_ = 0;
 };
 
 }  // namespace

@@ -110,26 +110,6 @@ struct BroadcastRows {
   }
 };
 
-// sums (width) += the column sums of x (rows, width), each summed over the
-// rows in order in double, as the CPU backend sums a bias gradient: one
-// thread per column, so neighbouring threads read neighbouring addresses.
-struct AccumulateColumnSums {
-  float* sums;
-  const float* x;
-  int64_t rows;
-  int64_t width;
-
-  LaunchShape shape() const { return grid_stride_shape(width); }
-  template <class Thread>
-  DSL_HOST_DEVICE void operator()(Thread& t) const {
-    for (int64_t c = grid_first(t); c < width; c += grid_stride(t)) {
-      double sum = 0;
-      for (int64_t r = 0; r < rows; ++r) sum += x[r * width + c];
-      sums[c] += static_cast<float>(sum);
-    }
-  }
-};
-
 // dlogits (N,Vp) += (probs - onehot(target)) · dlosses over each row's
 // first V columns; column j is token vocab_begin + j.
 struct CrossentropySoftmaxBackward {

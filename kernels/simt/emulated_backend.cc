@@ -20,8 +20,7 @@ class EmulatedEvent final : public Event {};
 
 class EmulatedBackend final : public SimtBackend<EmulatedBackend> {
  public:
-  explicit EmulatedBackend(const Schedule& schedule)
-      : schedule_(schedule), sum_scratch_(kMaxPartialSums + 1) {}
+  explicit EmulatedBackend(const Schedule& schedule) : schedule_(schedule) {}
 
   std::string name() const override { return "emulated (the CUDA kernels on the CPU emulator)"; }
 
@@ -81,10 +80,13 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend> {
       cpu::sgemm(product, A, B, C);
     }
   }
-  double* sum_scratch() { return sum_scratch_.data(); }
+  double* scratch_doubles(int64_t count) {
+    if (static_cast<int64_t>(scratch_.size()) < count) scratch_.resize(count);
+    return scratch_.data();
+  }
 
   Schedule schedule_;
-  std::vector<double> sum_scratch_;
+  std::vector<double> scratch_;
   std::unique_ptr<cpu::RoundedGemm> rounded_;
 };
 

@@ -1,9 +1,9 @@
 #pragma once
 
-// Layer normalisation as kernels (see elementwise_kernels.h for the form):
-// one warp per row for the row statistics and the input gradient, one
-// thread per column for the parameter gradients (summed over the rows in
-// order, as the CPU backend sums them).
+// Layer normalisation's row kernels (see elementwise_kernels.h for the
+// form): one warp per row for the row statistics and the input gradient,
+// summed in double as the CPU backend sums them. The parameter gradients
+// are column sums (column_sum_kernels.h).
 
 #include <cstdint>
 
@@ -30,15 +30,18 @@ struct LayernormForward {
     const int64_t row = warp_row(t);
     if (row >= N) return;  // the whole warp: no shuffle waits on it
     const float* x = inp + row * C;
-    float sum = 0;
+    // In double, as the CPU backend: the variance keeps its precision when
+    // the row's mean is large (the residual stream drifts).
+    double sum = 0;
     for (int64_t c = t.lane(); c < C; c += kWarpSize) sum += x[c];
-    const float m = warp_reduce(t, sum, Sum<float>{}) / static_cast<float>(C);
-    float squares = 0;
+    const double mean_d = warp_reduce(t, sum, Sum<double>{}) / static_cast<double>(C);
+    double squares = 0;
     for (int64_t c = t.lane(); c < C; c += kWarpSize) {
-      const float d = x[c] - m;
+      const double d = x[c] - mean_d;
       squares += d * d;
     }
-    const float r = math::layernorm_rstd(warp_reduce(t, squares, Sum<float>{}), C);
+    const auto m = static_cast<float>(mean_d);
+    const float r = math::layernorm_rstd(warp_reduce(t, squares, Sum<double>{}), C);
     for (int64_t c = t.lane(); c < C; c += kWarpSize) {
       out[row * C + c] = math::layernorm_output(x[c], m, r, weight[c], bias[c]);
     }
@@ -69,48 +72,21 @@ struct LayernormBackwardInput {
     const float* dy = dout + row * C;
     const float m = mean[row];
     const float r = rstd[row];
-    float dnorm_sum = 0;
-    float dnorm_norm_sum = 0;
+    double dnorm_sum = 0;
+    double dnorm_norm_sum = 0;
     for (int64_t c = t.lane(); c < C; c += kWarpSize) {
       const float dnorm = weight[c] * dy[c];
       dnorm_sum += dnorm;
       dnorm_norm_sum += dnorm * ((x[c] - m) * r);
     }
-    const float dnorm_mean = warp_reduce(t, dnorm_sum, Sum<float>{}) / static_cast<float>(C);
-    const float dnorm_norm_mean =
-        warp_reduce(t, dnorm_norm_sum, Sum<float>{}) / static_cast<float>(C);
+    const auto dnorm_mean =
+        static_cast<float>(warp_reduce(t, dnorm_sum, Sum<double>{}) / static_cast<double>(C));
+    const auto dnorm_norm_mean =
+        static_cast<float>(warp_reduce(t, dnorm_norm_sum, Sum<double>{}) / static_cast<double>(C));
     for (int64_t c = t.lane(); c < C; c += kWarpSize) {
       const float norm = (x[c] - m) * r;
       dinp[row * C + c] +=
           math::layernorm_input_gradient(weight[c] * dy[c], norm, dnorm_mean, dnorm_norm_mean, r);
-    }
-  }
-};
-
-// dweight += Σ_rows norm · dout, dbias += Σ_rows dout, a thread per column.
-struct LayernormBackwardParams {
-  float* dweight;
-  float* dbias;
-  const float* dout;
-  const float* inp;
-  const float* mean;
-  const float* rstd;
-  int64_t N;
-  int64_t C;
-
-  LaunchShape shape() const { return grid_stride_shape(C); }
-  template <class Thread>
-  DSL_HOST_DEVICE void operator()(Thread& t) const {
-    for (int64_t c = grid_first(t); c < C; c += grid_stride(t)) {
-      double dweight_sum = 0;
-      double dbias_sum = 0;
-      for (int64_t row = 0; row < N; ++row) {
-        const float dy = dout[row * C + c];
-        dweight_sum += ((inp[row * C + c] - mean[row]) * rstd[row]) * dy;
-        dbias_sum += dy;
-      }
-      dweight[c] += static_cast<float>(dweight_sum);
-      dbias[c] += static_cast<float>(dbias_sum);
     }
   }
 };

@@ -9,10 +9,13 @@
 //   template <class Kernel> void launch_kernel(const Kernel& kernel);
 //   void run_gemm(const RowMajorGemm& product, const float* A, const float* B, float* C,
 //                 bool at_matmul_precision);  // else fp32
-//   double* sum_scratch();  // kMaxPartialSums + 1 doubles of device memory
+//   double* scratch_doubles(int64_t count);  // device memory for partial sums,
+//                                            // valid until the next call
 // (public, or with SimtBackend<Device> a friend).
 // Compiled by nvcc for the GPU and by the host compiler for the emulator.
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -23,6 +26,7 @@
 #include "kernels/math/adamw.h"
 #include "kernels/model_gemms.h"
 #include "kernels/simt/attention_kernels.h"
+#include "kernels/simt/column_sum_kernels.h"
 #include "kernels/simt/cross_entropy_kernels.h"
 #include "kernels/simt/elementwise_kernels.h"
 #include "kernels/simt/encoder_kernels.h"
@@ -51,9 +55,10 @@ class SimtBackend : public Backend {
     if (n > 0) launch(Fill{x, n, value});
   }
   void mean(float* result, const float* x, int64_t n) override {
-    const PartialSums partial{scratch().partials, x, n, false};
+    double* partials = scratch(kMaxPartialSums);
+    const PartialSums partial{partials, x, n, false};
     launch(partial);
-    launch(FinishSum{scratch().partials, partial.shape().grid, nullptr, result, n});
+    launch(FinishSum{partials, partial.shape().grid, nullptr, result, n});
   }
 
   void encoder_forward(float* out, const int32_t* tokens, const float* wte, VocabSlice vocab,
@@ -74,7 +79,7 @@ class SimtBackend : public Backend {
                           const float* inp, const float* weight, const float* mean,
                           const float* rstd, int64_t N, int64_t C) override {
     launch(LayernormBackwardInput{dinp, dout, inp, weight, mean, rstd, N, C});
-    launch(LayernormBackwardParams{dweight, dbias, dout, inp, mean, rstd, N, C});
+    column_sums(LayernormParamTerm{dout, inp, mean, rstd, C}, N, C, {dweight, dbias});
   }
 
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
@@ -87,7 +92,7 @@ class SimtBackend : public Backend {
                        int64_t OC) override {
     if (dinp != nullptr) gemm(model_gemms::linear_backward_input(N, C, OC), dout, weight, dinp);
     gemm(model_gemms::linear_backward_weight(N, C, OC), inp, dout, dweight);
-    if (dbias != nullptr) launch(AccumulateColumnSums{dbias, dout, N, OC});
+    if (dbias != nullptr) column_sums(PlainTerm{dout, OC}, N, OC, {dbias});
   }
   void logits_forward(float* logits, const float* inp, const float* wte, int64_t N, int64_t C,
                       int64_t Vp) override {
@@ -187,11 +192,13 @@ class SimtBackend : public Backend {
     }
   }
   double sum_of_squares(const float* x, int64_t n) override {
-    const PartialSums partial{scratch().partials, x, n, true};
+    double* partials = scratch(kMaxPartialSums + 1);
+    double* device_total = partials + kMaxPartialSums;
+    const PartialSums partial{partials, x, n, true};
     launch(partial);
-    launch(FinishSum{scratch().partials, partial.shape().grid, scratch().total, nullptr, n});
+    launch(FinishSum{partials, partial.shape().grid, device_total, nullptr, n});
     double total = 0;
-    this->copy_device_to_host(&total, scratch().total, sizeof total);
+    this->copy_device_to_host(&total, device_total, sizeof total);
     return total;
   }
   void scale(float* x, int64_t n, float factor) override {
@@ -203,14 +210,19 @@ class SimtBackend : public Backend {
     return dtype == core::DType::kF32 || dtype == core::DType::kBF16 || dtype == core::DType::kF16;
   }
 
-  // The two-launch sums' partials and total in device memory.
-  struct Scratch {
-    double* partials;
-    double* total;
-  };
-  Scratch scratch() {
-    double* memory = static_cast<Device*>(this)->sum_scratch();
-    return {memory, memory + kMaxPartialSums};
+  double* scratch(int64_t count) { return static_cast<Device*>(this)->scratch_doubles(count); }
+
+  // out[k] (width) += the column sums of term's values k over `rows` rows.
+  template <class Term>
+  void column_sums(const Term& term, int64_t rows, int64_t width,
+                   const std::array<float*, Term::kValues>& out) {
+    if (rows == 0 || width == 0) return;
+    const int64_t chunks = column_sum_chunks(rows);
+    double* partials = scratch(chunks * Term::kValues * width);
+    launch(PartialColumnSums<Term>{partials, term, rows, width});
+    FinishColumnSums<Term::kValues> finish{partials, chunks, width, {}};
+    std::copy(out.begin(), out.end(), finish.out);
+    launch(finish);
   }
 
   template <class Kernel>

@@ -15,10 +15,8 @@ using testing::run_command;
 using testing::runfile;
 
 testing::CommandResult selftest(const std::string& args) {
-  return run_command(fmt::format(
-      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 DSLAUNCH_WORKER='{}' {} "
-      "selftest --threads 1 {} 2>&1",
-      runfile("worker/dsworker"), runfile("launcher/dslaunch"), args));
+  return run_command(fmt::format("DSLAUNCH_WORKER='{}' {} selftest --threads 1 {} 2>&1",
+                                 runfile("worker/dsworker"), runfile("launcher/dslaunch"), args));
 }
 
 TEST_CASE("selftest on the emulated CUDA kernels passes every check and reports each") {

@@ -23,12 +23,6 @@ core::Status mpi_init() {
   return {};
 }
 
-int mpi_world_size() {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-
 void mpi_finalize() {
   int initialized = 0;
   int finalized = 0;

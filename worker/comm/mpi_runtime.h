@@ -8,9 +8,6 @@ namespace dslaunch::worker::comm {
 // the communicators' streams (one thread per communicator, see MpiStream),
 // several at once: init asks for MPI_THREAD_MULTIPLE.
 core::Status mpi_init();
-// The number of processes in MPI_COMM_WORLD, after mpi_init (1 when the
-// process was not started by mpirun or srun).
-int mpi_world_size();
 // After every ProcessGroups is destroyed; does nothing if MPI is not running.
 void mpi_finalize();
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/simt/column_sum_kernels.h"
 #include "kernels/simt/cross_entropy_kernels.h"
 #include "kernels/simt/encoder_kernels.h"
 #include "kernels/simt/layernorm_kernels.h"
@@ -53,9 +54,17 @@ TEST_CASE("layer norm forward and backward match the CPU backend") {
     emulate(LayernormBackwardInput{dinp.data(), dout.data(), inp.data(), weight.data(),
                                    e_mean.data(), e_rstd.data(), kRows, kC},
             schedule);
-    emulate(LayernormBackwardParams{dweight.data(), dbias.data(), dout.data(), inp.data(),
-                                    e_mean.data(), e_rstd.data(), kRows, kC},
+    std::vector<double> partials(column_sum_chunks(kRows) * 2 * kC, NAN);
+    emulate(PartialColumnSums<LayernormParamTerm>{partials.data(),
+                                                  {dout.data(), inp.data(), e_mean.data(),
+                                                   e_rstd.data(), kC},
+                                                  kRows,
+                                                  kC},
             schedule);
+    emulate(
+        FinishColumnSums<2>{
+            partials.data(), column_sum_chunks(kRows), kC, {dweight.data(), dbias.data()}},
+        schedule);
     CHECK(relative_error(added(dinp, dinp0), added(e_dinp, dinp0)) < 1e-5);
     CHECK(relative_error(added(dweight, dweight0), added(e_dweight, dweight0)) < 1e-6);
     CHECK(relative_error(added(dbias, dbias0), added(e_dbias, dbias0)) < 1e-6);
