@@ -31,7 +31,11 @@ struct Row {
 core::StatusOr<std::unique_ptr<kernels::Backend>> device_backend(const std::string& device,
                                                                  int threads) {
   if (device == "cuda") return kernels::make_backend(kernels::DeviceKind::kCuda, threads);
-  if (device == "emulated") return kernels::simt::make_emulated_backend();
+  // Guarded: the host cannot touch the emulated device's memory between its
+  // calls, as on a GPU.
+  if (device == "emulated") {
+    return kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded);
+  }
   return core::Status(core::StatusCode::kInvalidArgument,
                       "--device must be cuda or emulated, not \"" + device + "\"");
 }

@@ -7,7 +7,8 @@ namespace dslaunch::worker {
 
 struct SelftestOptions {
   // "cuda" (the rank's first visible GPU) or "emulated" (the CUDA kernels'
-  // code on the CPU emulator of CUDA's thread model, for any machine).
+  // code on the CPU emulator of CUDA's thread model, for any machine, in
+  // memory the host can touch only through the backend).
   std::string device = "cuda";
   int steps = 20;  // of each training comparison
   uint32_t seed = 1;

@@ -4,10 +4,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
-#include <vector>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/cpu/rounded_gemm.h"
 #include "kernels/cpu/sgemm.h"
+#include "kernels/simt/guarded_memory.h"
 #include "kernels/simt/simt_backend.h"
 
 namespace dslaunch::kernels::simt {
@@ -20,28 +22,47 @@ class EmulatedEvent final : public Event {};
 
 class EmulatedBackend final : public SimtBackend<EmulatedBackend> {
  public:
-  explicit EmulatedBackend(const Schedule& schedule) : schedule_(schedule) {}
+  EmulatedBackend(const Schedule& schedule, DeviceMemory memory)
+      : schedule_(schedule),
+        guarded_(memory == DeviceMemory::kGuarded ? std::make_unique<GuardedMemory>() : nullptr) {}
+  ~EmulatedBackend() override { deallocate(scratch_); }
 
   std::string name() const override { return "emulated (the CUDA kernels on the CPU emulator)"; }
 
   void* allocate(int64_t bytes) override {
+    if (guarded_) return guarded_->allocate(bytes);
     const size_t rounded = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
     void* data = std::aligned_alloc(64, rounded);
     if (data == nullptr) throw std::bad_alloc();
     return data;
   }
-  void deallocate(void* data) override { std::free(data); }
+  void deallocate(void* data) override {
+    if (guarded_) {
+      guarded_->deallocate(data);
+    } else {
+      std::free(data);
+    }
+  }
   void copy_host_to_device(void* device, const void* host, int64_t bytes) override {
-    if (bytes > 0) std::memcpy(device, host, static_cast<size_t>(bytes));
+    if (bytes <= 0) return;
+    require_device(device, bytes, "copy_host_to_device's destination");
+    inside([&] { std::memcpy(device, host, static_cast<size_t>(bytes)); });
   }
   void copy_device_to_host(void* host, const void* device, int64_t bytes) override {
-    if (bytes > 0) std::memcpy(host, device, static_cast<size_t>(bytes));
+    if (bytes <= 0) return;
+    require_device(device, bytes, "copy_device_to_host's source");
+    inside([&] { std::memcpy(host, device, static_cast<size_t>(bytes)); });
   }
   void copy_device_to_device(void* to, const void* from, int64_t bytes) override {
-    if (bytes > 0) std::memmove(to, from, static_cast<size_t>(bytes));
+    if (bytes <= 0) return;
+    require_device(to, bytes, "copy_device_to_device's destination");
+    require_device(from, bytes, "copy_device_to_device's source");
+    inside([&] { std::memmove(to, from, static_cast<size_t>(bytes)); });
   }
   void memset_zero(void* device, int64_t bytes) override {
-    if (bytes > 0) std::memset(device, 0, static_cast<size_t>(bytes));
+    if (bytes <= 0) return;
+    require_device(device, bytes, "memset_zero's destination");
+    inside([&] { std::memset(device, 0, static_cast<size_t>(bytes)); });
   }
 
   std::unique_ptr<Stream> create_stream() override { return std::make_unique<EmulatedStream>(); }
@@ -70,30 +91,55 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend> {
 
   template <class Kernel>
   void launch_kernel(const Kernel& kernel) {
-    emulate_launch(kernel.shape(), schedule_, [&kernel](EmulatedThread& t) { kernel(t); });
+    inside([&] {
+      emulate_launch(kernel.shape(), schedule_, [&kernel](EmulatedThread& t) { kernel(t); });
+    });
   }
   void run_gemm(const RowMajorGemm& product, const float* A, const float* B, float* C,
                 bool at_matmul_precision) {
-    if (at_matmul_precision && rounded_) {
-      rounded_->run(product, A, B, C);
-    } else {
-      cpu::sgemm(product, A, B, C);
-    }
+    inside([&] {
+      if (at_matmul_precision && rounded_) {
+        rounded_->run(product, A, B, C);
+      } else {
+        cpu::sgemm(product, A, B, C);
+      }
+    });
   }
+  // In the backend's memory, as a GPU's scratch is.
   double* scratch_doubles(int64_t count) {
-    if (static_cast<int64_t>(scratch_.size()) < count) scratch_.resize(count);
-    return scratch_.data();
+    if (count > scratch_count_) {
+      deallocate(scratch_);
+      scratch_ = nullptr;
+      scratch_ = static_cast<double*>(allocate(count * static_cast<int64_t>(sizeof(double))));
+      scratch_count_ = count;
+    }
+    return scratch_;
+  }
+
+  // Runs f with the device memory open to the host (guarded memory only).
+  template <class F>
+  void inside(const F& f) {
+    if (!guarded_) return f();
+    const GuardedMemory::Scope open(*guarded_);
+    f();
+  }
+  void require_device(const void* data, int64_t bytes, const char* what) const {
+    if (guarded_ && !guarded_->holds(data, bytes)) {
+      throw std::invalid_argument(std::string(what) + " is not the backend's memory");
+    }
   }
 
   Schedule schedule_;
-  std::vector<double> scratch_;
+  std::unique_ptr<GuardedMemory> guarded_;  // null: host memory
+  double* scratch_ = nullptr;  // partial sums, grown as needed
+  int64_t scratch_count_ = 0;
   std::unique_ptr<cpu::RoundedGemm> rounded_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_emulated_backend(const Schedule& schedule) {
-  return std::make_unique<EmulatedBackend>(schedule);
+std::unique_ptr<Backend> make_emulated_backend(const Schedule& schedule, DeviceMemory memory) {
+  return std::make_unique<EmulatedBackend>(schedule, memory);
 }
 
 }  // namespace dslaunch::kernels::simt

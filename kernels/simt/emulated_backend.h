@@ -14,6 +14,13 @@
 
 namespace dslaunch::kernels::simt {
 
-std::unique_ptr<Backend> make_emulated_backend(const Schedule& schedule = {});
+// Where the backend's memory lies: plain host memory, or guarded_memory.h's
+// mappings, which the host can touch only inside the backend's own calls
+// (and whose copies check that the device side is device memory): for tests
+// that code keeps to the backend's rules, as a GPU requires.
+enum class DeviceMemory { kHostAccessible, kGuarded };
+
+std::unique_ptr<Backend> make_emulated_backend(const Schedule& schedule = {},
+                                               DeviceMemory memory = DeviceMemory::kHostAccessible);
 
 }  // namespace dslaunch::kernels::simt

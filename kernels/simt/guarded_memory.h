@@ -1,0 +1,50 @@
+#pragma once
+
+// Device memory for the emulated backend that the host cannot touch: each
+// allocation is its own mapping, inaccessible (PROT_NONE) except inside an
+// open Scope, which the backend opens around each of its own operations.
+// Host code that reads or writes a tensor between backend calls — which on
+// a GPU would read a device address — gets a segmentation fault here, where
+// the CPU backend (and the emulated one without guarding) would let it pass.
+
+#include <cstdint>
+#include <map>
+
+namespace dslaunch::kernels::simt {
+
+class GuardedMemory {
+ public:
+  GuardedMemory() = default;
+  GuardedMemory(const GuardedMemory&) = delete;
+  GuardedMemory& operator=(const GuardedMemory&) = delete;
+  ~GuardedMemory();
+
+  // `bytes` (at least 1) of page-aligned memory; std::bad_alloc when the
+  // mapping fails. Accessible at once inside an open scope.
+  void* allocate(int64_t bytes);
+  // Takes what allocate() returned, or nullptr.
+  void deallocate(void* data);
+  // Whether [data, data + bytes) lies inside one allocation.
+  bool holds(const void* data, int64_t bytes) const;
+
+  // Opens every allocation for reading and writing while it lives; scopes
+  // nest (the outermost closes them again).
+  class Scope {
+   public:
+    explicit Scope(GuardedMemory& memory);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    GuardedMemory& memory_;
+  };
+
+ private:
+  void set_access(bool open);
+
+  std::map<const char*, int64_t> regions_;  // start -> mapped bytes
+  int open_depth_ = 0;
+};
+
+}  // namespace dslaunch::kernels::simt

@@ -1,0 +1,75 @@
+// Guarded device memory: the host reaches it only inside a scope; outside,
+// a read is a segmentation fault (checked in a child process).
+#include "kernels/simt/guarded_memory.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <cstring>
+
+namespace dslaunch::kernels::simt {
+namespace {
+
+// Runs touch() in a child process; returns the signal that ended it, or 0
+// when it exited normally.
+template <class Touch>
+int signal_of(const Touch& touch) {
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    touch();
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  return WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+}
+
+TEST_CASE("guarded memory is reachable inside a scope only, and scopes nest") {
+  GuardedMemory memory;
+  auto* data = static_cast<volatile float*>(memory.allocate(1000 * sizeof(float)));
+  {
+    const GuardedMemory::Scope open(memory);
+    data[999] = 2.5f;
+    {
+      const GuardedMemory::Scope nested(memory);
+      data[0] = 1.5f;
+    }
+    CHECK(data[0] == 1.5f);  // the inner scope's end left it open
+  }
+  CHECK(signal_of([&] { (void)data[0]; }) == SIGSEGV);
+  CHECK(signal_of([&] { data[999] = 0.0f; }) == SIGSEGV);
+  CHECK(signal_of([&] {
+          const GuardedMemory::Scope open(memory);
+          if (data[0] != 1.5f || data[999] != 2.5f) _exit(3);
+        }) == 0);
+  memory.deallocate(const_cast<float*>(data));
+}
+
+TEST_CASE("guarded memory knows its allocations' bounds") {
+  GuardedMemory memory;
+  auto* a = static_cast<char*>(memory.allocate(100));
+  auto* b = static_cast<char*>(memory.allocate(10000));
+  CHECK(memory.holds(a, 100));
+  CHECK(memory.holds(a + 50, 50));
+  CHECK(memory.holds(b + 9999, 1));
+  int on_the_stack = 0;
+  CHECK_FALSE(memory.holds(&on_the_stack, sizeof on_the_stack));
+  CHECK_FALSE(memory.holds(b, 1 << 20));  // runs past the mapping
+  // Allocated inside a scope, memory is open until the scope ends.
+  {
+    const GuardedMemory::Scope open(memory);
+    auto* c = static_cast<char*>(memory.allocate(64));
+    std::memset(c, 1, 64);
+    memory.deallocate(c);
+  }
+  memory.deallocate(a);
+  CHECK_FALSE(memory.holds(a, 1));
+  memory.deallocate(b);
+}
+
+}  // namespace
+}  // namespace dslaunch::kernels::simt
