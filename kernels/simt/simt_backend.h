@@ -19,6 +19,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 #include "kernels/backend.h"
@@ -68,7 +69,22 @@ class SimtBackend : public Backend {
   void encoder_backward(float* dwte, VocabSlice vocab, float* dwpe, const float* dout,
                         const int32_t* tokens, int64_t B, int64_t T, int64_t C) override {
     if (dwpe != nullptr) launch(EncoderBackwardPositions{dwpe, dout, B, T, C});
-    launch(EncoderBackwardTokens{dwte, vocab.begin, vocab.rows, dout, tokens, B * T, C});
+    // The tokens come back to the host (B·T ints) to be grouped by row:
+    // then one thread per (row, column) adds its positions in order.
+    const int64_t BT = B * T;
+    std::vector<int32_t> host_tokens(BT);
+    this->copy_device_to_host(host_tokens.data(), tokens, BT * 4);
+    const TokenGroups groups = group_by_row(host_tokens.data(), BT, vocab.begin, vocab.rows);
+    if (groups.rows.empty()) return;
+    const auto count = [](const std::vector<int32_t>& v) { return static_cast<int64_t>(v.size()); };
+    const int64_t ints = count(groups.rows) + count(groups.offsets) + count(groups.positions);
+    auto* rows = reinterpret_cast<int32_t*>(scratch((ints + 1) / 2));
+    int32_t* offsets = rows + groups.rows.size();
+    int32_t* positions = offsets + groups.offsets.size();
+    this->copy_host_to_device(rows, groups.rows.data(), count(groups.rows) * 4);
+    this->copy_host_to_device(offsets, groups.offsets.data(), count(groups.offsets) * 4);
+    this->copy_host_to_device(positions, groups.positions.data(), count(groups.positions) * 4);
+    launch(EncoderBackwardTokens{dwte, dout, rows, offsets, positions, count(groups.rows), C});
   }
 
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,

@@ -172,8 +172,14 @@ TEST_CASE("the embeddings forward and backward match the CPU backend bit for bit
   cpu_backend().encoder_backward(e_dwte.data(), slice, e_dwpe.data(), dout.data(), tokens.data(), B,
                                  T, C);
   emulate(EncoderBackwardPositions{dwpe.data(), dout.data(), B, T, C});
-  emulate(EncoderBackwardTokens{dwte.data(), slice.begin, slice.rows, dout.data(), tokens.data(),
-                                B * T, C});
+  const TokenGroups groups = group_by_row(tokens.data(), B * T, slice.begin, slice.rows);
+  // Rows 0 (token 4, three times), 3, 5, 8 and more; tokens 0, 20, 13, 3 lie outside.
+  CHECK(groups.rows.front() == 0);
+  CHECK(groups.offsets[1] == 3);
+  CHECK(groups.positions.size() == 11);
+  emulate(EncoderBackwardTokens{dwte.data(), dout.data(), groups.rows.data(), groups.offsets.data(),
+                                groups.positions.data(), static_cast<int64_t>(groups.rows.size()),
+                                C});
   CHECK(dwpe == e_dwpe);
   CHECK(dwte == e_dwte);
 }
