@@ -9,8 +9,6 @@
 //
 // Runs only where a GPU is visible; elsewhere it says so and exits 2.
 #include <algorithm>
-#include <array>
-#include <cstdio>
 #include <iostream>
 #include <optional>
 #include <random>
@@ -21,6 +19,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/command_output.h"
 #include "bench/median_time.h"
 #include "bench/runfile.h"
 #include "core/dtype.h"
@@ -109,28 +108,14 @@ std::optional<Throughput> pytorch(const Shape& shape, bool bf16, int warmup, int
       "python3 {} train-bench --device cuda {} --layers 12 --channels 768 --heads 12 --vocab "
       "50304 --seq {} --batch {} --steps {} --warmup {} 2>&1",
       script, bf16 ? "--bf16" : "", shape.seq, shape.batch, steps, warmup);
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    error = "cannot start python3";
-    return std::nullopt;
-  }
-  std::string output;
-  std::array<char, 4096> buffer{};
-  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr) output += buffer.data();
-  const int status = pclose(pipe);
-  const size_t brace = output.rfind('{');
-  const nlohmann::json result = brace == std::string::npos
-                                    ? nlohmann::json()
-                                    : nlohmann::json::parse(output.substr(brace), nullptr, false);
-  if (status != 0 || !result.is_object() || !result.contains("tokens_per_s")) {
-    const size_t last_line = output.find_last_of('\n', output.size() > 1 ? output.size() - 2 : 0);
-    error = "PyTorch on this GPU did not run: " +
-            output.substr(last_line == std::string::npos ? 0 : last_line + 1, 300);
+  const std::optional<nlohmann::json> result = bench::last_json_object(command, error);
+  if (!result || !result->contains("tokens_per_s")) {
+    error = "PyTorch on this GPU did not run: " + (result ? result->dump() : error).substr(0, 300);
     return std::nullopt;
   }
   Throughput t;
-  t.tokens_per_second = result["tokens_per_s"].get<double>();
-  t.tflops = result.value("model_tflops", 0.0);
+  t.tokens_per_second = (*result)["tokens_per_s"].get<double>();
+  t.tflops = result->value("model_tflops", 0.0);
   t.step_ms = shape.batch * shape.seq / t.tokens_per_second * 1e3;
   return t;
 }
@@ -138,8 +123,9 @@ std::optional<Throughput> pytorch(const Shape& shape, bool bf16, int warmup, int
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"GPT-2 124M training on one GPU: dslaunch's CUDA backend beside PyTorch and the "
-               "cuBLAS bf16 peak"};
+  CLI::App app{
+      "GPT-2 124M training on one GPU: dslaunch's CUDA backend beside PyTorch and the "
+      "cuBLAS bf16 peak"};
   Shape shape;
   int steps = 10;
   int warmup = 3;
@@ -162,11 +148,10 @@ int main(int argc, char** argv) {
   std::cout << fmt::format(
       "{}; CUDA {}, cuBLAS {}\ncuBLAS peak (best 8192^3 product): bf16 {:.1f} TFLOP/s, fp32 "
       "{:.1f} TFLOP/s\nGPT-2 124M, batch {} x {} tokens, median of {} steps\n\n",
-      (*backend)->name(), accelerators.cuda_runtime_version, accelerators.cublas_version,
-      bf16_peak, fp32_peak, shape.batch, shape.seq, steps);
+      (*backend)->name(), accelerators.cuda_runtime_version, accelerators.cublas_version, bf16_peak,
+      fp32_peak, shape.batch, shape.seq, steps);
   std::cout << fmt::format("{:<6} {:>12} {:>10} {:>14} {:>10} {:>13} {:>10}\n", "", "ours tok/s",
-                           "ours MFU", "PyTorch tok/s", "PyTorch MFU", "ours/PyTorch",
-                           "loss");
+                           "ours MFU", "PyTorch tok/s", "PyTorch MFU", "ours/PyTorch", "loss");
   const std::string script = bench::runfile(argv[0], "tools/reference/gpt2_reference.py");
   for (const DType precision : {DType::kBF16, DType::kF32}) {
     const bool bf16 = precision == DType::kBF16;

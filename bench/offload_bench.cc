@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +25,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/command_output.h"
 #include "bench/median_time.h"
 #include "bench/runfile.h"
 #include "core/layout/model_config.h"
@@ -41,14 +41,10 @@ namespace {
 
 using dslaunch::bench::median_ms;
 
+// What `command` prints, or "" when it fails.
 std::string run(const std::string& command) {
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return "";
-  std::string output;
-  std::array<char, 4096> buffer{};
-  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr) output += buffer.data();
-  if (pclose(pipe) != 0) return "";
-  return output;
+  const dslaunch::bench::CommandOutput output = dslaunch::bench::run_command(command);
+  return output.status == 0 ? output.text : "";
 }
 
 [[noreturn]] void fail(const std::string& message) {

@@ -19,6 +19,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/command_output.h"
 #include "bench/median_time.h"
 #include "bench/runfile.h"
 #include "core/spec/job_spec.h"
@@ -127,28 +128,14 @@ std::optional<Throughput> pytorch(const BenchConfig& c, int threads, int warmup,
       "/usr/bin/python3 {} train-bench --layers {} --channels {} --heads {} --vocab {} --seq {} "
       "--batch {} --steps {} --warmup {} --threads {} 2>&1",
       script, c.layers, c.channels, c.heads, c.vocab, c.seq, c.batch, steps, warmup, threads);
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    error = "cannot start python3";
-    return std::nullopt;
-  }
-  std::string output;
-  std::array<char, 4096> buffer{};
-  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr) output += buffer.data();
-  const int status = pclose(pipe);
-  const size_t brace = output.rfind('{');
-  if (status != 0 || brace == std::string::npos) {
-    error = "the PyTorch reference failed: " + output.substr(0, 2000);
-    return std::nullopt;
-  }
-  const nlohmann::json result = nlohmann::json::parse(output.substr(brace), nullptr, false);
-  if (result.is_discarded() || !result.contains("tokens_per_s")) {
-    error = "unexpected output from the PyTorch reference: " + output.substr(0, 2000);
+  const std::optional<nlohmann::json> result = bench::last_json_object(command, error);
+  if (!result || !result->contains("tokens_per_s")) {
+    error = "the PyTorch reference failed: " + (result ? result->dump() : error);
     return std::nullopt;
   }
   Throughput t;
-  t.tokens_per_second = result["tokens_per_s"].get<double>();
-  t.tflops = result.value("model_tflops", 0.0);
+  t.tokens_per_second = (*result)["tokens_per_s"].get<double>();
+  t.tflops = result->value("model_tflops", 0.0);
   t.step_ms = c.batch * c.seq / t.tokens_per_second * 1e3;
   return t;
 }
