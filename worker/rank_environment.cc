@@ -1,5 +1,7 @@
 #include "worker/rank_environment.h"
 
+#include <string_view>
+
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
@@ -74,6 +76,17 @@ std::optional<RankEnvironment> read_rank_environment(
       "no rank variables (OMPI_COMM_WORLD_*, SLURM_*, or RANK/WORLD_SIZE): dsworker run is "
       "started by `dslaunch run` through mpirun or srun";
   return std::nullopt;
+}
+
+std::optional<int> planned_gpu(const std::string& device) {
+  constexpr std::string_view kPrefix = "cuda:";
+  if (device.rfind(kPrefix, 0) != 0 || device.size() == kPrefix.size()) return std::nullopt;
+  int index = 0;
+  for (const char c : device.substr(kPrefix.size())) {
+    if (c < '0' || c > '9' || index > 100000) return std::nullopt;
+    index = index * 10 + (c - '0');
+  }
+  return index;
 }
 
 void export_rank_environment(const RankEnvironment& environment) {

@@ -32,6 +32,10 @@ std::optional<RankEnvironment> read_rank_environment(
 int compute_threads(const std::function<const char*(const char*)>& getenv, int bound_cores,
                     int machine_cores, int local_world_size);
 
+// The GPU index of the plan's device for this rank, "cuda:<index>";
+// std::nullopt for "cpu" or anything else.
+std::optional<int> planned_gpu(const std::string& device);
+
 // Sets RANK, LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE in this process's
 // environment, so libraries and user code find them where torchrun puts them.
 void export_rank_environment(const RankEnvironment& environment);

@@ -207,7 +207,7 @@ int run_train_workload(const TrainWorkloadContext& context) {
   core::StatusOr<std::unique_ptr<kernels::Backend>> made_backend =
       kernels::make_backend(spec.cluster.device == spec::Device::kCuda ? kernels::DeviceKind::kCuda
                                                                        : kernels::DeviceKind::kCpu,
-                            context.compute_threads);
+                            context.compute_threads, context.gpu);
   if (!made_backend.ok()) {
     report_error(session, made_backend.status().message());
     return 1;

@@ -6,8 +6,8 @@
 
 #include "core/spec/job_spec.h"
 #include "proto/controller_client.h"
-#include "worker/engine/trainer.h"
 #include "worker/comm/process_groups.h"
+#include "worker/engine/trainer.h"
 
 namespace dslaunch::worker {
 
@@ -20,15 +20,16 @@ struct TrainWorkloadContext {
   std::string job_directory;  // where the final weights go (weights/model.safetensors)
   // Where checkpoints go: <checkpoint_directory>/step_<8 digits>/rank_<r>.bin.
   std::string checkpoint_directory;
-  std::optional<engine::ResumePoint> resume;  // unset: start at step 0
+  std::optional<engine::ResumePoint> resume;   // unset: start at step 0
   std::function<bool()> checkpoint_requested;  // consumed: true once per request
   int compute_threads = 1;
+  int gpu = 0;  // the plan's GPU index for this rank (device cuda:<index>)
   std::function<bool()> stop_requested;
   // Why it stopped: the signal's name ("SIGUSR1", "SIGTERM") when a signal
   // asked for it, "" for the controller's stop.
   std::function<std::string()> stop_reason;
   std::function<void(int64_t)> on_step_started;
-  std::function<bool(int64_t)> poison_gradients;  // TrainerOptions::poison_gradients
+  std::function<bool(int64_t)> poison_gradients;                // TrainerOptions::poison_gradients
   std::function<void(const engine::StepReport&)> on_step_done;  // on every rank
   std::function<void(const engine::MemoryReport&)> on_memory;
   // Training is over and the rank waits for its last checkpoint's write.

@@ -492,6 +492,7 @@ int run_worker() {
     context.checkpoint_directory = reply.checkpoint_directory();
     context.resume = resume_point(reply);
     context.compute_threads = compute_threads(reply.placement());
+    context.gpu = planned_gpu(reply.placement().device()).value_or(0);
     context.stop_requested = [&status] {
       return status.stop_requested.load() || g_stop_signal.load() != 0;
     };

@@ -14,7 +14,9 @@ namespace dslaunch::runner {
 // DeepSpeed's prefixes are MLFLOW, NCCL, PYTHON, MV2 and UCX; this engine
 // adds the thread and math-library settings a CPU rank reads (OMP_, KMP_,
 // OPENBLAS_, ONEDNN_, DNNL_) and CUDA's allocator and launch settings
-// (CUDA_ but CUDA_VISIBLE_DEVICES, which the plan sets per rank), and
+// (CUDA_ but CUDA_VISIBLE_DEVICES: the launch host's selection says nothing
+// about another host's GPUs, and each rank opens the GPU of its placement,
+// cuda:<index>, by that index), and
 // DSLAUNCH_LOG_LEVEL, so the ranks log at the controller's level.
 extern const std::vector<std::string> kExportedPrefixes;
 

@@ -20,6 +20,17 @@ std::tuple<int, int, int, int> as_tuple(const RankEnvironment& e) {
   return {e.rank, e.local_rank, e.world_size, e.local_world_size};
 }
 
+TEST_CASE("the plan's device gives the rank's GPU index") {
+  CHECK(planned_gpu("cuda:0") == 0);
+  CHECK(planned_gpu("cuda:7") == 7);
+  CHECK(planned_gpu("cuda:12") == 12);
+  CHECK_FALSE(planned_gpu("cpu").has_value());
+  CHECK_FALSE(planned_gpu("cuda:").has_value());
+  CHECK_FALSE(planned_gpu("cuda:x1").has_value());
+  CHECK_FALSE(planned_gpu("cuda:-1").has_value());
+  CHECK_FALSE(planned_gpu("cuda:99999999999").has_value());
+}
+
 }  // namespace
 
 TEST_CASE("Open MPI's variables give the rank, and win over stale torchrun ones") {
