@@ -165,11 +165,14 @@ int main(int argc, char** argv) try {
                    "emulator of CUDA's thread model)")
       ->capture_default_str();
   selftest->add_option("--steps", selftest_options.steps, "Steps of each training comparison")
+      ->check(CLI::Range(1, 10000))
       ->capture_default_str();
   selftest->add_option("--seed", selftest_options.seed, "Seed of the random inputs")
       ->capture_default_str();
-  selftest->add_option("--threads", selftest_options.threads,
-                       "The CPU reference's compute threads (default: every core)");
+  selftest
+      ->add_option("--threads", selftest_options.threads,
+                   "The CPU reference's compute threads (default: every core)")
+      ->check(CLI::Range(1, 4096));
   selftest->add_flag("--json", selftest_options.json, "Print one JSON object instead of a table");
 
   try {
@@ -185,7 +188,6 @@ int main(int argc, char** argv) try {
   if (selftest->parsed()) return dslaunch::worker::run_selftest_command(selftest_options);
   std::cerr << app.help() << "\ndsworker: a subcommand is required\n";
   return kUsageError;
-}
-catch (...) {
+} catch (...) {
   return dslaunch::core::report_escaped_exception("dsworker");
 }

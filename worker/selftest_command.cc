@@ -73,10 +73,6 @@ int run_selftest_command(const SelftestOptions& options) {
   const int threads = options.threads > 0
                           ? options.threads
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  if (options.steps < 1) {
-    std::cerr << "dslaunch selftest: --steps must be at least 1\n";
-    return kCannotRun;
-  }
   auto device = device_backend(options.device, threads);
   if (!device.ok()) {
     std::cerr << "dslaunch selftest: --device " << options.device << ": "

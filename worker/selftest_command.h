@@ -10,7 +10,7 @@ struct SelftestOptions {
   // code on the CPU emulator of CUDA's thread model, for any machine, in
   // memory the host can touch only through the backend).
   std::string device = "cuda";
-  int steps = 20;  // of each training comparison
+  int steps = 20;  // of each training comparison, at least 1
   uint32_t seed = 1;
   bool json = false;
   int threads = 0;  // the CPU reference's compute threads; 0: every core

@@ -50,9 +50,13 @@ TEST_CASE("selftest names what it cannot run on and exits 2") {
   result = selftest("--device tpu");
   CHECK(result.exit_code == 2);
   CHECK_THAT(result.output, Catch::Contains("must be cuda or emulated"));
+  // Numbers out of their bounds are usage errors, named.
   result = selftest("--device emulated --steps 0");
   CHECK(result.exit_code == 2);
-  CHECK_THAT(result.output, Catch::Contains("--steps must be at least 1"));
+  CHECK_THAT(result.output, Catch::Contains("--steps") && Catch::Contains("not in range"));
+  result = selftest("--device emulated --steps 20 --threads 0");
+  CHECK(result.exit_code == 2);
+  CHECK_THAT(result.output, Catch::Contains("--threads") && Catch::Contains("not in range"));
 }
 
 }  // namespace
