@@ -192,5 +192,9 @@ class Gpt2Model {
 // its slice of the tensor's global values, so every layout of the model
 // starts from the same weights.
 void init_gpt2_parameters(const core::ParameterTable& table, uint64_t seed, float* params);
+// Floats [begin, end) of the layout that initialisation gives, into
+// out[0, end - begin), without producing the others.
+void init_gpt2_parameter_range(const core::ParameterTable& table, uint64_t seed, int64_t begin,
+                               int64_t end, float* out);
 
 }  // namespace dslaunch::worker::model

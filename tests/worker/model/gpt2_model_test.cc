@@ -79,6 +79,51 @@ TEST_CASE("every layout starts from the same weights: a slice's initialisation i
   }
 }
 
+TEST_CASE("any range of the initialisation is that range of the whole, in every layout") {
+  const core::ParameterTable whole(tiny_config());
+  const core::ParameterTable slice(tiny_config(),
+                                   core::ModelShard{.tensor_rank = 1, .tensor_size = 2});
+  std::mt19937_64 engine(5);
+  for (const core::ParameterTable* table : {&whole, &slice}) {
+    std::vector<float> all(table->total());
+    init_gpt2_parameters(*table, 11, all.data());
+    for (int trial = 0; trial < 200; ++trial) {
+      // Ranges of every length, starting at odd and even elements alike
+      // (Box-Muller draws its normals in pairs).
+      const int64_t begin = static_cast<int64_t>(engine() % table->total());
+      const int64_t end = begin + static_cast<int64_t>(engine() % (table->total() - begin + 1));
+      std::vector<float> range(end - begin, -1.0f);
+      init_gpt2_parameter_range(*table, 11, begin, end, range.data());
+      INFO((table == &whole ? "whole model" : "tensor slice") << ", floats [" << begin << ", "
+                                                              << end << ")");
+      CHECK(range == std::vector<float>(all.begin() + begin, all.begin() + end));
+    }
+  }
+}
+
+TEST_CASE("a weight's values are its stream's Box-Muller pairs, in order") {
+  const core::ParameterTable table(tiny_config());
+  std::vector<float> all(table.total());
+  init_gpt2_parameters(table, 11, all.data());
+  const core::TensorInfo& wte = table.at("transformer.wte.weight");
+  // The stream seeded from the job seed and the tensor's index (splitmix64).
+  const auto mix = [](uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  };
+  std::mt19937_64 engine(mix(11 ^ mix(wte.global_index)));
+  const auto uniform = [&engine] { return (static_cast<double>(engine() >> 11) + 0.5) * 0x1.0p-53; };
+  for (int64_t i = 0; i < wte.numel; i += 2) {
+    const double radius = std::sqrt(-2.0 * std::log(uniform()));
+    const double angle = 2.0 * M_PI * uniform();
+    INFO("wte element " << i);
+    REQUIRE(all[wte.offset + i] == static_cast<float>(0.02 * radius * std::cos(angle)));
+    REQUIRE(all[wte.offset + i + 1] == static_cast<float>(0.02 * radius * std::sin(angle)));
+  }
+}
+
 TEST_CASE("the model refuses a tensor slice without its group") {
   auto backend = kernels::make_cpu_backend(1);
   const core::ParameterTable slice(tiny_config(),
