@@ -10,6 +10,9 @@ if [ $# -lt 2 ]; then
 fi
 ranks=$1
 shift
-flags=(--oversubscribe --bind-to none -np "$ranks")
+# Waiting ranks yield the core: Open MPI only does so by itself when one
+# run's ranks outnumber the cores, and tests run side by side would otherwise
+# spin against each other's ranks.
+flags=(--oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -np "$ranks")
 if [ "$(id -u)" = 0 ]; then flags+=(--allow-run-as-root); fi
 exec mpirun "${flags[@]}" "$@"
