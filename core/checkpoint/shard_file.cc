@@ -702,6 +702,12 @@ std::vector<LayoutTensor> layout_of(const ParameterTable& table) {
   return layout;
 }
 
+std::string copy_shard_array(const ShardArrayData& array, int64_t count, void* out) {
+  if (array.read) return array.read(0, count, out);
+  std::memcpy(out, array.data, static_cast<size_t>(count * dtype_bytes(array.info.dtype)));
+  return "";
+}
+
 WrittenShard write_shard(const std::string& path, ShardHeader header,
                          const std::vector<ShardArrayData>& arrays, core::FileSystem& fs) {
   return write_shard(path, std::move(header), arrays, {}, fs);
@@ -759,9 +765,37 @@ WrittenShard write_shard(const std::string& path, ShardHeader header,
     }
     written = offset + bytes;
   };
+  // Streamed arrays, a piece at a time through one buffer.
+  std::string read_error;
+  std::vector<char> piece;
+  const auto write_streamed = [&](int64_t offset, const ShardArrayData& array, int64_t count) {
+    constexpr int64_t kPieceBytes = int64_t{8} << 20;
+    const int64_t element = dtype_bytes(array.info.dtype);
+    const int64_t per_piece = std::max<int64_t>(1, kPieceBytes / element);
+    piece.resize(static_cast<size_t>(std::min(count, per_piece) * element));
+    if (failure == 0) failure = write_hashed(*file, hash.get(), padding.data(), offset - written);
+    for (int64_t from = 0; from < count && failure == 0 && read_error.empty(); from += per_piece) {
+      const int64_t n = std::min(per_piece, count - from);
+      read_error = array.read(from, n, piece.data());
+      if (read_error.empty()) {
+        failure = write_hashed(*file, hash.get(), piece.data(), static_cast<size_t>(n * element));
+      }
+    }
+    written = offset + count * element;
+  };
   const int64_t count = header.end - header.begin;
   for (size_t i = 0; i < arrays.size(); ++i) {
-    write_array(offsets.arrays[i], arrays[i].data, count * dtype_bytes(arrays[i].info.dtype));
+    if (arrays[i].read) {
+      write_streamed(offsets.arrays[i], arrays[i], count);
+    } else {
+      write_array(offsets.arrays[i], arrays[i].data, count * dtype_bytes(arrays[i].info.dtype));
+    }
+  }
+  if (!read_error.empty()) {
+    (void)file->close();
+    (void)fs.remove(temporary);
+    result.error = fmt::format("cannot write checkpoint shard '{}': {}", path, read_error);
+    return result;
   }
   for (size_t i = 0; i < rank_arrays.size(); ++i) {
     const RankStateArray& array = header.rank_state->arrays[i];

@@ -1,6 +1,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <map>
 #include <optional>
 #include <string>
@@ -97,9 +99,28 @@ struct ShardHeader {
 
 // An array to write: end - begin elements of its dtype (may be null when that is 0).
 struct ShardArrayData {
+  // Instead of `data`, for state that is not in memory (swapped to NVMe):
+  // fills out with elements [from, from + count) of the array, "" or what
+  // failed. The writer reads it a piece at a time.
+  using Reader = std::function<std::string(int64_t from, int64_t count, void* out)>;
+
+  ShardArrayData() = default;
+  ShardArrayData(ShardArrayInfo array, const void* values) : info(array), data(values) {}
+  static ShardArrayData streamed(ShardArrayInfo array, Reader reader) {
+    ShardArrayData streamed;
+    streamed.info = array;
+    streamed.read = std::move(reader);
+    return streamed;
+  }
+
   ShardArrayInfo info;
   const void* data = nullptr;
+  Reader read;
 };
+
+// The `count` elements of `array` into out, from memory or its reader; ""
+// or what failed.
+std::string copy_shard_array(const ShardArrayData& array, int64_t count, void* out);
 
 struct WrittenShard {
   std::string error;       // empty on success

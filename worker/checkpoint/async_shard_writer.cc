@@ -46,6 +46,12 @@ void AsyncShardWriter::save(const std::string& path, const core::ShardHeader& he
                             const std::vector<core::ShardArrayData>& arrays,
                             const std::vector<const void*>& rank_arrays, Done done) {
   wait();
+  if (std::any_of(arrays.begin(), arrays.end(),
+                  [](const core::ShardArrayData& array) { return bool(array.read); })) {
+    const core::WrittenShard written = core::write_shard(path, header, arrays, rank_arrays);
+    if (done) done(written);
+    return;
+  }
   // Nothing is in flight, so the background thread leaves the buffers alone.
   const int64_t count = std::max<int64_t>(header.end - header.begin, 0);
   if (buffers_.size() < arrays.size()) buffers_.resize(arrays.size());

@@ -41,7 +41,10 @@ class AsyncShardWriter {
   ~AsyncShardWriter();
 
   // Copies header.end - header.begin elements of each of `arrays` and
-  // returns; the caller may change or free its arrays at once. The shard is
+  // returns; the caller may change or free its arrays at once. When an array
+  // streams (ShardArrayData::read: state swapped out of memory, which a copy
+  // would bring back in whole), the shard is written before save()
+  // returns, on the caller's thread, and `done` runs there too. The shard is
   // then written to `path` as write_shard(path, header, arrays) would, and
   // `done` is called with the result (write errors arrive there, never here).
   void save(const std::string& path, const core::ShardHeader& header,

@@ -457,6 +457,62 @@ TEST_CASE("A failed write keeps the shard that was there and leaves no temporary
   CHECK(header->end == 8);
 }
 
+// Each of data's arrays as a reader, counting its calls.
+std::vector<ShardArrayData> streamed(const std::vector<ShardArrayData>& arrays, int* calls) {
+  std::vector<ShardArrayData> readers;
+  for (const ShardArrayData& array : arrays) {
+    readers.push_back(ShardArrayData::streamed(
+        array.info, [array, calls](int64_t from, int64_t count, void* out) {
+          ++*calls;
+          std::memcpy(out, static_cast<const float*>(array.data) + from,
+                      static_cast<size_t>(count) * sizeof(float));
+          return std::string();
+        }));
+  }
+  return readers;
+}
+
+TEST_CASE("Streamed arrays write the same shard as arrays in memory, a piece at a time") {
+  TempDir dir;
+  // 3M floats an array: 12 MB, two 8 MiB pieces each.
+  const ShardHeader header = header_for(1, 2, 6'000'000, 3'000'000, 6'000'000);
+  const ShardData data(3'000'000, 6'000'000);
+  const WrittenShard in_memory = write_shard(dir.file("memory.bin"), header, data.arrays());
+  REQUIRE(in_memory.ok());
+  int calls = 0;
+  // Memory and reader arrays mixed.
+  std::vector<ShardArrayData> arrays = streamed(data.arrays(), &calls);
+  arrays[1] = data.arrays()[1];
+  const WrittenShard from_readers = write_shard(dir.file("streamed.bin"), header, arrays);
+  INFO(from_readers.error);
+  REQUIRE(from_readers.ok());
+  CHECK(calls == 4);
+  CHECK(from_readers.xxh64 == in_memory.xxh64);
+  CHECK(testing::read_bytes(dir.file("streamed.bin")) ==
+        testing::read_bytes(dir.file("memory.bin")));
+}
+
+TEST_CASE("A reader that fails fails the write, naming what failed, and leaves nothing") {
+  TempDir dir;
+  const std::string path = dir.file("shard.bin");
+  const ShardData before(0, 8);
+  REQUIRE(write_shard(path, header_for(0, 1, 8, 0, 8), before.arrays()).ok());
+  const ShardData data(0, 3'000'000);
+  int calls = 0;
+  std::vector<ShardArrayData> arrays = streamed(data.arrays(), &calls);
+  arrays[2] = ShardArrayData::streamed(arrays[2].info, [](int64_t from, int64_t, void*) {
+    return from == 0 ? std::string() : "the swap file: Input/output error";
+  });
+  const WrittenShard written = write_shard(path, header_for(0, 1, 3'000'000, 0, 3'000'000), arrays);
+  CHECK_THAT(written.error, Equals("cannot write checkpoint shard '" + path +
+                                   "': the swap file: Input/output error"));
+  CHECK(dir.names() == std::vector<std::string>{"shard.bin"});
+  std::string error;
+  const std::optional<ShardHeader> header = read_shard_header(path, error);
+  REQUIRE(header);
+  CHECK(header->end == 8);
+}
+
 TEST_CASE("Short writes are finished: the shard is whole") {
   TempDir dir;
   const std::string path = dir.file("shard.bin");

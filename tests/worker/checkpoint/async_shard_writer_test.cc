@@ -269,5 +269,33 @@ TEST_CASE("Rank arrays that do not match the rank state are reported to done") {
   CHECK(dir.names().empty());
 }
 
+TEST_CASE("A save whose arrays stream is written before save() returns, after the one in flight") {
+  TempDir dir;
+  AsyncShardWriter writer;
+  DoneCalls calls;
+  const ShardData first(0, 200'000);
+  writer.save(dir.file("first.bin"), header_for(0, 200'000, 1), first.arrays(), calls.record());
+  const ShardData second(0, 1000);
+  std::vector<core::ShardArrayData> arrays;
+  for (const core::ShardArrayData& array : second.arrays()) {
+    arrays.push_back(core::ShardArrayData::streamed(
+        array.info, [array](int64_t from, int64_t count, void* out) {
+          std::memcpy(out, static_cast<const float*>(array.data) + from,
+                      static_cast<size_t>(count) * sizeof(float));
+          return std::string();
+        }));
+  }
+  writer.save(dir.file("second.bin"), header_for(0, 1000, 2), arrays, calls.record());
+  // No wait(): both are written, in order, and both reported.
+  {
+    std::lock_guard<std::mutex> lock(calls.mutex);
+    REQUIRE(calls.results.size() == 2);
+    CHECK(calls.results[0].ok());
+    CHECK(calls.results[1].ok());
+  }
+  CHECK(read_array(dir.file("second.bin"), StateKind::kAdamV) == second.adam_v);
+  CHECK(read_array(dir.file("first.bin"), StateKind::kParameter) == first.params);
+}
+
 }  // namespace
 }  // namespace dslaunch::worker::checkpoint
