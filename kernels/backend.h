@@ -259,6 +259,12 @@ class Backend {
   virtual void scale(float* x, int64_t n, float factor) = 0;
 };
 
+// The CPU backend's sum_of_squares adds the double sums of consecutive
+// blocks of this many floats in order, so summing a buffer one block a call
+// and adding the results in order gives the same bits as one call (the norm
+// of swapped gradients, read a piece at a time, does).
+inline constexpr int64_t kSumOfSquaresBlock = 16384;
+
 // The CPU backend with `threads` compute threads (OpenMP, shared with
 // OpenBLAS); every one of them flushes denormals to zero (FTZ and DAZ),
 // which keeps tiny gradients from slowing arithmetic tenfold.

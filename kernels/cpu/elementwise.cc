@@ -46,6 +46,8 @@ void residual_backward(float* da, float* db, const float* dout, int64_t n) {
   });
 }
 
+static_assert(kChunk == kSumOfSquaresBlock, "sum_of_squares's blocks are part of its contract");
+
 double sum_of_squares(const float* x, int64_t n) {
   // One partial sum per chunk, added in chunk order: the same total whatever
   // the thread count.

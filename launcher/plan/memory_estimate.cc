@@ -116,6 +116,14 @@ ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& trainin
           optimizer_device == spec::OffloadDevice::kNvme ? optimizer_elements * moment_bytes
                                                          : bytes.optimizer_states);
   offload(training.zero.offload_param.device, bytes.parameters, bytes.parameters);
+  // Partitioned gradients (stage 2 over several ranks, or stage 3 with its
+  // parameters on NVMe) go to NVMe with the moments.
+  const bool partitioned_gradients =
+      stage >= 2 &&
+      (data_parallel > 1 || training.zero.offload_param.device == spec::OffloadDevice::kNvme);
+  if (partitioned_gradients && optimizer_device == spec::OffloadDevice::kNvme) {
+    offload(optimizer_device, bytes.gradients, bytes.gradients);
+  }
   if (training.zero.offload_optimizer.device == spec::OffloadDevice::kNvme) {
     // As worker/engine/optimizer lays them out: each buffer holds one group
     // of both moments, each moment 4 KiB-aligned for O_DIRECT.

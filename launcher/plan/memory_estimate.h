@@ -45,6 +45,7 @@ struct ModelStateBytes {
   int64_t gradients = 0;          // on the device
   int64_t optimizer_states = 0;   // on the device
   int64_t offloaded_to_host = 0;  // optimizer states (and stage-3 parameters) moved to CPU memory
+  // Moved to NVMe: optimizer states, stage-3 parameters, partitioned gradients.
   int64_t offloaded_to_nvme = 0;
   // In memory for offloaded optimizer states: offload_optimizer nvme's swap
   // buffers (buffer_count groups of sub_group_size elements, both moments).
@@ -58,7 +59,8 @@ struct ModelStateBytes {
 // optimizer states by the data-parallel size, stage 2 the gradients too,
 // stage 3 the parameters too (partitions rounded up). Offload moves the
 // optimizer states (and, at stage 3, the parameters) to host memory or NVMe;
-// optimizer states on NVMe stream through swap buffers that stay in memory.
+// optimizer states on NVMe stream through swap buffers that stay in memory,
+// and partitioned gradients go to NVMe with them.
 // 16-bit weights and gradients take 2 bytes each on a GPU; the CPU backend
 // holds them widened to fp32 (their values exactly), 4 bytes each.
 ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& training,

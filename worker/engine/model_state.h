@@ -106,7 +106,11 @@ struct ModelStateInputs {
   comm::Communicator* data_comm = nullptr;
   kernels::Backend* backend = nullptr;
   model::Gpt2Model* model = nullptr;  // gets stage 3's parameter source
-  std::vector<float> params;          // the whole parameters to start from
+  // The parameters to start from, a range at a time: out[0, end - begin) =
+  // floats [begin, end) of the layout (the spec's initialisation, init_from's
+  // weights or the checkpoint's). Each state asks only for what it keeps, so
+  // a ZeRO stage 3 rank never holds the whole model.
+  std::function<core::Status(int64_t begin, int64_t end, float* out)> initial_parameters;
   // kF32, or kBF16/kF16 for 16-bit training: fp32 masters, the model's
   // weights and gradients rounded to this format.
   core::DType precision = core::DType::kF32;

@@ -184,22 +184,69 @@ core::StatusOr<AdamW::Moments> AdamW::moments() {
   return Moments{s.staged_m.data(), s.staged_v.data()};
 }
 
+core::Status AdamW::read_moment(bool second, int64_t from, int64_t count, float* out) {
+  if (!swap_) {
+    ensure_in_memory();
+    const std::vector<float>& moment = second ? v_ : m_;
+    std::copy_n(moment.data() + from, count, out);
+    return {};
+  }
+  Swap& s = *swap_;
+  const int64_t n = end_ - begin_;
+  for (int64_t at = from; at < from + count;) {
+    const int64_t g = at / s.group_elements;
+    const int64_t group_begin = g * s.group_elements;
+    const int64_t take = std::min(group_begin + s.length(g, n), from + count) - at;
+    Swap::Buffer& buffer = s.buffers[g % s.buffers.size()];
+    if (core::Status status = s.wait_writes(buffer); !status.ok()) return status;
+    float* into = second ? buffer.v.get() : buffer.m.get();
+    if (core::Status status =
+            s.file->wait(s.file->start_read(into, s.group_bytes, s.offset(g, second)));
+        !status.ok()) {
+      return status.with_context("reading the optimizer's moments");
+    }
+    std::copy_n(into + (at - group_begin), take, out + (at - from));
+    at += take;
+  }
+  return {};
+}
+
 int64_t AdamW::state_bytes() const {
   if (!swap_) return 2 * (end_ - begin_) * static_cast<int64_t>(sizeof(float));
   return static_cast<int64_t>(swap_->buffers.size()) * 2 * swap_->group_bytes;
 }
 
+namespace {
+
+// The gradients of a buffer in memory, grads_from_begin[0] the gradient of
+// params[begin].
+AdamW::GroupIo in_memory(const float* grads_from_begin, int64_t begin) {
+  AdamW::GroupIo io;
+  io.load = [grads_from_begin, begin](int64_t from, int64_t) -> core::StatusOr<const float*> {
+    return grads_from_begin + (from - begin);
+  };
+  io.store = [](int64_t, int64_t) { return core::Status(); };
+  return io;
+}
+
+}  // namespace
+
 core::Status AdamW::step(kernels::Backend& backend, float* params, const float* grads, double lr,
                          RoundedCopy rounded) {
-  return update(backend, params, grads + begin_, lr, rounded);
+  return update(backend, params, in_memory(grads + begin_, begin_), lr, rounded);
 }
 
 core::Status AdamW::step_partition(kernels::Backend& backend, float* params,
                                    const float* partition_grads, double lr, RoundedCopy rounded) {
-  return update(backend, params, partition_grads, lr, rounded);
+  return update(backend, params, in_memory(partition_grads, begin_), lr, rounded);
 }
 
-void AdamW::update_range(kernels::Backend& backend, float* params, const float* grads_from_begin,
+core::Status AdamW::step_streamed(kernels::Backend& backend, float* params, double lr,
+                                  const GroupIo& io, RoundedCopy rounded) {
+  return update(backend, params, io, lr, rounded);
+}
+
+void AdamW::update_range(kernels::Backend& backend, float* params, const float* grads,
                          const kernels::Backend::AdamWParams& hyper, int64_t from, int64_t to,
                          float* m, float* v, const RoundedCopy& rounded) const {
   kernels::Backend::AdamWParams span_hyper = hyper;
@@ -209,14 +256,14 @@ void AdamW::update_range(kernels::Backend& backend, float* params, const float* 
     const int64_t end = std::min(span.end, to);
     if (begin >= end) continue;
     span_hyper.weight_decay = span.decay ? spec_.weight_decay : 0.0;
-    backend.adamw_update(params + begin, grads_from_begin + (begin - begin_), m + (begin - from),
+    backend.adamw_update(params + begin, grads + (begin - from), m + (begin - from),
                          v + (begin - from), end - begin, span_hyper,
                          rounded.weights != nullptr ? rounded.weights + begin : nullptr);
   }
 }
 
-core::Status AdamW::update(kernels::Backend& backend, float* params, const float* grads_from_begin,
-                           double lr, const RoundedCopy& rounded) {
+core::Status AdamW::update(kernels::Backend& backend, float* params, const GroupIo& io, double lr,
+                           const RoundedCopy& rounded) {
   ++step_;
   kernels::Backend::AdamWParams hyper;
   hyper.lr = lr;
@@ -225,11 +272,17 @@ core::Status AdamW::update(kernels::Backend& backend, float* params, const float
   hyper.eps = spec_.eps;
   hyper.decoupled = spec_.decoupled_weight_decay;
   hyper.step = step_;
+  // A group's update between bringing in its parameters and gradients and
+  // writing them back.
+  const auto update_group = [&](int64_t from, int64_t to, float* m, float* v) -> core::Status {
+    core::StatusOr<const float*> grads = io.load(from, to);
+    if (!grads.ok()) return grads.status();
+    update_range(backend, params, *grads, hyper, from, to, m, v, rounded);
+    return io.store(from, to);
+  };
   if (!swap_) {
     ensure_in_memory();
-    update_range(backend, params, grads_from_begin, hyper, begin_, end_, m_.data(), v_.data(),
-                 rounded);
-    return {};
+    return update_group(begin_, end_, m_.data(), v_.data());
   }
   Swap& s = *swap_;
   std::vector<float>().swap(s.staged_m);  // the last checkpoint's copy
@@ -257,8 +310,11 @@ core::Status AdamW::update(kernels::Backend& backend, float* params, const float
       return status.with_context("reading the optimizer's moments");
     }
     const int64_t from = begin_ + g * s.group_elements;
-    update_range(backend, params, grads_from_begin, hyper, from, from + s.length(g, n),
-                 buffer.m.get(), buffer.v.get(), rounded);
+    if (core::Status status =
+            update_group(from, from + s.length(g, n), buffer.m.get(), buffer.v.get());
+        !status.ok()) {
+      return status;
+    }
     s.start_write(g, buffer);
     if (ahead > 0 && g + ahead < s.groups) {
       if (core::Status status = load(g + ahead); !status.ok()) return status;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,6 +66,20 @@ class AdamW {
   core::Status step_partition(kernels::Backend& backend, float* params,
                               const float* partition_grads, double lr, RoundedCopy rounded = {});
 
+  // ZeRO-Infinity with the parameters and the gradients swapped as well as
+  // the moments: the same step a swap group at a time, each group's
+  // parameters and gradients brought in only for its update. Before group
+  // [from, to)'s update, load(from, to) makes params[from, to) hold the
+  // parameters and returns where the group's gradients are (element 0 the
+  // gradient of params[from]); after it, store(from, to) writes the
+  // parameters back.
+  struct GroupIo {
+    std::function<core::StatusOr<const float*>(int64_t from, int64_t to)> load;
+    std::function<core::Status(int64_t from, int64_t to)> store;
+  };
+  core::Status step_streamed(kernels::Backend& backend, float* params, double lr,
+                             const GroupIo& io, RoundedCopy rounded = {});
+
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t steps) { step_ = steps; }
 
@@ -76,6 +91,10 @@ class AdamW {
     const float* second = nullptr;
   };
   core::StatusOr<Moments> moments();
+  // One moment (the second when `second`) of the floats [from, from + count)
+  // of [begin, end) into out, read from the swap file a group at a time
+  // when swapped, so a checkpoint streams them without holding them whole.
+  core::Status read_moment(bool second, int64_t from, int64_t count, float* out);
   // Sets both moments of the floats [from, from + count) of [begin, end)
   // (resuming), in pieces of moment_group() floats at most, each starting
   // at a multiple of it; null: zeros.
@@ -92,11 +111,11 @@ class AdamW {
     bool decay;
   };
   struct Swap;
-  // grads_from_begin[0] is the gradient of params[begin_].
-  core::Status update(kernels::Backend& backend, float* params, const float* grads_from_begin,
-                      double lr, const RoundedCopy& rounded);
-  // The update of the layout's floats [from, to), whose moments are at m, v.
-  void update_range(kernels::Backend& backend, float* params, const float* grads_from_begin,
+  core::Status update(kernels::Backend& backend, float* params, const GroupIo& io, double lr,
+                      const RoundedCopy& rounded);
+  // The update of the layout's floats [from, to), whose gradients are at
+  // grads and moments at m, v.
+  void update_range(kernels::Backend& backend, float* params, const float* grads,
                     const kernels::Backend::AdamWParams& hyper, int64_t from, int64_t to, float* m,
                     float* v, const RoundedCopy& rounded) const;
 

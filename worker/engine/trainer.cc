@@ -162,15 +162,6 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   // The model's size whatever the layout: as one rank holds it, its
   // vocabulary padded for one tensor rank (what checkpoints record).
   const int64_t model_parameters = core::ParameterTable(core::model_config(spec.model, 1)).total();
-  std::vector<float> params(table.total(), 0.0f);
-  if (!options.resume && !training.init_from.empty()) {
-    if (core::Status status = core::load_initial_weights(training.init_from, table, params.data());
-        !status.ok()) {
-      return failed(status);
-    }
-  } else {
-    model::init_gpt2_parameters(table, spec.model.init_seed, params.data());
-  }
   const int64_t first_step = options.resume ? options.resume->step : 0;
   const int64_t first_sample = options.resume ? options.resume->samples_seen : 0;
   const auto samples_before = [&](int64_t step) {
@@ -201,13 +192,6 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
           "the checkpoint of step {} holds a model of {} parameters, this spec's has {}",
           options.resume->step, options.resume->total_parameters, model_parameters);
       return result;
-    }
-    // Every rank reads the whole parameters; the model state keeps what its
-    // ZeRO stage keeps, and reads its partition of the optimizer's moments.
-    if (std::string error;
-        !core::read_flat_range(options.resume->shards, layout, core::StateKind::kParameter, 0,
-                               table.total(), params.data(), error)) {
-      return resume_failed(error);
     }
   }
   const int chunks = table.chunk_count();
@@ -263,7 +247,36 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   state_inputs.data_comm = &data_comm;
   state_inputs.backend = &backend;
   state_inputs.model = &model;
-  state_inputs.params = std::move(params);
+  // The model state reads the parameters it keeps a range at a time: from
+  // the checkpoint, init_from's weights (loaded whole: a fine-tuning start)
+  // or the initialisation.
+  if (options.resume) {
+    state_inputs.initial_parameters = [&](int64_t begin, int64_t end, float* out) -> core::Status {
+      std::string error;
+      if (!core::read_flat_range(options.resume->shards, layout, core::StateKind::kParameter,
+                                 begin, end, out, error)) {
+        return core::Status(core::StatusCode::kDataLoss, error);
+      }
+      return {};
+    };
+  } else if (!training.init_from.empty()) {
+    auto weights = std::make_shared<std::vector<float>>(table.total());
+    if (core::Status status = core::load_initial_weights(training.init_from, table, weights->data());
+        !status.ok()) {
+      return failed(status);
+    }
+    state_inputs.initial_parameters = [weights](int64_t begin, int64_t end,
+                                                float* out) -> core::Status {
+      std::copy(weights->begin() + begin, weights->begin() + end, out);
+      return {};
+    };
+  } else {
+    state_inputs.initial_parameters = [&table, seed = spec.model.init_seed](
+                                          int64_t begin, int64_t end, float* out) -> core::Status {
+      model::init_gpt2_parameter_range(table, seed, begin, end, out);
+      return {};
+    };
+  }
   state_inputs.precision = precision;
   state_inputs.norm_ranges = norm_ranges(table);
   if (options.resume) {

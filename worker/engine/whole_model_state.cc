@@ -50,15 +50,18 @@ class WholeModelState final : public ModelState {
         partition_(make_zero_partition(table_.total(), comm_.size(), kZeroPartitionAlignment)),
         precision_(inputs.precision),
         norm_ranges_(std::move(inputs.norm_ranges)),
-        params_(std::move(inputs.params)),
+        params_(table_.total(), 0.0f),
         grads_(table_.total(), 0.0f),
         reducer_(comm_, grads_.data(), table_.total(), training_.zero.reduce_bucket_size),
         optimizer_(make_whole_model_optimizer(training_.optimizer, table_, comm_, backend_)) {
     reducer_.set_communication_type(gradient_communication_type(training_, precision_));
+    init_status_ = inputs.initial_parameters(0, table_.total(), params_.data());
     if (precision_ == core::DType::kF32) return;
     masters_ = params_;
     backend_.round_to(params_.data(), params_.data(), table_.total(), precision_);
   }
+
+  const core::Status& init_status() const { return init_status_; }
 
   core::Status resume(const std::vector<core::ShardLocation>& shards, int64_t optimizer_steps,
                       const std::function<void(const std::string&)>& notice) {
@@ -284,6 +287,7 @@ class WholeModelState final : public ModelState {
   const ZeroPartition partition_;  // where checkpoints are cut, and the norm's order
   const core::DType precision_;
   const Ranges norm_ranges_;
+  core::Status init_status_;    // reading the initial parameters
   std::vector<float> params_;   // what the model reads
   std::vector<float> masters_;  // 16-bit training: the fp32 weights the optimizer updates
   std::vector<float> grads_;
@@ -305,6 +309,7 @@ core::StatusOr<std::unique_ptr<ModelState>> make_whole_model_state(ModelStateInp
                                               spec::optimizer_type_name(type)));
   }
   auto state = std::make_unique<WholeModelState>(inputs);
+  if (!state->init_status().ok()) return state->init_status();
   if (shards != nullptr) {
     if (core::Status status = state->resume(*shards, optimizer_steps, notice); !status.ok()) {
       return status;

@@ -22,7 +22,8 @@ void append(std::vector<Range>& ranges, int64_t begin, int64_t end) {
 
 Zero3Parameters::Zero3Parameters(comm::Communicator& comm, const core::ParameterTable& table,
                                  const ZeroPartition& partition, const Zero3Settings& settings,
-                                 const float* initial, std::unique_ptr<PartitionSwap> swap)
+                                 const InitialParameters& initial,
+                                 std::unique_ptr<PartitionSwap> swap)
     : comm_(comm),
       table_(table),
       partition_(partition),
@@ -42,14 +43,13 @@ Zero3Parameters::Zero3Parameters(comm::Communicator& comm, const core::Parameter
     const int64_t end = t.offset + t.numel;
     if (t.numel < settings.persistence_threshold) {
       append(persistent_, t.offset, end);
-      std::memcpy(workspace_.data() + t.offset, initial + t.offset, t.numel * sizeof(float));
     } else {
       append(regions[t.layer + 1], t.offset, end);
     }
   }
-  const int64_t own_begin = partition.begin(rank_);
-  std::memcpy(master_.data() + own_begin, initial + own_begin,
-              (partition.end(rank_) - own_begin) * sizeof(float));
+  for (const auto& [begin, end] : persistent_) {
+    if (!initial(begin, end, workspace_.data() + begin).ok()) return;
+  }
 
   packed_blocks_.counts.assign(partition.ranks, 0);
   packed_blocks_.displacements.assign(partition.ranks, 0);
@@ -75,12 +75,23 @@ Zero3Parameters::Zero3Parameters(comm::Communicator& comm, const core::Parameter
   gatherer_.emplace(comm, partition, master_.data(), workspace_, std::move(regions),
                     settings.hpz_partition_size);
   gatherer_->set_quantized(settings.quantized_weights);
-  if (swap) {
-    swap_ = std::move(swap);
-    if (core::Status status = store_partition(/*changed=*/true); !status.ok()) {
+  // The partition, read a piece at a time; with a swap file each piece goes
+  // there and leaves memory at once, so the partition is never resident.
+  swap_ = std::move(swap);
+  constexpr int64_t kPieceFloats = int64_t{2} << 20;
+  for (int64_t begin = partition.begin(rank_); begin < partition.end(rank_);
+       begin += kPieceFloats) {
+    const int64_t end = std::min(begin + kPieceFloats, partition.end(rank_));
+    if (!initial(begin, end, master_.data() + begin).ok()) return;
+    if (!swap_) continue;
+    if (core::Status status = swap_->store(begin, end, master_.data() + begin); !status.ok()) {
       setup_error_ = "offload_param: " + status.message();
       return;
     }
+    master_.zero(begin, end);
+  }
+  if (swap_) {
+    partition_resident_ = false;
     gatherer_->set_own_loader([this](int64_t begin, int64_t end) -> std::string {
       core::Status status = swap_->load(begin, end, master_.data() + begin);
       return status.ok() ? "" : "offload_param: " + status.message();
@@ -116,6 +127,28 @@ core::Status Zero3Parameters::store_partition(bool changed) {
   master_.zero(own_begin, own_end);
   partition_resident_ = false;
   return {};
+}
+
+core::Status Zero3Parameters::load_range(int64_t begin, int64_t end, bool read) {
+  if (!swap_ || partition_resident_ || !read) return {};
+  return swap_->load(begin, end, master_.data() + begin).with_context("offload_param");
+}
+
+core::Status Zero3Parameters::store_range(int64_t begin, int64_t end) {
+  if (!swap_ || partition_resident_) return {};
+  if (core::Status status = swap_->store(begin, end, master_.data() + begin); !status.ok()) {
+    return status.with_context("offload_param");
+  }
+  master_.zero(begin, end);
+  return {};
+}
+
+core::Status Zero3Parameters::read_range(int64_t begin, int64_t end, float* out) {
+  if (!swap_ || partition_resident_) {
+    std::memcpy(out, master_.data() + begin, (end - begin) * sizeof(float));
+    return {};
+  }
+  return swap_->load(begin, end, out).with_context("offload_param");
 }
 
 template <typename Fn>

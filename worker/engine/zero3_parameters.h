@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -8,6 +9,7 @@
 
 #include "core/layout/gpt2_config.h"
 #include "core/layout/parameter_table.h"
+#include "core/status.h"
 #include "worker/comm/communicator.h"
 #include "worker/model/gpt2_model.h"
 #include "worker/parallel/parameter_gatherer.h"
@@ -65,12 +67,16 @@ struct Zero3Settings {
 // model does when all run the same passes). Not thread-safe.
 class Zero3Parameters : public model::ParameterSource {
  public:
-  // `initial`: the whole initial parameters (table.total() floats), copied;
-  // the caller may free them afterwards. Collective over comm. On failure
+  // The initial parameters, a range of the layout at a time:
+  // out[0, end - begin) = floats [begin, end); this rank reads its partition
+  // (in pieces, written to the swap file as they come when there is one)
+  // and the persistent tensors only. A failure of `initial` stops the
+  // reading; the caller reports it. Collective over comm. On failure
   // error() says what.
+  using InitialParameters = std::function<core::Status(int64_t begin, int64_t end, float* out)>;
   Zero3Parameters(comm::Communicator& comm, const core::ParameterTable& table,
                   const ZeroPartition& partition, const Zero3Settings& settings,
-                  const float* initial, std::unique_ptr<PartitionSwap> swap = nullptr);
+                  const InitialParameters& initial, std::unique_ptr<PartitionSwap> swap = nullptr);
 
   bool swapped() const { return swap_ != nullptr; }
   // With a swap file: reads the whole partition into master() (until
@@ -80,6 +86,15 @@ class Zero3Parameters : public model::ParameterSource {
   // nothing.
   core::Status load_partition(bool read = true);
   core::Status store_partition(bool changed);
+  // The same for floats [begin, end) of a swapped partition that is not
+  // resident, for an optimizer step that streams it a group at a time:
+  // load_range() reads them into master() (`read` false: the caller
+  // overwrites them all), store_range() writes them back and drops them.
+  core::Status load_range(int64_t begin, int64_t end, bool read);
+  core::Status store_range(int64_t begin, int64_t end);
+  // Floats [begin, end) of the partition into out, from memory or the swap
+  // file, leaving what is resident as it is (checkpoints).
+  core::Status read_range(int64_t begin, int64_t end, float* out);
 
   // "" or the first failure (setup or a gather).
   std::string error() const;

@@ -6,6 +6,8 @@
 // around its use).
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -14,6 +16,7 @@
 #include "worker/engine/model_state.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/zero3_parameters.h"
+#include "worker/parallel/gradient_partition.h"
 #include "worker/parallel/gradient_reducer.h"
 #include "worker/parallel/partition_swap.h"
 #include "worker/parallel/releasable_buffer.h"
@@ -38,11 +41,40 @@ double sum_of_squares_in(kernels::Backend& backend, const float* grads, int64_t 
   return sum;
 }
 
+// The same over a swapped gradient partition, read a piece at a time: each
+// range's sum is the in-order sum of its blocks of kSumOfSquaresBlock
+// floats, as one call over the range in memory adds them, so the norm has
+// the same bits whether the gradients were swapped or not.
+core::StatusOr<double> sum_of_squares_in(kernels::Backend& backend, GradientPartition& grads,
+                                         int64_t begin, int64_t end, const Ranges& ranges) {
+  constexpr int64_t kPiece = 64 * kernels::kSumOfSquaresBlock;
+  const Ranges all = {{begin, end}};
+  double sum = 0;
+  for (const auto& [range_begin, range_end] : ranges.empty() ? all : ranges) {
+    const int64_t from = std::max(range_begin, begin);
+    const int64_t to = std::min(range_end, end);
+    double range_sum = 0;
+    for (int64_t piece = from; piece < to; piece += kPiece) {
+      const int64_t piece_end = std::min(piece + kPiece, to);
+      core::StatusOr<const float*> read = grads.read(piece, piece_end);
+      if (!read.ok()) return read.status();
+      for (int64_t block = piece; block < piece_end; block += kernels::kSumOfSquaresBlock) {
+        const int64_t count = std::min(kernels::kSumOfSquaresBlock, piece_end - block);
+        range_sum += backend.sum_of_squares(*read + (block - piece), count);
+      }
+    }
+    if (from < to) sum += range_sum;
+  }
+  return sum;
+}
+
 // What every stage shares: the partition of the layout, the optimizer over
 // this rank's part of it, and the checkpoint's cut.
 class ZeroStateBase : public ModelState {
  public:
-  explicit ZeroStateBase(ModelStateInputs& inputs)
+  // whole_parameters: every rank keeps the whole parameters (all stages but
+  // 3, whose ranks read only their partition from inputs.initial_parameters).
+  ZeroStateBase(ModelStateInputs& inputs, bool whole_parameters)
       : training_(*inputs.training),
         table_(*inputs.table),
         layout_(*inputs.layout),
@@ -61,20 +93,31 @@ class ZeroStateBase : public ModelState {
         optimizer_(training_.optimizer, table_, own_begin_, partition_.end(owner_)),
         norm_ranges_(std::move(inputs.norm_ranges)),
         precision_(inputs.precision),
-        params_(std::move(inputs.params)) {
-    params_.resize(partition_.padded_total(), 0.0f);
+        initial_parameters_(std::move(inputs.initial_parameters)) {
+    if (whole_parameters) {
+      params_.resize(partition_.padded_total(), 0.0f);
+      init_status_ = initial_parameters_(0, table_.total(), params_.data());
+      initial_parameters_ = nullptr;  // may hold init_from's weights
+      if (!init_status_.ok()) return;
+    }
     if (precision_ == core::DType::kF32) return;
     // 16-bit training: the optimizer updates fp32 masters of this rank's
     // partition (a mapping of the whole layout, of which only the
     // partition's pages are touched); the model reads their rounding.
     masters_ = std::make_unique<ReleasableBuffer>(partition_.padded_total());
     if (masters_->data() == nullptr) return;
+    if (!whole_parameters) {
+      init_status_ =
+          initial_parameters_(own_begin_, own_begin_ + own_count_, masters_->data() + own_begin_);
+      return;
+    }
     backend_.copy_device_to_device(masters_->data() + own_begin_, params_.data() + own_begin_,
                                    own_count_ * static_cast<int64_t>(sizeof(float)));
     backend_.round_to(params_.data(), params_.data(), table_.total(), precision_);
   }
 
   core::Status init_status() const {
+    if (!init_status_.ok()) return init_status_;
     if (masters_ && !masters_->status().ok()) {
       return masters_->status().with_context("the fp32 master weights");
     }
@@ -117,9 +160,6 @@ class ZeroStateBase : public ModelState {
   }
 
   core::StatusOr<CheckpointSlice> checkpoint_slice(int64_t step) override {
-    if (core::Status status = prepare_checkpoint(); !status.ok()) return status;
-    core::StatusOr<AdamW::Moments> moments = optimizer_.moments();
-    if (!moments.ok()) return moments.status().with_context("reading the optimizer's moments");
     CheckpointSlice slice;
     slice.step = step;
     slice.rank = comm_.rank();
@@ -129,6 +169,39 @@ class ZeroStateBase : public ModelState {
     slice.end = checkpoint_partition_.end(comm_.rank());
     slice.optimizer_steps = optimizer_.steps_taken();
     slice.layout = &layout_;
+    if (optimizer_.swapped() || parameters_swapped()) {
+      // State on NVMe streams from its swap files into the shard, which is
+      // then written at once: a copy would bring it all back into memory.
+      const auto text = [](const core::Status& status) {
+        return status.ok() ? std::string() : status.message();
+      };
+      const int64_t begin = slice.begin;
+      const int64_t moment_begin = slice.begin - own_begin_;
+      using core::ShardArrayData;
+      slice.arrays = {
+          ShardArrayData::streamed(
+              {core::StateKind::kParameter, core::DType::kF32},
+              [this, begin, text](int64_t from, int64_t count, void* out) {
+                return text(read_parameters(begin + from, begin + from + count,
+                                            static_cast<float*>(out)));
+              }),
+          ShardArrayData::streamed(
+              {core::StateKind::kAdamM, core::DType::kF32},
+              [this, moment_begin, text](int64_t from, int64_t count, void* out) {
+                return text(optimizer_.read_moment(false, moment_begin + from, count,
+                                                   static_cast<float*>(out)));
+              }),
+          ShardArrayData::streamed(
+              {core::StateKind::kAdamV, core::DType::kF32},
+              [this, moment_begin, text](int64_t from, int64_t count, void* out) {
+                return text(optimizer_.read_moment(true, moment_begin + from, count,
+                                                   static_cast<float*>(out)));
+              })};
+      return slice;
+    }
+    if (core::Status status = prepare_checkpoint(); !status.ok()) return status;
+    core::StatusOr<AdamW::Moments> moments = optimizer_.moments();
+    if (!moments.ok()) return moments.status().with_context("reading the optimizer's moments");
     // Stage 3's master holds this rank's partition, the others hold
     // everything: either way these elements are there. The moments start at
     // the optimizer's first element (own_begin_).
@@ -143,6 +216,13 @@ class ZeroStateBase : public ModelState {
  protected:
   // Makes master() readable for a checkpoint (until the next begin_step()).
   virtual core::Status prepare_checkpoint() { return {}; }
+  // Whether the fp32 weights checkpoints keep are in a swap file, and
+  // floats [from, to) of them (of the layout) into out.
+  virtual bool parameters_swapped() const { return false; }
+  virtual core::Status read_parameters(int64_t from, int64_t to, float* out) {
+    std::copy(master() + from, master() + to, out);
+    return {};
+  }
   // The weights the model reads (of which this rank's partition is what the
   // others gather), addressed from the layout's start.
   virtual float* model_weights() = 0;
@@ -180,6 +260,9 @@ class ZeroStateBase : public ModelState {
   AdamW optimizer_;
   const Ranges norm_ranges_;
   const core::DType precision_;
+  // Until the state is set up (stage 3 reads its partition after the base).
+  std::function<core::Status(int64_t, int64_t, float*)> initial_parameters_;
+  core::Status init_status_;
   std::vector<float> params_;  // whole (padded to the partition), or empty under stage 3
   std::unique_ptr<ReleasableBuffer> masters_;  // 16-bit training only
 };
@@ -189,7 +272,7 @@ class ZeroStateBase : public ModelState {
 class ReplicatedGradients final : public ZeroStateBase {
  public:
   explicit ReplicatedGradients(ModelStateInputs& inputs)
-      : ZeroStateBase(inputs),
+      : ZeroStateBase(inputs, /*whole_parameters=*/true),
         grads_(table_.total(), 0.0f),
         reducer_(comm_, grads_.data(), table_.total(), training_.zero.reduce_bucket_size) {
     reducer_.set_communication_type(gradient_communication_type(training_, precision_));
@@ -274,10 +357,13 @@ class ReplicatedGradients final : public ZeroStateBase {
 class PartitionedGradients final : public ZeroStateBase {
  public:
   explicit PartitionedGradients(ModelStateInputs& inputs)
-      : ZeroStateBase(inputs),
-        grads_(own_count_, 0.0f),
+      : ZeroStateBase(inputs, /*whole_parameters=*/inputs.training->zero.stage < 3),
+        grads_(gradient_partition()),
         workspace_(table_.total()),
-        reducer_(comm_, workspace_, training_.zero.reduce_bucket_size, partition_, grads_.data()) {
+        reducer_(comm_, workspace_, training_.zero.reduce_bucket_size, partition_,
+                 [this](int64_t begin, int64_t end, const std::function<void(float*)>& add) {
+                   return grads_->add(begin, end, add);
+                 }) {
     reducer_.set_communication_type(gradient_communication_type(training_, precision_));
     reducer_.set_quantized(training_.zero.quantized_gradients);
   }
@@ -303,12 +389,21 @@ class PartitionedGradients final : public ZeroStateBase {
       }
       swap = std::move(*made);
     }
-    zero3_.emplace(comm_, table_, partition_, settings, params_.data(), std::move(swap));
+    // The model's weights start as the initial parameters, in 16-bit
+    // training rounded.
+    core::Status read;
+    const auto initial = [this, &read](int64_t begin, int64_t end, float* out) {
+      if (read.ok()) read = initial_parameters_(begin, end, out);
+      if (read.ok() && masters_) backend_.round_to(out, out, end - begin, precision_);
+      return read;
+    };
+    zero3_.emplace(comm_, table_, partition_, settings, initial, std::move(swap));
+    if (!read.ok()) return read;
     if (std::string error = zero3_->error(); !error.empty()) {
       return core::internal_error("ZeRO stage 3: " + error);
     }
     model.set_parameter_source(&*zero3_);
-    std::vector<float>().swap(params_);  // gathered again at the end
+    initial_parameters_ = nullptr;
     return {};
   }
 
@@ -319,7 +414,7 @@ class PartitionedGradients final : public ZeroStateBase {
   float* gradients_for_backward() override { return workspace_.data(); }
   float* reduced_gradients() override { return nullptr; }
   void begin_step() override {
-    backend_.memset_zero(grads_.data(), static_cast<int64_t>(grads_.size() * sizeof(float)));
+    grads_->begin_sum();
     // What a checkpoint read of offloaded parameters leaves the memory.
     if (zero3_) pending_ = zero3_->store_partition(/*changed=*/false);
   }
@@ -331,29 +426,45 @@ class PartitionedGradients final : public ZeroStateBase {
   core::Status finish_backward(bool) override {
     if (!pending_.ok()) return pending_;
     if (core::Status gathered = forward_only_status(); !gathered.ok()) return gathered;
-    return reducer_.finish().with_context("gradient reduce-scatter");
+    if (core::Status status = reducer_.finish(); !status.ok()) {
+      return status.with_context("gradient reduce-scatter");
+    }
+    grads_->end_sum();
+    return {};
   }
 
   double norm_share() override {
-    return sum_of_squares_in(backend_, grads_.data(), own_begin_, own_begin_,
-                             own_begin_ + own_count_, norm_ranges_);
+    if (!grads_->swapped()) {
+      return sum_of_squares_in(backend_, grads_->data(), own_begin_, own_begin_,
+                               own_begin_ + own_count_, norm_ranges_);
+    }
+    core::StatusOr<double> sum =
+        sum_of_squares_in(backend_, *grads_, own_begin_, own_begin_ + own_count_, norm_ranges_);
+    if (sum.ok()) return *sum;
+    // A failed read makes the norm NaN on every rank (the step fails on all
+    // alike); optimizer_step() reports the cause.
+    pending_ = sum.status();
+    return std::numeric_limits<double>::quiet_NaN();
   }
   double squared_grad_norm(double summed_shares) override { return summed_shares; }
-  void clip(float factor) override {
-    backend_.scale(grads_.data(), static_cast<int64_t>(grads_.size()), factor);
-  }
+  void clip(float factor) override { grads_->scale(factor); }
   core::Status optimizer_step(double lr) override {
-    // Offloaded parameters come in whole for the step; in 16-bit training
-    // the masters, in memory, overwrite them instead.
-    if (zero3_) {
-      if (core::Status status = zero3_->load_partition(/*read=*/!masters_); !status.ok()) {
+    if (!pending_.ok()) return pending_;
+    if (grads_->swapped()) {
+      if (core::Status status = streamed_step(lr); !status.ok()) return status;
+    } else {
+      // Offloaded parameters come in whole for the step; in 16-bit training
+      // the masters, in memory, overwrite them instead.
+      if (zero3_) {
+        if (core::Status status = zero3_->load_partition(/*read=*/!masters_); !status.ok()) {
+          return status;
+        }
+      }
+      if (core::Status status =
+              optimizer_.step_partition(backend_, master(), grads_->data(), lr, rounded_copy());
+          !status.ok()) {
         return status;
       }
-    }
-    if (core::Status status =
-            optimizer_.step_partition(backend_, master(), grads_.data(), lr, rounded_copy());
-        !status.ok()) {
-      return status;
     }
     // Stage 3 gathers no parameters after the step but the persistent ones.
     if (zero3_) {
@@ -385,7 +496,7 @@ class PartitionedGradients final : public ZeroStateBase {
     MemoryReport memory;
     memory.parameters =
         zero3_ ? zero3_->parameter_bytes() : table_.total() * static_cast<int64_t>(sizeof(float));
-    memory.gradients = static_cast<int64_t>(grads_.size() * sizeof(float));
+    memory.gradients = grads_->memory_bytes();
     memory.optimizer_states = optimizer_.state_bytes() + master_bytes();
     memory.activations = activation_bytes;
     memory.communication_buffers = reducer_.buffer_bytes() + (zero3_ ? zero3_->buffer_bytes() : 0);
@@ -413,8 +524,51 @@ class PartitionedGradients final : public ZeroStateBase {
     if (zero3_ && !masters_) return zero3_->load_partition();
     return {};
   }
+  bool parameters_swapped() const override { return zero3_ && zero3_->swapped() && !masters_; }
+  core::Status read_parameters(int64_t from, int64_t to, float* out) override {
+    if (parameters_swapped()) return zero3_->read_range(from, to, out);
+    return ZeroStateBase::read_parameters(from, to, out);
+  }
 
-  std::vector<float> grads_;  // this rank's partition
+  // ZeRO-Infinity's offload_optimizer nvme swaps the gradients out with the
+  // moments. Null only when that failed (init_status() says why).
+  std::unique_ptr<GradientPartition> gradient_partition() {
+    const int64_t own_end = own_begin_ + own_count_;
+    const spec::OffloadSpec& offload = training_.zero.offload_optimizer;
+    if (offload.device != spec::OffloadDevice::kNvme) {
+      return std::make_unique<GradientPartition>(backend_, own_begin_, own_end);
+    }
+    core::StatusOr<std::unique_ptr<PartitionSwap>> swap =
+        PartitionSwap::create(offload.nvme_path, own_begin_, own_end);
+    if (!swap.ok()) {
+      init_status_ = swap.status().with_context(
+          "zero_optimization.offload_optimizer.nvme_path (the gradients' swap file)");
+      return nullptr;
+    }
+    return std::make_unique<GradientPartition>(backend_, std::move(*swap), own_begin_, own_end);
+  }
+
+  // The optimizer's step a swap group at a time, with the group's gradients
+  // read from their swap file and, when the parameters are swapped too,
+  // their floats brought in only for the group's update (16-bit training
+  // updates the masters in memory and writes the group's rounding back).
+  core::Status streamed_step(double lr) {
+    AdamW::GroupIo io;
+    io.load = [this](int64_t from, int64_t to) -> core::StatusOr<const float*> {
+      if (zero3_) {
+        if (core::Status status = zero3_->load_range(from, to, /*read=*/!masters_); !status.ok()) {
+          return status;
+        }
+      }
+      return grads_->read(from, to);
+    };
+    io.store = [this](int64_t from, int64_t to) {
+      return zero3_ ? zero3_->store_range(from, to) : core::Status();
+    };
+    return optimizer_.step_streamed(backend_, master(), lr, io, rounded_copy());
+  }
+
+  std::unique_ptr<GradientPartition> grads_;  // this rank's partition
   ReleasableBuffer workspace_;
   GradientReducer reducer_;
   std::optional<Zero3Parameters> zero3_;

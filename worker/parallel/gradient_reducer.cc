@@ -64,7 +64,25 @@ GradientReducer::GradientReducer(comm::Communicator& comm, ReleasableBuffer& wor
     : grads_(workspace.data()), n_(workspace.size()) {
   scatter_.emplace();
   scatter_->workspace = &workspace;
-  scatter_->partition_grads = partition_grads;
+  const int64_t own_begin = partition.begin(std::clamp(comm.rank(), 0, partition.ranks - 1));
+  if (partition_grads != nullptr) {
+    scatter_->add = [partition_grads, own_begin](int64_t begin, int64_t,
+                                                  const std::function<void(float*)>& fn) {
+      fn(partition_grads + (begin - own_begin));
+      return core::Status();
+    };
+  }
+  shares_.partition = partition;
+  start(comm, bucket_elements);
+}
+
+GradientReducer::GradientReducer(comm::Communicator& comm, ReleasableBuffer& workspace,
+                                 int64_t bucket_elements, const ZeroPartition& partition,
+                                 ShareAdder add)
+    : grads_(workspace.data()), n_(workspace.size()) {
+  scatter_.emplace();
+  scatter_->workspace = &workspace;
+  scatter_->add = std::move(add);
   shares_.partition = partition;
   start(comm, bucket_elements);
 }
@@ -129,7 +147,7 @@ core::Status GradientReducer::setup_shares() {
       return scatter_->workspace->status();
     }
     const int64_t own = partition.end(rank) - partition.begin(rank);
-    if (own > 0 && scatter_->partition_grads == nullptr) {
+    if (own > 0 && !scatter_->add) {
       return core::invalid_argument("no buffer for this rank's " + std::to_string(own) +
                                     " partition gradients");
     }
@@ -394,24 +412,27 @@ core::Status GradientReducer::all_reduce(const Bucket& bucket) {
   return status;
 }
 
-void GradientReducer::add_share(const Bucket& bucket, const float* summed) {
+core::Status GradientReducer::add_share(const Bucket& bucket, const float* summed) {
   const ZeroPartition& partition = shares_.partition;
   const int rank = shares_.rank;
   const int64_t own_begin = std::max(bucket.begin, partition.begin(rank));
   const int64_t own_count = std::min(bucket.end, partition.end(rank)) - own_begin;  // may be <= 0
+  core::Status added;
   if (own_count > 0) {
-    float* own = scatter_->partition_grads + (own_begin - partition.begin(rank));
     // Division, not multiplication by 1/size: the correctly rounded mean of
     // the sum; in 16-bit communication rounded to the wire's type, as the
     // all-reduce mode rounds its mean (one rank sends nothing: no rounding).
     const float size = static_cast<float>(size_);
-    if (wire_type_ == core::DType::kF32 || quantized_ || size_ == 1) {
-      for (int64_t i = 0; i < own_count; ++i) own[i] += summed[i] / size;
-    } else {
-      for (int64_t i = 0; i < own_count; ++i) {
-        own[i] += widened(narrowed(summed[i] / size, wire_type_), wire_type_);
+    const bool narrow = !(wire_type_ == core::DType::kF32 || quantized_ || size_ == 1);
+    added = scatter_->add(own_begin, own_begin + own_count, [&](float* own) {
+      if (!narrow) {
+        for (int64_t i = 0; i < own_count; ++i) own[i] += summed[i] / size;
+      } else {
+        for (int64_t i = 0; i < own_count; ++i) {
+          own[i] += widened(narrowed(summed[i] / size, wire_type_), wire_type_);
+        }
       }
-    }
+    });
   }
   // Buckets are reduced in index order, so the floats from this bucket's end
   // to the end of its last page belong to the bucket before, already zeroed
@@ -419,13 +440,13 @@ void GradientReducer::add_share(const Bucket& bucket, const float* summed) {
   // page go back to the OS too.
   ReleasableBuffer& workspace = *scatter_->workspace;
   workspace.zero(bucket.begin, workspace.page_end(bucket.end));
+  return added;
 }
 
 core::Status GradientReducer::reduce_scatter(const Bucket& bucket) {
   if (size_ == 1) {  // the bucket is its own sum
     const int64_t own_begin = std::max(bucket.begin, shares_.partition.begin(0));
-    add_share(bucket, grads_ + own_begin);
-    return {};
+    return add_share(bucket, grads_ + own_begin);
   }
   // The share's mean is added on the stream's thread, right after the sum.
   std::vector<std::unique_ptr<comm::Work>> works;
@@ -436,9 +457,11 @@ core::Status GradientReducer::reduce_scatter(const Bucket& bucket) {
   } else {
     works.push_back(start_sum(bucket));
   }
-  works.push_back(comm_->then([this, &bucket] { add_share(bucket, shares_.received.data()); }));
-  return wait_in_order(works,
-                       std::string(kWhat) + ": bucket " + range_text(bucket.begin, bucket.end));
+  works.push_back(comm_->then(
+      [this, &bucket] { share_status_ = add_share(bucket, shares_.received.data()); }));
+  const std::string context = std::string(kWhat) + ": bucket " + range_text(bucket.begin, bucket.end);
+  if (core::Status status = wait_in_order(works, context); !status.ok()) return status;
+  return share_status_.with_context(context);
 }
 
 }  // namespace dslaunch::worker

@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <memory>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -91,6 +92,15 @@ class GradientReducer {
   // partition_grads either.
   GradientReducer(comm::Communicator& comm, ReleasableBuffer& workspace, int64_t bucket_elements,
                   const ZeroPartition& partition, float* partition_grads);
+  // The same, where the partition is not one buffer in memory (a swapped
+  // GradientPartition): add(begin, end, fn) calls fn on floats [begin, end)
+  // of the layout, fn's float 0 the first, and returns what failed, which
+  // fails finish(). Called on the communication thread (with one rank, in
+  // ready()).
+  using ShareAdder = std::function<core::Status(int64_t begin, int64_t end,
+                                                const std::function<void(float*)>& fn)>;
+  GradientReducer(comm::Communicator& comm, ReleasableBuffer& workspace, int64_t bucket_elements,
+                  const ZeroPartition& partition, ShareAdder add);
 
   // Reduces every bucket already launched (every rank launched the same
   // ones, so each rank's collectives stay matched with its peers'), then
@@ -153,7 +163,7 @@ class GradientReducer {
   // Partitioned gradients (reduce-scatter mode).
   struct Scatter {
     ReleasableBuffer* workspace = nullptr;
-    float* partition_grads = nullptr;
+    ShareAdder add;
   };
 
   // How a bucket is cut among the ranks: rank r's share is its intersection
@@ -173,7 +183,7 @@ class GradientReducer {
   std::unique_ptr<comm::Work> start_sum(const Bucket& bucket);
   // Reduce-scatter mode: adds the mean of `summed` (this rank's share of the
   // bucket's sum) to the partition, and releases the bucket's workspace.
-  void add_share(const Bucket& bucket, const float* summed);
+  core::Status add_share(const Bucket& bucket, const float* summed);
   core::Status check_range(int64_t begin, int64_t end) const;
   void launch_complete_buckets();
   void communication_loop();
@@ -192,6 +202,9 @@ class GradientReducer {
   const int64_t n_;
   std::optional<Scatter> scatter_;
   Shares shares_;
+  // What the last add_share() on the stream's thread returned, read once
+  // its operation is waited for.
+  core::Status share_status_;
   core::DType wire_type_ = core::DType::kF32;
   // 16-bit communication's buffers: the bucket rounded, every rank's
   // rounded share of it for this one, this rank's mean rounded, and every

@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <utility>
+
 #include "core/spec/job_spec.h"
 
 namespace dslaunch::plan {
@@ -171,18 +173,27 @@ TEST_CASE("optimizer offload to the CPU moves the optimizer partition to host me
   CHECK(bytes.device_total() == 2'500'000);
 }
 
-TEST_CASE("optimizer offload to NVMe keeps its swap buffers in memory") {
+TEST_CASE("optimizer offload to NVMe keeps its swap buffers in memory, and takes the gradients") {
   spec::TrainingSpec offload = training(Precision::kFp32, 2);
   offload.zero.offload_optimizer.device = spec::OffloadDevice::kNvme;
   offload.zero.sub_group_size = 100'000;
   offload.zero.offload_optimizer.buffer_count = 3;
-  // 1M parameters over 4 ranks: 250,000 each, three groups of 100,000.
+  // 1M parameters over 4 ranks: 250,000 each, three groups of 100,000; the
+  // gradients' partition goes to NVMe with the moments.
   ModelStateBytes bytes = model_state_bytes(1'000'000, offload, 4);
   CHECK(bytes.optimizer_states == 0);
-  CHECK(bytes.offloaded_to_nvme == 2'000'000);
+  CHECK(bytes.gradients == 0);
+  CHECK(bytes.offloaded_to_nvme == 2'000'000 + 1'000'000);
   const int64_t moment = (400'000 + 4095) / 4096 * 4096;  // 100,000 floats, aligned
   CHECK(bytes.swap_buffers == 3 * 2 * moment);
-  CHECK(bytes.device_total() == bytes.parameters + bytes.gradients + 3 * 2 * moment);
+  CHECK(bytes.device_total() == bytes.parameters + 3 * 2 * moment);
+  // Whole gradients (stage 1, or stage 2 on one rank) stay in memory.
+  for (const auto& [stage, ranks] : {std::pair{1, 4}, std::pair{2, 1}}) {
+    INFO("stage " << stage << " on " << ranks << " ranks");
+    offload.zero.stage = stage;
+    CHECK(model_state_bytes(1'000'000, offload, ranks).gradients == 4'000'000);
+  }
+  offload.zero.stage = 2;
   // No more buffers than groups, and no group larger than the partition.
   offload.zero.sub_group_size = 1'000'000'000;
   bytes = model_state_bytes(1'000'000, offload, 4);
@@ -193,7 +204,7 @@ TEST_CASE("optimizer offload to NVMe keeps its swap buffers in memory") {
   mixed.zero.offload_optimizer.device = spec::OffloadDevice::kNvme;
   bytes = model_state_bytes(1'000'000, mixed, 4, spec::Device::kCpu);
   CHECK(bytes.optimizer_states == 1'000'000);
-  CHECK(bytes.offloaded_to_nvme == 2'000'000);
+  CHECK(bytes.offloaded_to_nvme == 2'000'000 + 1'000'000);
 }
 
 TEST_CASE("parameter offload to NVMe at stage 3 moves the parameter partition to NVMe") {

@@ -52,8 +52,10 @@ Run train_world(spec::JobSpec spec, int64_t accumulation, const TrainerOptions& 
   options.data_comm = &world_data();
   options.on_step = [&run](const StepReport& report) { run.reports.push_back(report); };
   options.save_checkpoint = [&run](const CheckpointSlice& slice) {
-    const auto* params = static_cast<const float*>(slice.arrays.front().data);
-    run.saved[slice.step].assign(params, params + (slice.end - slice.begin));
+    std::vector<float>& params = run.saved[slice.step];
+    params.resize(slice.end - slice.begin);
+    CHECK(core::copy_shard_array(slice.arrays.front(), slice.end - slice.begin, params.data()) ==
+          "");
   };
   TrainResult result = train(spec, data, *backend, options);
   run.error = result.error;

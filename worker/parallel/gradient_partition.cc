@@ -1,0 +1,70 @@
+#include "worker/parallel/gradient_partition.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace dslaunch::worker {
+
+GradientPartition::GradientPartition(kernels::Backend& backend, int64_t own_begin,
+                                     int64_t own_end)
+    : backend_(backend),
+      own_begin_(own_begin),
+      own_end_(own_end),
+      memory_(static_cast<size_t>(own_end - own_begin), 0.0f) {}
+
+GradientPartition::GradientPartition(kernels::Backend& backend,
+                                     std::unique_ptr<PartitionSwap> swap, int64_t own_begin,
+                                     int64_t own_end)
+    : backend_(backend), own_begin_(own_begin), own_end_(own_end), swap_(std::move(swap)) {}
+
+void GradientPartition::begin_sum() {
+  fresh_ = true;
+  factor_ = 1.0f;
+  if (!swap_) {
+    backend_.memset_zero(memory_.data(), static_cast<int64_t>(memory_.size() * sizeof(float)));
+  }
+}
+
+core::Status GradientPartition::add(int64_t begin, int64_t end,
+                                    const std::function<void(float*)>& add) {
+  if (!swap_) {
+    add(memory_.data() + (begin - own_begin_));
+    return {};
+  }
+  add_buffer_.resize(static_cast<size_t>(end - begin));
+  if (fresh_) {
+    std::fill(add_buffer_.begin(), add_buffer_.end(), 0.0f);
+  } else if (core::Status status = swap_->load(begin, end, add_buffer_.data()); !status.ok()) {
+    return status.with_context("reading the swapped gradients");
+  }
+  add(add_buffer_.data());
+  return swap_->store(begin, end, add_buffer_.data())
+      .with_context("writing the swapped gradients");
+}
+
+void GradientPartition::scale(float factor) {
+  if (!swap_) {
+    backend_.scale(memory_.data(), static_cast<int64_t>(memory_.size()), factor);
+    return;
+  }
+  factor_ *= factor;
+}
+
+core::StatusOr<const float*> GradientPartition::read(int64_t begin, int64_t end) {
+  if (!swap_) return static_cast<const float*>(memory_.data() + (begin - own_begin_));
+  read_buffer_.resize(static_cast<size_t>(end - begin));
+  if (core::Status status = swap_->load(begin, end, read_buffer_.data()); !status.ok()) {
+    return status.with_context("reading the swapped gradients");
+  }
+  // The same product, float by float, as scale() takes in memory.
+  if (factor_ != 1.0f) backend_.scale(read_buffer_.data(), end - begin, factor_);
+  return static_cast<const float*>(read_buffer_.data());
+}
+
+int64_t GradientPartition::memory_bytes() const {
+  if (!swap_) return static_cast<int64_t>(memory_.size() * sizeof(float));
+  return static_cast<int64_t>((add_buffer_.capacity() + read_buffer_.capacity()) * sizeof(float)) +
+         swap_->staging_bytes();
+}
+
+}  // namespace dslaunch::worker

@@ -1,0 +1,68 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/status.h"
+#include "kernels/backend.h"
+#include "worker/parallel/partition_swap.h"
+
+namespace dslaunch::worker {
+
+// One rank's partition of the gradients under ZeRO stages 2 and 3, floats
+// [own_begin, own_end) of the layout, summed over a step's micro-batches:
+// in memory, or in a swap file (ZeRO-Infinity's offload_optimizer device
+// nvme, which swaps the gradients out with the optimizer's moments, as
+// DeepSpeed does) so that none of it stays resident. A swapped partition
+// comes in a range at a time: each bucket's share is read, added to and
+// written back (not read in a step's first micro-batch, whose sums start
+// from zero), and the norm and the optimizer read it a group at a time.
+//
+// Threads: add() runs on the gradient reducer's thread between begin_sum()
+// or end_sum() and the next end_sum(); the other calls run on the compute
+// thread while no add() is in flight.
+class GradientPartition {
+ public:
+  // In memory (the backend's).
+  GradientPartition(kernels::Backend& backend, int64_t own_begin, int64_t own_end);
+  // In `swap`, whose partition is the same floats.
+  GradientPartition(kernels::Backend& backend, std::unique_ptr<PartitionSwap> swap,
+                    int64_t own_begin, int64_t own_end);
+
+  bool swapped() const { return swap_ != nullptr; }
+  // In memory: the partition (element 0 is the gradient of own_begin);
+  // swapped: nullptr.
+  float* data() { return memory_.empty() ? nullptr : memory_.data(); }
+
+  // A step's sum starts: every float counts as 0 until added to.
+  void begin_sum();
+  // A micro-batch's reduction is complete: every float has been added to.
+  void end_sum() { fresh_ = false; }
+  // add(own) adds to floats [begin, end) of the layout, own[0] the first.
+  core::Status add(int64_t begin, int64_t end, const std::function<void(float*)>& add);
+
+  // x *= factor, for every float (clipping, fp16's unscaling); swapped, the
+  // product is taken as each range is read.
+  void scale(float factor);
+  // Floats [begin, end) of the layout, scaled: a pointer into the partition
+  // in memory, or into a buffer valid until the next read() when swapped.
+  core::StatusOr<const float*> read(int64_t begin, int64_t end);
+
+  // Bytes held in memory: the partition, or the swap's buffers.
+  int64_t memory_bytes() const;
+
+ private:
+  kernels::Backend& backend_;
+  const int64_t own_begin_;
+  const int64_t own_end_;
+  std::vector<float> memory_;
+  std::unique_ptr<PartitionSwap> swap_;
+  bool fresh_ = true;
+  float factor_ = 1.0f;
+  std::vector<float> add_buffer_;   // the reducer thread's
+  std::vector<float> read_buffer_;  // the compute thread's
+};
+
+}  // namespace dslaunch::worker
