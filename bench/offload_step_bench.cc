@@ -2,12 +2,16 @@
 // without, measured in the same run: GPT-2 124M's shape (T 64, one sequence
 // a step) on one rank at ZeRO stage 3, with the parameters, the optimizer's
 // moments, or both in swap files in a folder (offload_param and
-// offload_optimizer device nvme), and the model-state bytes each leaves in
-// memory.
+// offload_optimizer device nvme), the model-state bytes each leaves in
+// memory, and the process's peak resident memory over its steps (the kernel's
+// VmHWM, reset before each configuration) beside a quarter of the fp32
+// model-state bytes ZeRO's formula gives (16 bytes a parameter).
 //
 //   bazel run //bench:offload_step_bench -- --dir /path/on/nvme [--steps 5] [--bf16]
+//       [--sub-group-size 2000000]
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -16,6 +20,8 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/demo_job.h"
+#include "core/layout/model_config.h"
+#include "core/layout/parameter_table.h"
 #include "core/spec/job_spec.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/blas_setup.h"
@@ -39,6 +45,20 @@ struct Offload {
   bool optimizer;
 };
 
+// The kernel's peak resident size of this process since the last reset
+// (VmHWM), in bytes; 0 where unreadable. getrusage's ru_maxrss cannot be
+// reset: it keeps the peak of threads that have exited.
+int64_t peak_resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+// Sets the peak to the present resident size (Linux 4.0 and later).
+void reset_peak_resident() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -48,7 +68,10 @@ int main(int argc, char** argv) {
   int steps = 5;
   int threads = 2;
   bool bf16 = false;
+  int64_t sub_group_size = 2'000'000;
   app.add_option("--dir", dir, "Folder for the swap files (on the NVMe drive)");
+  app.add_option("--sub-group-size", sub_group_size,
+                 "zero_optimization.sub_group_size: elements a swap buffer holds (4 buffers)");
   app.add_option("--steps", steps, "Timed steps per configuration (median reported), after 2");
   app.add_option("--threads", threads, "Compute threads");
   app.add_flag("--bf16", bf16, "bf16 mixed precision (the masters stay in memory)");
@@ -71,7 +94,12 @@ int main(int argc, char** argv) {
   job.training.bf16 = bf16;
   job.training.zero.stage = 3;
   job.training.zero.param_persistence_threshold = 0;
-  job.training.zero.sub_group_size = 10'000'000;
+  job.training.zero.sub_group_size = sub_group_size;
+  // Buckets of a few blocks' size, as memory-bound ZeRO-3 configurations set
+  // them (DeepSpeed's defaults, 5e8 and 5e7 elements, would hold the whole
+  // gradient and seven blocks at once).
+  job.training.zero.reduce_bucket_size = 4'000'000;
+  job.training.zero.prefetch_bucket_size = 8'000'000;
   const std::string corpus_dir =
       (std::filesystem::temp_directory_path() / "dslaunch-offload-step-bench").string();
   const dslaunch::worker::data::TrainingData corpus =
@@ -84,8 +112,15 @@ int main(int argc, char** argv) {
       "in {}; median of {} steps after 2\n\n",
       machine.cpu_model.empty() ? "an unnamed CPU" : machine.cpu_model, threads,
       job.model.seq_length, bf16 ? "bf16" : "fp32", dir, steps);
-  std::cout << fmt::format("{:<34} {:>10} {:>9} {:>16} {:>16}\n", "offload", "step ms", "vs none",
-                           "parameters MB", "optimizer MB");
+  const int64_t parameters =
+      dslaunch::core::ParameterTable(dslaunch::core::model_config(job.model, 1)).total();
+  const double quarter_mb = 16.0 * static_cast<double>(parameters) / 4 / 1e6;
+  std::cout << fmt::format(
+      "fp32 model states (16 bytes a parameter, {} parameters): {:.1f} MB; a quarter: {:.1f} MB\n\n",
+      parameters, 4 * quarter_mb, quarter_mb);
+  std::cout << fmt::format("{:<26} {:>10} {:>9} {:>14} {:>13} {:>13} {:>14}\n", "offload",
+                           "step ms", "vs none", "parameters MB", "gradients MB", "optimizer MB",
+                           "peak RSS MB");
   double none_ms = 0;
   for (const Offload& offload :
        {Offload{"none", false, false}, Offload{"offload_optimizer nvme", false, true},
@@ -104,16 +139,22 @@ int main(int argc, char** argv) {
     engine::TrainerOptions options;
     options.data_comm = &groups->data();
     options.on_memory = [&memory](const engine::MemoryReport& report) { memory = report; };
-    options.on_step = [&seconds](const engine::StepReport& report) {
+    // The peak over the steps, before the final parameters are gathered whole.
+    int64_t peak = 0;
+    const int64_t last_step = run.training.steps;
+    options.on_step = [&seconds, &peak, last_step](const engine::StepReport& report) {
       if (report.step > 2) seconds.push_back(report.step_seconds);
+      if (report.step == last_step) peak = peak_resident_bytes();
     };
+    reset_peak_resident();
     const engine::TrainResult trained = engine::train(run, corpus, *backend, options);
     if (!trained.error.empty()) fail("offload_step_bench", trained.error);
     std::sort(seconds.begin(), seconds.end());
     const double ms = seconds[seconds.size() / 2] * 1e3;
     if (!offload.parameters && !offload.optimizer) none_ms = ms;
-    std::cout << fmt::format("{:<34} {:>10.1f} {:>8.2f}x {:>16.1f} {:>16.1f}\n", offload.name, ms,
-                             ms / none_ms, memory.parameters / 1e6, memory.optimizer_states / 1e6);
+    std::cout << fmt::format("{:<26} {:>10.1f} {:>8.2f}x {:>14.1f} {:>13.1f} {:>13.1f} {:>14.1f}\n",
+                             offload.name, ms, ms / none_ms, memory.parameters / 1e6,
+                             memory.gradients / 1e6, memory.optimizer_states / 1e6, peak / 1e6);
   }
   groups.reset();
   comm::mpi_finalize();

@@ -109,21 +109,21 @@ ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& trainin
     if (device != spec::OffloadDevice::kNone) on_device -= moved;
   };
   // Offloaded to host memory, the masters go with the moments (DeepSpeed's
-  // ZeRO-Offload); to NVMe, the swap file takes the moments and the masters
-  // stay in memory.
+  // ZeRO-Offload). To NVMe, the swap files take the moments; where the
+  // gradients are partitioned (stage 2 over several ranks, or stage 3 with
+  // its parameters on NVMe), the gradients and the masters too, and
+  // otherwise those stay in memory.
   const spec::OffloadDevice optimizer_device = training.zero.offload_optimizer.device;
-  offload(optimizer_device, bytes.optimizer_states,
-          optimizer_device == spec::OffloadDevice::kNvme ? optimizer_elements * moment_bytes
-                                                         : bytes.optimizer_states);
-  offload(training.zero.offload_param.device, bytes.parameters, bytes.parameters);
-  // Partitioned gradients (stage 2 over several ranks, or stage 3 with its
-  // parameters on NVMe) go to NVMe with the moments.
   const bool partitioned_gradients =
       stage >= 2 &&
       (data_parallel > 1 || training.zero.offload_param.device == spec::OffloadDevice::kNvme);
-  if (partitioned_gradients && optimizer_device == spec::OffloadDevice::kNvme) {
-    offload(optimizer_device, bytes.gradients, bytes.gradients);
-  }
+  const bool all_to_nvme = optimizer_device == spec::OffloadDevice::kNvme && partitioned_gradients;
+  offload(optimizer_device, bytes.optimizer_states,
+          optimizer_device == spec::OffloadDevice::kNvme && !all_to_nvme
+              ? optimizer_elements * moment_bytes
+              : bytes.optimizer_states);
+  offload(training.zero.offload_param.device, bytes.parameters, bytes.parameters);
+  if (all_to_nvme) offload(optimizer_device, bytes.gradients, bytes.gradients);
   if (training.zero.offload_optimizer.device == spec::OffloadDevice::kNvme) {
     // As worker/engine/optimizer lays them out: each buffer holds one group
     // of both moments, each moment 4 KiB-aligned for O_DIRECT.

@@ -74,7 +74,10 @@ class ZeroStateBase : public ModelState {
  public:
   // whole_parameters: every rank keeps the whole parameters (all stages but
   // 3, whose ranks read only their partition from inputs.initial_parameters).
-  ZeroStateBase(ModelStateInputs& inputs, bool whole_parameters)
+  // swap_masters: in 16-bit training with offload_optimizer nvme, the fp32
+  // masters go to a swap file with the moments (partitioned gradients only,
+  // whose optimizer step streams a group at a time).
+  ZeroStateBase(ModelStateInputs& inputs, bool whole_parameters, bool swap_masters)
       : training_(*inputs.training),
         table_(*inputs.table),
         layout_(*inputs.layout),
@@ -106,14 +109,39 @@ class ZeroStateBase : public ModelState {
     // partition's pages are touched); the model reads their rounding.
     masters_ = std::make_unique<ReleasableBuffer>(partition_.padded_total());
     if (masters_->data() == nullptr) return;
-    if (!whole_parameters) {
-      init_status_ =
-          initial_parameters_(own_begin_, own_begin_ + own_count_, masters_->data() + own_begin_);
-      return;
+    const int64_t own_end = own_begin_ + own_count_;
+    if (swap_masters) {
+      core::StatusOr<std::unique_ptr<PartitionSwap>> swap = PartitionSwap::create(
+          training_.zero.offload_optimizer.nvme_path, own_begin_, own_end);
+      if (!swap.ok()) {
+        init_status_ = swap.status().with_context(
+            "zero_optimization.offload_optimizer.nvme_path (the fp32 masters' swap file)");
+        return;
+      }
+      master_swap_ = std::move(*swap);
     }
-    backend_.copy_device_to_device(masters_->data() + own_begin_, params_.data() + own_begin_,
-                                   own_count_ * static_cast<int64_t>(sizeof(float)));
-    backend_.round_to(params_.data(), params_.data(), table_.total(), precision_);
+    // The partition's masters a piece at a time: swapped, each piece goes to
+    // the file and out of memory at once.
+    constexpr int64_t kPieceFloats = int64_t{2} << 20;
+    for (int64_t begin = own_begin_; begin < own_end; begin += kPieceFloats) {
+      const int64_t end = std::min(begin + kPieceFloats, own_end);
+      float* masters = masters_->data() + begin;
+      if (whole_parameters) {
+        backend_.copy_device_to_device(masters, params_.data() + begin,
+                                       (end - begin) * static_cast<int64_t>(sizeof(float)));
+      } else if (init_status_ = initial_parameters_(begin, end, masters); !init_status_.ok()) {
+        return;
+      }
+      if (master_swap_) {
+        init_status_ = master_swap_->store(begin, end, masters).with_context(
+            "writing the fp32 masters to their swap file");
+        if (!init_status_.ok()) return;
+        masters_->zero(begin, end);
+      }
+    }
+    if (whole_parameters) {
+      backend_.round_to(params_.data(), params_.data(), table_.total(), precision_);
+    }
   }
 
   core::Status init_status() const {
@@ -218,8 +246,9 @@ class ZeroStateBase : public ModelState {
   virtual core::Status prepare_checkpoint() { return {}; }
   // Whether the fp32 weights checkpoints keep are in a swap file, and
   // floats [from, to) of them (of the layout) into out.
-  virtual bool parameters_swapped() const { return false; }
+  virtual bool parameters_swapped() const { return master_swap_ != nullptr; }
   virtual core::Status read_parameters(int64_t from, int64_t to, float* out) {
+    if (master_swap_) return master_swap_->load(from, to, out).with_context("the fp32 masters");
     std::copy(master() + from, master() + to, out);
     return {};
   }
@@ -243,7 +272,7 @@ class ZeroStateBase : public ModelState {
     return {model_weights(), precision_};
   }
   int64_t master_bytes() const {
-    return masters_ ? own_count_ * static_cast<int64_t>(sizeof(float)) : 0;
+    return masters_ && !master_swap_ ? own_count_ * static_cast<int64_t>(sizeof(float)) : 0;
   }
 
   const spec::TrainingSpec& training_;
@@ -265,6 +294,9 @@ class ZeroStateBase : public ModelState {
   core::Status init_status_;
   std::vector<float> params_;  // whole (padded to the partition), or empty under stage 3
   std::unique_ptr<ReleasableBuffer> masters_;  // 16-bit training only
+  // Where the masters live when swapped: masters_ then holds only the
+  // groups the optimizer's step has brought in.
+  std::unique_ptr<PartitionSwap> master_swap_;
 };
 
 // Stages 0 and 1: whole gradients on every rank, all-reduced in buckets
@@ -272,7 +304,7 @@ class ZeroStateBase : public ModelState {
 class ReplicatedGradients final : public ZeroStateBase {
  public:
   explicit ReplicatedGradients(ModelStateInputs& inputs)
-      : ZeroStateBase(inputs, /*whole_parameters=*/true),
+      : ZeroStateBase(inputs, /*whole_parameters=*/true, /*swap_masters=*/false),
         grads_(table_.total(), 0.0f),
         reducer_(comm_, grads_.data(), table_.total(), training_.zero.reduce_bucket_size) {
     reducer_.set_communication_type(gradient_communication_type(training_, precision_));
@@ -357,11 +389,13 @@ class ReplicatedGradients final : public ZeroStateBase {
 class PartitionedGradients final : public ZeroStateBase {
  public:
   explicit PartitionedGradients(ModelStateInputs& inputs)
-      : ZeroStateBase(inputs, /*whole_parameters=*/inputs.training->zero.stage < 3),
+      : ZeroStateBase(inputs, /*whole_parameters=*/inputs.training->zero.stage < 3,
+                      /*swap_masters=*/inputs.training->zero.offload_optimizer.device ==
+                          spec::OffloadDevice::kNvme),
         grads_(gradient_partition()),
         workspace_(table_.total()),
         reducer_(comm_, workspace_, training_.zero.reduce_bucket_size, partition_,
-                 [this](int64_t begin, int64_t end, const std::function<void(float*)>& add) {
+                 [this](int64_t begin, int64_t end, const GradientReducer::AddToShare& add) {
                    return grads_->add(begin, end, add);
                  }) {
     reducer_.set_communication_type(gradient_communication_type(training_, precision_));
@@ -524,9 +558,11 @@ class PartitionedGradients final : public ZeroStateBase {
     if (zero3_ && !masters_) return zero3_->load_partition();
     return {};
   }
-  bool parameters_swapped() const override { return zero3_ && zero3_->swapped() && !masters_; }
+  bool parameters_swapped() const override {
+    return ZeroStateBase::parameters_swapped() || (zero3_ && zero3_->swapped() && !masters_);
+  }
   core::Status read_parameters(int64_t from, int64_t to, float* out) override {
-    if (parameters_swapped()) return zero3_->read_range(from, to, out);
+    if (zero3_ && zero3_->swapped() && !masters_) return zero3_->read_range(from, to, out);
     return ZeroStateBase::read_parameters(from, to, out);
   }
 
@@ -545,16 +581,23 @@ class PartitionedGradients final : public ZeroStateBase {
           "zero_optimization.offload_optimizer.nvme_path (the gradients' swap file)");
       return nullptr;
     }
-    return std::make_unique<GradientPartition>(backend_, std::move(*swap), own_begin_, own_end);
+    return std::make_unique<GradientPartition>(backend_, std::move(*swap), own_begin_);
   }
 
   // The optimizer's step a swap group at a time, with the group's gradients
   // read from their swap file and, when the parameters are swapped too,
   // their floats brought in only for the group's update (16-bit training
-  // updates the masters in memory and writes the group's rounding back).
+  // brings in the group's masters from their swap file, updates them and
+  // writes them and the 16-bit weights' rounding back).
   core::Status streamed_step(double lr) {
     AdamW::GroupIo io;
     io.load = [this](int64_t from, int64_t to) -> core::StatusOr<const float*> {
+      if (master_swap_) {
+        if (core::Status status = master_swap_->load(from, to, masters_->data() + from);
+            !status.ok()) {
+          return status.with_context("reading the fp32 masters");
+        }
+      }
       if (zero3_) {
         if (core::Status status = zero3_->load_range(from, to, /*read=*/!masters_); !status.ok()) {
           return status;
@@ -562,7 +605,14 @@ class PartitionedGradients final : public ZeroStateBase {
       }
       return grads_->read(from, to);
     };
-    io.store = [this](int64_t from, int64_t to) {
+    io.store = [this](int64_t from, int64_t to) -> core::Status {
+      if (master_swap_) {
+        if (core::Status status = master_swap_->store(from, to, masters_->data() + from);
+            !status.ok()) {
+          return status.with_context("writing the fp32 masters");
+        }
+        masters_->zero(from, to);
+      }
       return zero3_ ? zero3_->store_range(from, to) : core::Status();
     };
     return optimizer_.step_streamed(backend_, master(), lr, io, rounded_copy());

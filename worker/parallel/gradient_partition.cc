@@ -9,13 +9,15 @@ GradientPartition::GradientPartition(kernels::Backend& backend, int64_t own_begi
                                      int64_t own_end)
     : backend_(backend),
       own_begin_(own_begin),
-      own_end_(own_end),
       memory_(static_cast<size_t>(own_end - own_begin), 0.0f) {}
 
 GradientPartition::GradientPartition(kernels::Backend& backend,
                                      std::unique_ptr<PartitionSwap> swap, int64_t own_begin,
-                                     int64_t own_end)
-    : backend_(backend), own_begin_(own_begin), own_end_(own_end), swap_(std::move(swap)) {}
+                                     int64_t piece_floats)
+    : backend_(backend),
+      own_begin_(own_begin),
+      piece_floats_(std::max<int64_t>(piece_floats, 1)),
+      swap_(std::move(swap)) {}
 
 void GradientPartition::begin_sum() {
   fresh_ = true;
@@ -25,21 +27,27 @@ void GradientPartition::begin_sum() {
   }
 }
 
-core::Status GradientPartition::add(int64_t begin, int64_t end,
-                                    const std::function<void(float*)>& add) {
+core::Status GradientPartition::add(
+    int64_t begin, int64_t end,
+    const std::function<void(float* own, int64_t first, int64_t count)>& add) {
   if (!swap_) {
-    add(memory_.data() + (begin - own_begin_));
+    add(memory_.data() + (begin - own_begin_), 0, end - begin);
     return {};
   }
-  add_buffer_.resize(static_cast<size_t>(end - begin));
-  if (fresh_) {
-    std::fill(add_buffer_.begin(), add_buffer_.end(), 0.0f);
-  } else if (core::Status status = swap_->load(begin, end, add_buffer_.data()); !status.ok()) {
-    return status.with_context("reading the swapped gradients");
+  for (int64_t from = begin; from < end; from += piece_floats_) {
+    const int64_t to = std::min(from + piece_floats_, end);
+    add_buffer_.resize(static_cast<size_t>(to - from));
+    if (fresh_) {
+      std::fill(add_buffer_.begin(), add_buffer_.end(), 0.0f);
+    } else if (core::Status status = swap_->load(from, to, add_buffer_.data()); !status.ok()) {
+      return status.with_context("reading the swapped gradients");
+    }
+    add(add_buffer_.data(), from - begin, to - from);
+    if (core::Status status = swap_->store(from, to, add_buffer_.data()); !status.ok()) {
+      return status.with_context("writing the swapped gradients");
+    }
   }
-  add(add_buffer_.data());
-  return swap_->store(begin, end, add_buffer_.data())
-      .with_context("writing the swapped gradients");
+  return {};
 }
 
 void GradientPartition::scale(float factor) {

@@ -27,9 +27,10 @@ class GradientPartition {
  public:
   // In memory (the backend's).
   GradientPartition(kernels::Backend& backend, int64_t own_begin, int64_t own_end);
-  // In `swap`, whose partition is the same floats.
+  // In `swap` (its partition starts at own_begin), added to `piece_floats`
+  // at a time.
   GradientPartition(kernels::Backend& backend, std::unique_ptr<PartitionSwap> swap,
-                    int64_t own_begin, int64_t own_end);
+                    int64_t own_begin, int64_t piece_floats = int64_t{1} << 20);
 
   bool swapped() const { return swap_ != nullptr; }
   // In memory: the partition (element 0 is the gradient of own_begin);
@@ -40,8 +41,12 @@ class GradientPartition {
   void begin_sum();
   // A micro-batch's reduction is complete: every float has been added to.
   void end_sum() { fresh_ = false; }
-  // add(own) adds to floats [begin, end) of the layout, own[0] the first.
-  core::Status add(int64_t begin, int64_t end, const std::function<void(float*)>& add);
+  // add(own, first, count) adds to floats [begin + first, begin + first +
+  // count) of the layout, own[0] the first of them; called for pieces that
+  // cover [begin, end) once (one piece in memory; swapped, pieces of at most
+  // piece_floats, so the buffer stays small whatever the bucket size).
+  core::Status add(int64_t begin, int64_t end,
+                   const std::function<void(float* own, int64_t first, int64_t count)>& add);
 
   // x *= factor, for every float (clipping, fp16's unscaling); swapped, the
   // product is taken as each range is read.
@@ -56,7 +61,7 @@ class GradientPartition {
  private:
   kernels::Backend& backend_;
   const int64_t own_begin_;
-  const int64_t own_end_;
+  const int64_t piece_floats_ = 0;
   std::vector<float> memory_;
   std::unique_ptr<PartitionSwap> swap_;
   bool fresh_ = true;

@@ -66,9 +66,9 @@ GradientReducer::GradientReducer(comm::Communicator& comm, ReleasableBuffer& wor
   scatter_->workspace = &workspace;
   const int64_t own_begin = partition.begin(std::clamp(comm.rank(), 0, partition.ranks - 1));
   if (partition_grads != nullptr) {
-    scatter_->add = [partition_grads, own_begin](int64_t begin, int64_t,
-                                                  const std::function<void(float*)>& fn) {
-      fn(partition_grads + (begin - own_begin));
+    scatter_->add = [partition_grads, own_begin](int64_t begin, int64_t end,
+                                                  const AddToShare& fn) {
+      fn(partition_grads + (begin - own_begin), 0, end - begin);
       return core::Status();
     };
   }
@@ -424,15 +424,18 @@ core::Status GradientReducer::add_share(const Bucket& bucket, const float* summe
     // all-reduce mode rounds its mean (one rank sends nothing: no rounding).
     const float size = static_cast<float>(size_);
     const bool narrow = !(wire_type_ == core::DType::kF32 || quantized_ || size_ == 1);
-    added = scatter_->add(own_begin, own_begin + own_count, [&](float* own) {
-      if (!narrow) {
-        for (int64_t i = 0; i < own_count; ++i) own[i] += summed[i] / size;
-      } else {
-        for (int64_t i = 0; i < own_count; ++i) {
-          own[i] += widened(narrowed(summed[i] / size, wire_type_), wire_type_);
-        }
-      }
-    });
+    added = scatter_->add(own_begin, own_begin + own_count,
+                          [&](float* own, int64_t first, int64_t count) {
+                            const float* share = summed + first;
+                            if (!narrow) {
+                              for (int64_t i = 0; i < count; ++i) own[i] += share[i] / size;
+                            } else {
+                              for (int64_t i = 0; i < count; ++i) {
+                                own[i] += widened(narrowed(share[i] / size, wire_type_),
+                                                  wire_type_);
+                              }
+                            }
+                          });
   }
   // Buckets are reduced in index order, so the floats from this bucket's end
   // to the end of its last page belong to the bucket before, already zeroed

@@ -93,12 +93,14 @@ class GradientReducer {
   GradientReducer(comm::Communicator& comm, ReleasableBuffer& workspace, int64_t bucket_elements,
                   const ZeroPartition& partition, float* partition_grads);
   // The same, where the partition is not one buffer in memory (a swapped
-  // GradientPartition): add(begin, end, fn) calls fn on floats [begin, end)
-  // of the layout, fn's float 0 the first, and returns what failed, which
-  // fails finish(). Called on the communication thread (with one rank, in
-  // ready()).
-  using ShareAdder = std::function<core::Status(int64_t begin, int64_t end,
-                                                const std::function<void(float*)>& fn)>;
+  // GradientPartition): add(begin, end, fn) has fn(own, first, count) add
+  // to floats [begin + first, begin + first + count) of the layout, own[0]
+  // the first of them, for pieces that cover [begin, end) once, and returns
+  // what failed, which fails finish(). Called on the communication thread
+  // (with one rank, in ready()).
+  using AddToShare = std::function<void(float* own, int64_t first, int64_t count)>;
+  using ShareAdder =
+      std::function<core::Status(int64_t begin, int64_t end, const AddToShare& fn)>;
   GradientReducer(comm::Communicator& comm, ReleasableBuffer& workspace, int64_t bucket_elements,
                   const ZeroPartition& partition, ShareAdder add);
 

@@ -199,12 +199,18 @@ TEST_CASE("optimizer offload to NVMe keeps its swap buffers in memory, and takes
   bytes = model_state_bytes(1'000'000, offload, 4);
   CHECK(bytes.swap_buffers == 2 * ((1'000'000 + 4095) / 4096 * 4096));
 
-  // 16-bit training: the fp32 masters stay in memory, the moments go.
+  // 16-bit training: the fp32 masters go with the moments and the gradients
+  // where those are partitioned, and stay in memory where they are not.
   spec::TrainingSpec mixed = training(Precision::kBf16, 2);
   mixed.zero.offload_optimizer.device = spec::OffloadDevice::kNvme;
   bytes = model_state_bytes(1'000'000, mixed, 4, spec::Device::kCpu);
+  CHECK(bytes.optimizer_states == 0);
+  CHECK(bytes.gradients == 0);
+  CHECK(bytes.offloaded_to_nvme == 2'000'000 + 1'000'000 + 1'000'000);
+  mixed.zero.stage = 1;
+  bytes = model_state_bytes(1'000'000, mixed, 4, spec::Device::kCpu);
   CHECK(bytes.optimizer_states == 1'000'000);
-  CHECK(bytes.offloaded_to_nvme == 2'000'000 + 1'000'000);
+  CHECK(bytes.offloaded_to_nvme == 2'000'000);
 }
 
 TEST_CASE("parameter offload to NVMe at stage 3 moves the parameter partition to NVMe") {

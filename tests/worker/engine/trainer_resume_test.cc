@@ -158,16 +158,24 @@ TEST_CASE("a 16-bit run resumes bit for bit: masters, moments and the loss scale
   const std::string dir = testing::shared_token_files(world_data());
   const bool fp16 = GENERATE(true, false);
   const int stage = GENERATE(1, 3);
-  INFO((fp16 ? "fp16" : "bf16") << ", ZeRO stage " << stage);
+  // At stage 3 everything on NVMe too: masters, moments and gradients.
+  const bool optimizer_on_nvme = stage == 3 ? GENERATE(false, true) : false;
+  INFO((fp16 ? "fp16" : "bf16") << ", ZeRO stage " << stage
+                                << (optimizer_on_nvme ? ", offload_optimizer nvme" : ""));
   spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
   spec.training.steps = 20;
   spec.training.scheduler.total_num_steps = 20;
   spec.training.zero.stage = stage;
   spec.training.zero.param_persistence_threshold = 0;
   spec.checkpoint.interval = 10;
-  if (stage == 3) {  // the 16-bit weights' partition on NVMe, the masters in memory
+  if (stage == 3) {  // the 16-bit weights' partition on NVMe
     spec.training.zero.offload_param.device = spec::OffloadDevice::kNvme;
     spec.training.zero.offload_param.nvme_path = dir;
+  }
+  if (optimizer_on_nvme) {
+    spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kNvme;
+    spec.training.zero.offload_optimizer.nvme_path = dir;
+    spec.training.zero.sub_group_size = 3000;
   }
   if (fp16) {
     // A scale far too large: the first steps overflow and are skipped, so
@@ -179,7 +187,8 @@ TEST_CASE("a 16-bit run resumes bit for bit: masters, moments and the loss scale
     spec.training.bf16 = true;
   }
   const int64_t global = 4 * world_data().size();
-  const std::string root = fmt::format("{}/{}-{}", dir, fp16 ? "fp16" : "bf16", stage);
+  const std::string root =
+      fmt::format("{}/{}-{}{}", dir, fp16 ? "fp16" : "bf16", stage, optimizer_on_nvme ? "-nvme" : "");
   const Run whole = train_checkpointed(world_data(), spec, global, root);
   std::string error;
   const auto header = core::read_shard_header(root + "/step_10/rank_0.bin", error);
