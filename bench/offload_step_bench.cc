@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
                  "zero_optimization.sub_group_size: elements a swap buffer holds (4 buffers)");
   app.add_option("--steps", steps, "Timed steps per configuration (median reported), after 2");
   app.add_option("--threads", threads, "Compute threads");
-  app.add_flag("--bf16", bf16, "bf16 mixed precision (the masters stay in memory)");
+  app.add_flag("--bf16", bf16, "bf16 mixed precision (with both offloads the masters go to NVMe too)");
   CLI11_PARSE(app, argc, argv);
   if (const dslaunch::core::Status started = comm::mpi_init(); !started.ok()) {
     fail("offload_step_bench", started.message());

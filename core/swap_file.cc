@@ -4,6 +4,7 @@
 #include <liburing.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <map>
 #include <set>
@@ -18,13 +19,17 @@ namespace dslaunch::core {
 struct SwapFile::Ring {
   ::io_uring ring{};
   unsigned depth = 0;
-  struct Transfer {
+  // One request: a block of a transfer.
+  struct Request {
+    Ticket ticket = 0;
     bool write = false;
     char* buffer = nullptr;
     int64_t bytes = 0;
     int64_t offset = 0;
   };
-  std::map<Ticket, Transfer> in_flight;
+  uint64_t next_request = 0;
+  std::map<uint64_t, Request> in_flight;
+  std::map<Ticket, int64_t> pending;  // requests of each transfer not yet complete
   std::set<Ticket> done;  // completed out of order, above completed_below_
   bool initialised = false;
   ~Ring() {
@@ -32,7 +37,14 @@ struct SwapFile::Ring {
   }
 };
 
-StatusOr<std::unique_ptr<SwapFile>> SwapFile::create(const std::string& folder, int queue_depth) {
+StatusOr<std::unique_ptr<SwapFile>> SwapFile::create(const std::string& folder, const Io& io) {
+  if (io.block_size < kSwapAlignment || io.block_size % kSwapAlignment != 0 ||
+      io.queue_depth < 1) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("swap file I/O: block size {} (a multiple of {} is needed) and "
+                              "queue depth {} (at least 1)",
+                              io.block_size, kSwapAlignment, io.queue_depth));
+  }
   std::string path = folder + "/dslaunch-swap-XXXXXX";
   const int fd = ::mkostemp(path.data(), O_CLOEXEC);
   if (fd < 0) {
@@ -44,14 +56,15 @@ StatusOr<std::unique_ptr<SwapFile>> SwapFile::create(const std::string& folder, 
   const int flags = ::fcntl(fd, F_GETFL);
   const bool direct = flags >= 0 && ::fcntl(fd, F_SETFL, flags | O_DIRECT) == 0;
   auto ring = std::make_unique<Ring>();
-  ring->depth = static_cast<unsigned>(std::max(1, queue_depth));
+  ring->depth = static_cast<unsigned>(io.queue_depth);
   ring->initialised = io_uring_queue_init(ring->depth, &ring->ring, 0) == 0;
   if (!ring->initialised) ring = nullptr;  // pread and pwrite instead
-  return std::unique_ptr<SwapFile>(new SwapFile(fd, direct, std::move(ring), folder));
+  return std::unique_ptr<SwapFile>(new SwapFile(fd, direct, std::move(ring), folder, io));
 }
 
-SwapFile::SwapFile(int fd, bool direct, std::unique_ptr<Ring> ring, std::string folder)
-    : fd_(fd), direct_(direct), ring_(std::move(ring)), folder_(std::move(folder)) {}
+SwapFile::SwapFile(int fd, bool direct, std::unique_ptr<Ring> ring, std::string folder,
+                   const Io& io)
+    : fd_(fd), direct_(direct), ring_(std::move(ring)), folder_(std::move(folder)), io_(io) {}
 
 SwapFile::~SwapFile() {
   (void)wait_all();
@@ -96,21 +109,49 @@ SwapFile::Ticket SwapFile::start(bool write, void* buffer, int64_t bytes, int64_
     if (ring_ == nullptr) completed_below_ = next_ticket_;
     return ticket;
   }
-  io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring);
-  while (sqe == nullptr && in_flight_ > 0) {
-    reap_one();
-    sqe = io_uring_get_sqe(&ring_->ring);
+  const auto submit = [this] {
+    if (const int submitted = io_uring_submit(&ring_->ring); submitted < 0) {
+      fail(-submitted, "submitting to");
+    }
+  };
+  // The transfer's requests not yet complete; those never issued (after a
+  // failure) are taken off at the end.
+  int64_t unissued = (bytes + io_.block_size - 1) / io_.block_size;
+  ring_->pending[ticket] = unissued;
+  for (int64_t at = 0; at < bytes && error_.ok(); at += io_.block_size) {
+    // At most queue_depth requests in flight: what was prepared goes out,
+    // and a request completes.
+    while (in_flight_ >= io_.queue_depth && error_.ok()) {
+      submit();
+      reap_one();
+    }
+    io_uring_sqe* sqe = error_.ok() ? io_uring_get_sqe(&ring_->ring) : nullptr;
+    if (sqe == nullptr && error_.ok()) {
+      submit();
+      sqe = io_uring_get_sqe(&ring_->ring);
+      if (sqe == nullptr) fail(EBUSY, "submitting to");
+    }
+    if (sqe == nullptr) break;
+    const int64_t length = std::min(io_.block_size, bytes - at);
+    const uint64_t request = ring_->next_request++;
+    if (write) {
+      io_uring_prep_write(sqe, fd_, data + at, static_cast<unsigned>(length),
+                          static_cast<__u64>(offset + at));
+    } else {
+      io_uring_prep_read(sqe, fd_, data + at, static_cast<unsigned>(length),
+                         static_cast<__u64>(offset + at));
+    }
+    io_uring_sqe_set_data64(sqe, request);
+    ring_->in_flight[request] = {ticket, write, data + at, length, offset + at};
+    ++in_flight_;
+    --unissued;
+    if (io_.single_submit) submit();
   }
-  if (write) {
-    io_uring_prep_write(sqe, fd_, data, static_cast<unsigned>(bytes), static_cast<__u64>(offset));
-  } else {
-    io_uring_prep_read(sqe, fd_, data, static_cast<unsigned>(bytes), static_cast<__u64>(offset));
-  }
-  io_uring_sqe_set_data64(sqe, static_cast<__u64>(ticket));
-  ring_->in_flight[ticket] = {write, data, bytes, offset};
-  ++in_flight_;
-  if (const int submitted = io_uring_submit(&ring_->ring); submitted < 0) {
-    fail(-submitted, "submitting to");
+  if (!io_.single_submit) submit();
+  const auto pending = ring_->pending.find(ticket);
+  if (pending != ring_->pending.end() && (pending->second -= unissued) == 0) {
+    ring_->pending.erase(pending);
+    ring_->done.insert(ticket);
   }
   return ticket;
 }
@@ -123,16 +164,17 @@ void SwapFile::reap_one() {
     // Nothing more completes through the ring: the transfers in flight are
     // lost, and the file's contents with them.
     fail(-waited, "waiting on");
-    for (const auto& [ticket, transfer] : ring_->in_flight) ring_->done.insert(ticket);
+    for (const auto& [request, transfer] : ring_->in_flight) ring_->done.insert(transfer.ticket);
     ring_->in_flight.clear();
+    ring_->pending.clear();
     in_flight_ = 0;
     return;
   }
-  const Ticket ticket = static_cast<Ticket>(io_uring_cqe_get_data64(cqe));
+  const uint64_t request = io_uring_cqe_get_data64(cqe);
   const int result = cqe->res;
   io_uring_cqe_seen(&ring_->ring, cqe);
-  const Ring::Transfer transfer = ring_->in_flight.at(ticket);
-  ring_->in_flight.erase(ticket);
+  const Ring::Request transfer = ring_->in_flight.at(request);
+  ring_->in_flight.erase(request);
   --in_flight_;
   if (result < 0) {
     fail(-result, transfer.write ? "writing" : "reading");
@@ -152,7 +194,11 @@ void SwapFile::reap_one() {
       done += n;
     }
   }
-  ring_->done.insert(ticket);
+  const auto pending = ring_->pending.find(transfer.ticket);
+  if (pending != ring_->pending.end() && --pending->second == 0) {
+    ring_->pending.erase(pending);
+    ring_->done.insert(transfer.ticket);
+  }
 }
 
 Status SwapFile::wait(Ticket ticket) {

@@ -20,8 +20,19 @@ class SwapFile {
  public:
   static constexpr int64_t kSwapAlignment = 4096;
 
-  // `queue_depth`: transfers in flight at most.
-  static StatusOr<std::unique_ptr<SwapFile>> create(const std::string& folder, int queue_depth);
+  // How transfers go to the drive: DeepSpeed's aio settings, as io_uring
+  // has them. A transfer is cut into requests of block_size bytes (a
+  // multiple of kSwapAlignment), of which queue_depth are in flight at
+  // most (a transfer that finds the queue full waits for room); a
+  // transfer's requests are submitted together, or each on its own with
+  // single_submit.
+  struct Io {
+    int64_t block_size = int64_t{1} << 20;
+    int queue_depth = 8;
+    bool single_submit = false;
+  };
+
+  static StatusOr<std::unique_ptr<SwapFile>> create(const std::string& folder, const Io& io);
   ~SwapFile();
   SwapFile(const SwapFile&) = delete;
   SwapFile& operator=(const SwapFile&) = delete;
@@ -39,7 +50,7 @@ class SwapFile {
 
  private:
   struct Ring;
-  SwapFile(int fd, bool direct, std::unique_ptr<Ring> ring, std::string folder);
+  SwapFile(int fd, bool direct, std::unique_ptr<Ring> ring, std::string folder, const Io& io);
   Ticket start(bool write, void* buffer, int64_t bytes, int64_t offset);
   void reap_one();
   void fail(int error_number, const char* what);
@@ -48,9 +59,10 @@ class SwapFile {
   bool direct_;
   std::unique_ptr<Ring> ring_;
   std::string folder_;
+  Io io_;
   Ticket next_ticket_ = 0;
   Ticket completed_below_ = 0;  // every ticket below it is done
-  int64_t in_flight_ = 0;
+  int64_t in_flight_ = 0;  // requests
   Status error_;
 };
 

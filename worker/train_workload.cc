@@ -143,7 +143,8 @@ void save_in_background(checkpoint::AsyncShardWriter& writer, proto::Session& se
   header.layout = *slice.layout;
   header.rank_state = slice.rank_state;
   // The callback runs on the writer's thread, after `slice`'s pointers are
-  // gone: it uses only the slice's numbers.
+  // gone (on this thread, before save() returns, for a shard that streams
+  // swapped state): it uses only the slice's numbers.
   writer.save((folder / file).string(), header, slice.arrays, slice.rank_arrays,
               [&session, &failed, slice, file](const core::WrittenShard& written) {
                 if (!written.ok()) {

@@ -702,12 +702,6 @@ std::vector<LayoutTensor> layout_of(const ParameterTable& table) {
   return layout;
 }
 
-std::string copy_shard_array(const ShardArrayData& array, int64_t count, void* out) {
-  if (array.read) return array.read(0, count, out);
-  std::memcpy(out, array.data, static_cast<size_t>(count * dtype_bytes(array.info.dtype)));
-  return "";
-}
-
 WrittenShard write_shard(const std::string& path, ShardHeader header,
                          const std::vector<ShardArrayData>& arrays, core::FileSystem& fs) {
   return write_shard(path, std::move(header), arrays, {}, fs);

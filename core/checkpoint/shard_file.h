@@ -118,10 +118,6 @@ struct ShardArrayData {
   Reader read;
 };
 
-// The `count` elements of `array` into out, from memory or its reader; ""
-// or what failed.
-std::string copy_shard_array(const ShardArrayData& array, int64_t count, void* out);
-
 struct WrittenShard {
   std::string error;       // empty on success
   int64_t size_bytes = 0;  // the whole file

@@ -35,7 +35,10 @@ const std::set<std::string, std::less<>>& ignored_deepspeed_keys() {
       "sparse_gradients",
       "zero_allow_untested_optimizer",
       "zero_force_ds_cpu_optimizer",
-      "aio",
+      // io_uring submits from the thread that starts a transfer and reaps
+      // completions when they are waited for: no threads, nothing to overlap.
+      "aio.thread_count",
+      "aio.overlap_events",
       "checkpoint",
       "seq_parallel_communication_data_type",
       "pipeline",

@@ -333,6 +333,14 @@ struct MonitorSpec {
   bool wall_clock_breakdown = false;
 };
 
+// DeepSpeed's aio section: how NVMe offload's swap files reach the drive
+// (io_uring here, where DeepSpeed uses libaio threads).
+struct AioSpec {
+  int64_t block_size = 1'048'576;  // bytes one request moves at most
+  int queue_depth = 8;             // requests in flight per swap file
+  bool single_submit = false;      // submit requests one by one
+};
+
 struct TrainingSpec {
   BatchInput batch;  // as given; resolved against the data-parallel size by the plan
   int64_t steps = 0;
@@ -340,6 +348,7 @@ struct TrainingSpec {
   bool bf16 = false;  // bf16.enabled
   CommunicationDataType communication_data_type = CommunicationDataType::kDefault;
   ZeroSpec zero;
+  AioSpec aio;
   OptimizerSpec optimizer;
   SchedulerSpec scheduler;
   // Max global gradient norm; 0 = no clipping. DeepSpeed's default is 1.0

@@ -894,6 +894,16 @@ void read_training(MapReader training, TrainingSpec& out, const ParallelismSpec&
     training.error("bf16", "fp16.enabled and bf16.enabled are both true; choose one precision");
   }
   read_zero(training.map("zero_optimization"), out.zero);
+  MapReader aio = training.map("aio");
+  aio.integer("block_size", out.aio.block_size, 4096, int64_t{1} << 30);
+  if (out.aio.block_size % 4096 != 0) {
+    aio.error("block_size", fmt::format("aio.block_size is {}: give a multiple of 4096 (requests "
+                                        "go to the drive with O_DIRECT)",
+                                        out.aio.block_size));
+  }
+  aio.integer("queue_depth", out.aio.queue_depth, 1, 4096);
+  aio.boolean("single_submit", out.aio.single_submit);
+  aio.finish();
   if (parallelism.pipeline > 1 && out.zero.stage >= 2) {
     training.error("zero_optimization",
                    fmt::format("ZeRO stage {} cannot be combined with pipeline parallelism "

@@ -110,8 +110,8 @@ ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& trainin
   };
   // Offloaded to host memory, the masters go with the moments (DeepSpeed's
   // ZeRO-Offload). To NVMe, the swap files take the moments; where the
-  // gradients are partitioned (stage 2 over several ranks, or stage 3 with
-  // its parameters on NVMe), the gradients and the masters too, and
+  // gradients are partitioned (stages 2 and 3 over several ranks, or stage
+  // 3 with its parameters on NVMe), the gradients and the masters too, and
   // otherwise those stay in memory.
   const spec::OffloadDevice optimizer_device = training.zero.offload_optimizer.device;
   const bool partitioned_gradients =

@@ -35,13 +35,24 @@ std::string folder_for(const char* name) {
 TEST_CASE(
     "a swap file gives back what was written at each offset, whatever order the waits "
     "come in, and leaves nothing in its folder") {
+  // Requests of one block and of several per transfer, submitted together
+  // or one by one, with the queue holding fewer than a transfer's requests.
+  struct Io {
+    int64_t block_size;
+    bool single_submit;
+  };
+  for (const Io io : {Io{3 * SwapFile::kSwapAlignment, false}, Io{SwapFile::kSwapAlignment, false},
+                      Io{2 * SwapFile::kSwapAlignment, true}}) {
   for (const char* root : {"disk", "shm"}) {
     const std::string folder = std::string(root) == "shm"
                                    ? (fs::create_directories("/dev/shm/swap_file_test"),
                                       std::string("/dev/shm/swap_file_test"))
                                    : folder_for(root);
-    INFO(folder);
-    StatusOr<std::unique_ptr<SwapFile>> created = SwapFile::create(folder, 3);
+    INFO(folder << ", requests of " << io.block_size << " bytes"
+                << (io.single_submit ? ", submitted one by one" : ""));
+    StatusOr<std::unique_ptr<SwapFile>> created =
+        SwapFile::create(folder, {.block_size = io.block_size, .queue_depth = 2,
+                                  .single_submit = io.single_submit});
     REQUIRE(created.ok());
     SwapFile& file = **created;
     INFO("O_DIRECT " << file.direct() << ", io_uring " << file.uses_io_uring());
@@ -75,10 +86,21 @@ TEST_CASE(
       CHECK(std::memcmp(read[block].get(), written[block].get(), kBlock) == 0);
     }
   }
+  }
+}
+
+TEST_CASE("swap file I/O settings that cannot work are refused, naming them") {
+  const std::string folder = folder_for("settings");
+  StatusOr<std::unique_ptr<SwapFile>> unaligned = SwapFile::create(folder, {.block_size = 5000});
+  CHECK_FALSE(unaligned.ok());
+  CHECK_THAT(unaligned.status().message(), Catch::Contains("block size 5000"));
+  StatusOr<std::unique_ptr<SwapFile>> no_queue = SwapFile::create(folder, {.queue_depth = 0});
+  CHECK_FALSE(no_queue.ok());
+  CHECK_THAT(no_queue.status().message(), Catch::Contains("queue depth 0"));
 }
 
 TEST_CASE("a swap file in a folder that is not there is refused, naming the folder") {
-  StatusOr<std::unique_ptr<SwapFile>> created = SwapFile::create("/nonexistent/nvme", 2);
+  StatusOr<std::unique_ptr<SwapFile>> created = SwapFile::create("/nonexistent/nvme", {});
   REQUIRE_FALSE(created.ok());
   CHECK(created.status().message() ==
         "cannot create a swap file in '/nonexistent/nvme': No such file or directory");

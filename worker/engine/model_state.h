@@ -58,6 +58,9 @@ class ModelState {
   // gives the squared norm of the gradients this rank's tensor slice counts
   // (ModelStateInputs::norm_ranges), which the tensor group sums.
   virtual double norm_share() = 0;
+  // What failed computing norm_share() (reading swapped gradients), which
+  // then is NaN: the loop stops every rank on it.
+  virtual core::Status norm_status() const { return {}; }
   virtual double squared_grad_norm(double summed_shares) = 0;
   virtual void clip(float factor) = 0;
   // The optimizer's step at learning rate `lr`, and whatever makes the

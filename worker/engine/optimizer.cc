@@ -41,8 +41,6 @@ struct AdamW::Swap {
     core::SwapFile::Ticket read_m = -1, read_v = -1, write_m = -1, write_v = -1;
   };
   std::vector<Buffer> buffers;
-  // moments(): the whole moments read back, until the next step.
-  std::vector<float> staged_m, staged_v;
 
   int64_t offset(int64_t group, bool second) const {
     return (2 * group + (second ? 1 : 0)) * group_bytes;
@@ -104,7 +102,7 @@ core::Status AdamW::swap_moments(const MomentSwap& options) {
   const int count = static_cast<int>(
       std::clamp<int64_t>(options.buffer_count, 1, std::max<int64_t>(1, swap->groups)));
   core::StatusOr<std::unique_ptr<core::SwapFile>> file =
-      core::SwapFile::create(options.folder, 4 * count);
+      core::SwapFile::create(options.folder, options.io);
   if (!file.ok()) return file.status();
   swap->file = std::move(*file);
   for (int i = 0; i < count; ++i) {
@@ -164,24 +162,9 @@ core::Status AdamW::set_moments(int64_t from, int64_t count, const float* first,
 }
 
 core::StatusOr<AdamW::Moments> AdamW::moments() {
-  if (!swap_) {
-    ensure_in_memory();
-    return Moments{m_.data(), v_.data()};
-  }
-  Swap& s = *swap_;
-  const int64_t n = end_ - begin_;
-  s.staged_m.resize(n);
-  s.staged_v.resize(n);
-  for (int64_t g = 0; g < s.groups; ++g) {
-    Swap::Buffer& buffer = s.buffers[g % s.buffers.size()];
-    if (core::Status status = s.wait_writes(buffer); !status.ok()) return status;
-    s.start_read(g, buffer);
-    if (core::Status status = s.wait_reads(buffer); !status.ok()) return status;
-    const int64_t length = s.length(g, n);
-    std::copy_n(buffer.m.get(), length, s.staged_m.data() + g * s.group_elements);
-    std::copy_n(buffer.v.get(), length, s.staged_v.data() + g * s.group_elements);
-  }
-  return Moments{s.staged_m.data(), s.staged_v.data()};
+  if (swap_) return core::internal_error("the optimizer's moments are swapped: read_moment()");
+  ensure_in_memory();
+  return Moments{m_.data(), v_.data()};
 }
 
 core::Status AdamW::read_moment(bool second, int64_t from, int64_t count, float* out) {
@@ -199,13 +182,20 @@ core::Status AdamW::read_moment(bool second, int64_t from, int64_t count, float*
     const int64_t take = std::min(group_begin + s.length(g, n), from + count) - at;
     Swap::Buffer& buffer = s.buffers[g % s.buffers.size()];
     if (core::Status status = s.wait_writes(buffer); !status.ok()) return status;
-    float* into = second ? buffer.v.get() : buffer.m.get();
-    if (core::Status status =
-            s.file->wait(s.file->start_read(into, s.group_bytes, s.offset(g, second)));
+    // Only the pages that hold the floats asked for.
+    constexpr int64_t kPage = core::SwapFile::kSwapAlignment;
+    const int64_t first_byte = (at - group_begin) * static_cast<int64_t>(sizeof(float));
+    const int64_t page_begin = first_byte / kPage * kPage;
+    const int64_t page_end =
+        (first_byte + take * static_cast<int64_t>(sizeof(float)) + kPage - 1) / kPage * kPage;
+    float* group = second ? buffer.v.get() : buffer.m.get();
+    char* pages = reinterpret_cast<char*>(group) + page_begin;
+    if (core::Status status = s.file->wait(s.file->start_read(
+            pages, page_end - page_begin, s.offset(g, second) + page_begin));
         !status.ok()) {
       return status.with_context("reading the optimizer's moments");
     }
-    std::copy_n(into + (at - group_begin), take, out + (at - from));
+    std::copy_n(group + (at - group_begin), take, out + (at - from));
     at += take;
   }
   return {};
@@ -285,8 +275,6 @@ core::Status AdamW::update(kernels::Backend& backend, float* params, const Group
     return update_group(begin_, end_, m_.data(), v_.data());
   }
   Swap& s = *swap_;
-  std::vector<float>().swap(s.staged_m);  // the last checkpoint's copy
-  std::vector<float>().swap(s.staged_v);
   const int64_t n = end_ - begin_;
   const int64_t count = static_cast<int64_t>(s.buffers.size());
   // Groups are read up to count - 1 ahead; a buffer is read into only once

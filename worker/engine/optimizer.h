@@ -25,6 +25,7 @@ struct MomentSwap {
   std::string folder;
   int64_t group_elements = 1'000'000'000;
   int buffer_count = 4;
+  core::SwapFile::Io io;  // the spec's aio
 };
 
 // 16-bit training: where an optimizer step also writes the updated
@@ -84,8 +85,8 @@ class AdamW {
   void set_steps_taken(int64_t steps) { step_ = steps; }
 
   // The two moments of the floats [begin, end) given to the constructor
-  // (element 0 belongs to params[begin]), for checkpoints: in memory, or
-  // read back from the swap file into buffers held until the next step.
+  // (element 0 belongs to params[begin]), for checkpoints, while they are in
+  // memory (not swapped: then read_moment()).
   struct Moments {
     const float* first = nullptr;
     const float* second = nullptr;

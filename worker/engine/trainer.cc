@@ -271,9 +271,10 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       return {};
     };
   } else {
-    state_inputs.initial_parameters = [&table, seed = spec.model.init_seed](
-                                          int64_t begin, int64_t end, float* out) -> core::Status {
-      model::init_gpt2_parameter_range(table, seed, begin, end, out);
+    auto initializer = std::make_shared<model::Gpt2Initializer>(table, spec.model.init_seed);
+    state_inputs.initial_parameters = [initializer](int64_t begin, int64_t end,
+                                                    float* out) -> core::Status {
+      initializer->fill(begin, end, out);
       return {};
     };
   }
@@ -391,31 +392,45 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     // gradient norm's shares, and a checkpoint request, for the same reason
     // as a stop. Across the tensor group, where every rank has the same loss,
     // the flags and the norm's parts are summed once more.
+    // So does a failure of the norm's share (a swapped partition's read), so
+    // that every rank stops instead of taking the NaN it leaves for an
+    // overflow.
     const bool stop_here = options.stop_requested && options.stop_requested();
     const bool checkpoint_here = options.checkpoint_requested && options.checkpoint_requested();
-    std::array<double, 4> sums = {loss_sum / static_cast<double>(accumulation),
-                                  stop_here ? 1.0 : 0.0, state.norm_share(),
-                                  checkpoint_here ? 1.0 : 0.0};
-    if (std::string error = sum_over_ranks(data_comm, sums.data(), 4); !error.empty()) {
+    const double norm_share = state.norm_share();
+    const bool norm_failed = !state.norm_status().ok();
+    std::array<double, 5> sums = {loss_sum / static_cast<double>(accumulation),
+                                  stop_here ? 1.0 : 0.0, norm_share, checkpoint_here ? 1.0 : 0.0,
+                                  norm_failed ? 1.0 : 0.0};
+    if (std::string error = sum_over_ranks(data_comm, sums.data(), 5); !error.empty()) {
       result.error = "loss all-reduce: " + error;
       return result;
     }
     // Across the pipeline group, where the last stage alone has the loss and
-    // each stage its own part of the norm, all four are summed.
-    std::array<double, 3> tensor_sums = {sums[1], state.squared_grad_norm(sums[2]), sums[3]};
+    // each stage its own part of the norm, all of them are summed.
+    std::array<double, 4> tensor_sums = {sums[1], state.squared_grad_norm(sums[2]), sums[3],
+                                         sums[4]};
     if (tensor_comm != nullptr) {
-      if (std::string error = sum_over_ranks(*tensor_comm, tensor_sums.data(), 3); !error.empty()) {
+      if (std::string error = sum_over_ranks(*tensor_comm, tensor_sums.data(), 4); !error.empty()) {
         result.error = "tensor-group all-reduce of the gradient norm: " + error;
         return result;
       }
     }
-    std::array<double, 4> model_sums = {sums[0], tensor_sums[0], tensor_sums[1], tensor_sums[2]};
+    std::array<double, 5> model_sums = {sums[0], tensor_sums[0], tensor_sums[1], tensor_sums[2],
+                                        tensor_sums[3]};
     if (pipeline_comm != nullptr) {
-      if (std::string error = sum_over_ranks(*pipeline_comm, model_sums.data(), 4);
+      if (std::string error = sum_over_ranks(*pipeline_comm, model_sums.data(), 5);
           !error.empty()) {
         result.error = "pipeline-group all-reduce of the loss: " + error;
         return result;
       }
+    }
+    if (model_sums[4] > 0) {
+      if (norm_failed) return failed(state.norm_status());
+      result.error = fmt::format(
+          "step {}: another rank could not read its gradients for the norm (its log says why)",
+          step + 1);
+      return result;
     }
     const double loss = model_sums[0] / dp_size;
     const bool stop_after_step = model_sums[1] > 0;

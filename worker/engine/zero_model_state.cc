@@ -112,7 +112,7 @@ class ZeroStateBase : public ModelState {
     const int64_t own_end = own_begin_ + own_count_;
     if (swap_masters) {
       core::StatusOr<std::unique_ptr<PartitionSwap>> swap = PartitionSwap::create(
-          training_.zero.offload_optimizer.nvme_path, own_begin_, own_end);
+          training_.zero.offload_optimizer.nvme_path, own_begin_, own_end, swap_io());
       if (!swap.ok()) {
         init_status_ = swap.status().with_context(
             "zero_optimization.offload_optimizer.nvme_path (the fp32 masters' swap file)");
@@ -159,6 +159,7 @@ class ZeroStateBase : public ModelState {
     swap.folder = zero.offload_optimizer.nvme_path;
     swap.group_elements = zero.sub_group_size;
     swap.buffer_count = zero.offload_optimizer.buffer_count;
+    swap.io = swap_io();
     return optimizer_.swap_moments(swap).with_context(
         "zero_optimization.offload_optimizer.nvme_path");
   }
@@ -242,6 +243,12 @@ class ZeroStateBase : public ModelState {
   }
 
  protected:
+  // How every swap file of this state reaches the drive (the spec's aio).
+  core::SwapFile::Io swap_io() const {
+    return {.block_size = training_.aio.block_size,
+            .queue_depth = training_.aio.queue_depth,
+            .single_submit = training_.aio.single_submit};
+  }
   // Makes master() readable for a checkpoint (until the next begin_step()).
   virtual core::Status prepare_checkpoint() { return {}; }
   // Whether the fp32 weights checkpoints keep are in a swap file, and
@@ -417,7 +424,7 @@ class PartitionedGradients final : public ZeroStateBase {
     const spec::OffloadSpec& offload = training_.zero.offload_param;
     if (offload.device == spec::OffloadDevice::kNvme) {
       core::StatusOr<std::unique_ptr<PartitionSwap>> made =
-          PartitionSwap::create(offload.nvme_path, own_begin_, own_begin_ + own_count_);
+          PartitionSwap::create(offload.nvme_path, own_begin_, own_begin_ + own_count_, swap_io());
       if (!made.ok()) {
         return made.status().with_context("zero_optimization.offload_param.nvme_path");
       }
@@ -474,16 +481,13 @@ class PartitionedGradients final : public ZeroStateBase {
     }
     core::StatusOr<double> sum =
         sum_of_squares_in(backend_, *grads_, own_begin_, own_begin_ + own_count_, norm_ranges_);
-    if (sum.ok()) return *sum;
-    // A failed read makes the norm NaN on every rank (the step fails on all
-    // alike); optimizer_step() reports the cause.
-    pending_ = sum.status();
-    return std::numeric_limits<double>::quiet_NaN();
+    norm_status_ = sum.status();
+    return sum.ok() ? *sum : std::numeric_limits<double>::quiet_NaN();
   }
+  core::Status norm_status() const override { return norm_status_; }
   double squared_grad_norm(double summed_shares) override { return summed_shares; }
   void clip(float factor) override { grads_->scale(factor); }
   core::Status optimizer_step(double lr) override {
-    if (!pending_.ok()) return pending_;
     if (grads_->swapped()) {
       if (core::Status status = streamed_step(lr); !status.ok()) return status;
     } else {
@@ -575,7 +579,7 @@ class PartitionedGradients final : public ZeroStateBase {
       return std::make_unique<GradientPartition>(backend_, own_begin_, own_end);
     }
     core::StatusOr<std::unique_ptr<PartitionSwap>> swap =
-        PartitionSwap::create(offload.nvme_path, own_begin_, own_end);
+        PartitionSwap::create(offload.nvme_path, own_begin_, own_end, swap_io());
     if (!swap.ok()) {
       init_status_ = swap.status().with_context(
           "zero_optimization.offload_optimizer.nvme_path (the gradients' swap file)");
@@ -615,7 +619,9 @@ class PartitionedGradients final : public ZeroStateBase {
       }
       return zero3_ ? zero3_->store_range(from, to) : core::Status();
     };
-    return optimizer_.step_streamed(backend_, master(), lr, io, rounded_copy());
+    core::Status stepped = optimizer_.step_streamed(backend_, master(), lr, io, rounded_copy());
+    grads_->release_buffer();
+    return stepped;
   }
 
   std::unique_ptr<GradientPartition> grads_;  // this rank's partition
@@ -623,6 +629,7 @@ class PartitionedGradients final : public ZeroStateBase {
   GradientReducer reducer_;
   std::optional<Zero3Parameters> zero3_;
   core::Status pending_;  // a failed write-back of offloaded parameters
+  core::Status norm_status_;
 };
 
 }  // namespace

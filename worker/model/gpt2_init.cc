@@ -27,6 +27,8 @@ class NormalStream {
  public:
   NormalStream(uint64_t seed, double stddev) : engine_(seed), stddev_(stddev) {}
 
+  // Whether element g can still be produced (the stream only goes forward).
+  bool reaches(int64_t g) const { return g / 2 >= pair_; }
   // out[i] = element first + i; elements must be asked for in increasing order.
   void fill(int64_t first, int64_t count, float* out) {
     for (int64_t g = first; g < first + count; ++g) {
@@ -58,16 +60,24 @@ class NormalStream {
 
 }  // namespace
 
-void init_gpt2_parameters(const core::ParameterTable& table, uint64_t seed, float* params) {
-  init_gpt2_parameter_range(table, seed, 0, table.total(), params);
-}
+// The stream of the tensor filled last, kept for the next range.
+struct Gpt2Initializer::Stream {
+  int tensor = -1;
+  NormalStream normals;
+};
 
-void init_gpt2_parameter_range(const core::ParameterTable& table, uint64_t seed, int64_t begin,
-                               int64_t end, float* out) {
+Gpt2Initializer::Gpt2Initializer(const core::ParameterTable& table, uint64_t seed)
+    : table_(table), seed_(seed) {}
+
+Gpt2Initializer::~Gpt2Initializer() = default;
+
+void Gpt2Initializer::fill(int64_t begin, int64_t end, float* out) {
   using core::TensorRole;
-  const core::Gpt2Config& c = table.config();
+  const core::Gpt2Config& c = table_.config();
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.num_layers));
-  for (const core::TensorInfo& t : table.tensors()) {
+  const std::vector<core::TensorInfo>& tensors = table_.tensors();
+  for (size_t index = 0; index < tensors.size(); ++index) {
+    const core::TensorInfo& t = tensors[index];
     // The tensor's local elements [from, to) that fall in the range.
     const int64_t from = std::max(begin, t.offset) - t.offset;
     const int64_t to = std::min(end, t.offset + t.numel) - t.offset;
@@ -83,12 +93,26 @@ void init_gpt2_parameter_range(const core::ParameterTable& table, uint64_t seed,
         t.role == TensorRole::kAttnProjWeight || t.role == TensorRole::kFcProjWeight;
     // A split tensor's slice takes the elements of the tensor's global
     // values that it holds, so every layout starts from the same weights.
-    NormalStream stream(mix_seed(seed ^ mix_seed(t.global_index)),
-                        residual_projection ? residual_std : 0.02);
-    for (const core::SliceRun& run : core::slice_runs(t.split, from, to)) {
-      stream.fill(run.global, run.count, into + (run.local - from));
+    const std::vector<core::SliceRun> runs = core::slice_runs(t.split, from, to);
+    if (!stream_ || stream_->tensor != static_cast<int>(index) ||
+        !stream_->normals.reaches(runs.front().global)) {
+      stream_ = std::make_unique<Stream>(
+          Stream{static_cast<int>(index), NormalStream(mix_seed(seed_ ^ mix_seed(t.global_index)),
+                                                       residual_projection ? residual_std : 0.02)});
+    }
+    for (const core::SliceRun& run : runs) {
+      stream_->normals.fill(run.global, run.count, into + (run.local - from));
     }
   }
+}
+
+void init_gpt2_parameters(const core::ParameterTable& table, uint64_t seed, float* params) {
+  init_gpt2_parameter_range(table, seed, 0, table.total(), params);
+}
+
+void init_gpt2_parameter_range(const core::ParameterTable& table, uint64_t seed, int64_t begin,
+                               int64_t end, float* out) {
+  Gpt2Initializer(table, seed).fill(begin, end, out);
 }
 
 }  // namespace dslaunch::worker::model

@@ -197,4 +197,21 @@ void init_gpt2_parameters(const core::ParameterTable& table, uint64_t seed, floa
 void init_gpt2_parameter_range(const core::ParameterTable& table, uint64_t seed, int64_t begin,
                                int64_t end, float* out);
 
+// The same for a caller that reads many ranges (a rank's partition, a piece
+// at a time): a tensor's random stream goes on from where the last range
+// left it when the next range lies further on, instead of skipping its
+// draws from the tensor's start again.
+class Gpt2Initializer {
+ public:
+  Gpt2Initializer(const core::ParameterTable& table, uint64_t seed);
+  ~Gpt2Initializer();
+  void fill(int64_t begin, int64_t end, float* out);
+
+ private:
+  struct Stream;
+  const core::ParameterTable& table_;
+  uint64_t seed_;
+  std::unique_ptr<Stream> stream_;
+};
+
 }  // namespace dslaunch::worker::model

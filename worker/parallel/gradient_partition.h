@@ -20,9 +20,10 @@ namespace dslaunch::worker {
 // written back (not read in a step's first micro-batch, whose sums start
 // from zero), and the norm and the optimizer read it a group at a time.
 //
-// Threads: add() runs on the gradient reducer's thread between begin_sum()
-// or end_sum() and the next end_sum(); the other calls run on the compute
-// thread while no add() is in flight.
+// Threads: add() runs on the gradient reducer's communication stream (with
+// one rank, on the compute thread) between begin_sum() or end_sum() and the
+// next end_sum(); the other calls run on the compute thread while no add()
+// is in flight.
 class GradientPartition {
  public:
   // In memory (the backend's).
@@ -52,8 +53,11 @@ class GradientPartition {
   // product is taken as each range is read.
   void scale(float factor);
   // Floats [begin, end) of the layout, scaled: a pointer into the partition
-  // in memory, or into a buffer valid until the next read() when swapped.
+  // in memory, or into a buffer valid until the next read() or
+  // release_buffer() when swapped.
   core::StatusOr<const float*> read(int64_t begin, int64_t end);
+  // Gives back read()'s buffer (an optimizer step's swap group of floats).
+  void release_buffer() { std::vector<float>().swap(read_buffer_); }
 
   // Bytes held in memory: the partition, or the swap's buffers.
   int64_t memory_bytes() const;

@@ -205,7 +205,7 @@ void GradientReducer::launch_complete_buckets() {
   if (launch_end == launched_) return;
   // One rank: nothing to average, so a complete bucket is reduced here (in
   // reduce-scatter mode, moved into the partition; no communication, so it
-  // cannot fail).
+  // fails only where a swapped partition's I/O does, which add_share keeps).
   if (size_ == 1 && scatter_) {
     for (int64_t k = launched_; k < launch_end; ++k) static_cast<void>(reduce_scatter(buckets_[k]));
   }
@@ -231,6 +231,8 @@ core::Status GradientReducer::finish() {
   }
   bucket_reduced_.wait(lock, [this] { return reduced_ == launched_; });
   if (error.ok()) error = communication_error_;
+  if (error.ok()) error = add_error_;
+  add_error_ = {};
   launched_ = 0;
   reduced_ = 0;
   lock.unlock();
@@ -412,7 +414,7 @@ core::Status GradientReducer::all_reduce(const Bucket& bucket) {
   return status;
 }
 
-core::Status GradientReducer::add_share(const Bucket& bucket, const float* summed) {
+void GradientReducer::add_share(const Bucket& bucket, const float* summed) {
   const ZeroPartition& partition = shares_.partition;
   const int rank = shares_.rank;
   const int64_t own_begin = std::max(bucket.begin, partition.begin(rank));
@@ -443,13 +445,20 @@ core::Status GradientReducer::add_share(const Bucket& bucket, const float* summe
   // page go back to the OS too.
   ReleasableBuffer& workspace = *scatter_->workspace;
   workspace.zero(bucket.begin, workspace.page_end(bucket.end));
-  return added;
+  if (!added.ok()) {
+    std::lock_guard lock(mutex_);
+    if (add_error_.ok()) {
+      add_error_ = added.with_context(std::string(kWhat) + ": adding bucket " +
+                                      range_text(bucket.begin, bucket.end) + " to the partition");
+    }
+  }
 }
 
 core::Status GradientReducer::reduce_scatter(const Bucket& bucket) {
   if (size_ == 1) {  // the bucket is its own sum
     const int64_t own_begin = std::max(bucket.begin, shares_.partition.begin(0));
-    return add_share(bucket, grads_ + own_begin);
+    add_share(bucket, grads_ + own_begin);
+    return {};
   }
   // The share's mean is added on the stream's thread, right after the sum.
   std::vector<std::unique_ptr<comm::Work>> works;
@@ -460,11 +469,9 @@ core::Status GradientReducer::reduce_scatter(const Bucket& bucket) {
   } else {
     works.push_back(start_sum(bucket));
   }
-  works.push_back(comm_->then(
-      [this, &bucket] { share_status_ = add_share(bucket, shares_.received.data()); }));
-  const std::string context = std::string(kWhat) + ": bucket " + range_text(bucket.begin, bucket.end);
-  if (core::Status status = wait_in_order(works, context); !status.ok()) return status;
-  return share_status_.with_context(context);
+  works.push_back(comm_->then([this, &bucket] { add_share(bucket, shares_.received.data()); }));
+  return wait_in_order(works,
+                       std::string(kWhat) + ": bucket " + range_text(bucket.begin, bucket.end));
 }
 
 }  // namespace dslaunch::worker

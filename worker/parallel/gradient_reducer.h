@@ -124,7 +124,8 @@ class GradientReducer {
   // Waits until every launched bucket is reduced; then the buffer holds the
   // mean over ranks and the object is ready for the next step. Returns ok,
   // else what went wrong: the construction error, a misuse of ready()
-  // (kInvalidArgument), floats never reported (first bucket named), or the
+  // (kInvalidArgument), floats never reported (first bucket named), a
+  // failed add to a ShareAdder's partition, or the
   // first communication failure, which sticks (no collective is started on
   // this communicator again). A collective that does not complete within the
   // communicator's timeout is kDeadlineExceeded: a peer never started it,
@@ -184,8 +185,10 @@ class GradientReducer {
   // Starts the bucket's reduce-scatter into shares_.received.
   std::unique_ptr<comm::Work> start_sum(const Bucket& bucket);
   // Reduce-scatter mode: adds the mean of `summed` (this rank's share of the
-  // bucket's sum) to the partition, and releases the bucket's workspace.
-  core::Status add_share(const Bucket& bucket, const float* summed);
+  // bucket's sum) to the partition, and releases the bucket's workspace. A
+  // failed add is kept for finish(); the communication goes on, so that
+  // every rank still runs the same collectives.
+  void add_share(const Bucket& bucket, const float* summed);
   core::Status check_range(int64_t begin, int64_t end) const;
   void launch_complete_buckets();
   void communication_loop();
@@ -204,9 +207,6 @@ class GradientReducer {
   const int64_t n_;
   std::optional<Scatter> scatter_;
   Shares shares_;
-  // What the last add_share() on the stream's thread returned, read once
-  // its operation is waited for.
-  core::Status share_status_;
   core::DType wire_type_ = core::DType::kF32;
   // 16-bit communication's buffers: the bucket rounded, every rank's
   // rounded share of it for this one, this rank's mean rounded, and every
@@ -240,6 +240,7 @@ class GradientReducer {
   int64_t launched_ = 0;  // written by the compute thread only, under mutex_
   int64_t reduced_ = 0;
   core::Status communication_error_;
+  core::Status add_error_;  // the first failed add_share() since finish()
   bool stopping_ = false;
   std::thread thread_;
 };

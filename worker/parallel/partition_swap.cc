@@ -19,11 +19,12 @@ void PartitionSwap::Free::operator()(char* p) const { std::free(p); }
 core::StatusOr<std::unique_ptr<PartitionSwap>> PartitionSwap::create(const std::string& folder,
                                                                      int64_t own_begin,
                                                                      int64_t own_end,
+                                                                     const core::SwapFile::Io& io,
                                                                      int64_t piece_floats) {
   if (piece_floats <= 0 || piece_floats % (kPage / kFloat) != 0) {
     return core::internal_error("offloaded parameters: pieces must be whole pages");
   }
-  core::StatusOr<std::unique_ptr<core::SwapFile>> file = core::SwapFile::create(folder, 4);
+  core::StatusOr<std::unique_ptr<core::SwapFile>> file = core::SwapFile::create(folder, io);
   if (!file.ok()) return file.status();
   return std::unique_ptr<PartitionSwap>(
       new PartitionSwap(std::move(*file), own_begin, own_end, piece_floats));

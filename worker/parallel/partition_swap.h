@@ -25,10 +25,10 @@ class PartitionSwap {
   // The file in `folder`, created and unlinked at once. Longer ranges move
   // in pieces of `piece_floats` (a multiple of 1024: pieces start on pages),
   // so the staging buffer holds one piece (8 MiB by default).
-  static core::StatusOr<std::unique_ptr<PartitionSwap>> create(const std::string& folder,
-                                                               int64_t own_begin, int64_t own_end,
-                                                               int64_t piece_floats = int64_t{2}
-                                                                                      << 20);
+  // `io`: how the file's transfers go to the drive (the spec's aio).
+  static core::StatusOr<std::unique_ptr<PartitionSwap>> create(
+      const std::string& folder, int64_t own_begin, int64_t own_end,
+      const core::SwapFile::Io& io = {}, int64_t piece_floats = int64_t{2} << 20);
 
   // out[0, end - begin) = the file's floats [begin, end) (of the layout,
   // within the partition).

@@ -456,6 +456,36 @@ training:
   CHECK(loaded.spec.training.zero.offload_param.device == OffloadDevice::kCpu);
 }
 
+TEST_CASE("aio sets how swap files reach the drive; its thread keys are warnings") {
+  SpecFolder folder;
+  const Loaded loaded = folder.load(R"(
+data: {train: demo}
+training:
+  steps: 1
+  aio: {block_size: 262144, queue_depth: 32, single_submit: true, thread_count: 2,
+        overlap_events: true}
+)");
+  INFO(loaded.diagnostics.format());
+  CHECK_FALSE(loaded.diagnostics.has_errors());
+  CHECK(loaded.diagnostics.warnings().size() == 2);
+  CHECK(loaded.spec.training.aio.block_size == 262'144);
+  CHECK(loaded.spec.training.aio.queue_depth == 32);
+  CHECK(loaded.spec.training.aio.single_submit);
+  // DeepSpeed's defaults.
+  const Loaded defaults = folder.load("data: {train: demo}\ntraining: {steps: 1}\n");
+  CHECK(defaults.spec.training.aio.block_size == 1'048'576);
+  CHECK(defaults.spec.training.aio.queue_depth == 8);
+  CHECK_FALSE(defaults.spec.training.aio.single_submit);
+  // A block O_DIRECT cannot move, or no queue, is refused by name.
+  const Loaded unaligned =
+      folder.load("data: {train: demo}\ntraining: {steps: 1, aio: {block_size: 5000}}\n");
+  CHECK_THAT(unaligned.only("aio.block_size is 5000").message,
+             Catch::Matchers::Contains("give a multiple of 4096"));
+  const Loaded no_queue =
+      folder.load("data: {train: demo}\ntraining: {steps: 1, aio: {queue_depth: 0}}\n");
+  CHECK(no_queue.diagnostics.has_errors());
+}
+
 TEST_CASE("a key that is ignored only inside its section is still unknown elsewhere") {
   SpecFolder folder;
   const Loaded loaded = folder.load(R"(
@@ -469,7 +499,7 @@ training:
   CHECK(loaded.only("round_robin_gradients").message ==
         "unknown key 'round_robin_gradients' in training; valid keys: train_batch_size, "
         "train_micro_batch_size_per_gpu, gradient_accumulation_steps, steps, fp16, bf16, "
-        "zero_optimization, optimizer, scheduler, gradient_clipping, seed, eval_interval, "
+        "zero_optimization, aio, optimizer, scheduler, gradient_clipping, seed, eval_interval, "
         "eval_batches, tensorboard, csv_monitor, comms_logger, steps_per_print, "
         "wall_clock_breakdown, init_from, activation_checkpointing, elasticity");
   CHECK(loaded.only("torch_adam").location.line == 5);

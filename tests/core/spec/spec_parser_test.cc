@@ -587,7 +587,7 @@ training:
   CHECK(unknown.message ==
         "unknown key 'learning_rate' in training; valid keys: train_batch_size, "
         "train_micro_batch_size_per_gpu, gradient_accumulation_steps, steps, fp16, bf16, "
-        "zero_optimization, optimizer, scheduler, gradient_clipping, seed, eval_interval, "
+        "zero_optimization, aio, optimizer, scheduler, gradient_clipping, seed, eval_interval, "
         "eval_batches, tensorboard, csv_monitor, comms_logger, steps_per_print, "
         "wall_clock_breakdown, init_from, activation_checkpointing, elasticity");
   CHECK(unknown.location.line == 4);

@@ -54,8 +54,14 @@ Run train_world(spec::JobSpec spec, int64_t accumulation, const TrainerOptions& 
   options.save_checkpoint = [&run](const CheckpointSlice& slice) {
     std::vector<float>& params = run.saved[slice.step];
     params.resize(slice.end - slice.begin);
-    CHECK(core::copy_shard_array(slice.arrays.front(), slice.end - slice.begin, params.data()) ==
-          "");
+    // Swapped parameters stream (a reader); the others are in memory.
+    const core::ShardArrayData& saved = slice.arrays.front();
+    if (saved.read) {
+      CHECK(saved.read(0, slice.end - slice.begin, params.data()) == "");
+    } else {
+      const auto* values = static_cast<const float*>(saved.data);
+      std::copy(values, values + (slice.end - slice.begin), params.begin());
+    }
   };
   TrainResult result = train(spec, data, *backend, options);
   run.error = result.error;

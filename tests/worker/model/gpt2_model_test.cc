@@ -87,6 +87,15 @@ TEST_CASE("any range of the initialisation is that range of the whole, in every 
   for (const core::ParameterTable* table : {&whole, &slice}) {
     std::vector<float> all(table->total());
     init_gpt2_parameters(*table, 11, all.data());
+    // One initializer for every range, forwards and backwards (its streams
+    // go on or start over), and in pieces of increasing ranges.
+    Gpt2Initializer initializer(*table, 11);
+    std::vector<float> pieces(table->total(), -1.0f);
+    for (int64_t begin = 0; begin < table->total(); begin += 37) {
+      const int64_t end = std::min(begin + 37, table->total());
+      initializer.fill(begin, end, pieces.data() + begin);
+    }
+    CHECK(pieces == all);
     for (int trial = 0; trial < 200; ++trial) {
       // Ranges of every length, starting at odd and even elements alike
       // (Box-Muller draws its normals in pairs).
@@ -97,6 +106,9 @@ TEST_CASE("any range of the initialisation is that range of the whole, in every 
       INFO((table == &whole ? "whole model" : "tensor slice") << ", floats [" << begin << ", "
                                                               << end << ")");
       CHECK(range == std::vector<float>(all.begin() + begin, all.begin() + end));
+      std::vector<float> kept(end - begin, -1.0f);
+      initializer.fill(begin, end, kept.data());
+      CHECK(kept == range);
     }
   }
 }

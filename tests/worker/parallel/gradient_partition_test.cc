@@ -35,7 +35,7 @@ TEST_CASE("a swapped gradient partition sums, scales and reads as one in memory 
   const int64_t end = 6123;
   GradientPartition memory(*backend, begin, end);
   core::StatusOr<std::unique_ptr<PartitionSwap>> swap =
-      PartitionSwap::create(dir.path(), begin, end, 1024);
+      PartitionSwap::create(dir.path(), begin, end, {}, 1024);
   REQUIRE(swap.ok());
   // Added 700 floats at a time: most buckets in several pieces.
   GradientPartition swapped(*backend, std::move(*swap), begin, 700);

@@ -144,6 +144,27 @@ TEST_CASE("on one rank the partition is the whole mean and the workspace is clea
   CHECK(partition_grads == expected);
 }
 
+TEST_CASE("a partition that cannot be added to fails finish(), on one rank and on several") {
+  const int64_t n = 777;
+  const ZeroPartition partition = make_zero_partition(n, world_size(), 16);
+  ReleasableBuffer workspace(n);
+  std::vector<float> partition_grads(n, 0.0f);
+  int adds = 0;
+  // The second bucket's add fails, as a swapped partition's full drive would.
+  GradientReducer reducer(
+      data_comm(), workspace, 100, partition,
+      [&](int64_t begin, int64_t end, const GradientReducer::AddToShare& add) {
+        if (++adds == 2) return Status(StatusCode::kIoError, "writing the swapped gradients");
+        add(partition_grads.data() + begin, 0, end - begin);
+        return Status();
+      });
+  fill(workspace, world_rank(), 0);
+  reducer.ready(0, n);
+  const Status error = reducer.finish();
+  CHECK(error.code() == StatusCode::kIoError);
+  CHECK_THAT(error.message(), Catch::Contains("writing the swapped gradients"));
+}
+
 TEST_CASE("a partition that does not fit the workspace or the communicator is refused") {
   ReleasableBuffer workspace(100);
   std::vector<float> partition_grads(100);

@@ -17,7 +17,7 @@ TEST_CASE("ranges of any alignment store and load without touching their neighbo
   // A partition that starts and ends inside pages of the file.
   const int64_t own_begin = 1000, own_end = 1000 + 5 * 1024 + 77;
   // Pieces of 2 pages: most ranges move in several.
-  auto made = PartitionSwap::create(dir.path(), own_begin, own_end, 2048);
+  auto made = PartitionSwap::create(dir.path(), own_begin, own_end, {}, 2048);
   REQUIRE(made.ok());
   PartitionSwap& swap = **made;
   std::vector<float> truth(own_end + 100);
