@@ -68,6 +68,9 @@ int main(int argc, char** argv) {
   app.add_option("--runs", runs, "Timed steps (median reported)");
   app.add_option("--sub-group-size", group, "Elements per swap group");
   app.add_option("--buffer-count", buffers, "Swap buffers");
+  dslaunch::core::SwapFile::Io io;
+  app.add_option("--block-size", io.block_size, "aio.block_size: bytes per I/O request");
+  app.add_option("--queue-depth", io.queue_depth, "aio.queue_depth: requests in flight");
   CLI11_PARSE(app, argc, argv);
   dslaunch::kernels::set_compute_threads(threads);
   auto backend = dslaunch::kernels::make_cpu_backend(threads);
@@ -110,6 +113,7 @@ int main(int argc, char** argv) {
   swap.folder = dir;
   swap.group_elements = group;
   swap.buffer_count = buffers;
+  swap.io = io;
   if (dslaunch::core::Status status = swapped.swap_moments(swap); !status.ok()) {
     fail(status.message());
   }
