@@ -25,11 +25,12 @@ std::string unique_temporary_name(const std::string& path) {
   return name;
 }
 
-// Writes `content` to the new file `temporary`, syncs it and closes it. On
+// Has `produce` write the new file `temporary`, syncs it and closes it. On
 // failure removes it and sets `error`.
 bool write_synced(core::FileSystem& fs, std::unique_ptr<core::WritableFile> file,
-                  const std::string& temporary, std::string_view content, std::string& error) {
-  int failure = file->write_all(content);
+                  const std::string& temporary, const ContentProducer& produce,
+                  std::string& error) {
+  int failure = produce(*file);
   if (failure == 0) failure = file->sync();
   // close() reports late write errors (NFS does).
   const int close_failure = file->close();
@@ -38,6 +39,10 @@ bool write_synced(core::FileSystem& fs, std::unique_ptr<core::WritableFile> file
   error = fmt::format("cannot write '{}': {}", temporary, core::errno_text(failure));
   (void)fs.remove(temporary);
   return false;
+}
+
+ContentProducer whole(std::string_view content) {
+  return [content](core::WritableFile& file) { return file.write_all(content); };
 }
 
 // Renames the written `temporary` over `path` and syncs `dir`, its folder.
@@ -80,12 +85,17 @@ bool replace_file_durably(const std::string& dir, std::string_view name, std::st
     error = fmt::format("cannot write '{}': {}", temporary, core::errno_text(failure));
     return false;
   }
-  return write_synced(fs, std::move(file), temporary, content, error) &&
+  return write_synced(fs, std::move(file), temporary, whole(content), error) &&
          commit(fs, temporary, path, dir, error);
 }
 
 bool write_file_atomically(const std::string& path, std::string_view content, std::string& error,
                            mode_t mode, core::FileSystem& fs) {
+  return write_file_atomically(path, whole(content), error, mode, fs);
+}
+
+bool write_file_atomically(const std::string& path, const ContentProducer& produce,
+                           std::string& error, mode_t mode, core::FileSystem& fs) {
   // A unique name, so concurrent writers never share a temporary file; a
   // name that is taken (by anything, a link included) is passed over.
   constexpr int kAttempts = 100;
@@ -101,7 +111,7 @@ bool write_file_atomically(const std::string& path, std::string_view content, st
                         core::errno_text(failure));
     return false;
   }
-  return write_synced(fs, std::move(file), temporary, content, error) &&
+  return write_synced(fs, std::move(file), temporary, produce, error) &&
          commit(fs, temporary, path, core::parent_folder(path), error);
 }
 

@@ -2,6 +2,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -22,6 +23,14 @@ namespace dslaunch::core {
 // Thread-safe.
 bool write_file_atomically(const std::string& path, std::string_view content, std::string& error,
                            mode_t mode = 0644, core::FileSystem& fs = core::default_file_system());
+
+// The same for content produced a piece at a time, so that it never has to
+// be in memory whole: `produce` writes it to the temporary file and returns
+// 0, or the errno of a failed write (the temporary file is then removed).
+using ContentProducer = std::function<int(core::WritableFile& file)>;
+bool write_file_atomically(const std::string& path, const ContentProducer& produce,
+                           std::string& error, mode_t mode = 0644,
+                           core::FileSystem& fs = core::default_file_system());
 
 // Writes `<dir>/<name>` through the fixed temporary name `<dir>/<name>.tmp`,
 // with exactly `mode`. For files one process writes at a time: a stale

@@ -128,7 +128,10 @@ class Backend {
                                VocabSlice vocab, const float* wpe, int64_t B, int64_t T,
                                int64_t C) = 0;
   // dwte (vocab.rows,C) += the scatter of dout (B,T,C) over the tokens inside
-  // vocab; dwpe (maxT,C) += its sum over the batch.
+  // vocab; dwpe (maxT,C) += its sum over the batch. A token's positions are
+  // summed first, in (b, t) order, and the sum added to its row once: a
+  // caller that takes a row's earlier contents away and adds them back
+  // afterwards (ZeRO stage 3's tied output layer) gets the same bits.
   virtual void encoder_backward(float* dwte, VocabSlice vocab, float* dwpe, const float* dout,
                                 const int32_t* tokens, int64_t B, int64_t T, int64_t C) = 0;
 
@@ -150,13 +153,17 @@ class Backend {
                                const float* inp, const float* weight, int64_t N, int64_t C,
                                int64_t OC) = 0;
 
-  // The output projection tied to the token embedding: logits (N,Vp) = inp
-  // (N,C) · wteᵀ, wte (Vp,C).
+  // The output projection tied to the token embedding: logits (N,rows) =
+  // inp (N,C) · wteᵀ, wte (rows,C), with ld >= rows floats from one row of
+  // logits to the next (ld > rows: a vocabulary chunk's columns of wider
+  // logits, core::VocabChunks).
   virtual void logits_forward(float* logits, const float* inp, const float* wte, int64_t N,
-                              int64_t C, int64_t Vp) = 0;
-  // dinp (N,C) += dlogits · wte; dwte (Vp,C) += dlogitsᵀ · inp.
+                              int64_t C, int64_t rows, int64_t ld) = 0;
+  // dinp (N,C) += dlogits · wte; dwte (rows,C) += dlogitsᵀ · inp; dlogits
+  // laid out as logits_forward's.
   virtual void logits_backward(float* dinp, float* dwte, const float* dlogits, const float* inp,
-                               const float* wte, int64_t N, int64_t C, int64_t Vp) = 0;
+                               const float* wte, int64_t N, int64_t C, int64_t rows,
+                               int64_t ld) = 0;
 
   // Causal multi-head self-attention over a fused projection qkv (B,T,3C)
   // laid out [q | k | v], each split into NH heads of C/NH channels. Writes

@@ -41,23 +41,24 @@ inline RowMajorGemm linear_backward_weight(int64_t N, int64_t C, int64_t OC) {
           .beta = 1.0f};
 }
 
-// logits (N,Vp) = inp (N,C) · wteᵀ, wte (Vp,C).
-inline RowMajorGemm logits_forward(int64_t N, int64_t C, int64_t Vp) {
-  return {.trans_b = Transpose::kYes, .M = N, .N = Vp, .K = C, .lda = C, .ldb = C, .ldc = Vp};
+// logits (N,rows) = inp (N,C) · wteᵀ, wte (rows,C); a row of logits is
+// ld floats from the next (a vocabulary chunk's columns of wider logits).
+inline RowMajorGemm logits_forward(int64_t N, int64_t C, int64_t rows, int64_t ld) {
+  return {.trans_b = Transpose::kYes, .M = N, .N = rows, .K = C, .lda = C, .ldb = C, .ldc = ld};
 }
 
-// dinp (N,C) += dlogits (N,Vp) · wte.
-inline RowMajorGemm logits_backward_input(int64_t N, int64_t C, int64_t Vp) {
-  return {.M = N, .N = C, .K = Vp, .lda = Vp, .ldb = C, .ldc = C, .beta = 1.0f};
+// dinp (N,C) += dlogits (N,rows; rows ld apart) · wte.
+inline RowMajorGemm logits_backward_input(int64_t N, int64_t C, int64_t rows, int64_t ld) {
+  return {.M = N, .N = C, .K = rows, .lda = ld, .ldb = C, .ldc = C, .beta = 1.0f};
 }
 
-// dwte (Vp,C) += dlogitsᵀ · inp (N,C).
-inline RowMajorGemm logits_backward_weight(int64_t N, int64_t C, int64_t Vp) {
+// dwte (rows,C) += dlogitsᵀ · inp (N,C).
+inline RowMajorGemm logits_backward_weight(int64_t N, int64_t C, int64_t rows, int64_t ld) {
   return {.trans_a = Transpose::kYes,
-          .M = Vp,
+          .M = rows,
           .N = C,
           .K = N,
-          .lda = Vp,
+          .lda = ld,
           .ldb = C,
           .ldc = C,
           .beta = 1.0f};

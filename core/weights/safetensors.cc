@@ -361,17 +361,23 @@ bool write_safetensors(const std::string& path, const std::vector<SafetensorsTen
     return fail(fmt::format("the header would be {} bytes, above the limit of {}", text.size(),
                             kMaxHeaderBytes));
   }
-  // The whole file is built in memory: the atomic writer takes it in one
-  // piece (an export needs twice the weights' size for a moment).
+  // Streamed: the header, then each tensor straight from its buffer, so an
+  // export holds no copy of the weights.
   const uint64_t header_bytes = text.size();
-  std::string content(sizeof(header_bytes), '\0');
-  std::memcpy(content.data(), &header_bytes, sizeof(header_bytes));
-  content.reserve(content.size() + text.size() + static_cast<size_t>(offset));
-  content += text;
-  for (size_t i = 0; i < order.size(); ++i) {
-    content.append(static_cast<const char*>(order[i]->data), static_cast<size_t>(sizes[i]));
-  }
-  return core::write_file_atomically(path, content, error);
+  std::string head(sizeof(header_bytes), '\0');
+  std::memcpy(head.data(), &header_bytes, sizeof(header_bytes));
+  head += text;
+  return core::write_file_atomically(
+      path,
+      [&](core::WritableFile& file) {
+        int failure = file.write_all(head);
+        for (size_t i = 0; i < order.size() && failure == 0; ++i) {
+          failure = file.write_all(std::string_view(static_cast<const char*>(order[i]->data),
+                                                    static_cast<size_t>(sizes[i])));
+        }
+        return failure;
+      },
+      error);
 }
 
 }  // namespace dslaunch::core

@@ -121,14 +121,15 @@ class CpuBackend final : public Backend {
   }
 
   void logits_forward(float* logits, const float* inp, const float* wte, int64_t N, int64_t C,
-                      int64_t Vp) override {
+                      int64_t rows, int64_t ld) override {
     prepare_calling_thread();
-    cpu::logits_forward(logits, inp, wte, N, C, Vp, rounded_.get());
+    cpu::logits_forward(logits, inp, wte, N, C, rows, ld, rounded_.get());
   }
   void logits_backward(float* dinp, float* dwte, const float* dlogits, const float* inp,
-                       const float* wte, int64_t N, int64_t C, int64_t Vp) override {
+                       const float* wte, int64_t N, int64_t C, int64_t rows,
+                       int64_t ld) override {
     prepare_calling_thread();
-    cpu::logits_backward(dinp, dwte, dlogits, inp, wte, N, C, Vp, rounded_.get());
+    cpu::logits_backward(dinp, dwte, dlogits, inp, wte, N, C, rows, ld, rounded_.get());
   }
 
   void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,

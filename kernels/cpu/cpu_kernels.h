@@ -37,9 +37,10 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int64_t C, int64_t OC, RoundedGemm* rounded);
 void logits_forward(float* logits, const float* inp, const float* wte, int64_t N, int64_t C,
-                    int64_t Vp, RoundedGemm* rounded);
+                    int64_t rows, int64_t ld, RoundedGemm* rounded);
 void logits_backward(float* dinp, float* dwte, const float* dlogits, const float* inp,
-                     const float* wte, int64_t N, int64_t C, int64_t Vp, RoundedGemm* rounded);
+                     const float* wte, int64_t N, int64_t C, int64_t rows, int64_t ld,
+                     RoundedGemm* rounded);
 
 // attention.cc
 void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,

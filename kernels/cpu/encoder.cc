@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/vectorize.h"
@@ -48,6 +49,16 @@ void encoder_forward(float* out, const int32_t* tokens, const float* wte, Backen
 void encoder_backward(float* dwte, Backend::VocabSlice vocab, float* dwpe, const float* dout,
                       const int32_t* tokens, int64_t B, int64_t T, int64_t C) {
   const int64_t column_blocks = (C + kColumnBlock - 1) / kColumnBlock;
+  // The slice's positions grouped by row, rows ascending, each row's in
+  // (b, t) order.
+  const auto row_of = [&](int64_t bt) { return int64_t{tokens[bt]} - vocab.begin; };
+  std::vector<int64_t> order;
+  order.reserve(static_cast<size_t>(B * T));
+  for (int64_t bt = 0; bt < B * T; ++bt) {
+    if (row_of(bt) >= 0 && row_of(bt) < vocab.rows) order.push_back(bt);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t x, int64_t y) { return row_of(x) < row_of(y); });
 #pragma omp parallel
   {
     // Each position sums its B rows, in batch order.
@@ -56,16 +67,23 @@ void encoder_backward(float* dwte, Backend::VocabSlice vocab, float* dwpe, const
       for (int64_t b = 0; b < B; ++b) accumulate(dwpe + t * C, dout + (b * T + t) * C, C);
     }
     // A token can repeat, so threads split the columns rather than the
-    // tokens: each walks every token in order over its own columns, without
-    // races and with the same order of additions whatever the thread count.
+    // tokens: each walks every token's positions in order over its own
+    // columns, without races and with the same order of additions whatever
+    // the thread count; a token's sum goes to its row in one addition.
 #pragma omp for schedule(static)
     for (int64_t block = 0; block < column_blocks; ++block) {
       const int64_t c0 = block * kColumnBlock;
       const int64_t width = std::min(kColumnBlock, C - c0);
-      for (int64_t bt = 0; bt < B * T; ++bt) {
-        const int64_t row = int64_t{tokens[bt]} - vocab.begin;
-        if (row < 0 || row >= vocab.rows) continue;
-        accumulate(dwte + row * C + c0, dout + bt * C + c0, width);
+      float sum[kColumnBlock];
+      for (size_t i = 0; i < order.size();) {
+        const int64_t row = row_of(order[i]);
+        copy_row(sum, dout + order[i] * C + c0, width);
+        size_t j = i + 1;
+        for (; j < order.size() && row_of(order[j]) == row; ++j) {
+          accumulate(sum, dout + order[j] * C + c0, width);
+        }
+        accumulate(dwte + row * C + c0, sum, width);
+        i = j;
       }
     }
   }

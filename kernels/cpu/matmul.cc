@@ -64,14 +64,15 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 }
 
 void logits_forward(float* logits, const float* inp, const float* wte, int64_t N, int64_t C,
-                    int64_t Vp, RoundedGemm* rounded) {
-  gemm(rounded, model_gemms::logits_forward(N, C, Vp), inp, wte, logits);
+                    int64_t rows, int64_t ld, RoundedGemm* rounded) {
+  gemm(rounded, model_gemms::logits_forward(N, C, rows, ld), inp, wte, logits);
 }
 
 void logits_backward(float* dinp, float* dwte, const float* dlogits, const float* inp,
-                     const float* wte, int64_t N, int64_t C, int64_t Vp, RoundedGemm* rounded) {
-  gemm(rounded, model_gemms::logits_backward_input(N, C, Vp), dlogits, wte, dinp);
-  gemm(rounded, model_gemms::logits_backward_weight(N, C, Vp), dlogits, inp, dwte);
+                     const float* wte, int64_t N, int64_t C, int64_t rows, int64_t ld,
+                     RoundedGemm* rounded) {
+  gemm(rounded, model_gemms::logits_backward_input(N, C, rows, ld), dlogits, wte, dinp);
+  gemm(rounded, model_gemms::logits_backward_weight(N, C, rows, ld), dlogits, inp, dwte);
 }
 
 }  // namespace dslaunch::kernels::cpu

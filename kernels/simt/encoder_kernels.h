@@ -95,9 +95,10 @@ inline TokenGroups group_by_row(const int32_t* tokens, int64_t BT, int64_t vocab
   return groups;
 }
 
-// dwte (vocab_rows,C) += dout at each group's positions, one thread per
-// (group, column) adding its positions in order straight into dwte: the
-// additions, and so the bits, of the CPU backend's loop.
+// dwte (vocab_rows,C) += the sum of dout at each group's positions, one
+// thread per (group, column) summing its positions in order and adding the
+// sum to dwte once: the additions, and so the bits, of the CPU backend's
+// loop.
 struct EncoderBackwardTokens {
   float* dwte;
   const float* dout;
@@ -114,11 +115,11 @@ struct EncoderBackwardTokens {
       const int64_t group = i / C;
       const int64_t c = i % C;
       float* out = dwte + static_cast<int64_t>(rows[group]) * C + c;
-      float sum = *out;
-      for (int32_t k = offsets[group]; k < offsets[group + 1]; ++k) {
+      float sum = dout[static_cast<int64_t>(positions[offsets[group]]) * C + c];
+      for (int32_t k = offsets[group] + 1; k < offsets[group + 1]; ++k) {
         sum += dout[static_cast<int64_t>(positions[k]) * C + c];
       }
-      *out = sum;
+      *out += sum;
     }
   }
 };

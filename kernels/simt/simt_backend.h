@@ -111,13 +111,14 @@ class SimtBackend : public Backend {
     if (dbias != nullptr) column_sums(PlainTerm{dout, OC}, N, OC, {dbias});
   }
   void logits_forward(float* logits, const float* inp, const float* wte, int64_t N, int64_t C,
-                      int64_t Vp) override {
-    gemm(model_gemms::logits_forward(N, C, Vp), inp, wte, logits);
+                      int64_t rows, int64_t ld) override {
+    gemm(model_gemms::logits_forward(N, C, rows, ld), inp, wte, logits);
   }
   void logits_backward(float* dinp, float* dwte, const float* dlogits, const float* inp,
-                       const float* wte, int64_t N, int64_t C, int64_t Vp) override {
-    gemm(model_gemms::logits_backward_input(N, C, Vp), dlogits, wte, dinp);
-    gemm(model_gemms::logits_backward_weight(N, C, Vp), dlogits, inp, dwte);
+                       const float* wte, int64_t N, int64_t C, int64_t rows,
+                       int64_t ld) override {
+    gemm(model_gemms::logits_backward_input(N, C, rows, ld), dlogits, wte, dinp);
+    gemm(model_gemms::logits_backward_weight(N, C, rows, ld), dlogits, inp, dwte);
   }
 
   void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,

@@ -104,6 +104,35 @@ TEST_CASE("a failed atomic write keeps the old file, leaves no temporary file an
   CHECK(names(dir.path()) == std::vector<std::string>{"weights.bin"});
 }
 
+TEST_CASE("content produced a piece at a time is written whole, or not at all") {
+  TempDir dir;
+  const std::string path = dir.file("model.safetensors");
+  write_bytes(path, "old");
+  std::string error;
+  // Three pieces; the file is the three in order.
+  REQUIRE(write_file_atomically(
+      path,
+      [](core::WritableFile& file) {
+        for (const char* piece : {"header", "|tensor 1", "|tensor 2"}) {
+          if (const int failure = file.write_all(piece)) return failure;
+        }
+        return 0;
+      },
+      error));
+  CHECK(read_bytes(path) == "header|tensor 1|tensor 2");
+  // A producer that fails after its first piece: the old file stays.
+  CHECK_FALSE(write_file_atomically(
+      path,
+      [](core::WritableFile& file) {
+        if (const int failure = file.write_all("partial")) return failure;
+        return ENOSPC;
+      },
+      error));
+  CHECK_THAT(error, Catch::Contains("No space left on device"));
+  CHECK(read_bytes(path) == "header|tensor 1|tensor 2");
+  CHECK(names(dir.path()) == std::vector<std::string>{"model.safetensors"});
+}
+
 TEST_CASE("a short write is finished, not taken for the whole") {
   TempDir dir;
   const std::string path = dir.file("a.txt");

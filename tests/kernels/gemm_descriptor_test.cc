@@ -161,7 +161,7 @@ std::vector<ModelProduct> model_products(int64_t N, int64_t C, int64_t OC, int64
          for (int64_t n = 0; n < N; ++n) s += double{inp[n * C + c]} * dout[n * OC + o];
          return s;
        }},
-      {"logits forward: logits (N,Vp) = inp (N,C) · wteᵀ", logits_forward(N, C, Vp), N * C, Vp * C,
+      {"logits forward: logits (N,Vp) = inp (N,C) · wteᵀ", logits_forward(N, C, Vp, Vp), N * C, Vp * C,
        N * Vp,
        [=](const auto& inp, const auto& wte, int64_t at) {
          const int64_t n = at / Vp, v = at % Vp;
@@ -170,14 +170,14 @@ std::vector<ModelProduct> model_products(int64_t N, int64_t C, int64_t OC, int64
          return s;
        }},
       {"logits backward, input: dinp (N,C) += dlogits (N,Vp) · wte",
-       logits_backward_input(N, C, Vp), N * Vp, Vp * C, N * C,
+       logits_backward_input(N, C, Vp, Vp), N * Vp, Vp * C, N * C,
        [=](const auto& dlogits, const auto& wte, int64_t at) {
          const int64_t n = at / C, c = at % C;
          double s = 0;
          for (int64_t v = 0; v < Vp; ++v) s += double{dlogits[n * Vp + v]} * wte[v * C + c];
          return s;
        }},
-      {"logits backward, weight: dwte (Vp,C) += dlogitsᵀ · inp", logits_backward_weight(N, C, Vp),
+      {"logits backward, weight: dwte (Vp,C) += dlogitsᵀ · inp", logits_backward_weight(N, C, Vp, Vp),
        N * Vp, N * C, Vp * C,
        [=](const auto& dlogits, const auto& inp, int64_t at) {
          const int64_t v = at / C, c = at % C;

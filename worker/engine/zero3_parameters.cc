@@ -4,6 +4,8 @@
 #include <climits>
 #include <cstring>
 
+#include "core/layout/vocab_chunks.h"
+
 namespace dslaunch::worker::engine {
 namespace {
 
@@ -37,12 +39,20 @@ Zero3Parameters::Zero3Parameters(comm::Communicator& comm, const core::Parameter
         master_.status().ok() ? workspace_.status().message() : master_.status().message();
     return;
   }
-  // What is gathered, per region: the tensors at or above the threshold.
+  // What is gathered, per region: the tensors at or above the threshold,
+  // the token embedding a vocabulary chunk of rows per region.
   std::vector<std::vector<Range>> regions(1 + layers_);
   for (const core::TensorInfo& t : table.tensors()) {
     const int64_t end = t.offset + t.numel;
     if (t.numel < settings.persistence_threshold) {
       append(persistent_, t.offset, end);
+    } else if (t.role == core::TensorRole::kWte) {
+      const int64_t C = table.config().channels;
+      const core::VocabChunks chunks(t.numel / C, C);
+      chunks_ = chunks.count();
+      for (int k = 0; k < chunks_; ++k) {
+        regions.push_back({{t.offset + chunks.begin(k) * C, t.offset + chunks.end(k) * C}});
+      }
     } else {
       append(regions[t.layer + 1], t.offset, end);
     }
@@ -253,10 +263,41 @@ void Zero3Parameters::prefetch_following(int first, int step) {
   }
 }
 
+void Zero3Parameters::prefetch_region(int region) {
+  if (region < 0 || gatherer_->live(region)) return;
+  if (gatherer_->live_floats() + gatherer_->region_size(region) > settings_.max_live_parameters) {
+    return;
+  }
+  gatherer_->prefetch(region);
+}
+
 void Zero3Parameters::acquire_embeddings() {
   gatherer_->acquire(0);
   release_own(0);
-  prefetch_following(0, 1);
+  if (chunks_ > 0) {
+    prefetch_region(chunk_region(0));  // the encoder's first
+  } else {
+    prefetch_following(0, 1);
+  }
+}
+
+void Zero3Parameters::acquire_vocab_chunk(int chunk, VocabUse use) {
+  if (chunks_ == 0) return;
+  gatherer_->acquire(chunk_region(chunk));
+  release_own(chunk_region(chunk));
+  if (chunk + 1 < chunks_) {
+    prefetch_region(chunk_region(chunk + 1));
+  } else if (use == VocabUse::kEncoder) {
+    prefetch_following(0, 1);
+  } else if (use == VocabUse::kOutputBackward) {
+    prefetch_following(layers_ - 1, -1);
+  }
+  // After the output layer's forward comes backward, or nothing (an
+  // evaluation): nothing is requested across that boundary.
+}
+
+void Zero3Parameters::release_vocab_chunk(int chunk, VocabUse) {
+  if (chunks_ > 0) gatherer_->release(chunk_region(chunk));
 }
 
 void Zero3Parameters::release_embeddings() { gatherer_->release(0); }
@@ -266,6 +307,7 @@ void Zero3Parameters::acquire_block(int layer, Pass pass) {
   release_own(1 + layer);
   if (pass == Pass::kForward) {
     prefetch_following(layer + 1, 1);
+    if (layer == layers_ - 1) prefetch_region(chunk_region(0));  // the output layer's first
   } else {
     prefetch_following(layer - 1, -1);
   }

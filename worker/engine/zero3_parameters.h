@@ -34,27 +34,33 @@ struct Zero3Settings {
 // reads in which only the blocks in use are resident.
 //
 // As the model's ParameterSource it gathers, on a communication thread, the
-// embeddings and ln_f at the start of forward (kept until the end of
-// backward), each block just before its forward and its backward, and
-// releases each block after use; the last block stays between forward and
-// backward, which need it one after the other. Persistent tensors are never
-// gathered nor released: they stay in the workspace, refreshed by
-// refresh_persistent() after every optimizer step.
+// position embedding and ln_f at the start of forward (kept until the end
+// of backward), the token embedding a vocabulary chunk at a time around
+// each of its three uses (the encoder, the tied output layer forward and
+// backward: DeepSpeed gathers a tied weight for each use too), each block
+// just before its forward and its backward, and releases each block and
+// chunk after use; the last block stays between forward and backward, which
+// need it one after the other. Persistent tensors are never gathered nor
+// released: they stay in the workspace, refreshed by refresh_persistent()
+// after every optimizer step.
 //
 // Prefetching: when a block (or the embeddings) is acquired, the blocks
 // that follow it in the pass's order (forward: l+1, l+2, ...; backward:
 // l-1, l-2, ...) are requested while they fit in `prefetch_bucket_size`
 // floats ahead of the current one (the next block always does). A block
 // counts as ahead from its request until its turn, whether its gather has
-// finished or not, so the decision is the same on every rank.
+// finished or not, so the decision is the same on every rank. A vocabulary
+// chunk requests the next chunk of its use, and the last one the blocks
+// that follow (the last block forward requests the output layer's first
+// chunk).
 //
-// Live parameters: a prefetch that would take the gathered floats (blocks
-// and embeddings requested and not yet released; persistent tensors aside)
-// past `max_live_parameters` is postponed, with every block after it, until
-// a later acquire finds room. The block needed now is gathered regardless,
-// so the live floats stay within max(max_live_parameters, the embeddings'
-// floats + the largest block's) — the one exception being a limit smaller
-// than what one pass step needs.
+// Live parameters: a prefetch that would take the gathered floats (blocks,
+// chunks and embeddings requested and not yet released; persistent tensors
+// aside) past `max_live_parameters` is postponed, with every block after
+// it, until a later acquire finds room. What is needed now is gathered
+// regardless, so the live floats stay within max(max_live_parameters, the
+// embeddings' floats + the largest block's + a chunk's) — the one exception
+// being a limit smaller than what one pass step needs.
 //
 // Parameters on NVMe (offload_param device nvme, `swap`): the partition
 // lives in a swap file. A block's floats of it are read just before the
@@ -126,10 +132,18 @@ class Zero3Parameters : public model::ParameterSource {
 
   void acquire_embeddings() override;
   void release_embeddings() override;
+  void acquire_vocab_chunk(int chunk, VocabUse use) override;
+  void release_vocab_chunk(int chunk, VocabUse use) override;
   void acquire_block(int layer, Pass pass) override;
   void release_block(int layer, Pass pass) override;
 
  private:
+  // Requests `region` unless it is live or would take the live floats past
+  // max_live_parameters.
+  void prefetch_region(int region);
+  // The region of the token embedding's vocabulary chunk `chunk`; none
+  // (-1) when wte is persistent.
+  int chunk_region(int chunk) const { return chunks_ == 0 ? -1 : 1 + layers_ + chunk; }
   // Requests the blocks first, first + step, ... as the prefetch bucket and
   // the live limit allow (see the class comment).
   void prefetch_following(int first, int step);
@@ -146,6 +160,7 @@ class Zero3Parameters : public model::ParameterSource {
   Zero3Settings settings_;
   int rank_ = 0;
   int layers_ = 0;
+  int chunks_ = 0;  // the token embedding's vocabulary chunks (0: wte is persistent)
   ReleasableBuffer master_;
   ReleasableBuffer workspace_;
   // Persistent tensors' ranges in layout order; packed_ holds their floats
@@ -157,7 +172,8 @@ class Zero3Parameters : public model::ParameterSource {
   std::unique_ptr<PartitionSwap> swap_;
   bool partition_resident_ = true;                              // false while swapped out
   std::vector<std::vector<ParameterGatherer::Range>> regions_;  // as given to the gatherer
-  std::optional<ParameterGatherer> gatherer_;  // region 0: embeddings and ln_f; 1 + l: block l
+  // Region 0: wpe and ln_f; 1 + l: block l; 1 + layers + k: wte's vocabulary chunk k.
+  std::optional<ParameterGatherer> gatherer_;
 };
 
 }  // namespace dslaunch::worker::engine

@@ -393,7 +393,7 @@ class ReplicatedGradients final : public ZeroStateBase {
 // gradients; the workspace gives their pages back as it goes. Stage 3 keeps
 // only its partition of the parameters too: the model reads them from a
 // workspace in which Zero3Parameters gathers each block around its use.
-class PartitionedGradients final : public ZeroStateBase {
+class PartitionedGradients final : public ZeroStateBase, public model::OutputGradientSink {
  public:
   explicit PartitionedGradients(ModelStateInputs& inputs)
       : ZeroStateBase(inputs, /*whole_parameters=*/inputs.training->zero.stage < 3,
@@ -444,6 +444,11 @@ class PartitionedGradients final : public ZeroStateBase {
       return core::internal_error("ZeRO stage 3: " + error);
     }
     model.set_parameter_source(&*zero3_);
+    // The output layer's part of the token embedding's gradient is reduced
+    // a vocabulary chunk at a time, as it completes.
+    model.set_output_gradient_sink(this);
+    const core::TensorInfo& wte = table_.tensor(core::TensorRole::kWte);
+    tied_ = {wte.offset, wte.offset + wte.numel};
     initial_parameters_ = nullptr;
     return {};
   }
@@ -460,8 +465,13 @@ class PartitionedGradients final : public ZeroStateBase {
     if (zero3_) pending_ = zero3_->store_partition(/*changed=*/false);
   }
   bool reduces_micro_batch(int64_t, int64_t) const override { return true; }
+  // In 16-bit training the token embedding's gradient is rounded once its
+  // two parts are added, in the partition (see finish_backward()).
+  void output_part_ready(int64_t begin, int64_t end) override { reducer_.ready_part(begin, end); }
+  void wait_output_parts() override { reducer_.wait_parts(); }
   void grads_ready(int64_t begin, int64_t end) override {
-    round_gradients(workspace_.data(), begin, end);
+    round_gradients(workspace_.data(), begin, std::min(end, std::max(begin, tied_.first)));
+    round_gradients(workspace_.data(), std::max(begin, std::min(end, tied_.second)), end);
     reducer_.ready(begin, end);
   }
   core::Status finish_backward(bool) override {
@@ -471,7 +481,7 @@ class PartitionedGradients final : public ZeroStateBase {
       return status.with_context("gradient reduce-scatter");
     }
     grads_->end_sum();
-    return {};
+    return round_tied_gradient();
   }
 
   double norm_share() override {
@@ -624,7 +634,26 @@ class PartitionedGradients final : public ZeroStateBase {
     return stepped;
   }
 
+  // 16-bit training: the token embedding's gradient, reduced in two parts
+  // (the tied output layer's early, the encoder's with the buckets), is
+  // rounded in the partition once both are in, so that on one rank it is
+  // the rounding of the same sum a whole-gradient rank rounds.
+  core::Status round_tied_gradient() {
+    const int64_t begin = std::max(tied_.first, own_begin_);
+    const int64_t end = std::min(tied_.second, own_begin_ + own_count_);
+    if (!masters_ || begin >= end) return {};
+    return grads_
+        ->add(begin, end,
+              [&](float* own, int64_t, int64_t count) {
+                backend_.round_to(own, own, count, precision_);
+              })
+        .with_context("rounding the token embedding's gradient");
+  }
+
   std::unique_ptr<GradientPartition> grads_;  // this rank's partition
+  // The token embedding's floats when the model reports its gradient in two
+  // parts (stage 3); empty otherwise.
+  std::pair<int64_t, int64_t> tied_{0, 0};
   ReleasableBuffer workspace_;
   GradientReducer reducer_;
   std::optional<Zero3Parameters> zero3_;

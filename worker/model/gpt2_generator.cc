@@ -79,7 +79,7 @@ std::vector<float> Gpt2Generator::append(std::span<const int32_t> tokens, Logits
     const float* head_input = residual_.data() + (rows - head_rows) * C;
     backend_.layernorm_forward(ln_.data(), ln_mean_.data(), ln_rstd_.data(), head_input, lnfw, lnfb,
                                head_rows, C);
-    backend_.logits_forward(logits_.data(), ln_.data(), wte, head_rows, C, Vp);
+    backend_.logits_forward(logits_.data(), ln_.data(), wte, head_rows, C, Vp, Vp);
     float* out = logits.data() + (which == Logits::kEvery ? begin * Vp : 0);
     backend_.copy_device_to_host(out, logits_.data(), head_rows * Vp * kFloat);
   }

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/layout/activation_layout.h"
+#include "core/layout/vocab_chunks.h"
 
 namespace dslaunch::worker::model {
 namespace {
@@ -231,6 +232,40 @@ void Gpt2Model::block_forward(const float* params, int layer, const BlockView& v
   backend_.residual_forward(v.output, v.residual2, scratch, N * C);
 }
 
+template <typename Fn>
+void Gpt2Model::for_vocab_chunks(ParameterSource::VocabUse use, const Fn& fn) {
+  const core::VocabChunks chunks(local_sizes().Vl, table_.config().channels);
+  for (int k = 0; k < chunks.count(); ++k) {
+    if (source_ != nullptr) source_->acquire_vocab_chunk(k, use);
+    fn(chunks.begin(k), chunks.end(k) - chunks.begin(k));
+    if (source_ != nullptr) source_->release_vocab_chunk(k, use);
+  }
+}
+
+void Gpt2Model::encoder_forward(const float* params, float* out, float* scratch,
+                                const int32_t* tokens, int64_t B) {
+  const LocalSizes z = local_sizes();
+  const int64_t T = seq_len_, C = z.C;
+  const float* wte = params + table_.tensor(core::TensorRole::kWte).offset;
+  // The position embedding, replicated, is added once (tensor rank 0).
+  const float* wpe = table_.shard().tensor_rank == 0
+                         ? params + table_.tensor(core::TensorRole::kWpe).offset
+                         : nullptr;
+  if (source_ == nullptr) {
+    backend_.encoder_forward(out, tokens, wte, {z.vocab_begin, z.Vl}, wpe, B, T, C);
+    return;
+  }
+  // Each chunk adds the rows of its tokens, 0 for the others: a position
+  // gets one non-zero term besides its position's, so the sum has the bits
+  // of the whole table's lookup.
+  for_vocab_chunks(ParameterSource::VocabUse::kEncoder, [&](int64_t row, int64_t rows) {
+    const bool first = row == 0;
+    backend_.encoder_forward(first ? out : scratch, tokens, wte + row * C,
+                             {z.vocab_begin + row, rows}, first ? wpe : nullptr, B, T, C);
+    if (!first) backend_.residual_forward(out, out, scratch, B * T * C);
+  });
+}
+
 float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32_t* targets,
                          int64_t B, int slot) {
   if (B < 1 || B > max_batch_) {
@@ -257,11 +292,7 @@ float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32
   const ActivationLayout a(z, max_batch_, T);
   if (z.first) {
     if (source_ != nullptr) source_->acquire_embeddings();
-    const float* wte = params + table_.tensor(core::TensorRole::kWte).offset;
-    const float* wpe = params + table_.tensor(core::TensorRole::kWpe).offset;
-    // The position embedding, replicated, is added once (tensor rank 0).
-    backend_.encoder_forward(act + a.input, slot_inputs, wte, {z.vocab_begin, z.Vl},
-                             table_.shard().tensor_rank == 0 ? wpe : nullptr, B, T, C);
+    encoder_forward(params, act + a.input, act + a.scratch, slot_inputs, B);
     tensor_all_reduce(act + a.input, N * C, comm::ReduceOp::kSum);
   }
   const float* residual = act + a.input;
@@ -288,7 +319,11 @@ float Gpt2Model::forward(const float* params, const int32_t* inputs, const int32
   const float* lnfb = params + table_.tensor(core::TensorRole::kLnfBias).offset;
   backend_.layernorm_forward(act + a.lnf, act + a.lnf_mean, act + a.lnf_rstd, residual, lnfw, lnfb,
                              N, C);
-  backend_.logits_forward(act + a.logits, act + a.lnf, wte, N, C, z.Vl);
+  // The tied output layer, a vocabulary chunk's columns of the logits at a
+  // time.
+  for_vocab_chunks(ParameterSource::VocabUse::kOutputForward, [&](int64_t row, int64_t rows) {
+    backend_.logits_forward(act + a.logits + row, act + a.lnf, wte + row * C, N, C, rows, z.Vl);
+  });
   if (z.parts == 1) {
     backend_.softmax_crossentropy_forward(act + a.probs, act + a.losses, act + a.logits,
                                           slot_targets, N, V, z.Vl);
@@ -344,8 +379,19 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
     // summed over the tensor group (Megatron's "f" operator, backward); the
     // row-parallel layers' input gradients need nothing.
     zero(backend_, d + g.dln, N * C);
-    backend_.logits_backward(d + g.dln, grads + wte_info.offset, dlogits, act + a.lnf,
-                             params + wte_info.offset, N, C, z.Vl);
+    // A sink takes each chunk's rows of the embedding's gradient as they
+    // complete (the model has the embeddings, hence wte's encoder part).
+    OutputGradientSink* sink = z.first ? sink_ : nullptr;
+    for_vocab_chunks(ParameterSource::VocabUse::kOutputBackward, [&](int64_t row, int64_t rows) {
+      float* dwte_rows = grads + wte_info.offset + row * C;
+      backend_.logits_backward(d + g.dln, dwte_rows, dlogits + row, act + a.lnf,
+                               params + wte_info.offset + row * C, N, C, rows, z.Vl);
+      if (sink != nullptr) {
+        // The sink reads the gradient from the host's side.
+        backend_.synchronize();
+        sink->output_part_ready(wte_info.offset + row * C, wte_info.offset + (row + rows) * C);
+      }
+    });
     tensor_all_reduce(d + g.dln, N * C, comm::ReduceOp::kSum);
     zero(backend_, dresidual, N * C);
     backend_.layernorm_backward(dresidual, grads + lnfw_info.offset, grads + lnfb_info.offset,
@@ -402,6 +448,7 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
   }
   const core::TensorInfo& wte_info = table_.tensor(core::TensorRole::kWte);
   const core::TensorInfo& wpe_info = table_.tensor(core::TensorRole::kWpe);
+  if (sink_ != nullptr && z.last) sink_->wait_output_parts();
   backend_.encoder_backward(grads + wte_info.offset, {z.vocab_begin, z.Vl},
                             grads + wpe_info.offset, dresidual, slot_inputs, B, T, C);
   if (source_ != nullptr) source_->release_embeddings();

@@ -25,15 +25,39 @@ namespace dslaunch::worker::model {
 class ParameterSource {
  public:
   enum class Pass { kForward, kBackward };
+  // The token embedding's three uses, each a pass over its vocabulary
+  // chunks (core::VocabChunks of the rows the rank holds): the encoder at
+  // the start of forward(), the tied output layer at its end and at the
+  // start of backward().
+  enum class VocabUse { kEncoder, kOutputForward, kOutputBackward };
   virtual ~ParameterSource() = default;
-  // At the start of forward(): the token and position embeddings and ln_f,
-  // needed until the end of backward() (wte also serves the tied output layer).
+  // At the start of forward(): the position embedding and ln_f, needed
+  // until the end of backward().
   virtual void acquire_embeddings() = 0;
   // At the end of backward().
   virtual void release_embeddings() = 0;
+  // Around the use of the token embedding's rows of vocabulary chunk `chunk`.
+  virtual void acquire_vocab_chunk(int chunk, VocabUse use) = 0;
+  virtual void release_vocab_chunk(int chunk, VocabUse use) = 0;
   // Around block `layer`'s use in a forward or backward pass.
   virtual void acquire_block(int layer, Pass pass) = 0;
   virtual void release_block(int layer, Pass pass) = 0;
+};
+
+// Where ZeRO stage 3 takes the tied output layer's part of the token
+// embedding's gradient as soon as backward() has it, a vocabulary chunk at
+// a time, so that the whole gradient of the embedding is never in memory
+// (the encoder adds its part only at the end of backward()).
+class OutputGradientSink {
+ public:
+  virtual ~OutputGradientSink() = default;
+  // Floats [begin, end) of the gradient buffer (a chunk's rows of wte) hold
+  // the output layer's part of their gradient. The sink may take it away
+  // and leave them zero; backward() does not touch them again before
+  // wait_output_parts() returns, and reports them through GradientsReady
+  // at its end, with the encoder's part, as usual.
+  virtual void output_part_ready(int64_t begin, int64_t end) = 0;
+  virtual void wait_output_parts() = 0;
 };
 
 // GPT-2's forward and backward passes over flat buffers laid out by a
@@ -135,6 +159,9 @@ class Gpt2Model {
   // for none, when the buffer holds every parameter. Not owned; must outlive
   // its use here.
   void set_parameter_source(ParameterSource* source) { source_ = source; }
+  // The same for an OutputGradientSink; only a model with both the
+  // embeddings and the head (no pipeline) calls it.
+  void set_output_gradient_sink(OutputGradientSink* sink) { sink_ = sink; }
 
   int64_t seq_len() const { return seq_len_; }
   // Its slots' activations and token ids, and the scratch when this model
@@ -160,6 +187,7 @@ class Gpt2Model {
   std::vector<int64_t> batch_;  // per slot: B of its last forward(), 0 before one
   int64_t slot_floats_ = 0;     // activations per slot
   ParameterSource* source_ = nullptr;
+  OutputGradientSink* sink_ = nullptr;
   comm::Communicator* tensor_comm_;  // null without tensor parallelism
   core::Status tensor_status_;
   double tensor_comm_seconds_ = 0;
@@ -183,6 +211,15 @@ class Gpt2Model {
   const float* block_input(int layer, float* slot, int64_t B);
   void block_forward(const float* params, int layer, const BlockView& view, const float* residual,
                      float* scratch, int64_t B);
+  // The token and position embeddings' sum into out (N,C); `scratch` (N,C)
+  // takes a vocabulary chunk's part when a ParameterSource gives wte a
+  // chunk at a time.
+  void encoder_forward(const float* params, float* out, float* scratch, const int32_t* tokens,
+                       int64_t B);
+  // fn(first row, rows) for each vocabulary chunk in order, between the
+  // source's acquire and release of it.
+  template <typename Fn>
+  void for_vocab_chunks(ParameterSource::VocabUse use, const Fn& fn);
 };
 
 // The GPT-2 initialisation, deterministic in `seed`: weights and embeddings

@@ -1,6 +1,7 @@
 #include "worker/parallel/gradient_partition.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 namespace dslaunch::worker {
@@ -21,6 +22,7 @@ GradientPartition::GradientPartition(kernels::Backend& backend,
 
 void GradientPartition::begin_sum() {
   fresh_ = true;
+  written_.clear();
   factor_ = 1.0f;
   if (!swap_) {
     backend_.memset_zero(memory_.data(), static_cast<int64_t>(memory_.size() * sizeof(float)));
@@ -37,17 +39,43 @@ core::Status GradientPartition::add(
   for (int64_t from = begin; from < end; from += piece_floats_) {
     const int64_t to = std::min(from + piece_floats_, end);
     add_buffer_.resize(static_cast<size_t>(to - from));
-    if (fresh_) {
-      std::fill(add_buffer_.begin(), add_buffer_.end(), 0.0f);
-    } else if (core::Status status = swap_->load(from, to, add_buffer_.data()); !status.ok()) {
-      return status.with_context("reading the swapped gradients");
-    }
+    if (core::Status status = read_sum(from, to); !status.ok()) return status;
     add(add_buffer_.data(), from - begin, to - from);
     if (core::Status status = swap_->store(from, to, add_buffer_.data()); !status.ok()) {
       return status.with_context("writing the swapped gradients");
     }
   }
+  if (fresh_) mark_written(begin, end);
   return {};
+}
+
+core::Status GradientPartition::read_sum(int64_t from, int64_t to) {
+  if (!fresh_) {
+    return swap_->load(from, to, add_buffer_.data()).with_context("reading the swapped gradients");
+  }
+  std::fill(add_buffer_.begin(), add_buffer_.end(), 0.0f);
+  for (const auto& [begin, end] : written_) {
+    const int64_t a = std::max(begin, from), b = std::min(end, to);
+    if (a >= b) continue;
+    if (core::Status status = swap_->load(a, b, add_buffer_.data() + (a - from)); !status.ok()) {
+      return status.with_context("reading the swapped gradients");
+    }
+  }
+  return {};
+}
+
+void GradientPartition::mark_written(int64_t begin, int64_t end) {
+  auto at = std::lower_bound(written_.begin(), written_.end(), std::make_pair(begin, end));
+  at = written_.insert(at, {begin, end});
+  // Merge with the neighbours it touches or overlaps.
+  if (at != written_.begin() && std::prev(at)->second >= at->first) {
+    std::prev(at)->second = std::max(std::prev(at)->second, at->second);
+    at = std::prev(written_.erase(at));
+  }
+  while (std::next(at) != written_.end() && std::next(at)->first <= at->second) {
+    at->second = std::max(at->second, std::next(at)->second);
+    written_.erase(std::next(at));
+  }
 }
 
 void GradientPartition::scale(float factor) {

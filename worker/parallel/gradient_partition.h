@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -17,8 +18,9 @@ namespace dslaunch::worker {
 // nvme, which swaps the gradients out with the optimizer's moments, as
 // DeepSpeed does) so that none of it stays resident. A swapped partition
 // comes in a range at a time: each bucket's share is read, added to and
-// written back (not read in a step's first micro-batch, whose sums start
-// from zero), and the norm and the optimizer read it a group at a time.
+// written back (in a step's first micro-batch, whose sums start from zero,
+// only what that micro-batch already added is read), and the norm and the
+// optimizer read it a group at a time.
 //
 // Threads: add() runs on the gradient reducer's communication stream (with
 // one rank, on the compute thread) between begin_sum() or end_sum() and the
@@ -41,7 +43,10 @@ class GradientPartition {
   // A step's sum starts: every float counts as 0 until added to.
   void begin_sum();
   // A micro-batch's reduction is complete: every float has been added to.
-  void end_sum() { fresh_ = false; }
+  void end_sum() {
+    fresh_ = false;
+    written_.clear();
+  }
   // add(own, first, count) adds to floats [begin + first, begin + first +
   // count) of the layout, own[0] the first of them; called for pieces that
   // cover [begin, end) once (one piece in memory; swapped, pieces of at most
@@ -63,12 +68,19 @@ class GradientPartition {
   int64_t memory_bytes() const;
 
  private:
+  // Floats [from, to) of the sum into add_buffer_ (zeros where none added yet).
+  core::Status read_sum(int64_t from, int64_t to);
+  void mark_written(int64_t begin, int64_t end);
+
   kernels::Backend& backend_;
   const int64_t own_begin_;
   const int64_t piece_floats_ = 0;
   std::vector<float> memory_;
   std::unique_ptr<PartitionSwap> swap_;
   bool fresh_ = true;
+  // While fresh_: the ranges of the layout added to since begin_sum(),
+  // sorted and disjoint (the rest of the swap file holds the last step's).
+  std::vector<std::pair<int64_t, int64_t>> written_;
   float factor_ = 1.0f;
   std::vector<float> add_buffer_;   // the reducer thread's
   std::vector<float> read_buffer_;  // the compute thread's

@@ -156,7 +156,10 @@ core::Status GradientReducer::setup_shares() {
   shares_.blocks.displacements.assign(size_, 0);
   // The largest share of one bucket this rank receives; at least one float
   // so the receive buffer is never null.
-  int64_t largest = 1;
+  // A part (ready_part) may meet the partition anywhere: up to a bucket's
+  // floats of it.
+  int64_t largest = std::max<int64_t>(
+      1, std::min(bucket_elements_, partition.end(rank) - partition.begin(rank)));
   for (const Bucket& bucket : buckets_) {
     largest = std::max(largest, std::min(bucket.end, partition.end(rank)) -
                                     std::max(bucket.begin, partition.begin(rank)));
@@ -203,18 +206,49 @@ void GradientReducer::launch_complete_buckets() {
   int64_t launch_end = launched_;
   while (launch_end < bucket_count() && buckets_[launch_end].unreported == 0) ++launch_end;
   if (launch_end == launched_) return;
+  launch(buckets_.begin() + launched_, buckets_.begin() + launch_end);
+  launched_ = launch_end;
+}
+
+void GradientReducer::launch(std::vector<Bucket>::const_iterator first,
+                             std::vector<Bucket>::const_iterator last) {
   // One rank: nothing to average, so a complete bucket is reduced here (in
   // reduce-scatter mode, moved into the partition; no communication, so it
   // fails only where a swapped partition's I/O does, which add_share keeps).
   if (size_ == 1 && scatter_) {
-    for (int64_t k = launched_; k < launch_end; ++k) static_cast<void>(reduce_scatter(buckets_[k]));
+    for (auto job = first; job != last; ++job) static_cast<void>(reduce_scatter(*job));
   }
   {
     std::lock_guard lock(mutex_);
-    launched_ = launch_end;
-    if (size_ == 1) reduced_ = launched_;
+    jobs_.insert(jobs_.end(), first, last);
+    if (size_ == 1) reduced_ = static_cast<int64_t>(jobs_.size());
   }
   launched_or_stopping_.notify_one();
+}
+
+void GradientReducer::ready_part(int64_t begin, int64_t end) {
+  if (!setup_error_.ok() || begin == end) return;
+  if (!scatter_ || begin < 0 || end > n_ || begin > end) {
+    if (usage_error_.ok()) {
+      usage_error_ = core::invalid_argument(
+          std::string(kWhat) + ": ready_part" + range_text(begin, end) +
+          (scatter_ ? " is not a range inside " + range_text(0, n_)
+                    : " in all-reduce mode, which reduces whole buckets only"));
+    }
+    return;
+  }
+  std::vector<Bucket> pieces;
+  for (int64_t from = begin; from < end; from += bucket_elements_) {
+    pieces.push_back({from, std::min(end, from + bucket_elements_), 0, /*part=*/true});
+  }
+  launch(pieces.begin(), pieces.end());
+  std::lock_guard lock(mutex_);
+  parts_end_ = static_cast<int64_t>(jobs_.size());
+}
+
+void GradientReducer::wait_parts() {
+  std::unique_lock lock(mutex_);
+  bucket_reduced_.wait(lock, [this] { return reduced_ >= parts_end_; });
 }
 
 core::Status GradientReducer::finish() {
@@ -229,11 +263,13 @@ core::Status GradientReducer::finish() {
         std::to_string(bucket.unreported) + " floats of bucket " +
         range_text(bucket.begin, bucket.end) + " were never passed to ready()");
   }
-  bucket_reduced_.wait(lock, [this] { return reduced_ == launched_; });
+  bucket_reduced_.wait(lock, [this] { return reduced_ == static_cast<int64_t>(jobs_.size()); });
   if (error.ok()) error = communication_error_;
   if (error.ok()) error = add_error_;
   add_error_ = {};
+  jobs_.clear();
   launched_ = 0;
+  parts_end_ = 0;
   reduced_ = 0;
   lock.unlock();
   for (Bucket& bucket : buckets_) bucket.unreported = bucket.end - bucket.begin;
@@ -242,6 +278,10 @@ core::Status GradientReducer::finish() {
 
 int64_t GradientReducer::buffer_bytes() const {
   int64_t bytes = static_cast<int64_t>(buckets_.capacity() * sizeof(Bucket));
+  {
+    std::lock_guard lock(mutex_);
+    bytes += static_cast<int64_t>(jobs_.capacity() * sizeof(Bucket));
+  }
   bytes += static_cast<int64_t>(
       (shares_.blocks.counts.capacity() + shares_.blocks.displacements.capacity()) *
           sizeof(int64_t) +
@@ -265,13 +305,14 @@ void GradientReducer::communication_loop() {
   flush_denormals_on_this_thread();
   std::unique_lock lock(mutex_);
   for (;;) {
-    launched_or_stopping_.wait(lock, [this] { return stopping_ || reduced_ < launched_; });
+    const auto queued = [this] { return reduced_ < static_cast<int64_t>(jobs_.size()); };
+    launched_or_stopping_.wait(lock, [&] { return stopping_ || queued(); });
     // Launched buckets are reduced even when stopping: which buckets are
     // launched follows from the ready() calls alone, the same on every rank,
     // while when each rank's thread sees the stop does not. Dropping them
     // would leave peers in a collective this rank never starts.
-    if (reduced_ == launched_) return;
-    const Bucket& bucket = buckets_[reduced_];
+    if (!queued()) return;
+    const Bucket bucket = jobs_[reduced_];  // a copy: jobs_ may grow meanwhile
     // After a failure the communicator is not trusted again; the bucket is
     // only counted, so finish() returns the error instead of waiting forever.
     const bool healthy = communication_error_.ok();
@@ -442,9 +483,9 @@ void GradientReducer::add_share(const Bucket& bucket, const float* summed) {
   // Buckets are reduced in index order, so the floats from this bucket's end
   // to the end of its last page belong to the bucket before, already zeroed
   // (or lie past n_, never written): zeroing through that page end lets the
-  // page go back to the OS too.
+  // page go back to the OS too. A part's neighbours may still be written.
   ReleasableBuffer& workspace = *scatter_->workspace;
-  workspace.zero(bucket.begin, workspace.page_end(bucket.end));
+  workspace.zero(bucket.begin, bucket.part ? bucket.end : workspace.page_end(bucket.end));
   if (!added.ok()) {
     std::lock_guard lock(mutex_);
     if (add_error_.ok()) {

@@ -121,6 +121,19 @@ class GradientReducer {
   // a float already reported is ignored and makes finish() fail.
   void ready(int64_t begin, int64_t end);
 
+  // Reduce-scatter mode: floats [begin, end) hold a PART of their gradient
+  // for this micro-batch that may be reduced now (ZeRO stage 3's tied
+  // output layer, a vocabulary chunk at a time): its mean is added to the
+  // partition and the floats zeroed, ahead of any bucket not yet launched,
+  // in pieces of at most a bucket. Every rank must make the same calls in
+  // the same order relative to ready(). The floats are reported again
+  // through ready() once the rest of their gradient is in; between this
+  // call and wait_parts()' return the caller must not touch them. In
+  // all-reduce mode a misuse that fails finish().
+  void ready_part(int64_t begin, int64_t end);
+  // Waits until every part passed to ready_part() is reduced.
+  void wait_parts();
+
   // Waits until every launched bucket is reduced; then the buffer holds the
   // mean over ranks and the object is ready for the next step. Returns ok,
   // else what went wrong: the construction error, a misuse of ready()
@@ -146,14 +159,14 @@ class GradientReducer {
   // in one). Overrides the communication type. Before the first ready().
   void set_quantized(bool quantized) { quantized_ = quantized; }
 
-  // Heap bytes held: the bucket table, the temporary receiving this rank's
-  // share of a bucket and the tables of counts (on one rank, in all-reduce
+  // Heap bytes held: the bucket table and the queue of jobs, the temporary
+  // receiving this rank's share of a bucket and the tables of counts (on one rank, in all-reduce
   // mode, only the bucket table). The transport may use scratch space of its
   // own while a bucket is reduced, not counted here.
   int64_t buffer_bytes() const;
 
   int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
-  // Buckets reduced since the last finish(); thread-safe.
+  // Buckets (and parts) reduced since the last finish(); thread-safe.
   int64_t reduced_buckets() const;
 
  private:
@@ -161,6 +174,7 @@ class GradientReducer {
     int64_t begin = 0;
     int64_t end = 0;
     int64_t unreported = 0;  // floats not yet passed to ready() this step
+    bool part = false;       // a ready_part() piece, not one of buckets_
   };
 
   // Partitioned gradients (reduce-scatter mode).
@@ -191,6 +205,9 @@ class GradientReducer {
   void add_share(const Bucket& bucket, const float* summed);
   core::Status check_range(int64_t begin, int64_t end) const;
   void launch_complete_buckets();
+  // Queues jobs [first, last) for the communication thread (with one rank,
+  // reduces them here).
+  void launch(std::vector<Bucket>::const_iterator first, std::vector<Bucket>::const_iterator last);
   void communication_loop();
   core::Status reduce(const Bucket& bucket);  // communication thread only
   core::Status all_reduce(const Bucket& bucket);
@@ -232,12 +249,15 @@ class GradientReducer {
   core::Status setup_error_;
   core::Status usage_error_;  // compute thread only
 
-  // Launched buckets are a prefix of buckets_, so the queue to the
-  // communication thread is the range [reduced_, launched_).
+  // What is reduced, in launch order since the last finish(): buckets (a
+  // prefix of buckets_, in index order) and parts; the communication
+  // thread's queue is jobs_[reduced_, end).
   mutable std::mutex mutex_;
   std::condition_variable launched_or_stopping_;
   std::condition_variable bucket_reduced_;
-  int64_t launched_ = 0;  // written by the compute thread only, under mutex_
+  std::vector<Bucket> jobs_;         // appended by the compute thread only, under mutex_
+  int64_t launched_ = 0;             // buckets_ launched (compute thread only)
+  int64_t parts_end_ = 0;            // jobs_ up to the last part (compute thread only)
   int64_t reduced_ = 0;
   core::Status communication_error_;
   core::Status add_error_;  // the first failed add_share() since finish()

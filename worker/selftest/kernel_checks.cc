@@ -162,9 +162,9 @@ void add_product_cases(Inputs& in, std::vector<Case>& all) {
                      auto x = upload(b, inp), e = upload(b, wte), dl = upload(b, dlogits);
                      auto dx = upload(b, dinp0), de = upload(b, dwte0);
                      DeviceBuffer<float> logits(b, kN * kVp);
-                     b.logits_forward(logits.data(), x.data(), e.data(), kN, kC, kVp);
+                     b.logits_forward(logits.data(), x.data(), e.data(), kN, kC, kVp, kVp);
                      b.logits_backward(dx.data(), de.data(), dl.data(), x.data(), e.data(), kN, kC,
-                                       kVp);
+                                       kVp, kVp);
                      b.set_matmul_precision(DType::kF32);
                      return Outputs{download(b, logits), download(b, dx), download(b, de)};
                    }});

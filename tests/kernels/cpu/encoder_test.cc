@@ -92,5 +92,25 @@ TEST_CASE("encoder_backward over a vocabulary slice scatters only its own tokens
   CHECK(slice_dwpe == whole_dwpe);
 }
 
+TEST_CASE("encoder_backward sums a token's positions before adding them to its row") {
+  // Token 3 sits at positions 0, 2 and 4: its row gets before + ((d0 + d2) +
+  // d4), so starting from zero and adding `before` afterwards, as ZeRO stage
+  // 3 does with the output layer's part, gives the same bits.
+  const auto dout = random_floats(B * T * C, 3);
+  const auto before = random_floats(Vp * C, 4, -0.25f, 0.25f);
+  auto from_before = before;
+  std::vector<float> from_zero(Vp * C, 0.0f), dwpe(maxT * C, 0.0f);
+  cpu_backend().encoder_backward(from_before.data(), {0, Vp}, dwpe.data(), dout.data(),
+                                 kTokens.data(), B, T, C);
+  cpu_backend().encoder_backward(from_zero.data(), {0, Vp}, dwpe.data(), dout.data(),
+                                 kTokens.data(), B, T, C);
+  for (int64_t c = 0; c < C; ++c) {
+    const float sum = (dout[0 * C + c] + dout[2 * C + c]) + dout[4 * C + c];
+    CHECK(from_before[3 * C + c] == before[3 * C + c] + sum);
+  }
+  for (size_t i = 0; i < before.size(); ++i) from_zero[i] = before[i] + from_zero[i];
+  CHECK(from_zero == from_before);
+}
+
 }  // namespace
 }  // namespace dslaunch::kernels::testing

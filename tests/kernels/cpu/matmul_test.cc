@@ -100,7 +100,7 @@ TEST_CASE("logits_forward projects onto the token embedding") {
   const auto inp = random_floats(N * C, 1);
   const auto wte = random_floats(Vp * C, 2);
   std::vector<float> logits(N * Vp, 99.0f);
-  cpu_backend().logits_forward(logits.data(), inp.data(), wte.data(), N, C, Vp);
+  cpu_backend().logits_forward(logits.data(), inp.data(), wte.data(), N, C, Vp, Vp);
   CHECK(relative_error(logits, reference_logits(to_double(inp), to_double(wte), N, C, Vp)) < 1e-6);
 }
 
@@ -114,7 +114,7 @@ TEST_CASE("logits_backward accumulates the gradients of input and token embeddin
   auto dinp = dinp_before;
   auto dwte = dwte_before;
   cpu_backend().logits_backward(dinp.data(), dwte.data(), dlogits.data(), inp.data(), wte.data(), N,
-                                C, Vp);
+                                C, Vp, Vp);
 
   const auto x = to_double(inp), e = to_double(wte);
   const auto weights = to_double(dlogits);
@@ -128,6 +128,32 @@ TEST_CASE("logits_backward accumulates the gradients of input and token embeddin
                                                        return reference_logits(x, at, N, C, Vp);
                                                      },
                                                      e, weights)) < kGradientTolerance);
+}
+
+TEST_CASE("the logits of vocabulary chunks in wider rows add up to the whole product") {
+  // Three chunks of the 9 rows, as the model runs the tied output layer:
+  // each writes its columns of the (N,Vp) logits and adds its part of the
+  // input's gradient and its own rows of the embedding's.
+  const int64_t N = 4, C = 6, Vp = 9;
+  const auto inp = random_floats(N * C, 1);
+  const auto wte = random_floats(Vp * C, 2);
+  const auto dlogits = random_floats(N * Vp, 3);
+  std::vector<float> whole(N * Vp), chunked(N * Vp, 99.0f);
+  std::vector<float> dinp_whole(N * C, 0.0f), dinp_chunked(N * C, 0.0f);
+  std::vector<float> dwte_whole(Vp * C, 0.0f), dwte_chunked(Vp * C, 0.0f);
+  cpu_backend().logits_forward(whole.data(), inp.data(), wte.data(), N, C, Vp, Vp);
+  cpu_backend().logits_backward(dinp_whole.data(), dwte_whole.data(), dlogits.data(), inp.data(),
+                                wte.data(), N, C, Vp, Vp);
+  for (const auto& [begin, end] : std::vector<std::pair<int64_t, int64_t>>{{0, 4}, {4, 8}, {8, 9}}) {
+    cpu_backend().logits_forward(chunked.data() + begin, inp.data(), wte.data() + begin * C, N, C,
+                                 end - begin, Vp);
+    cpu_backend().logits_backward(dinp_chunked.data(), dwte_chunked.data() + begin * C,
+                                  dlogits.data() + begin, inp.data(), wte.data() + begin * C, N,
+                                  C, end - begin, Vp);
+  }
+  CHECK(relative_error(chunked, to_double(whole)) < 1e-6);
+  CHECK(relative_error(dinp_chunked, to_double(dinp_whole)) < 1e-6);
+  CHECK(relative_error(dwte_chunked, to_double(dwte_whole)) < 1e-6);
 }
 
 }  // namespace

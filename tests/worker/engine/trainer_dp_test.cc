@@ -224,9 +224,12 @@ TEST_CASE("ZeRO stage 3 gives stage 0's loss at every step with 1/N of the param
   spec.training.zero.stage = 3;
   spec.training.zero.param_persistence_threshold = threshold;
   const Run stage3 = train_on(world_data(), spec, 2, accumulation, &stage3_memory);
-  // As under stage 2: the same bits without accumulation, the key biases'
-  // rounding noise (their exact gradient is zero) differing with it.
-  check_matches_stage0(stage3, stage0, spec.model, accumulation == 1 ? 0 : 1e-4);
+  // On one rank the same bits. On several, as under stage 2 with
+  // accumulation: the token embedding's gradient is reduced in two parts
+  // (the tied output layer's early, the encoder's at the end), whose means
+  // differ from the mean of their sum in the last bits, and the key biases'
+  // rounding noise (their exact gradient is zero) differs with them.
+  check_matches_stage0(stage3, stage0, spec.model, accumulation == 1 && size == 1 ? 0 : 1e-4);
   // 4 bytes per parameter split N ways, plus the persistent tensors whole;
   // gradients and Adam states as under stage 2.
   const double parameters = static_cast<double>(stage0.params.size());

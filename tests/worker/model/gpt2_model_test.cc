@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "core/layout/vocab_chunks.h"
 #include "kernels/backend.h"
 
 namespace dslaunch::worker::model {
@@ -343,6 +344,21 @@ class CopyingSource : public ParameterSource {
     events.push_back("-e");
     for_embeddings([this](int64_t b, int64_t e) { clear(b, e); });
   }
+  // Chunk events name the use: e (encoder), o (output layer forward), g
+  // (its backward).
+  void acquire_vocab_chunk(int chunk, VocabUse use) override {
+    events.push_back(fmt::format("+{}{}", use_letter(use), chunk));
+    const auto [b, e] = chunk_range(chunk);
+    copy(b, e);
+  }
+  void release_vocab_chunk(int chunk, VocabUse use) override {
+    events.push_back(fmt::format("-{}{}", use_letter(use), chunk));
+    const auto [b, e] = chunk_range(chunk);
+    clear(b, e);
+  }
+  static char use_letter(VocabUse use) {
+    return use == VocabUse::kEncoder ? 'e' : use == VocabUse::kOutputForward ? 'o' : 'g';
+  }
   void acquire_block(int layer, Pass pass) override {
     events.push_back(fmt::format("+{}{}", pass == Pass::kForward ? 'f' : 'b', layer));
     const auto [b, e] = table_.layer_range(layer);
@@ -357,11 +373,20 @@ class CopyingSource : public ParameterSource {
   std::vector<std::string> events;
 
  private:
+  // What lies outside the blocks, but the token embedding.
   template <typename F>
   void for_embeddings(F f) {
     const int layers = static_cast<int>(table_.config().num_layers);
-    f(0, table_.layer_range(0).first);
+    const core::TensorInfo& wte = table_.tensor(core::TensorRole::kWte);
+    f(0, wte.offset);
+    f(wte.offset + wte.numel, table_.layer_range(0).first);
     f(table_.layer_range(layers - 1).second, table_.total());
+  }
+  std::pair<int64_t, int64_t> chunk_range(int chunk) const {
+    const int64_t C = table_.config().channels;
+    const core::TensorInfo& wte = table_.tensor(core::TensorRole::kWte);
+    const core::VocabChunks chunks(wte.numel / C, C);
+    return {wte.offset + chunks.begin(chunk) * C, wte.offset + chunks.end(chunk) * C};
   }
   void copy(int64_t b, int64_t e) {
     std::copy(whole_.begin() + b, whole_.begin() + e, buffer_.begin() + b);
@@ -395,9 +420,93 @@ TEST_CASE("a parameter source is called around every use, and acquiring is all t
   sourced.backward(buffer.data(), grads.data(), 1.0f, {});
   CHECK(loss == plain_loss);
   CHECK(grads == plain_grads);
-  CHECK(source.events == std::vector<std::string>{"+e", "+f0", "-f0", "+f1", "-f1", "+b1", "-b1",
-                                                  "+b0", "-b0", "-e"});
+  // 24 vocabulary rows: 8 chunks of 3.
+  const core::VocabChunks chunks(24, 16);
+  REQUIRE(chunks.count() == 8);
+  std::vector<std::string> expected{"+e"};
+  const auto pass = [&](char use) {
+    for (int k = 0; k < 8; ++k) {
+      expected.push_back(fmt::format("+{}{}", use, k));
+      expected.push_back(fmt::format("-{}{}", use, k));
+    }
+  };
+  pass('e');
+  for (const char* event : {"+f0", "-f0", "+f1", "-f1"}) expected.push_back(event);
+  pass('o');
+  pass('g');
+  for (const char* event : {"+b1", "-b1", "+b0", "-b0", "-e"}) expected.push_back(event);
+  CHECK(source.events == expected);
   CHECK(std::all_of(buffer.begin(), buffer.end(), [](float x) { return x == 0.0f; }));
+}
+
+// An OutputGradientSink that takes each part away (as ZeRO stage 3's
+// reducer does: added to a sum, the floats left zero) and checks that the
+// model leaves the parts alone until it waited for them.
+class TakingSink : public OutputGradientSink {
+ public:
+  explicit TakingSink(std::vector<float>& grads) : grads_(grads), taken(grads.size(), 0.0f) {}
+
+  void output_part_ready(int64_t begin, int64_t end) override {
+    parts.emplace_back(begin, end);
+    for (int64_t i = begin; i < end; ++i) {
+      taken[i] += grads_[i];
+      grads_[i] = 0.0f;
+    }
+    pending = true;
+  }
+  void wait_output_parts() override { pending = false; waits += 1; }
+
+  std::vector<float>& grads_;
+  std::vector<float> taken;
+  std::vector<std::pair<int64_t, int64_t>> parts;
+  bool pending = false;
+  int waits = 0;
+};
+
+TEST_CASE("a gradient sink gets the tied output layer's part of wte's gradient chunk by chunk") {
+  const core::ParameterTable table(tiny_config());
+  auto backend = kernels::make_cpu_backend(1);
+  std::vector<float> params(table.total());
+  init_gpt2_parameters(table, 3, params.data());
+  const Batch batch = random_batch(2, 8, 20, 5);
+  const core::TensorInfo& wte = table.tensor(core::TensorRole::kWte);
+
+  Gpt2Model plain(table, *backend, 2, 8);
+  std::vector<float> plain_grads(table.total(), 0.0f);
+  plain.forward(params.data(), batch.inputs.data(), batch.targets.data(), 2);
+  plain.backward(params.data(), plain_grads.data(), 1.0f, {});
+
+  Gpt2Model sunk(table, *backend, 2, 8);
+  std::vector<float> grads(table.total(), 0.0f);
+  TakingSink sink(grads);
+  sunk.set_output_gradient_sink(&sink);
+  int64_t wte_reported = 0;
+  sunk.forward(params.data(), batch.inputs.data(), batch.targets.data(), 2);
+  sunk.backward(params.data(), grads.data(), 1.0f, [&](int64_t begin, int64_t end) {
+    // wte is reported once, after the model waited for its parts.
+    if (begin <= wte.offset && wte.offset < end) {
+      CHECK_FALSE(sink.pending);
+      wte_reported += 1;
+    }
+  });
+  CHECK(wte_reported == 1);
+  CHECK(sink.waits == 1);
+  // The parts tile wte, a chunk of rows each, in order.
+  const core::VocabChunks chunks(24, 16);
+  REQUIRE(sink.parts.size() == static_cast<size_t>(chunks.count()));
+  for (int k = 0; k < chunks.count(); ++k) {
+    CHECK(sink.parts[k] == std::make_pair(wte.offset + chunks.begin(k) * 16,
+                                          wte.offset + chunks.end(k) * 16));
+  }
+  // What the sink took plus what the encoder added is the whole gradient,
+  // to the bit: the same two terms, added in the same order.
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = sink.taken[i] + grads[i];
+  CHECK(grads == plain_grads);
+  // The encoder adds only its tokens' rows: the padded rows' parts are all
+  // the output layer's, and zero.
+  for (int64_t i = wte.offset + 20 * 16; i < wte.offset + 24 * 16; ++i) {
+    CHECK(sink.taken[i] == 0.0f);
+  }
 }
 
 }  // namespace

@@ -77,5 +77,39 @@ TEST_CASE("a swapped gradient partition sums, scales and reads as one in memory 
   CHECK(memory.memory_bytes() == (end - begin) * static_cast<int64_t>(sizeof(float)));
 }
 
+TEST_CASE("a float added twice in a step's first micro-batch keeps both, swapped or not") {
+  // ZeRO stage 3's tied output layer: a range gets a part early, then the
+  // bucket over it and its neighbours. The swap file holds the last step's
+  // sums; only what this micro-batch added may be read back.
+  testing::TempDir dir;
+  auto backend = kernels::make_cpu_backend(1);
+  const int64_t begin = 0, end = 5000;
+  GradientPartition memory(*backend, begin, end);
+  core::StatusOr<std::unique_ptr<PartitionSwap>> swap =
+      PartitionSwap::create(dir.path(), begin, end, {}, 1024);
+  REQUIRE(swap.ok());
+  GradientPartition swapped(*backend, std::move(*swap), begin, 700);
+  for (GradientPartition* grads : {&memory, &swapped}) {
+    // A last step's sums, all 9.
+    grads->begin_sum();
+    REQUIRE(add_values(*grads, begin, std::vector<float>(end - begin, 9.0f)).ok());
+    grads->end_sum();
+    grads->begin_sum();
+    // Parts over [1000, 1300) and [1300, 2100), then [3000, 3050).
+    REQUIRE(add_values(*grads, 1000, std::vector<float>(300, 1.0f)).ok());
+    REQUIRE(add_values(*grads, 1300, std::vector<float>(800, 2.0f)).ok());
+    REQUIRE(add_values(*grads, 3000, std::vector<float>(50, 4.0f)).ok());
+    // Then every float once.
+    REQUIRE(add_values(*grads, begin, std::vector<float>(end - begin, 0.5f)).ok());
+    grads->end_sum();
+  }
+  std::vector<float> expected(end - begin, 0.5f);
+  for (int64_t i = 1000; i < 1300; ++i) expected[i] = 1.5f;
+  for (int64_t i = 1300; i < 2100; ++i) expected[i] = 2.5f;
+  for (int64_t i = 3000; i < 3050; ++i) expected[i] = 4.5f;
+  CHECK(read_all(memory, begin, end) == expected);
+  CHECK(read_all(swapped, begin, end) == expected);
+}
+
 }  // namespace
 }  // namespace dslaunch::worker

@@ -77,12 +77,13 @@ class GeluOffByATenthPercent final : public Backend {
     cpu_->matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
   }
   void logits_forward(float* logits, const float* inp, const float* wte, int64_t N, int64_t C,
-                      int64_t Vp) override {
-    cpu_->logits_forward(logits, inp, wte, N, C, Vp);
+                      int64_t rows, int64_t ld) override {
+    cpu_->logits_forward(logits, inp, wte, N, C, rows, ld);
   }
   void logits_backward(float* dinp, float* dwte, const float* dlogits, const float* inp,
-                       const float* wte, int64_t N, int64_t C, int64_t Vp) override {
-    cpu_->logits_backward(dinp, dwte, dlogits, inp, wte, N, C, Vp);
+                       const float* wte, int64_t N, int64_t C, int64_t rows,
+                       int64_t ld) override {
+    cpu_->logits_backward(dinp, dwte, dlogits, inp, wte, N, C, rows, ld);
   }
   void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
                          int64_t NH) override {
