@@ -30,19 +30,21 @@ std::string unique_temporary_name(const std::string& path) {
 bool write_synced(core::FileSystem& fs, std::unique_ptr<core::WritableFile> file,
                   const std::string& temporary, const ContentProducer& produce,
                   std::string& error) {
-  int failure = produce(*file);
+  std::string own_error;
+  int failure = produce(*file, own_error);
   if (failure == 0) failure = file->sync();
   // close() reports late write errors (NFS does).
   const int close_failure = file->close();
   if (failure == 0) failure = close_failure;
   if (failure == 0) return true;
-  error = fmt::format("cannot write '{}': {}", temporary, core::errno_text(failure));
+  error = fmt::format("cannot write '{}': {}", temporary,
+                      failure == -1 ? own_error : core::errno_text(failure));
   (void)fs.remove(temporary);
   return false;
 }
 
 ContentProducer whole(std::string_view content) {
-  return [content](core::WritableFile& file) { return file.write_all(content); };
+  return [content](core::WritableFile& file, std::string&) { return file.write_all(content); };
 }
 
 // Renames the written `temporary` over `path` and syncs `dir`, its folder.

@@ -26,8 +26,10 @@ bool write_file_atomically(const std::string& path, std::string_view content, st
 
 // The same for content produced a piece at a time, so that it never has to
 // be in memory whole: `produce` writes it to the temporary file and returns
-// 0, or the errno of a failed write (the temporary file is then removed).
-using ContentProducer = std::function<int(core::WritableFile& file)>;
+// 0, or the errno of a failed write, or -1 after setting `error` to a
+// failure of its own (reading what it writes); the temporary file is then
+// removed.
+using ContentProducer = std::function<int(core::WritableFile& file, std::string& error)>;
 bool write_file_atomically(const std::string& path, const ContentProducer& produce,
                            std::string& error, mode_t mode = 0644,
                            core::FileSystem& fs = core::default_file_system());

@@ -261,6 +261,21 @@ int run_train_workload(const TrainWorkloadContext& context) {
                          checkpoint_failed);
     };
   }
+  // The final weights, which rank 0 writes: a range at a time where this
+  // rank holds them in a swap file or one partition, so the export never
+  // holds them whole.
+  const std::string weights_path =
+      (std::filesystem::path(context.job_directory) / "weights" / "model.safetensors").string();
+  options.write_final_weights = [&](const core::ParameterReader& read) -> core::Status {
+    if (!reporter) return {};
+    const core::ParameterTable table(core::model_config(spec.model, 1));
+    if (std::string error; !core::create_folders(core::default_file_system(),
+                                                 core::parent_folder(weights_path), 0700, error) ||
+                           !core::write_hf_gpt2(weights_path, table, read, error)) {
+      return core::Status(core::StatusCode::kIoError, "writing the final weights: " + error);
+    }
+    return {};
+  };
   engine::TrainResult result;
   try {
     result = engine::train(spec, data, backend, options);
@@ -282,18 +297,7 @@ int run_train_workload(const TrainWorkloadContext& context) {
   if (context.on_writing_checkpoint) context.on_writing_checkpoint();
   writer.wait();
   if (checkpoint_failed.load()) return 1;
-  if (reporter && result.steps > 0) {
-    const core::ParameterTable table(core::model_config(spec.model, 1));
-    const std::string path =
-        (std::filesystem::path(context.job_directory) / "weights" / "model.safetensors").string();
-    if (std::string error; !core::create_folders(core::default_file_system(),
-                                                 core::parent_folder(path), 0700, error) ||
-                           !core::write_hf_gpt2(path, table, result.params.data(), error)) {
-      report_error(session, "writing the final weights: " + error);
-      return 1;
-    }
-    spdlog::info("weights after step {}: {}", result.steps, path);
-  }
+  if (reporter && result.steps > 0) spdlog::info("weights after step {}: {}", result.steps, weights_path);
   if (result.stopped) {
     v1::WorkerMessage stopped;
     stopped.mutable_event()->set_kind(v1::WorkerEvent::KIND_STOPPED);

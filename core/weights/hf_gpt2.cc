@@ -189,8 +189,11 @@ std::string hf_gpt2_config_json(const Gpt2Config& config) {
   return json.dump(2);
 }
 
+namespace {
+
+// Each tensor from `params` when they are in memory, else from `read`.
 bool write_hf_gpt2(const std::string& safetensors_path, const ParameterTable& table,
-                   const float* params, std::string& error) {
+                   const float* params, const ParameterReader& read, std::string& error) {
   const Gpt2Config& config = table.config();
   if (const std::string problem = config_problem(config); !problem.empty()) {
     error = fmt::format("cannot write '{}': the model's shape is not usable: {}", safetensors_path,
@@ -200,13 +203,36 @@ bool write_hf_gpt2(const std::string& safetensors_path, const ParameterTable& ta
   std::vector<SafetensorsTensorData> tensors;
   for (const TensorInfo& info : table.tensors()) {
     // The real rows of the embedding are its first vocab_size rows.
-    tensors.push_back(
-        {info.name, SafetensorsDtype::kF32, expected_shape(info, config), params + info.offset});
+    SafetensorsTensorData tensor;
+    tensor.name = info.name;
+    tensor.shape = expected_shape(info, config);
+    if (params != nullptr) {
+      tensor.data = params + info.offset;
+    } else {
+      tensor.source = [&read, offset = info.offset](int64_t at, int64_t bytes, void* out) {
+        const int64_t begin = offset + at / static_cast<int64_t>(sizeof(float));
+        return read(begin, begin + bytes / static_cast<int64_t>(sizeof(float)),
+                    static_cast<float*>(out));
+      };
+    }
+    tensors.push_back(std::move(tensor));
   }
   // transformers refuses safetensors whose "format" is not a framework it knows.
   if (!write_safetensors(safetensors_path, tensors, {{"format", "pt"}}, error)) return false;
   return core::write_file_atomically(config_json_path(safetensors_path),
                                      hf_gpt2_config_json(config) + "\n", error);
+}
+
+}  // namespace
+
+bool write_hf_gpt2(const std::string& safetensors_path, const ParameterTable& table,
+                   const float* params, std::string& error) {
+  return write_hf_gpt2(safetensors_path, table, params, nullptr, error);
+}
+
+bool write_hf_gpt2(const std::string& safetensors_path, const ParameterTable& table,
+                   const ParameterReader& read, std::string& error) {
+  return write_hf_gpt2(safetensors_path, table, nullptr, read, error);
 }
 
 namespace {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,13 @@ namespace dslaunch::core {
 // file on failure.
 bool write_hf_gpt2(const std::string& safetensors_path, const ParameterTable& table,
                    const float* params, std::string& error);
+// The same from parameters that are not in memory whole: read(begin, end,
+// out) puts floats [begin, end) of the table's layout in out and returns ""
+// or what failed; it is asked for each tensor's floats in pieces (of at
+// most kSafetensorsSourcePiece bytes), and a failure leaves the old file.
+using ParameterReader = std::function<std::string(int64_t begin, int64_t end, float* out)>;
+bool write_hf_gpt2(const std::string& safetensors_path, const ParameterTable& table,
+                   const ParameterReader& read, std::string& error);
 
 // The config.json text write_hf_gpt2 writes for `config`: the keys of the
 // released GPT-2 checkpoints' config.json (model_type "gpt2", activation

@@ -323,7 +323,9 @@ bool write_safetensors(const std::string& path, const std::vector<SafetensorsTen
         return fail(fmt::format("tensor '{}' has shape {}", tensor.name, shape_text(tensor.shape)));
       }
     }
-    if (tensor.data == nullptr) return fail(fmt::format("tensor '{}' has no data", tensor.name));
+    if (tensor.data == nullptr && !tensor.source) {
+      return fail(fmt::format("tensor '{}' has no data", tensor.name));
+    }
     order.push_back(&tensor);
   }
   std::sort(order.begin(), order.end(),
@@ -361,21 +363,39 @@ bool write_safetensors(const std::string& path, const std::vector<SafetensorsTen
     return fail(fmt::format("the header would be {} bytes, above the limit of {}", text.size(),
                             kMaxHeaderBytes));
   }
-  // Streamed: the header, then each tensor straight from its buffer, so an
-  // export holds no copy of the weights.
+  // Streamed: the header, then each tensor straight from its buffer (or a
+  // piece at a time from its source), so an export holds no copy of the
+  // weights.
   const uint64_t header_bytes = text.size();
   std::string head(sizeof(header_bytes), '\0');
   std::memcpy(head.data(), &header_bytes, sizeof(header_bytes));
   head += text;
+  std::vector<char> piece;
   return core::write_file_atomically(
       path,
-      [&](core::WritableFile& file) {
-        int failure = file.write_all(head);
-        for (size_t i = 0; i < order.size() && failure == 0; ++i) {
-          failure = file.write_all(std::string_view(static_cast<const char*>(order[i]->data),
-                                                    static_cast<size_t>(sizes[i])));
+      [&](core::WritableFile& file, std::string& source_error) {
+        if (const int failure = file.write_all(head)) return failure;
+        for (size_t i = 0; i < order.size(); ++i) {
+          const SafetensorsTensorData& tensor = *order[i];
+          if (tensor.data != nullptr) {
+            const int failure = file.write_all(
+                std::string_view(static_cast<const char*>(tensor.data), static_cast<size_t>(sizes[i])));
+            if (failure != 0) return failure;
+            continue;
+          }
+          for (int64_t at = 0; at < sizes[i]; at += kSafetensorsSourcePiece) {
+            const int64_t bytes = std::min(kSafetensorsSourcePiece, sizes[i] - at);
+            piece.resize(static_cast<size_t>(bytes));
+            if (std::string problem = tensor.source(at, bytes, piece.data()); !problem.empty()) {
+              source_error = fmt::format("tensor '{}': {}", tensor.name, problem);
+              return -1;
+            }
+            if (const int failure = file.write_all(std::string_view(piece.data(), piece.size()))) {
+              return failure;
+            }
+          }
         }
-        return failure;
+        return 0;
       },
       error);
 }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -92,12 +93,20 @@ class SafetensorsFile {
 };
 
 // A tensor to write: the bytes are the caller's and must hold numel *
-// dtype_size(dtype) bytes, little-endian, C order.
+// dtype_size(dtype) bytes, little-endian, C order: in memory at `data`, or,
+// where they are not (parameters in a swap file), read by `source`:
+// source(offset, bytes, out) puts bytes [offset, offset + bytes) of the
+// tensor in out and returns "" or what failed. write_safetensors reads it
+// in order, in pieces of at most kSafetensorsSourcePiece bytes (a multiple
+// of every dtype's size).
+using SafetensorsSource = std::function<std::string(int64_t offset, int64_t bytes, void* out)>;
+inline constexpr int64_t kSafetensorsSourcePiece = int64_t{16} << 20;
 struct SafetensorsTensorData {
   std::string name;
   SafetensorsDtype dtype = SafetensorsDtype::kF32;
   std::vector<int64_t> shape;
   const void* data = nullptr;
+  SafetensorsSource source = nullptr;
 };
 
 // Writes `tensors` and `metadata` (omitted from the header when empty) to

@@ -112,7 +112,7 @@ TEST_CASE("content produced a piece at a time is written whole, or not at all") 
   // Three pieces; the file is the three in order.
   REQUIRE(write_file_atomically(
       path,
-      [](core::WritableFile& file) {
+      [](core::WritableFile& file, std::string&) {
         for (const char* piece : {"header", "|tensor 1", "|tensor 2"}) {
           if (const int failure = file.write_all(piece)) return failure;
         }
@@ -123,12 +123,23 @@ TEST_CASE("content produced a piece at a time is written whole, or not at all") 
   // A producer that fails after its first piece: the old file stays.
   CHECK_FALSE(write_file_atomically(
       path,
-      [](core::WritableFile& file) {
+      [](core::WritableFile& file, std::string&) {
         if (const int failure = file.write_all("partial")) return failure;
         return ENOSPC;
       },
       error));
   CHECK_THAT(error, Catch::Contains("No space left on device"));
+  CHECK(read_bytes(path) == "header|tensor 1|tensor 2");
+  // One failing in what it reads says so.
+  CHECK_FALSE(write_file_atomically(
+      path,
+      [](core::WritableFile& file, std::string& own) {
+        if (const int failure = file.write_all("partial")) return failure;
+        own = "reading the swapped parameters: Input/output error";
+        return -1;
+      },
+      error));
+  CHECK_THAT(error, Catch::Contains("': reading the swapped parameters: Input/output error"));
   CHECK(read_bytes(path) == "header|tensor 1|tensor 2");
   CHECK(names(dir.path()) == std::vector<std::string>{"model.safetensors"});
 }

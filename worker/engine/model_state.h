@@ -82,6 +82,15 @@ class ModelState {
   virtual MemoryReport memory_report(int64_t activation_bytes) = 0;
   // The whole parameters (gathered on every rank).
   virtual core::StatusOr<std::vector<float>> final_parameters() = 0;
+  // Whether this rank holds every parameter without holding them in memory
+  // whole (one data rank at ZeRO stage 3, where they may be in a swap file):
+  // then read_final_parameters() gives floats [from, to) of what
+  // final_parameters() would, a range at a time, from memory or the file.
+  virtual bool streams_final_parameters() const { return false; }
+  virtual core::Status read_final_parameters(int64_t /*from*/, int64_t /*to*/, float* /*out*/) {
+    return core::Status(core::StatusCode::kFailedPrecondition,
+                        "the final parameters are not read a range at a time here");
+  }
 };
 
 // The element type gradients are averaged in over the data group:

@@ -553,6 +553,17 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       break;
     }
   }
+  const bool streamed = options.write_final_weights && result.steps > 0 &&
+                        tensor_comm == nullptr && pipeline_comm == nullptr &&
+                        state.streams_final_parameters();
+  if (streamed) {
+    const core::Status written =
+        options.write_final_weights([&state](int64_t begin, int64_t end, float* out) {
+          return state.read_final_parameters(begin, end, out).message();
+        });
+    if (!written.ok()) result.error = written.message();
+    return result;
+  }
   core::StatusOr<std::vector<float>> final_params = state.final_parameters();
   if (!final_params.ok()) {
     result.error = final_params.status().message();
@@ -567,6 +578,14 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     }
   }
   result.params = std::move(*final_params);
+  if (options.write_final_weights && result.steps > 0) {
+    const core::Status written =
+        options.write_final_weights([&result](int64_t begin, int64_t end, float* out) {
+          std::copy(result.params.begin() + begin, result.params.begin() + end, out);
+          return std::string();
+        });
+    if (!written.ok()) result.error = written.message();
+  }
   return result;
 }
 

@@ -10,6 +10,7 @@
 #include "core/layout/gpt2_config.h"
 #include "core/layout/model_config.h"
 #include "core/spec/job_spec.h"
+#include "core/weights/hf_gpt2.h"
 #include "kernels/backend.h"
 #include "worker/comm/communicator.h"
 #include "worker/data/training_data.h"
@@ -156,13 +157,23 @@ struct TrainerOptions {
   // What the run changed that the user should hear of, once (rank 0 prints
   // it); unset: nothing is said.
   std::function<void(const std::string&)> on_notice;
+  // Where the final weights go, called on every rank at the end of a run
+  // that reached a step: with read(begin, end, out) giving floats of the
+  // whole model's layout (ParameterTable of model_config(spec.model, 1)).
+  // A rank that holds every parameter but not in memory whole (one data
+  // rank at ZeRO stage 3, offloaded or not) hands them over a range at a
+  // time, and TrainResult::params stays empty; otherwise they are gathered
+  // whole as without it, and read from there. What it returns fails the
+  // run.
+  std::function<core::Status(const core::ParameterReader& read)> write_final_weights;
 };
 
 struct TrainResult {
   int64_t steps = 0;  // optimizer steps completed (counting those before a resume)
   bool stopped = false;
   // The final parameters of the whole model, on every rank, laid out as one
-  // rank holds it (ParameterTable of model_config(spec.model, 1)).
+  // rank holds it (ParameterTable of model_config(spec.model, 1)); empty
+  // where TrainerOptions::write_final_weights read them a range at a time.
   std::vector<float> params;
   std::string error;
 };

@@ -481,10 +481,14 @@ class PartitionedGradients final : public ZeroStateBase, public model::OutputGra
       return status.with_context("gradient reduce-scatter");
     }
     grads_->end_sum();
-    return round_tied_gradient();
+    return {};
   }
 
   double norm_share() override {
+    if (core::Status rounded = round_tied_gradient(); !rounded.ok()) {
+      norm_status_ = rounded;
+      return std::numeric_limits<double>::quiet_NaN();
+    }
     if (!grads_->swapped()) {
       return sum_of_squares_in(backend_, grads_->data(), own_begin_, own_begin_,
                                own_begin_ + own_count_, norm_ranges_);
@@ -579,6 +583,10 @@ class PartitionedGradients final : public ZeroStateBase, public model::OutputGra
     if (zero3_ && zero3_->swapped() && !masters_) return zero3_->read_range(from, to, out);
     return ZeroStateBase::read_parameters(from, to, out);
   }
+  bool streams_final_parameters() const override { return zero3_ && comm_.size() == 1; }
+  core::Status read_final_parameters(int64_t from, int64_t to, float* out) override {
+    return zero3_->read_range(from, to, out).with_context("the final parameters");
+  }
 
   // ZeRO-Infinity's offload_optimizer nvme swaps the gradients out with the
   // moments. Null only when that failed (init_status() says why).
@@ -636,8 +644,9 @@ class PartitionedGradients final : public ZeroStateBase, public model::OutputGra
 
   // 16-bit training: the token embedding's gradient, reduced in two parts
   // (the tied output layer's early, the encoder's with the buckets), is
-  // rounded in the partition once both are in, so that on one rank it is
-  // the rounding of the same sum a whole-gradient rank rounds.
+  // rounded in the partition once the step's micro-batches are all in, so
+  // that on one rank it is the rounding of the same sum, added in the same
+  // order, that a whole-gradient rank rounds.
   core::Status round_tied_gradient() {
     const int64_t begin = std::max(tied_.first, own_begin_);
     const int64_t end = std::min(tied_.second, own_begin_ + own_count_);

@@ -510,7 +510,9 @@ core::Status GradientReducer::reduce_scatter(const Bucket& bucket) {
   } else {
     works.push_back(start_sum(bucket));
   }
-  works.push_back(comm_->then([this, &bucket] { add_share(bucket, shares_.received.data()); }));
+  // The bucket by value: after a failed wait the stream still runs this,
+  // when the caller's copy is gone.
+  works.push_back(comm_->then([this, bucket] { add_share(bucket, shares_.received.data()); }));
   return wait_in_order(works,
                        std::string(kWhat) + ": bucket " + range_text(bucket.begin, bucket.end));
 }

@@ -216,6 +216,37 @@ TEST_CASE("write_hf_gpt2 writes Hugging Face names, real vocabulary rows and a c
   CHECK(byte_config["eos_token_id"] == 0);  // tools/tokenize's document separator
 }
 
+TEST_CASE("write_hf_gpt2 from a reader writes the file it writes from memory") {
+  const ParameterTable table(tiny_config());
+  const std::vector<float> params = tiny_params(table);
+  const fs::path dir = temp_folder();
+  const std::string from_memory = (dir / "memory.safetensors").string();
+  const std::string from_reader = (dir / "reader.safetensors").string();
+  std::string error;
+  REQUIRE(write_hf_gpt2(from_memory, table, params.data(), error));
+  int64_t floats_read = 0;
+  const ParameterReader read = [&](int64_t begin, int64_t end, float* out) {
+    floats_read += end - begin;
+    std::copy(params.begin() + begin, params.begin() + end, out);
+    return std::string();
+  };
+  REQUIRE(write_hf_gpt2(from_reader, table, read, error));
+  const auto bytes = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  CHECK(bytes(from_reader) == bytes(from_memory));
+  // Every tensor once, the token embedding's real rows only (11 of 16).
+  CHECK(floats_read == table.total() - (16 - 11) * 8);
+  // A reader that fails keeps the old file and says where.
+  const ParameterReader failing = [](int64_t, int64_t, float*) {
+    return std::string("offload_param: reading the swap file: Input/output error");
+  };
+  CHECK_FALSE(write_hf_gpt2(from_reader, table, failing, error));
+  CHECK_THAT(error, Catch::Contains("Input/output error") && Catch::Contains("tensor '"));
+  CHECK(bytes(from_reader) == bytes(from_memory));
+}
+
 TEST_CASE("load_hf_gpt2 reads back what write_hf_gpt2 wrote") {
   const ParameterTable table(tiny_config());
   const std::vector<float> params = tiny_params(table);

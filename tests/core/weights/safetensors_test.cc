@@ -166,6 +166,40 @@ TEST_CASE("tensors of every float dtype round-trip, in the reference's order") {
   CHECK_THAT(error, Catch::Contains("tensor 'ints' has dtype I32") && Catch::Contains(path));
 }
 
+TEST_CASE("a tensor from a source is read in pieces and written as from memory") {
+  // Three floats past one piece: two reads, in order.
+  const int64_t n = dslaunch::core::kSafetensorsSourcePiece / 4 + 3;
+  std::vector<float> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[i] = static_cast<float>(i % 1000) * 0.5f;
+  std::vector<std::pair<int64_t, int64_t>> reads;
+  SafetensorsTensorData sourced{"big", SafetensorsDtype::kF32, {n}};
+  sourced.source = [&](int64_t offset, int64_t bytes, void* out) {
+    reads.emplace_back(offset, bytes);
+    std::memcpy(out, reinterpret_cast<const char*>(values.data()) + offset, bytes);
+    return std::string();
+  };
+  const float small[2] = {1.0f, 2.0f};
+  const std::string from_source = temp_path("source.safetensors");
+  const std::string from_memory = temp_path("memory.safetensors");
+  std::string error;
+  REQUIRE(write_safetensors(
+      from_source, {sourced, {"small", SafetensorsDtype::kF32, {2}, small}}, {}, error));
+  REQUIRE(write_safetensors(from_memory,
+                            {{"big", SafetensorsDtype::kF32, {n}, values.data()},
+                             {"small", SafetensorsDtype::kF32, {2}, small}},
+                            {}, error));
+  CHECK(read_all(from_source) == read_all(from_memory));
+  CHECK(reads == std::vector<std::pair<int64_t, int64_t>>{
+                     {0, dslaunch::core::kSafetensorsSourcePiece},
+                     {dslaunch::core::kSafetensorsSourcePiece, 12}});
+  // A source that fails: the file stays as it was, and the error names the
+  // tensor and what failed.
+  sourced.source = [](int64_t, int64_t, void*) { return std::string("the swap file is gone"); };
+  CHECK_FALSE(write_safetensors(from_memory, {sourced}, {}, error));
+  CHECK_THAT(error, Catch::Contains("tensor 'big': the swap file is gone"));
+  CHECK(read_all(from_memory) == read_all(from_source));
+}
+
 TEST_CASE("write_safetensors refuses names it cannot store") {
   const float value = 1;
   const std::string path = temp_path("bad.safetensors");

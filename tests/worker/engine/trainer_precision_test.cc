@@ -284,5 +284,55 @@ TEST_CASE("a loss scale too large for fp16 shrinks by skipping steps until gradi
   if (world_data().rank() == 0) std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("one stage 3 rank hands the final weights over a range at a time, as gathered") {
+  const int rank = world_data().rank();
+  const std::string dir = testing::shared_token_files(world_data());
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  spec.training.steps = 4;
+  spec.training.scheduler.total_num_steps = 4;
+  spec.training.zero.stage = 3;
+  spec.training.zero.param_persistence_threshold = 0;
+  const std::string nvme = dir + "/final-" + std::to_string(rank);
+  std::filesystem::create_directories(nvme);
+  for (const bool offload : {false, true}) {
+    INFO((offload ? "offload_param nvme" : "in memory") << ", " << world_data().size()
+                                                         << " rank(s)");
+    spec.training.zero.offload_param = {};
+    if (offload) {
+      spec.training.zero.offload_param.device = spec::OffloadDevice::kNvme;
+      spec.training.zero.offload_param.nvme_path = nvme;
+    }
+    const Run gathered = train_world(spec, 1);
+    REQUIRE(gathered.error == "");
+    std::vector<float> written(gathered.params.size(), -1.0f);
+    int calls = 0;
+    TrainerOptions extra;
+    extra.write_final_weights = [&](const core::ParameterReader& read) {
+      ++calls;
+      // In uneven pieces, as a safetensors writer asks for tensors.
+      for (int64_t begin = 0; begin < static_cast<int64_t>(written.size()); begin += 777) {
+        const int64_t end = std::min<int64_t>(begin + 777, static_cast<int64_t>(written.size()));
+        REQUIRE(read(begin, end, written.data() + begin) == "");
+      }
+      return core::Status();
+    };
+    const Run streamed = train_world(spec, 1, extra);
+    REQUIRE(streamed.error == "");
+    CHECK(calls == 1);
+    CHECK(written == gathered.params);
+    // One rank with its parameters on NVMe keeps no whole copy. In memory
+    // they are whole already (one rank needs no partitions), and several
+    // ranks gather them, as without a writer.
+    CHECK(streamed.params.empty() == (world_data().size() == 1 && offload));
+    // What the writer returns fails the run.
+    extra.write_final_weights = [](const core::ParameterReader&) {
+      return core::Status(core::StatusCode::kIoError, "writing the final weights: disk full");
+    };
+    CHECK(train_world(spec, 1, extra).error == "writing the final weights: disk full");
+  }
+  REQUIRE_OK(world_barrier());
+  if (rank == 0) std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace dslaunch::worker::engine
