@@ -261,14 +261,18 @@ int run_train_workload(const TrainWorkloadContext& context) {
                          checkpoint_failed);
     };
   }
-  // The final weights, which rank 0 writes: a range at a time where this
-  // rank holds them in a swap file or one partition, so the export never
-  // holds them whole.
+  // The final weights, which rank 0 writes: at ZeRO stage 3 a range at a
+  // time from the partitions, so the export never holds them whole; the
+  // other ranks make the same (collective) reads.
   const std::string weights_path =
       (std::filesystem::path(context.job_directory) / "weights" / "model.safetensors").string();
   options.write_final_weights = [&](const core::ParameterReader& read) -> core::Status {
-    if (!reporter) return {};
     const core::ParameterTable table(core::model_config(spec.model, 1));
+    if (!reporter) {
+      const std::string error = core::read_hf_gpt2_sources(table, read);
+      if (error.empty()) return {};
+      return core::Status(core::StatusCode::kUnavailable, "exporting the final weights: " + error);
+    }
     if (std::string error; !core::create_folders(core::default_file_system(),
                                                  core::parent_folder(weights_path), 0700, error) ||
                            !core::write_hf_gpt2(weights_path, table, read, error)) {

@@ -191,15 +191,10 @@ std::string hf_gpt2_config_json(const Gpt2Config& config) {
 
 namespace {
 
-// Each tensor from `params` when they are in memory, else from `read`.
-bool write_hf_gpt2(const std::string& safetensors_path, const ParameterTable& table,
-                   const float* params, const ParameterReader& read, std::string& error) {
+// The file's tensors: from `params` when they are in memory, else from `read`.
+std::vector<SafetensorsTensorData> hf_tensors(const ParameterTable& table, const float* params,
+                                              const ParameterReader& read) {
   const Gpt2Config& config = table.config();
-  if (const std::string problem = config_problem(config); !problem.empty()) {
-    error = fmt::format("cannot write '{}': the model's shape is not usable: {}", safetensors_path,
-                        problem);
-    return false;
-  }
   std::vector<SafetensorsTensorData> tensors;
   for (const TensorInfo& info : table.tensors()) {
     // The real rows of the embedding are its first vocab_size rows.
@@ -217,8 +212,22 @@ bool write_hf_gpt2(const std::string& safetensors_path, const ParameterTable& ta
     }
     tensors.push_back(std::move(tensor));
   }
+  return tensors;
+}
+
+bool write_hf_gpt2(const std::string& safetensors_path, const ParameterTable& table,
+                   const float* params, const ParameterReader& read, std::string& error) {
+  const Gpt2Config& config = table.config();
+  if (const std::string problem = config_problem(config); !problem.empty()) {
+    error = fmt::format("cannot write '{}': the model's shape is not usable: {}", safetensors_path,
+                        problem);
+    return false;
+  }
   // transformers refuses safetensors whose "format" is not a framework it knows.
-  if (!write_safetensors(safetensors_path, tensors, {{"format", "pt"}}, error)) return false;
+  if (!write_safetensors(safetensors_path, hf_tensors(table, params, read), {{"format", "pt"}},
+                         error)) {
+    return false;
+  }
   return core::write_file_atomically(config_json_path(safetensors_path),
                                      hf_gpt2_config_json(config) + "\n", error);
 }
@@ -233,6 +242,11 @@ bool write_hf_gpt2(const std::string& safetensors_path, const ParameterTable& ta
 bool write_hf_gpt2(const std::string& safetensors_path, const ParameterTable& table,
                    const ParameterReader& read, std::string& error) {
   return write_hf_gpt2(safetensors_path, table, nullptr, read, error);
+}
+
+std::string read_hf_gpt2_sources(const ParameterTable& table, const ParameterReader& read) {
+  if (!config_problem(table.config()).empty()) return "";  // the writer reads nothing either
+  return read_safetensors_sources(hf_tensors(table, nullptr, read));
 }
 
 namespace {

@@ -28,9 +28,14 @@ bool write_hf_gpt2(const std::string& safetensors_path, const ParameterTable& ta
 // out) puts floats [begin, end) of the table's layout in out and returns ""
 // or what failed; it is asked for each tensor's floats in pieces (of at
 // most kSafetensorsSourcePiece bytes), and a failure leaves the old file.
+// Every piece is asked for once, whatever fails, so `read` may be
+// collective: the other ranks of its group call read_hf_gpt2_sources() with
+// it meanwhile, which makes the same calls and writes nothing ("" or the
+// first failed read).
 using ParameterReader = std::function<std::string(int64_t begin, int64_t end, float* out)>;
 bool write_hf_gpt2(const std::string& safetensors_path, const ParameterTable& table,
                    const ParameterReader& read, std::string& error);
+std::string read_hf_gpt2_sources(const ParameterTable& table, const ParameterReader& read);
 
 // The config.json text write_hf_gpt2 writes for `config`: the keys of the
 // released GPT-2 checkpoints' config.json (model_type "gpt2", activation

@@ -303,13 +303,80 @@ bool SafetensorsFile::read_floats(const SafetensorsTensor& tensor, float* out,
   }
 }
 
+namespace {
+
+// The tensors in the file's order: by descending dtype alignment, then by name.
+std::vector<const SafetensorsTensorData*> file_order(
+    const std::vector<SafetensorsTensorData>& tensors) {
+  std::vector<const SafetensorsTensorData*> order;
+  for (const SafetensorsTensorData& tensor : tensors) order.push_back(&tensor);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const SafetensorsTensorData* a, const SafetensorsTensorData* b) {
+                     if (a->dtype != b->dtype) return a->dtype > b->dtype;
+                     return a->name < b->name;
+                   });
+  return order;
+}
+
+// A tensor's bytes (0 for a shape with a negative dimension, refused anyway).
+int64_t byte_size(const SafetensorsTensorData& tensor) {
+  int64_t bytes = dtype_size(tensor.dtype);
+  for (const int64_t dimension : tensor.shape) bytes *= std::max<int64_t>(dimension, 0);
+  return bytes;
+}
+
+// Every tensor in file order to `write` (the header first): data tensors
+// whole, source tensors read a piece at a time. Every source piece is read
+// exactly once, in order, even after a write or a source failed (sources
+// may be collective over ranks that read alongside); from the first
+// failure on nothing more is written. Returns 0, a write's errno, or -1
+// with `source_error` set.
+int stream_tensors(const std::vector<const SafetensorsTensorData*>& order, std::string_view head,
+                   const std::function<int(std::string_view)>& write, std::string& source_error) {
+  int failure = write(head);
+  std::vector<char> piece;
+  for (const SafetensorsTensorData* tensor : order) {
+    const int64_t size = byte_size(*tensor);
+    if (tensor->data != nullptr) {
+      if (failure == 0) {
+        failure = write(std::string_view(static_cast<const char*>(tensor->data),
+                                         static_cast<size_t>(size)));
+      }
+      continue;
+    }
+    if (!tensor->source) continue;
+    for (int64_t at = 0; at < size; at += kSafetensorsSourcePiece) {
+      const int64_t bytes = std::min(kSafetensorsSourcePiece, size - at);
+      piece.resize(static_cast<size_t>(bytes));
+      std::string problem = tensor->source(at, bytes, piece.data());
+      if (failure != 0) continue;
+      if (!problem.empty()) {
+        source_error = fmt::format("tensor '{}': {}", tensor->name, problem);
+        failure = -1;
+        continue;
+      }
+      failure = write(std::string_view(piece.data(), piece.size()));
+    }
+  }
+  return failure;
+}
+
+}  // namespace
+
+std::string read_safetensors_sources(const std::vector<SafetensorsTensorData>& tensors) {
+  std::string error;
+  stream_tensors(file_order(tensors), "", [](std::string_view) { return 0; }, error);
+  return error;
+}
+
 bool write_safetensors(const std::string& path, const std::vector<SafetensorsTensorData>& tensors,
                        const std::map<std::string, std::string>& metadata, std::string& error) {
+  // Whatever fails, the sources are read (see stream_tensors).
   auto fail = [&](const std::string& problem) {
+    read_safetensors_sources(tensors);
     error = fmt::format("cannot write safetensors file '{}': {}", path, problem);
     return false;
   };
-  std::vector<const SafetensorsTensorData*> order;
   std::set<std::string_view> names;
   for (const SafetensorsTensorData& tensor : tensors) {
     if (tensor.name.empty() || tensor.name == "__metadata__") {
@@ -326,29 +393,21 @@ bool write_safetensors(const std::string& path, const std::vector<SafetensorsTen
     if (tensor.data == nullptr && !tensor.source) {
       return fail(fmt::format("tensor '{}' has no data", tensor.name));
     }
-    order.push_back(&tensor);
   }
-  std::sort(order.begin(), order.end(),
-            [](const SafetensorsTensorData* a, const SafetensorsTensorData* b) {
-              if (a->dtype != b->dtype) return a->dtype > b->dtype;
-              return a->name < b->name;
-            });
+  const std::vector<const SafetensorsTensorData*> order = file_order(tensors);
 
   // Keys stay in insertion order, and the tensor entries' keys in the
   // reference's order (dtype, shape, data_offsets).
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::vector<int64_t> sizes;
   int64_t offset = 0;
   for (const SafetensorsTensorData* tensor : order) {
-    int64_t bytes = dtype_size(tensor->dtype);
-    for (const int64_t dimension : tensor->shape) bytes *= dimension;
+    const int64_t bytes = byte_size(*tensor);
     nlohmann::ordered_json entry = nlohmann::ordered_json::object();
     entry["dtype"] = dtype_name(tensor->dtype);
     entry["shape"] = tensor->shape;
     entry["data_offsets"] = {offset, offset + bytes};
     header[tensor->name] = std::move(entry);
-    sizes.push_back(bytes);
     offset += bytes;
   }
   std::string text;
@@ -370,34 +429,19 @@ bool write_safetensors(const std::string& path, const std::vector<SafetensorsTen
   std::string head(sizeof(header_bytes), '\0');
   std::memcpy(head.data(), &header_bytes, sizeof(header_bytes));
   head += text;
-  std::vector<char> piece;
-  return core::write_file_atomically(
+  bool streamed = false;
+  const bool written = core::write_file_atomically(
       path,
       [&](core::WritableFile& file, std::string& source_error) {
-        if (const int failure = file.write_all(head)) return failure;
-        for (size_t i = 0; i < order.size(); ++i) {
-          const SafetensorsTensorData& tensor = *order[i];
-          if (tensor.data != nullptr) {
-            const int failure = file.write_all(
-                std::string_view(static_cast<const char*>(tensor.data), static_cast<size_t>(sizes[i])));
-            if (failure != 0) return failure;
-            continue;
-          }
-          for (int64_t at = 0; at < sizes[i]; at += kSafetensorsSourcePiece) {
-            const int64_t bytes = std::min(kSafetensorsSourcePiece, sizes[i] - at);
-            piece.resize(static_cast<size_t>(bytes));
-            if (std::string problem = tensor.source(at, bytes, piece.data()); !problem.empty()) {
-              source_error = fmt::format("tensor '{}': {}", tensor.name, problem);
-              return -1;
-            }
-            if (const int failure = file.write_all(std::string_view(piece.data(), piece.size()))) {
-              return failure;
-            }
-          }
-        }
-        return 0;
+        streamed = true;
+        return stream_tensors(
+            order, head, [&file](std::string_view bytes) { return file.write_all(bytes); },
+            source_error);
       },
       error);
+  // No temporary file: nothing was streamed, but the sources are read.
+  if (!streamed) read_safetensors_sources(tensors);
+  return written;
 }
 
 }  // namespace dslaunch::core

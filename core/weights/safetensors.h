@@ -115,10 +115,18 @@ struct SafetensorsTensorData {
 // 0; the header compact JSON with "__metadata__" first, padded with spaces to
 // a multiple of 8 bytes so that every tensor starts 8-byte aligned. Writes
 // atomically (write_file_atomically): a reader sees the old file or the
-// new one, never a part. Builds the file in memory first. Returns false with
-// `error` naming the file (or the offending tensor: an empty, duplicate or
-// non-UTF-8 name, a negative dimension, null data) on failure.
+// new one, never a part. Streams the tensors, so the file is never in memory
+// whole. Returns false with `error` naming the file (or the offending tensor:
+// an empty, duplicate or non-UTF-8 name, a negative dimension, no data, a
+// failed source) on failure. Every source is read exactly once, in the
+// file's order and pieces, whatever fails, so sources may be collective:
+// every rank of a group reading together while one writes.
 bool write_safetensors(const std::string& path, const std::vector<SafetensorsTensorData>& tensors,
                        const std::map<std::string, std::string>& metadata, std::string& error);
+
+// The reads write_safetensors makes of the same tensors' sources, in the
+// same order and pieces, writing nothing: what the ranks beside the writer
+// run when the sources are collective. "" or the first source's error.
+std::string read_safetensors_sources(const std::vector<SafetensorsTensorData>& tensors);
 
 }  // namespace dslaunch::core

@@ -898,6 +898,16 @@ TEST_CASE("a checkpoint of 4 ranks at ZeRO stage 2 resumes on 2 ranks at stage 3
       CHECK(std::abs(got.at(step) - loss) / loss < 1e-5);
     }
   }
+  // The weights the two stage 3 ranks exported (read a range at a time from
+  // their partitions, gathered to rank 0 as it wrote) are the final
+  // checkpoint's.
+  const fs::path exported = w.dir / "reshard-export.safetensors";
+  const auto exported_run =
+      run_command(fmt::format("{} export {} --out {} 2>&1", runfile("launcher/dslaunch"),
+                              (job / "checkpoints" / "step_00000150").string(), exported.string()));
+  INFO(exported_run.output);
+  REQUIRE(exported_run.exit_code == 0);
+  CHECK(file_bytes(exported) == file_bytes(job / "weights" / "model.safetensors"));
   CHECK(wait_until([&] { return processes_of("reshard").empty(); }, 10s));
 }
 

@@ -160,11 +160,13 @@ struct TrainerOptions {
   // Where the final weights go, called on every rank at the end of a run
   // that reached a step: with read(begin, end, out) giving floats of the
   // whole model's layout (ParameterTable of model_config(spec.model, 1)).
-  // A rank that holds every parameter but not in memory whole (one data
-  // rank at ZeRO stage 3, offloaded or not) hands them over a range at a
-  // time, and TrainResult::params stays empty; otherwise they are gathered
-  // whole as without it, and read from there. What it returns fails the
-  // run.
+  // At ZeRO stage 3 without tensor or pipeline parallelism the parameters
+  // come a range at a time from the partitions (or their swap files), and
+  // TrainResult::params stays empty: over several data ranks `read` is then
+  // collective, and every rank's callback must make the same reads (one
+  // writes with core::write_hf_gpt2, the others call
+  // core::read_hf_gpt2_sources). Otherwise they are gathered whole as
+  // without it, and read from there. What it returns fails the run.
   std::function<core::Status(const core::ParameterReader& read)> write_final_weights;
 };
 

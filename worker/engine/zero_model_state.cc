@@ -583,9 +583,50 @@ class PartitionedGradients final : public ZeroStateBase, public model::OutputGra
     if (zero3_ && zero3_->swapped() && !masters_) return zero3_->read_range(from, to, out);
     return ZeroStateBase::read_parameters(from, to, out);
   }
-  bool streams_final_parameters() const override { return zero3_ && comm_.size() == 1; }
+  bool streams_final_parameters() const override { return zero3_.has_value(); }
+  // Over several ranks, collective: each rank reads its floats of [from,
+  // to), from memory or its swap file, and all gather them; a rank that
+  // cannot read sends zeros, and every rank learns of it.
   core::Status read_final_parameters(int64_t from, int64_t to, float* out) override {
-    return zero3_->read_range(from, to, out).with_context("the final parameters");
+    constexpr const char* kWhat = "the final parameters";
+    if (comm_.size() == 1) return zero3_->read_range(from, to, out).with_context(kWhat);
+    comm::Blocks blocks;
+    int64_t displacement = 0;
+    for (int r = 0; r < comm_.size(); ++r) {
+      const int64_t count = std::max<int64_t>(
+          0, std::min(to, partition_.end(r)) - std::max(from, partition_.begin(r)));
+      blocks.counts.push_back(count);
+      blocks.displacements.push_back(displacement);
+      displacement += count;
+    }
+    const int me = comm_.rank();
+    float* own = out + blocks.displacements[me];
+    core::Status read;
+    if (blocks.counts[me] > 0) {
+      const int64_t own_from = std::max(from, partition_.begin(me));
+      read = zero3_->read_range(own_from, own_from + blocks.counts[me], own).with_context(kWhat);
+      if (!read.ok()) std::fill(own, own + blocks.counts[me], 0.0f);
+    }
+    if (core::Status gathered = comm_.all_gather(comm::buffer_of(own, blocks.counts[me]),
+                                                 comm::buffer_of(out, to - from), blocks)
+                                    ->wait()
+                                    .with_context(kWhat);
+        !gathered.ok()) {
+      return gathered;
+    }
+    float failed = read.ok() ? 0.0f : 1.0f;
+    if (core::Status agreed =
+            comm_.all_reduce(comm::buffer_of(&failed, 1), comm::ReduceOp::kMax)->wait().with_context(kWhat);
+        !agreed.ok()) {
+      return agreed;
+    }
+    if (!read.ok()) return read;
+    if (failed > 0.0f) {
+      return core::Status(core::StatusCode::kUnavailable,
+                          "another rank could not read its part of the final parameters (its "
+                          "log says why)");
+    }
+    return {};
   }
 
   // ZeRO-Infinity's offload_optimizer nvme swaps the gradients out with the

@@ -200,6 +200,45 @@ TEST_CASE("a tensor from a source is read in pieces and written as from memory")
   CHECK(read_all(from_memory) == read_all(from_source));
 }
 
+TEST_CASE("every source is read once, in order, whatever fails, as read_safetensors_sources reads") {
+  // Collective sources need every rank to make the same reads: the writer
+  // whatever happens to its file, the others through read_safetensors_sources.
+  std::vector<std::string> reads;
+  const auto counted = [&reads](const std::string& name, bool fails) {
+    SafetensorsTensorData tensor{name, SafetensorsDtype::kF32, {3}};
+    tensor.source = [&reads, name, fails](int64_t, int64_t bytes, void* out) {
+      reads.push_back(name);
+      std::memset(out, 0, bytes);
+      return fails ? std::string("unreadable") : std::string();
+    };
+    return tensor;
+  };
+  const std::vector<std::string> order{"a", "b", "c"};
+  std::string error;
+  SECTION("the file cannot be created") {
+    CHECK_FALSE(write_safetensors("/nonexistent-folder/x.safetensors",
+                                  {counted("c", false), counted("a", false), counted("b", false)},
+                                  {}, error));
+  }
+  SECTION("a source fails before the others") {
+    CHECK_FALSE(write_safetensors(temp_path("x.safetensors"),
+                                  {counted("c", false), counted("a", true), counted("b", false)},
+                                  {}, error));
+    CHECK_THAT(error, Catch::Contains("tensor 'a': unreadable"));
+  }
+  SECTION("a tensor is refused") {
+    CHECK_FALSE(write_safetensors(temp_path("x.safetensors"),
+                                  {counted("c", false), counted("a", false), counted("b", false),
+                                   {"", SafetensorsDtype::kF32, {1}, &error}},
+                                  {}, error));
+  }
+  SECTION("read without a file") {
+    CHECK(dslaunch::core::read_safetensors_sources(
+              {counted("c", false), counted("a", false), counted("b", false)}) == "");
+  }
+  CHECK(reads == order);
+}
+
 TEST_CASE("write_safetensors refuses names it cannot store") {
   const float value = 1;
   const std::string path = temp_path("bad.safetensors");
