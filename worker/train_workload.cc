@@ -261,21 +261,33 @@ int run_train_workload(const TrainWorkloadContext& context) {
                          checkpoint_failed);
     };
   }
-  // The final weights, which rank 0 writes: at ZeRO stage 3 a range at a
-  // time from the partitions, so the export never holds them whole; the
-  // other ranks make the same (collective) reads.
+  // The final weights, which rank 0 writes once the final checkpoint is
+  // durable (a failed checkpoint leaves them unwritten, and fails the rank
+  // below): at ZeRO stage 3 a range at a time from the partitions, so the
+  // export never holds them whole. Every rank makes the same reads whatever
+  // fails here, since over several ranks they are collective.
   const std::string weights_path =
       (std::filesystem::path(context.job_directory) / "weights" / "model.safetensors").string();
   options.write_final_weights = [&](const core::ParameterReader& read) -> core::Status {
+    if (context.on_writing_checkpoint) context.on_writing_checkpoint();
+    writer.wait();
     const core::ParameterTable table(core::model_config(spec.model, 1));
-    if (!reporter) {
-      const std::string error = core::read_hf_gpt2_sources(table, read);
-      if (error.empty()) return {};
-      return core::Status(core::StatusCode::kUnavailable, "exporting the final weights: " + error);
+    std::string error;
+    const bool writes = reporter && !checkpoint_failed.load() &&
+                        core::create_folders(core::default_file_system(),
+                                             core::parent_folder(weights_path), 0700, error);
+    if (!writes) {
+      const std::string read_error = core::read_hf_gpt2_sources(table, read);
+      if (!error.empty()) {
+        return core::Status(core::StatusCode::kIoError, "writing the final weights: " + error);
+      }
+      if (!read_error.empty()) {
+        return core::Status(core::StatusCode::kUnavailable,
+                            "exporting the final weights: " + read_error);
+      }
+      return {};
     }
-    if (std::string error; !core::create_folders(core::default_file_system(),
-                                                 core::parent_folder(weights_path), 0700, error) ||
-                           !core::write_hf_gpt2(weights_path, table, read, error)) {
+    if (!core::write_hf_gpt2(weights_path, table, read, error)) {
       return core::Status(core::StatusCode::kIoError, "writing the final weights: " + error);
     }
     return {};

@@ -80,6 +80,11 @@ fault_tolerance: {{heartbeat_interval: 1, heartbeat_timeout: 60}}
   return spec;
 }
 
+std::string file_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 // Text through the tokenizer tool into train.bin and valid.bin in `dir`.
 void tokenize_corpus(const fs::path& dir) {
   {
@@ -209,6 +214,38 @@ TEST_CASE("a 2-rank training job trains, exports, and evaluates to the loss it l
   const double torch_loss =
       nlohmann::json::parse(reference.output.substr(reference.output.rfind('{')))["loss"];
   CHECK(ours == Approx(torch_loss).epsilon(1e-5));
+}
+
+TEST_CASE("2 stage 3 ranks export the final weights streamed, and fail, not hang, where they cannot") {
+  const Workspace w;
+  tokenize_corpus(w.dir);
+  const fs::path spec = write_tiny_spec(w.dir, 10);
+  const std::string stage3 =
+      "--set training.zero_optimization.stage=3 --set fault_tolerance.max_restarts=0";
+  // Streamed from the partitions: the final checkpoint's weights.
+  const fs::path job = w.dir / "jobs" / "stage3";
+  const auto run = w.dslaunch(fmt::format("run {} --job-dir {} --progress off {}", spec.string(),
+                                          job.string(), stage3));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  const fs::path exported = w.dir / "stage3-export.safetensors";
+  const auto exporting = w.dslaunch(fmt::format(
+      "export {} --out {}", (job / "checkpoints" / "step_00000010").string(), exported.string()));
+  INFO(exporting.output);
+  REQUIRE(exporting.exit_code == 0);
+  CHECK(file_bytes(exported) == file_bytes(job / "weights" / "model.safetensors"));
+  // Rank 0 cannot make the weights folder (a file has its name): it still
+  // makes the reads the other rank gathers with, and the job fails naming
+  // the folder.
+  const fs::path blocked = w.dir / "jobs" / "blocked";
+  fs::create_directories(blocked);
+  std::ofstream(blocked / "weights") << "not a folder";
+  const auto failed = w.dslaunch(fmt::format("run {} --job-dir {} --progress off {}",
+                                             spec.string(), blocked.string(), stage3));
+  INFO(failed.output);
+  CHECK(failed.exit_code != 0);
+  CHECK_THAT(failed.output, Catch::Contains("writing the final weights") &&
+                                Catch::Contains((blocked / "weights").string()));
 }
 
 TEST_CASE("dslaunch stop ends a training job after a step, with its weights and last evaluation") {

@@ -607,19 +607,16 @@ class PartitionedGradients final : public ZeroStateBase, public model::OutputGra
       read = zero3_->read_range(own_from, own_from + blocks.counts[me], own).with_context(kWhat);
       if (!read.ok()) std::fill(own, own + blocks.counts[me], 0.0f);
     }
-    if (core::Status gathered = comm_.all_gather(comm::buffer_of(own, blocks.counts[me]),
-                                                 comm::buffer_of(out, to - from), blocks)
-                                    ->wait()
-                                    .with_context(kWhat);
-        !gathered.ok()) {
-      return gathered;
-    }
-    float failed = read.ok() ? 0.0f : 1.0f;
-    if (core::Status agreed =
-            comm_.all_reduce(comm::buffer_of(&failed, 1), comm::ReduceOp::kMax)->wait().with_context(kWhat);
-        !agreed.ok()) {
-      return agreed;
-    }
+    // Both collectives run whatever fails, so every rank makes the same.
+    const core::Status gathered = comm_.all_gather(comm::buffer_of(own, blocks.counts[me]),
+                                                   comm::buffer_of(out, to - from), blocks)
+                                      ->wait()
+                                      .with_context(kWhat);
+    float failed = read.ok() && gathered.ok() ? 0.0f : 1.0f;
+    const core::Status agreed =
+        comm_.all_reduce(comm::buffer_of(&failed, 1), comm::ReduceOp::kMax)->wait().with_context(kWhat);
+    if (!gathered.ok()) return gathered;
+    if (!agreed.ok()) return agreed;
     if (!read.ok()) return read;
     if (failed > 0.0f) {
       return core::Status(core::StatusCode::kUnavailable,
