@@ -844,6 +844,18 @@ TEST_CASE("dslaunch checkpoint asks a running job for a checkpoint, which change
   CHECK(wait_until([&] { return processes_of("checkpoint-now").empty(); }, 10s));
 }
 
+// `dslaunch export` of the job's checkpoint of `step` into `exported` gives
+// the bytes of the weights the job wrote at its end.
+void check_weights_are_checkpoint(const fs::path& job, int step, const fs::path& exported) {
+  const auto exported_run = run_command(
+      fmt::format("{} export {} --out {} 2>&1", runfile("launcher/dslaunch"),
+                  (job / "checkpoints" / fmt::format("step_{:08d}", step)).string(),
+                  exported.string()));
+  INFO(exported_run.output);
+  REQUIRE(exported_run.exit_code == 0);
+  CHECK(file_bytes(exported) == file_bytes(job / "weights" / "model.safetensors"));
+}
+
 TEST_CASE("a checkpoint of 4 ranks at ZeRO stage 2 resumes on 2 ranks at stage 3") {
   const Workspace w;
   const std::string spec = write_spec(w.dir, "reshard", default_checkpoint()).string();
@@ -901,13 +913,7 @@ TEST_CASE("a checkpoint of 4 ranks at ZeRO stage 2 resumes on 2 ranks at stage 3
   // The weights the two stage 3 ranks exported (read a range at a time from
   // their partitions, gathered to rank 0 as it wrote) are the final
   // checkpoint's.
-  const fs::path exported = w.dir / "reshard-export.safetensors";
-  const auto exported_run =
-      run_command(fmt::format("{} export {} --out {} 2>&1", runfile("launcher/dslaunch"),
-                              (job / "checkpoints" / "step_00000150").string(), exported.string()));
-  INFO(exported_run.output);
-  REQUIRE(exported_run.exit_code == 0);
-  CHECK(file_bytes(exported) == file_bytes(job / "weights" / "model.safetensors"));
+  check_weights_are_checkpoint(job, 150, w.dir / "reshard-export.safetensors");
   CHECK(wait_until([&] { return processes_of("reshard").empty(); }, 10s));
 }
 
@@ -957,13 +963,7 @@ void check_layout_recovers_and_moves(const Workspace& w, const std::string& name
     CHECK(got.at(step) == reference.at(step));
   }
 
-  const fs::path exported = w.dir / (name + "-export.safetensors");
-  const auto exported_run =
-      run_command(fmt::format("{} export {} --out {} 2>&1", runfile("launcher/dslaunch"),
-                              (job / "checkpoints" / "step_00000150").string(), exported.string()));
-  INFO(exported_run.output);
-  REQUIRE(exported_run.exit_code == 0);
-  CHECK(file_bytes(exported) == file_bytes(job / "weights" / "model.safetensors"));
+  check_weights_are_checkpoint(job, 150, w.dir / (name + "-export.safetensors"));
 
   code = w.run(
       with({"run", spec, "--job-dir", job.string()}, plus(next, {"--set", "training.steps=180"})),
