@@ -82,10 +82,11 @@ class ModelState {
   virtual MemoryReport memory_report(int64_t activation_bytes) = 0;
   // The whole parameters (gathered on every rank).
   virtual core::StatusOr<std::vector<float>> final_parameters() = 0;
-  // Whether this rank holds every parameter without holding them in memory
-  // whole (one data rank at ZeRO stage 3, where they may be in a swap file):
-  // then read_final_parameters() gives floats [from, to) of what
-  // final_parameters() would, a range at a time, from memory or the file.
+  // Whether the parameters are never whole in memory (ZeRO stage 3, its
+  // partitions perhaps in swap files): then read_final_parameters() gives
+  // floats [from, to) of what final_parameters() would, a range at a time.
+  // Over several data ranks it is collective: every rank must make the same
+  // calls.
   virtual bool streams_final_parameters() const { return false; }
   virtual core::Status read_final_parameters(int64_t /*from*/, int64_t /*to*/, float* /*out*/) {
     return core::Status(core::StatusCode::kFailedPrecondition,
