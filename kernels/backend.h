@@ -104,6 +104,15 @@ class Backend {
   // What runs the products at that precision, for reports
   // (e.g. "oneDNN bf16 (AVX512_BF16)", "OpenBLAS sgemm").
   virtual std::string matmul_kernel() const = 0;
+  // The model's weights, for 16-bit products: floats [weights, weights + n).
+  // A backend may keep a 16-bit copy of them (weight_copy_bytes()), so that
+  // each weight matrix is converted once per change rather than once per
+  // product. Whoever changes the weights calls weights_changed() first;
+  // adamw_update() writing its `rounded` output among them may update the
+  // copy in the same pass. n = 0 forgets them. By default nothing is kept.
+  virtual void set_weights(const float* /*weights*/, int64_t /*n*/) {}
+  virtual void weights_changed() {}
+  virtual int64_t weight_copy_bytes() const { return 0; }
 
   // x[i] = value for i in [0, n).
   virtual void fill(float* x, int64_t n, float value) = 0;

@@ -203,7 +203,7 @@ void print_ranks_table(const JobView& view) {
     const v1::MemoryUsage& m = rank.memory();
     const int64_t memory = m.parameters() + m.gradients() + m.optimizer_states() + m.activations() +
                            m.communication_buffers() + m.gradient_workspace_peak() +
-                           m.parameter_workspace_peak();
+                           m.parameter_workspace_peak() + m.weight_copy();
     std::string exit = "-";
     if (rank.has_exit_code()) exit = fmt::format("code {}", rank.exit_code());
     if (rank.has_exit_signal()) exit = fmt::format("signal {}", rank.exit_signal());

@@ -82,6 +82,7 @@ void send_memory_metrics(proto::Session& session, const engine::MemoryReport& me
   metrics["communication_buffers_bytes"] = static_cast<double>(memory.communication_buffers);
   metrics["gradient_workspace_peak_bytes"] = static_cast<double>(memory.gradient_workspace_peak);
   metrics["parameter_workspace_peak_bytes"] = static_cast<double>(memory.parameter_workspace_peak);
+  metrics["weight_copy_bytes"] = static_cast<double>(memory.weight_copy);
   session.send(message);
 }
 

@@ -70,6 +70,7 @@ struct RankStatus {
   std::atomic<int64_t> communication_bytes{0};
   std::atomic<int64_t> gradient_workspace_peak_bytes{0};
   std::atomic<int64_t> parameter_workspace_peak_bytes{0};
+  std::atomic<int64_t> weight_copy_bytes{0};
   // The communicators' transport while the process groups live; set and
   // cleared under the heartbeat mutex, read by the heartbeat thread under it.
   const comm::Transport* transport = nullptr;
@@ -225,6 +226,7 @@ void fill_heartbeat(const RankStatus& status, v1::Heartbeat& heartbeat) {
   memory->set_communication_buffers(status.communication_bytes.load());
   memory->set_gradient_workspace_peak(status.gradient_workspace_peak_bytes.load());
   memory->set_parameter_workspace_peak(status.parameter_workspace_peak_bytes.load());
+  memory->set_weight_copy(status.weight_copy_bytes.load());
   memory->set_rss_bytes(resident_bytes());
   memory->set_peak_rss_bytes(peak_resident_bytes());
   if (status.transport != nullptr) {
@@ -528,6 +530,7 @@ int run_worker() {
       status.communication_bytes.store(memory.communication_buffers);
       status.gradient_workspace_peak_bytes.store(memory.gradient_workspace_peak);
       status.parameter_workspace_peak_bytes.store(memory.parameter_workspace_peak);
+      status.weight_copy_bytes.store(memory.weight_copy);
     };
     install_stop_signal_handlers(spec.cluster.runner);
     exit_code = run_train_workload(context);

@@ -73,7 +73,19 @@ class CpuBackend final : public Backend {
       rounded_.reset();
     } else if (!rounded_ || rounded_->dtype() != dtype) {
       rounded_ = std::make_unique<cpu::RoundedGemm>(dtype);
+      rounded_->set_weights(weights_, weights_size_);
     }
+  }
+  void set_weights(const float* weights, int64_t n) override {
+    weights_ = n > 0 ? weights : nullptr;
+    weights_size_ = n > 0 ? n : 0;
+    if (rounded_) rounded_->set_weights(weights_, weights_size_);
+  }
+  void weights_changed() override {
+    if (rounded_) rounded_->weights_changed();
+  }
+  int64_t weight_copy_bytes() const override {
+    return rounded_ ? rounded_->weight_copy_bytes() : 0;
   }
   std::string matmul_kernel() const override {
     return rounded_ ? rounded_->kernel_name() : "OpenBLAS sgemm";
@@ -194,7 +206,13 @@ class CpuBackend final : public Backend {
   void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,
                     const AdamWParams& hyper, float* rounded) override {
     prepare_calling_thread();
-    cpu::adamw_update(params, grads, m, v, n, rounded, hyper);
+    // Writing the products' copy of the weights in the same pass saves
+    // converting them again before the next forward.
+    uint16_t* copy = rounded != nullptr && rounded_
+                         ? rounded_->weight_copy_for(rounded, n, hyper.rounded_dtype)
+                         : nullptr;
+    cpu::adamw_update(params, grads, m, v, n, rounded, copy, hyper);
+    if (copy != nullptr) rounded_->copied(rounded, n);
   }
 
   double sum_of_squares(const float* x, int64_t n) override {
@@ -225,6 +243,8 @@ class CpuBackend final : public Backend {
   std::thread::id prepared_thread_;
   std::vector<double> layernorm_partials_;
   std::unique_ptr<cpu::RoundedGemm> rounded_;  // null: fp32 products
+  const float* weights_ = nullptr;               // set_weights()
+  int64_t weights_size_ = 0;
 };
 
 }  // namespace

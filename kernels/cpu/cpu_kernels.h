@@ -66,9 +66,11 @@ void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const f
                                    const int32_t* targets, int64_t vocab_begin, int64_t N,
                                    int64_t V, int64_t Vp);
 
-// adamw.cc, compiled without -ffp-contract=fast (see BUILD.bazel)
+// adamw.cc, compiled without -ffp-contract=fast (see BUILD.bazel).
+// rounded16, when not null (with rounded, in bf16): the same rounding's 16
+// bits, the products' copy of the weights (RoundedGemm::weight_copy_for()).
 void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, float* rounded,
-                  const Backend::AdamWParams& hyper);
+                  uint16_t* rounded16, const Backend::AdamWParams& hyper);
 
 // elementwise.cc
 void residual_forward(float* out, const float* a, const float* b, int64_t n);

@@ -49,13 +49,17 @@ DSL_VECTOR_CLONES void round_row(core::DType dtype, const float* in, float* out,
 // (row0, col0), into a packed rows x cols array.
 template <typename Out>
 void pack(core::DType dtype, const float* in, int64_t ld, int64_t row0, int64_t col0, int64_t rows,
-          int64_t cols, std::vector<Out>& out) {
-  if (static_cast<int64_t>(out.size()) < rows * cols) out.resize(static_cast<size_t>(rows * cols));
-  Out* to = out.data();
+          int64_t cols, Out* to) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     round_row(dtype, in + (row0 + r) * ld + col0, to + r * cols, cols);
   }
+}
+template <typename Out>
+void pack(core::DType dtype, const float* in, int64_t ld, int64_t row0, int64_t col0, int64_t rows,
+          int64_t cols, std::vector<Out>& out) {
+  if (static_cast<int64_t>(out.size()) < rows * cols) out.resize(static_cast<size_t>(rows * cols));
+  pack(dtype, in, ld, row0, col0, rows, cols, out.data());
 }
 
 }  // namespace
@@ -138,6 +142,45 @@ void RoundedGemm::pack_b(Transpose trans_b, int64_t N, int64_t K, const float* B
   }
 }
 
+void RoundedGemm::set_weights(const float* begin, int64_t n) {
+  weights_ = n > 0 ? begin : nullptr;
+  converted_.clear();
+  weight_copy_ = std::vector<uint16_t>();
+  if (onednn_ && n > 0) weight_copy_.resize(static_cast<size_t>(n));
+}
+
+uint16_t* RoundedGemm::weight_copy_for(const float* weights, int64_t n, core::DType dtype) {
+  const int64_t size = static_cast<int64_t>(weight_copy_.size());
+  if (weights_ == nullptr || dtype != dtype_ || weights < weights_ ||
+      weights + n > weights_ + size) {
+    return nullptr;
+  }
+  return weight_copy_.data() + (weights - weights_);
+}
+
+void RoundedGemm::copied(const float* weights, int64_t n) {
+  converted_.add(weights - weights_, weights - weights_ + n);
+}
+
+const uint16_t* RoundedGemm::bf16_b(Transpose trans_b, int64_t N, int64_t K, const float* B,
+                                    int64_t ldb) {
+  const bool t = trans_b == Transpose::kYes;
+  const int64_t stored_rows = t ? N : K;
+  const int64_t stored_cols = t ? K : N;
+  if (ldb == stored_cols) {
+    if (uint16_t* copy = weight_copy_for(B, stored_rows * ldb, dtype_)) {
+      const int64_t begin = B - weights_;
+      if (!converted_.covers(begin, begin + stored_rows * ldb)) {
+        pack(dtype_, B, ldb, 0, 0, stored_rows, stored_cols, copy);
+        copied(B, stored_rows * ldb);
+      }
+      return copy;
+    }
+  }
+  pack_b(trans_b, N, K, B, ldb);
+  return b16_.data();
+}
+
 void RoundedGemm::run(const RowMajorGemm& gemm, const float* A, const float* B, float* C) {
   check_gemm(gemm);
   if (gemm.alpha != 1.0f || (gemm.beta != 0.0f && gemm.beta != 1.0f) || gemm.batch != 1) {
@@ -148,7 +191,12 @@ void RoundedGemm::run(const RowMajorGemm& gemm, const float* A, const float* B, 
   const int64_t M = gemm.M, N = gemm.N, K = gemm.K;
   const bool accumulate = gemm.beta != 0.0f;
   if (M == 0 || N == 0) return;
-  pack_b(trans_b, N, K, B, gemm.ldb);
+  const uint16_t* b16 = nullptr;
+  if (onednn_) {
+    b16 = bf16_b(trans_b, N, K, B, gemm.ldb);
+  } else {
+    pack_b(trans_b, N, K, B, gemm.ldb);
+  }
   const bool ta = trans_a == Transpose::kYes;
   const bool tb = trans_b == Transpose::kYes;
   const int64_t block = std::max<int64_t>(64, block_elements_ / std::max<int64_t>(K, 1)) / 64 * 64;
@@ -159,7 +207,8 @@ void RoundedGemm::run(const RowMajorGemm& gemm, const float* A, const float* B, 
     if (onednn_) {
       dnnl::matmul& product = onednn_->primitive(rows, N, K, ta, tb, accumulate, gemm.ldc);
       const dnnl::memory a(onednn_->a_desc(rows, K, ta), onednn_->engine, a16_.data());
-      const dnnl::memory b(onednn_->b_desc(N, K, tb), onednn_->engine, b16_.data());
+      const dnnl::memory b(onednn_->b_desc(N, K, tb), onednn_->engine,
+                           const_cast<uint16_t*>(b16));
       const dnnl::memory out(dnnl::memory::desc({rows, N}, dt::f32, dnnl::memory::dims{gemm.ldc, 1}),
                              onednn_->engine, c);
       product.execute(onednn_->stream,

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/layout/range_set.h"
 #include "kernels/cpu/sgemm.h"
 
 namespace dslaunch::kernels::cpu {
@@ -34,6 +35,26 @@ class RoundedGemm {
   // or "OpenBLAS sgemm on bf16-rounded operands".
   std::string kernel_name() const;
 
+  // The weights: floats [begin, begin + n). A product whose B is a dense
+  // matrix of them multiplies a 16-bit copy converted at its first use
+  // after weights_changed(), so forward and backward (and every micro-batch
+  // of a step) convert each weight matrix once. Whoever changes the weights
+  // calls weights_changed() first; the optimizer's pass may write the copy
+  // of what it writes itself (weight_copy_for(), then copied()). Kept only
+  // where oneDNN runs the products (the copy is what it multiplies). n = 0
+  // forgets the weights.
+  void set_weights(const float* begin, int64_t n);
+  void weights_changed() { converted_.clear(); }
+  // Where the copy of floats [weights, weights + n) goes, when it is kept:
+  // they lie among the weights and the copy holds `dtype`; else nullptr.
+  uint16_t* weight_copy_for(const float* weights, int64_t n, core::DType dtype);
+  // That copy now holds those floats, converted.
+  void copied(const float* weights, int64_t n);
+  // The copy's bytes (2 an element of the weights, or 0).
+  int64_t weight_copy_bytes() const {
+    return static_cast<int64_t>(weight_copy_.size() * sizeof(uint16_t));
+  }
+
   // C = round(op(A)) · round(op(B)) + beta · C for a single product with
   // alpha 1 and beta 0 or 1 (std::invalid_argument otherwise), which is
   // what the model's products are. Works through C's rows in blocks so the
@@ -48,12 +69,21 @@ class RoundedGemm {
   void pack_a(Transpose trans_a, int64_t row0, int64_t rows, int64_t K, const float* A,
               int64_t lda);
   void pack_b(Transpose trans_b, int64_t N, int64_t K, const float* B, int64_t ldb);
+  // op(B) as oneDNN multiplies it: from the weights' copy (converted now if
+  // it is not yet since the last change) when B is a dense matrix of the
+  // weights, else packed into b16_.
+  const uint16_t* bf16_b(Transpose trans_b, int64_t N, int64_t K, const float* B, int64_t ldb);
 
   core::DType dtype_;
   int64_t block_elements_;
   std::unique_ptr<Onednn> onednn_;  // null: the sgemm fallback
   std::vector<uint16_t> a16_, b16_;
   std::vector<float> a32_, b32_;
+  const float* weights_ = nullptr;
+  std::vector<uint16_t> weight_copy_;  // sized as the weights, where kept
+  // What the copy holds converted since the last change (offsets into the
+  // weights).
+  core::RangeSet converted_;
 };
 
 }  // namespace dslaunch::kernels::cpu

@@ -38,6 +38,7 @@ nlohmann::json memory_json(const v1::MemoryUsage& memory) {
           {"communication_buffers", memory.communication_buffers()},
           {"gradient_workspace_peak", memory.gradient_workspace_peak()},
           {"parameter_workspace_peak", memory.parameter_workspace_peak()},
+          {"weight_copy", memory.weight_copy()},
           {"rss_bytes", memory.rss_bytes()},
           {"peak_rss_bytes", memory.peak_rss_bytes()}};
 }
@@ -50,6 +51,7 @@ void memory_from_json(const nlohmann::json& json, v1::MemoryUsage* memory) {
   memory->set_communication_buffers(get_or<int64_t>(json, "communication_buffers", 0));
   memory->set_gradient_workspace_peak(get_or<int64_t>(json, "gradient_workspace_peak", 0));
   memory->set_parameter_workspace_peak(get_or<int64_t>(json, "parameter_workspace_peak", 0));
+  memory->set_weight_copy(get_or<int64_t>(json, "weight_copy", 0));
   memory->set_rss_bytes(get_or<int64_t>(json, "rss_bytes", 0));
   memory->set_peak_rss_bytes(get_or<int64_t>(json, "peak_rss_bytes", 0));
 }

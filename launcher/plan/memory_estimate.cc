@@ -89,6 +89,12 @@ ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& trainin
 
   ModelStateBytes bytes;
   bytes.parameters = (stage >= 3 ? partition : psi) * param_bytes;
+  // Where the weights stay whole: below stage 3, and at stage 3 on one rank
+  // that keeps its parameters in memory (worker/engine's ZeRO states).
+  const bool whole_weights =
+      stage < 3 ||
+      (data_parallel == 1 && training.zero.offload_param.device != spec::OffloadDevice::kNvme);
+  if (training.bf16 && device == spec::Device::kCpu && whole_weights) bytes.weight_copy = psi * 2;
   bytes.gradients = (stage >= 2 ? partition : psi) * grad_bytes;
   bytes.optimizer_states = optimizer_elements * (moment_bytes + master_bytes);
   // What the compressed optimizers keep beside Adam's moments (ZeRO 0, so

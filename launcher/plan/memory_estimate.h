@@ -50,7 +50,15 @@ struct ModelStateBytes {
   // In memory for offloaded optimizer states: offload_optimizer nvme's swap
   // buffers (buffer_count groups of sub_group_size elements, both moments).
   int64_t swap_buffers = 0;
-  int64_t device_total() const { return parameters + gradients + optimizer_states + swap_buffers; }
+  // bf16 training on the CPU engine where the weights stay whole (ZeRO
+  // stages 0-2, and stage 3 on one rank without parameter offload): the
+  // matrix products' 16-bit copy of them, 2 bytes a parameter, which the
+  // ranks keep where the CPU multiplies bf16 (AVX512_BF16 or AMX) and count
+  // here whatever the CPU.
+  int64_t weight_copy = 0;
+  int64_t device_total() const {
+    return parameters + gradients + optimizer_states + swap_buffers + weight_copy;
+  }
 };
 
 // The ZeRO paper's accounting for Ψ parameters: mixed precision (fp16/bf16)

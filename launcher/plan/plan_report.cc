@@ -1,5 +1,7 @@
 #include "launcher/plan/plan_report.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -110,6 +112,16 @@ std::string plan_to_text(const spec::JobSpec& spec, const JobPlan& plan, int max
                          gib(bytes.device_total()),
                          gib(bytes.offloaded_to_host + bytes.offloaded_to_nvme),
                          gib(plan.activation_bytes_by_stage[stage]));
+    }
+    int64_t weight_copy = 0;
+    for (const ModelStateBytes& bytes : plan.memory_by_stage) {
+      weight_copy = std::max(weight_copy, bytes.weight_copy);
+    }
+    if (weight_copy > 0) {
+      out += fmt::format(
+          "in memory includes the bf16 products' copy of the weights: up to {} per rank (2 bytes a "
+          "parameter, where the CPU multiplies bf16)\n",
+          gib(weight_copy));
     }
     // A CPU rank's model states live in host memory: the budget is its
     // share of the host's, not a device's.

@@ -37,6 +37,9 @@ class ModelState {
   // What the model reads in forward and backward (stage 3: a workspace
   // gathered around each block's use through parameter_source()).
   virtual const float* parameters_for_model() = 0;
+  // Whether parameters_for_model() is the whole layout, resident, and
+  // changed only by optimizer_step() (not so at ZeRO stage 3).
+  virtual bool parameters_resident() const = 0;
   // Where backward accumulates this step's gradients (the whole layout).
   virtual float* gradients_for_backward() = 0;
   // After the step's last finish_backward(): the whole layout's reduced

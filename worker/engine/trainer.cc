@@ -100,6 +100,22 @@ class MatmulPrecision {
   kernels::Backend& backend_;
 };
 
+// Tells the backend where the model's weights are for the run, when they
+// stay whole and resident (ZeRO stages 0-2), so that 16-bit products may
+// keep a copy of them; forgets them after it.
+class ResidentWeights {
+ public:
+  ResidentWeights(kernels::Backend& backend, ModelState& state, int64_t n) : backend_(backend) {
+    if (state.parameters_resident()) backend_.set_weights(state.parameters_for_model(), n);
+  }
+  ~ResidentWeights() { backend_.set_weights(nullptr, 0); }
+  ResidentWeights(const ResidentWeights&) = delete;
+  ResidentWeights& operator=(const ResidentWeights&) = delete;
+
+ private:
+  kernels::Backend& backend_;
+};
+
 }  // namespace
 
 TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
@@ -298,6 +314,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     return result;
   }
   ModelState& state = **made;
+  const ResidentWeights resident_weights(backend, state, table.total());
   data::BlendedSamplerResult sampling =
       data::BlendedSampler::create(data.train, data.weights, T, training.seed);
   if (!sampling.sampler) {
@@ -463,6 +480,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
         factor *= std::min(1.0, training.gradient_clipping / (grad_norm + 1e-6));
       }
       if (factor != 1.0) state.clip(static_cast<float>(factor));
+      backend.weights_changed();
       if (core::Status status = state.optimizer_step(lr); !status.ok()) {
         result.error = status.message();
         return result;
@@ -470,7 +488,11 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     }
     report.optimizer_seconds = seconds_since(passes_end);
     result.steps = step + 1;
-    if (step == 0 && options.on_memory) options.on_memory(state.memory_report(activation_bytes()));
+    if (step == 0 && options.on_memory) {
+      MemoryReport memory = state.memory_report(activation_bytes());
+      memory.weight_copy = backend.weight_copy_bytes();
+      options.on_memory(memory);
+    }
 
     report.step = step + 1;
     report.samples = samples_before(step + 1);

@@ -78,6 +78,9 @@ struct MemoryReport {
   // model reads parameters from, in which only the blocks gathered for the
   // pass at hand are resident (measured before each release).
   int64_t parameter_workspace_peak = 0;
+  // bf16 products on a CPU that multiplies bf16 (oneDNN): their copy of the
+  // weights, 2 bytes a parameter, at ZeRO stages 0-2 (0 otherwise).
+  int64_t weight_copy = 0;
 };
 
 // This rank's part of a checkpoint at the end of a step: the floats [begin,

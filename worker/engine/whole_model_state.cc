@@ -80,6 +80,7 @@ class WholeModelState final : public ModelState {
   }
 
   const float* parameters_for_model() override { return params_.data(); }
+  bool parameters_resident() const override { return true; }
   float* gradients_for_backward() override { return grads_.data(); }
   // Whole, averaged or this rank's own.
   float* reduced_gradients() override { return grads_.data(); }

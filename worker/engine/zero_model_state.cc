@@ -318,6 +318,7 @@ class ReplicatedGradients final : public ZeroStateBase {
   }
 
   const float* parameters_for_model() override { return params_.data(); }
+  bool parameters_resident() const override { return true; }
   float* gradients_for_backward() override { return grads_.data(); }
   float* reduced_gradients() override { return grads_.data(); }
   void begin_step() override {
@@ -456,6 +457,7 @@ class PartitionedGradients final : public ZeroStateBase, public model::OutputGra
   const float* parameters_for_model() override {
     return zero3_ ? zero3_->workspace() : params_.data();
   }
+  bool parameters_resident() const override { return !zero3_; }
   // Needs no clearing: the reducer leaves it zero.
   float* gradients_for_backward() override { return workspace_.data(); }
   float* reduced_gradients() override { return nullptr; }

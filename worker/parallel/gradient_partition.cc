@@ -45,7 +45,7 @@ core::Status GradientPartition::add(
       return status.with_context("writing the swapped gradients");
     }
   }
-  if (fresh_) mark_written(begin, end);
+  if (fresh_) written_.add(begin, end);
   return {};
 }
 
@@ -54,7 +54,7 @@ core::Status GradientPartition::read_sum(int64_t from, int64_t to) {
     return swap_->load(from, to, add_buffer_.data()).with_context("reading the swapped gradients");
   }
   std::fill(add_buffer_.begin(), add_buffer_.end(), 0.0f);
-  for (const auto& [begin, end] : written_) {
+  for (const auto& [begin, end] : written_.ranges()) {
     const int64_t a = std::max(begin, from), b = std::min(end, to);
     if (a >= b) continue;
     if (core::Status status = swap_->load(a, b, add_buffer_.data() + (a - from)); !status.ok()) {
@@ -62,20 +62,6 @@ core::Status GradientPartition::read_sum(int64_t from, int64_t to) {
     }
   }
   return {};
-}
-
-void GradientPartition::mark_written(int64_t begin, int64_t end) {
-  auto at = std::lower_bound(written_.begin(), written_.end(), std::make_pair(begin, end));
-  at = written_.insert(at, {begin, end});
-  // Merge with the neighbours it touches or overlaps.
-  if (at != written_.begin() && std::prev(at)->second >= at->first) {
-    std::prev(at)->second = std::max(std::prev(at)->second, at->second);
-    at = std::prev(written_.erase(at));
-  }
-  while (std::next(at) != written_.end() && std::next(at)->first <= at->second) {
-    at->second = std::max(at->second, std::next(at)->second);
-    written_.erase(std::next(at));
-  }
 }
 
 void GradientPartition::scale(float factor) {

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/layout/range_set.h"
 #include "core/status.h"
 #include "kernels/backend.h"
 #include "worker/parallel/partition_swap.h"
@@ -70,7 +71,6 @@ class GradientPartition {
  private:
   // Floats [from, to) of the sum into add_buffer_ (zeros where none added yet).
   core::Status read_sum(int64_t from, int64_t to);
-  void mark_written(int64_t begin, int64_t end);
 
   kernels::Backend& backend_;
   const int64_t own_begin_;
@@ -78,9 +78,9 @@ class GradientPartition {
   std::vector<float> memory_;
   std::unique_ptr<PartitionSwap> swap_;
   bool fresh_ = true;
-  // While fresh_: the ranges of the layout added to since begin_sum(),
-  // sorted and disjoint (the rest of the swap file holds the last step's).
-  std::vector<std::pair<int64_t, int64_t>> written_;
+  // While fresh_: the ranges of the layout added to since begin_sum() (the
+  // rest of the swap file holds the last step's).
+  core::RangeSet written_;
   float factor_ = 1.0f;
   std::vector<float> add_buffer_;   // the reducer thread's
   std::vector<float> read_buffer_;  // the compute thread's

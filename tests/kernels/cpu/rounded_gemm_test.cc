@@ -3,6 +3,7 @@
 // operands; C's rows in several blocks; every transpose the model uses.
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -95,6 +96,110 @@ TEST_CASE("the backend rounds the model's products when told to, and only those"
   std::vector<float> again(N * OC);
   backend->matmul_forward(again.data(), inp.data(), weight.data(), nullptr, N, C, OC);
   CHECK(again == fp32);
+}
+
+// The model's weights as the trainer lays them out: two linear layers'
+// weights and a tied embedding of 3 vocabulary rows, one array.
+struct Weights {
+  static constexpr int64_t N = 8, C = 16, OC = 12, V = 3;
+  std::vector<float> all = random_floats(2 * OC * C + V * C, 11);
+  const float* first() const { return all.data(); }
+  const float* second() const { return all.data() + OC * C; }
+  const float* wte() const { return all.data() + 2 * OC * C; }
+};
+
+// The model's products of `inp` with the weights, as `backend` runs them.
+std::vector<float> products(Backend& backend, const Weights& w, const std::vector<float>& inp) {
+  const int64_t N = Weights::N, C = Weights::C, OC = Weights::OC, V = Weights::V;
+  std::vector<float> out(N * OC + N * OC + N * V + N * C, 0.0f);
+  float* at = out.data();
+  backend.matmul_forward(at, inp.data(), w.first(), nullptr, N, C, OC);
+  at += N * OC;
+  backend.matmul_forward(at, inp.data(), w.second(), nullptr, N, C, OC);
+  at += N * OC;
+  backend.logits_forward(at, inp.data(), w.wte(), N, C, V, V);
+  at += N * V;
+  // Backward's input gradient multiplies the same weights untransposed.
+  const auto dout = random_floats(N * OC, 12);
+  std::vector<float> dweight(OC * C, 0.0f);
+  backend.matmul_backward(at, dweight.data(), nullptr, dout.data(), inp.data(), w.first(), N, C,
+                          OC);
+  return out;
+}
+
+// The same products by a backend that keeps no copy: each converts the
+// weights as it multiplies them.
+std::vector<float> fresh_products(const Weights& w, const std::vector<float>& inp) {
+  auto backend = make_cpu_backend(2);
+  backend->set_matmul_precision(core::DType::kBF16);
+  return products(*backend, w, inp);
+}
+
+TEST_CASE("bf16 products multiply a copy of the weights converted once after each change") {
+  auto backend = make_cpu_backend(2);
+  backend->set_matmul_precision(core::DType::kBF16);
+  Weights w;
+  const int64_t n = static_cast<int64_t>(w.all.size());
+  backend->set_weights(w.all.data(), n);
+  // The copy is kept where oneDNN multiplies bf16 (AVX512_BF16 or AMX).
+  const bool kept = backend->matmul_kernel().rfind("oneDNN", 0) == 0;
+  INFO(backend->matmul_kernel());
+  CHECK(backend->weight_copy_bytes() == (kept ? 2 * n : 0));
+  const auto inp = random_floats(Weights::N * Weights::C, 13);
+  const std::vector<float> before = products(*backend, w, inp);
+  CHECK(before == fresh_products(w, inp));
+
+  // Weights changed without saying so: where the copy is kept, the products
+  // still multiply it.
+  const Weights old = w;
+  for (float& x : w.all) x = -x / 2;
+  CHECK(products(*backend, w, inp) == (kept ? before : fresh_products(w, inp)));
+  // Said: converted again, once.
+  backend->weights_changed();
+  const std::vector<float> after = products(*backend, w, inp);
+  CHECK(after == fresh_products(w, inp));
+  CHECK(after != before);
+
+  // Forgotten: every product converts its weights again.
+  backend->set_weights(nullptr, 0);
+  CHECK(backend->weight_copy_bytes() == 0);
+  w = old;
+  CHECK(products(*backend, w, inp) == before);
+  // fp16 products run on sgemm, which keeps no copy.
+  backend->set_matmul_precision(core::DType::kF16);
+  backend->set_weights(w.all.data(), n);
+  CHECK(backend->weight_copy_bytes() == 0);
+}
+
+TEST_CASE("AdamW's pass writes the weights' copy of the parameters it rounds") {
+  auto backend = make_cpu_backend(2);
+  backend->set_matmul_precision(core::DType::kBF16);
+  const bool kept = backend->matmul_kernel().rfind("oneDNN", 0) == 0;
+  Weights w;
+  const int64_t n = static_cast<int64_t>(w.all.size());
+  std::vector<float> masters = w.all, m(n, 0.0f), v(n, 0.0f);
+  const auto grads = random_floats(n, 14);
+  backend->round_to(w.all.data(), w.all.data(), n, core::DType::kBF16);
+  backend->set_weights(w.all.data(), n);
+  const auto inp = random_floats(Weights::N * Weights::C, 15);
+  products(*backend, w, inp);  // the copy now holds the first weights
+
+  backend->weights_changed();
+  Backend::AdamWParams hyper;
+  hyper.lr = 0.1;
+  // In two calls, as AdamW's spans with and without weight decay come.
+  backend->adamw_update(masters.data(), grads.data(), m.data(), v.data(), n / 2, hyper,
+                        w.all.data());
+  backend->adamw_update(masters.data() + n / 2, grads.data() + n / 2, m.data() + n / 2,
+                        v.data() + n / 2, n - n / 2, hyper, w.all.data() + n / 2);
+  for (int64_t i = 0; i < n; ++i) {
+    REQUIRE(w.all[i] == bf16_to_float(float_to_bf16(masters[i])));
+  }
+  const std::vector<float> updated = fresh_products(w, inp);
+  // Overwritten behind its back, the copy still holds what AdamW wrote
+  // (where it is kept): the pass wrote it, nothing converted it since.
+  std::fill(w.all.begin(), w.all.end(), 0.0f);
+  CHECK(products(*backend, w, inp) == (kept ? updated : fresh_products(w, inp)));
 }
 
 TEST_CASE("round_to keeps what a 16-bit copy holds") {

@@ -27,12 +27,14 @@ TEST_CASE("state.json keeps every rank's memory by kind, workspace peaks include
   memory->set_communication_buffers(5);
   memory->set_gradient_workspace_peak(6);
   memory->set_parameter_workspace_peak(7);
+  memory->set_weight_copy(8);
   memory->set_rss_bytes(8);
   memory->set_peak_rss_bytes(9);
 
   const nlohmann::json json = status_to_json(status);
   CHECK(json["ranks"][0]["memory"]["gradient_workspace_peak"] == 6);
   CHECK(json["ranks"][0]["memory"]["parameter_workspace_peak"] == 7);
+  CHECK(json["ranks"][0]["memory"]["weight_copy"] == 8);
   CHECK(json["ranks"][0]["memory"]["peak_rss_bytes"] == 9);
   const v1::JobStatus back = status_from_json(json);
   REQUIRE(back.ranks_size() == 1);
@@ -46,6 +48,7 @@ TEST_CASE("state.json keeps every rank's memory by kind, workspace peaks include
   CHECK(read.communication_buffers() == 5);
   CHECK(read.gradient_workspace_peak() == 6);
   CHECK(read.parameter_workspace_peak() == 7);
+  CHECK(read.weight_copy() == 8);
   CHECK(back.loss() == 1.25);
 }
 

@@ -31,11 +31,12 @@ spec::TrainingSpec training(Precision precision, int zero_stage) {
 }
 
 void check_bytes(const ModelStateBytes& bytes, int64_t parameters, int64_t gradients,
-                 int64_t optimizer_states) {
+                 int64_t optimizer_states, int64_t weight_copy = 0) {
   CHECK(bytes.parameters == parameters);
   CHECK(bytes.gradients == gradients);
   CHECK(bytes.optimizer_states == optimizer_states);
-  CHECK(bytes.device_total() == parameters + gradients + optimizer_states);
+  CHECK(bytes.weight_copy == weight_copy);
+  CHECK(bytes.device_total() == parameters + gradients + optimizer_states + weight_copy);
   CHECK(bytes.offloaded_to_host == 0);
   CHECK(bytes.offloaded_to_nvme == 0);
 }
@@ -115,10 +116,23 @@ TEST_CASE("mixed-precision Adam holds 2+2+12 bytes per parameter, fp16 and bf16 
 TEST_CASE("on the CPU backend 16-bit weights and gradients are held widened to fp32") {
   const int64_t psi = 1'000'000;
   for (const Precision precision : {Precision::kFp16, Precision::kBf16}) {
+    // bf16's products keep a 16-bit copy of the whole weights at stages
+    // 0-2; fp16's multiply on sgemm, without one.
+    const int64_t copy = precision == Precision::kBf16 ? 2'000'000 : 0;
+    check_bytes(model_state_bytes(psi, training(precision, 0), 4, spec::Device::kCpu), 4'000'000,
+                4'000'000, 12'000'000, copy);
     check_bytes(model_state_bytes(psi, training(precision, 1), 4, spec::Device::kCpu), 4'000'000,
-                4'000'000, 3'000'000);
+                4'000'000, 3'000'000, copy);
+    check_bytes(model_state_bytes(psi, training(precision, 2), 4, spec::Device::kCpu), 4'000'000,
+                1'000'000, 3'000'000, copy);
     check_bytes(model_state_bytes(psi, training(precision, 3), 4, spec::Device::kCpu), 1'000'000,
                 1'000'000, 3'000'000);
+    // Stage 3 on one rank keeps whole weights, unless they go to NVMe.
+    spec::TrainingSpec alone = training(precision, 3);
+    check_bytes(model_state_bytes(psi, alone, 1, spec::Device::kCpu), 4'000'000, 4'000'000,
+                12'000'000, copy);
+    alone.zero.offload_param.device = spec::OffloadDevice::kNvme;
+    CHECK(model_state_bytes(psi, alone, 1, spec::Device::kCpu).weight_copy == 0);
   }
   check_bytes(model_state_bytes(psi, training(Precision::kFp32, 1), 4, spec::Device::kCpu),
               4'000'000, 4'000'000, 2'000'000);

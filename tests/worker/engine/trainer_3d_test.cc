@@ -108,8 +108,8 @@ void check_memory_as_planned(const MemoryReport& memory, const spec::JobSpec& sp
       plan::model_state_bytes(plan::parameters_per_rank(spec.model, spec.parallelism, stage),
                               spec.training, data, spec.cluster.device)
           .device_total());
-  const double measured =
-      static_cast<double>(memory.parameters + memory.gradients + memory.optimizer_states);
+  const double measured = static_cast<double>(memory.parameters + memory.gradients +
+                                              memory.optimizer_states + memory.weight_copy);
   INFO("stage " << stage << ": measured " << measured << " bytes, estimated " << estimate);
   CHECK(measured == Approx(estimate).epsilon(0.02));
   CHECK(memory.activations == plan::activation_bytes_per_rank(spec.model, spec.parallelism,

@@ -11,6 +11,7 @@
 #include "core/dtype.h"
 #include "kernels/backend.h"
 #include "kernels/half_precision.h"
+#include "launcher/plan/memory_estimate.h"
 #include "tests/worker/engine/trainer_test_support.h"
 #include "tests/worker/parallel/test_groups.h"
 #include "worker/comm/communicator.h"
@@ -154,6 +155,44 @@ TEST_CASE("16-bit training gives the same bits at every ZeRO stage") {
       }
       CHECK(losses(run) == losses(reference));
       CHECK(run.params == reference.params);
+    }
+  }
+  REQUIRE_OK(world_barrier());
+  if (world_data().rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// The copy changes no result: on one rank, stage 3 with offload_param nvme
+// (gathered weights, no copy) gives in-memory stage 3's bits (whole
+// weights, a copy) in the test below. This one checks its bytes.
+TEST_CASE("bf16 products keep a copy of whole weights, as the plan counts it") {
+  const std::string dir = testing::shared_token_files(world_data());
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  spec.training.steps = 2;
+  spec.training.scheduler.total_num_steps = 2;
+  spec.cluster.device = spec::Device::kCpu;
+  auto probe = kernels::make_cpu_backend(1);
+  probe->set_matmul_precision(core::DType::kBF16);
+  // Kept where oneDNN multiplies bf16; the plan counts it whatever the CPU.
+  const bool kept = probe->matmul_kernel().rfind("oneDNN", 0) == 0;
+  INFO(probe->matmul_kernel());
+  const int64_t parameters = plan::parameters_per_rank(spec.model, spec.parallelism, 0);
+  for (Precision precision : {Precision::kBf16, Precision::kFp16}) {
+    set_precision(spec, precision);
+    for (int stage : {0, 2, 3}) {
+      INFO((precision == Precision::kBf16 ? "bf16" : "fp16") << ", ZeRO stage " << stage);
+      spec.training.zero.stage = stage;
+      MemoryReport memory;
+      TrainerOptions options;
+      options.on_memory = [&memory](const MemoryReport& report) { memory = report; };
+      const Run run = train_world(spec, 1, options);
+      REQUIRE(run.error == "");
+      const int64_t planned =
+          plan::model_state_bytes(parameters, spec.training, world_data().size(), spec.cluster.device)
+              .weight_copy;
+      // Stage 3 on one rank keeps its weights whole, and so the copy.
+      const bool whole = stage < 3 || world_data().size() == 1;
+      CHECK(planned == (precision == Precision::kBf16 && whole ? 2 * parameters : 0));
+      CHECK(memory.weight_copy == (kept ? planned : 0));
     }
   }
   REQUIRE_OK(world_barrier());
