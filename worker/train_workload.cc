@@ -118,11 +118,13 @@ void report_checkpoint_failure(proto::Session& session, std::atomic<bool>& faile
 }
 
 // Hands this rank's slice to the background writer, as
-// <root>/step_<8 digits>/rank_<world rank>.bin; the controller hears of the
-// shard once it is durable, or of the error.
+// <root>/step_<8 digits>/rank_<world rank>.bin, to be written from the model
+// state itself when `in_place` and the slice allows it; the controller hears
+// of the shard once it is durable, or of the error.
 void save_in_background(checkpoint::AsyncShardWriter& writer, proto::Session& session,
                         const std::string& root, const comm::ProcessGroups& groups,
-                        const engine::CheckpointSlice& slice, std::atomic<bool>& failed) {
+                        const engine::CheckpointSlice& slice, bool in_place,
+                        std::atomic<bool>& failed) {
   const std::filesystem::path folder =
       std::filesystem::path(root) / fmt::format("step_{:08d}", slice.step);
   const std::string file = fmt::format("rank_{}.bin", groups.rank());
@@ -155,7 +157,9 @@ void save_in_background(checkpoint::AsyncShardWriter& writer, proto::Session& se
                       session, failed, slice.step,
                       "its report to the controller was not sent (session full or closing)");
                 }
-              });
+              },
+              slice.in_place && in_place ? checkpoint::AsyncShardWriter::Hold::kBorrow
+                                         : checkpoint::AsyncShardWriter::Hold::kCopy);
 }
 
 std::string format_step(const engine::StepReport& r, int64_t total_steps,
@@ -252,15 +256,18 @@ int run_train_workload(const TrainWorkloadContext& context) {
   options.transport = &context.groups->transport();
   options.resume = context.resume;
   options.checkpoint_requested = context.checkpoint_requested;
-  // Shards are copied to memory here and written by the writer's thread
-  // while training goes on; a failed write is this rank's error.
+  // Shards are written by the writer's thread while training goes on: from
+  // the model state itself where it is in memory (the next optimizer step
+  // waits for the write if it is not done by then), else from a copy; a
+  // failed write is this rank's error.
   std::atomic<bool> checkpoint_failed{false};  // outlives the writer, whose thread sets it
   checkpoint::AsyncShardWriter writer;
   if (!context.checkpoint_directory.empty()) {
     options.save_checkpoint = [&](const engine::CheckpointSlice& slice) {
       save_in_background(writer, session, context.checkpoint_directory, *context.groups, slice,
-                         checkpoint_failed);
+                         spec.checkpoint.write_in_place, checkpoint_failed);
     };
+    options.before_update = [&writer] { writer.release(); };
   }
   // The final weights, which rank 0 writes once the final checkpoint is
   // durable (a failed checkpoint leaves them unwritten, and fails the rank

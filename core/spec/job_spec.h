@@ -370,6 +370,10 @@ struct CheckpointSpec {
   std::string dir;       // "" = <job dir>/checkpoints
   int64_t interval = 0;  // steps between checkpoints; 0 = only at the end
   int keep = 3;          // newest checkpoints kept; the newest valid one is never deleted
+  // State in memory is written from where it is while the next step's
+  // forward and backward run (its optimizer step waits for the rest);
+  // false: copied to host buffers first, then written in the background.
+  bool write_in_place = true;
 };
 
 struct FaultToleranceSpec {

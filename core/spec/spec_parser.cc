@@ -1076,6 +1076,7 @@ void read_checkpoint(MapReader checkpoint, CheckpointSpec& out) {
   out.dir = resolve_path(out.dir, checkpoint.location_of("dir"));
   checkpoint.integer("interval", out.interval, 0, kNoLimit);
   checkpoint.integer("keep", out.keep, 1, kNoLimit);
+  checkpoint.boolean("write_in_place", out.write_in_place);
   checkpoint.finish();
 }
 

@@ -44,7 +44,8 @@ void AsyncShardWriter::save(const std::string& path, const core::ShardHeader& he
 
 void AsyncShardWriter::save(const std::string& path, const core::ShardHeader& header,
                             const std::vector<core::ShardArrayData>& arrays,
-                            const std::vector<const void*>& rank_arrays, Done done) {
+                            const std::vector<const void*>& rank_arrays, Done done,
+                            Hold hold) {
   wait();
   if (std::any_of(arrays.begin(), arrays.end(),
                   [](const core::ShardArrayData& array) { return bool(array.read); })) {
@@ -52,13 +53,15 @@ void AsyncShardWriter::save(const std::string& path, const core::ShardHeader& he
     if (done) done(written);
     return;
   }
+  const bool borrow = hold == Hold::kBorrow;
   // Nothing is in flight, so the background thread leaves the buffers alone.
   const int64_t count = std::max<int64_t>(header.end - header.begin, 0);
   if (buffers_.size() < arrays.size()) buffers_.resize(arrays.size());
   arrays_.clear();
   for (size_t i = 0; i < arrays.size(); ++i) {
     const size_t bytes = static_cast<size_t>(count * core::dtype_bytes(arrays[i].info.dtype));
-    arrays_.push_back({arrays[i].info, buffers_[i].hold(arrays[i].data, bytes)});
+    arrays_.push_back(
+        {arrays[i].info, borrow ? arrays[i].data : buffers_[i].hold(arrays[i].data, bytes)});
   }
   // As many pointers as the caller gave, so that write_shard reports a
   // mismatch with the header; only those the header sizes are copied.
@@ -70,7 +73,7 @@ void AsyncShardWriter::save(const std::string& path, const core::ShardHeader& he
   for (size_t i = 0; i < rank_arrays.size() && i < state.size(); ++i) {
     const size_t bytes = static_cast<size_t>(std::max<int64_t>(state[i].count, 0) *
                                              core::dtype_bytes(state[i].dtype));
-    rank_arrays_[i] = rank_buffers_[i].hold(rank_arrays[i], bytes);
+    rank_arrays_[i] = borrow ? rank_arrays[i] : rank_buffers_[i].hold(rank_arrays[i], bytes);
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -78,6 +81,7 @@ void AsyncShardWriter::save(const std::string& path, const core::ShardHeader& he
     header_ = header;
     done_ = std::move(done);
     in_flight_ = true;
+    borrowed_ = borrow;
   }
   changed_.notify_all();
 }
@@ -85,6 +89,11 @@ void AsyncShardWriter::save(const std::string& path, const core::ShardHeader& he
 void AsyncShardWriter::wait() {
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait(lock, [this] { return !in_flight_; });
+}
+
+void AsyncShardWriter::release() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [this] { return !in_flight_ || !borrowed_; });
 }
 
 void AsyncShardWriter::run() {

@@ -16,10 +16,14 @@ namespace dslaunch::worker::checkpoint {
 // Saves checkpoint shards without stopping training for the disk, as
 // DeepSpeed's asynchronous checkpointing does: save() copies the arrays into
 // host buffers this object owns and returns, and a background thread writes
-// the copy with write_shard.
+// the copy with write_shard. Or, as DeepSpeed's FastPersist does, it borrows
+// them: the background thread writes them from where they are, and the
+// caller leaves them unchanged until release() (no copy, no second copy of
+// the state in memory; training overlaps the write with its next forward
+// and backward passes and waits, if at all, before changing them).
 //
 // At most one save is in flight. The buffers are reused from one save to the
-// next (they grow to the largest shard saved and are never shrunk), so the
+// next (they grow to the largest shard copied and are never shrunk), so the
 // copy is the only time the caller waits, unless the previous save is still
 // being written: then save() first waits for it to finish.
 //
@@ -54,12 +58,19 @@ class AsyncShardWriter {
   // copied too before save() returns. Written as write_shard(path, header,
   // arrays, rank_arrays) would (a count mismatch arrives at `done` as its
   // error).
+  // kBorrow: the arrays and rank_arrays are not copied but written where
+  // they are; the caller must not change or free them until release() or
+  // wait() returns.
+  enum class Hold { kCopy, kBorrow };
   void save(const std::string& path, const core::ShardHeader& header,
             const std::vector<core::ShardArrayData>& arrays,
-            const std::vector<const void*>& rank_arrays, Done done);
+            const std::vector<const void*>& rank_arrays, Done done, Hold hold = Hold::kCopy);
 
   // Blocks until no save is in flight and its `done` has returned.
   void wait();
+  // Blocks until no borrowed arrays are being written: wait() when the save
+  // in flight borrows, else nothing.
+  void release();
 
  private:
   // A host buffer kept between saves.
@@ -74,6 +85,7 @@ class AsyncShardWriter {
   std::mutex mutex_;
   std::condition_variable changed_;
   bool in_flight_ = false;  // a save is queued or being written
+  bool borrowed_ = false;   // ... from the caller's arrays
   bool stopping_ = false;
   // The save in flight; the caller's thread touches these only while
   // !in_flight_, the background thread only while in_flight_.

@@ -100,6 +100,22 @@ class MatmulPrecision {
   kernels::Backend& backend_;
 };
 
+// Lets whatever reads an in-place checkpoint slice finish before train()
+// returns and the model state it points into goes.
+class UpdateFence {
+ public:
+  explicit UpdateFence(const std::function<void()>& before_update)
+      : before_update_(before_update) {}
+  ~UpdateFence() {
+    if (before_update_) before_update_();
+  }
+  UpdateFence(const UpdateFence&) = delete;
+  UpdateFence& operator=(const UpdateFence&) = delete;
+
+ private:
+  const std::function<void()>& before_update_;
+};
+
 // Tells the backend where the model's weights are for the run, when they
 // stay whole and resident (ZeRO stages 0-2), so that 16-bit products may
 // keep a copy of them; forgets them after it.
@@ -315,6 +331,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   }
   ModelState& state = **made;
   const ResidentWeights resident_weights(backend, state, table.total());
+  const UpdateFence update_fence(options.before_update);
   data::BlendedSamplerResult sampling =
       data::BlendedSampler::create(data.train, data.weights, T, training.seed);
   if (!sampling.sampler) {
@@ -480,6 +497,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
         factor *= std::min(1.0, training.gradient_clipping / (grad_norm + 1e-6));
       }
       if (factor != 1.0) state.clip(static_cast<float>(factor));
+      if (options.before_update) options.before_update();
       backend.weights_changed();
       if (core::Status status = state.optimizer_step(lr); !status.ok()) {
         result.error = status.message();

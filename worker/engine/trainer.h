@@ -87,7 +87,8 @@ struct MemoryReport {
 // end) of its parameter layout (its tensor slice of the model) and their
 // Adam moments. The range is ZeRO's partition of the layout over the data
 // group whatever the stage, so every stage writes the same shards and any
-// layout can read them back. The pointers are valid during the callback only.
+// layout can read them back. The pointers are valid during the callback
+// only, unless `in_place`.
 struct CheckpointSlice {
   int64_t step = 0;  // steps completed
   int rank = 0;      // in the data group
@@ -106,6 +107,12 @@ struct CheckpointSlice {
   // and its arrays' data in the order of rank_state->arrays.
   std::optional<core::RankState> rank_state;
   std::vector<const void*> rank_arrays;
+  // The arrays (none streamed) and rank_arrays point into the model state
+  // itself, which nothing changes or frees before the next optimizer step:
+  // a writer may read them where they are until TrainerOptions::before_update
+  // is called, instead of copying them (DeepSpeed's FastPersist overlaps a
+  // checkpoint's write with the next step's forward and backward this way).
+  bool in_place = false;
 };
 
 // A checkpoint to continue from: `step` steps done, the parameters and Adam
@@ -155,8 +162,13 @@ struct TrainerOptions {
   // Called on every rank at the same steps: every checkpoint.interval steps,
   // after the last step, after a step that stops the run, and when
   // checkpoint_requested. It must copy what it keeps before returning
-  // (training goes on at once); unset: no checkpoints.
+  // (training goes on at once), unless the slice is `in_place`; unset: no
+  // checkpoints.
   std::function<void(const CheckpointSlice&)> save_checkpoint;
+  // Called before each optimizer step and before train() returns (or throws),
+  // whatever happened: what reads an in-place slice must be done with it
+  // when this returns.
+  std::function<void()> before_update;
   // What the run changed that the user should hear of, once (rank 0 prints
   // it); unset: nothing is said.
   std::function<void(const std::string&)> on_notice;

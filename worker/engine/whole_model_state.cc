@@ -166,6 +166,7 @@ class WholeModelState final : public ModelState {
       state.arrays.push_back({array.name, array.dtype, array.count});
       slice.rank_arrays.push_back(array.data);
     }
+    slice.in_place = true;
     return slice;
   }
 

@@ -239,6 +239,7 @@ class ZeroStateBase : public ModelState {
         {{core::StateKind::kAdamM, core::DType::kF32}, moments->first + (slice.begin - own_begin_)},
         {{core::StateKind::kAdamV, core::DType::kF32},
          moments->second + (slice.begin - own_begin_)}};
+    slice.in_place = true;
     return slice;
   }
 

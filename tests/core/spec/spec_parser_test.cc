@@ -102,6 +102,7 @@ TEST_CASE("a minimal spec gets every default from job_spec.h") {
   CHECK(spec.checkpoint.dir.empty());
   CHECK(spec.checkpoint.interval == 0);
   CHECK(spec.checkpoint.keep == 3);
+  CHECK(spec.checkpoint.write_in_place);
   CHECK(spec.fault_tolerance.max_restarts == 0);
   CHECK(spec.fault_tolerance.heartbeat_interval_s == 5);
   CHECK(spec.fault_tolerance.heartbeat_timeout_s == 60);
@@ -176,6 +177,7 @@ checkpoint:
   dir: /checkpoints/run1
   interval: 500
   keep: 2
+  write_in_place: false
 fault_tolerance:
   max_restarts: 3
   heartbeat_interval: 2.5
@@ -253,6 +255,7 @@ env:
   CHECK(spec.checkpoint.dir == "/checkpoints/run1");
   CHECK(spec.checkpoint.interval == 500);
   CHECK(spec.checkpoint.keep == 2);
+  CHECK_FALSE(spec.checkpoint.write_in_place);
   CHECK(spec.fault_tolerance.max_restarts == 3);
   CHECK(spec.fault_tolerance.heartbeat_interval_s == 2.5);
   CHECK(spec.fault_tolerance.heartbeat_timeout_s == 30);

@@ -1,7 +1,10 @@
 #include "worker/checkpoint/async_shard_writer.h"
 
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <vector>
 
@@ -85,6 +88,90 @@ TEST_CASE("save copies the arrays: changing them after it returns changes nothin
   CHECK(read_array(path, StateKind::kAdamM) == expected_values(StateKind::kAdamM, 0, 100'000));
   CHECK(read_array(path, StateKind::kAdamV) == expected_values(StateKind::kAdamV, 0, 100'000));
   CHECK(dir.names() == std::vector<std::string>{"shard.bin"});
+}
+
+// A rank state with an f32 and an f64 error-feedback buffer of `count` elements.
+core::RankState rank_state_of(int64_t count) {
+  core::RankState state;
+  state.data_rank = 1;
+  state.data_ranks = 2;
+  state.scalars = {{"lr", 0.1}, {"freeze_step", 400}};
+  state.arrays = {{"worker_error", core::DType::kF32, count},
+                  {"server_error", core::DType::kF64, count / 2 + 1}};
+  return state;
+}
+
+// A `done` that holds the writer's thread until open() is called.
+struct Gate {
+  std::mutex mutex;
+  std::condition_variable opened;
+  bool is_open = false;
+  AsyncShardWriter::Done hold() {
+    return [this](const core::WrittenShard&) {
+      std::unique_lock<std::mutex> lock(mutex);
+      opened.wait(lock, [this] { return is_open; });
+    };
+  }
+  void open() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      is_open = true;
+    }
+    opened.notify_all();
+  }
+};
+
+TEST_CASE("a borrowed save writes the arrays where they are, and release() waits for it") {
+  TempDir dir;
+  const std::string path = dir.file("shard.bin");
+  DoneCalls done;
+  AsyncShardWriter writer;
+  ShardData data(0, 100'000);
+  core::ShardHeader header = header_for(0, 100'000, 5);
+  header.rank_state = rank_state_of(1001);
+  std::vector<float> worker_error(1001, 0.25f);
+  std::vector<double> server_error(501, -0.5);
+  writer.save(path, header, data.arrays(), {worker_error.data(), server_error.data()},
+              done.record(), AsyncShardWriter::Hold::kBorrow);
+  writer.release();
+  // Written and reported by then: the arrays are the caller's again.
+  REQUIRE(done.results.size() == 1);
+  check_written(done.results[0], path);
+  std::fill(data.params.begin(), data.params.end(), -1.0f);
+  std::fill(worker_error.begin(), worker_error.end(), -1.0f);
+  CHECK(read_array(path, StateKind::kParameter) ==
+        expected_values(StateKind::kParameter, 0, 100'000));
+  CHECK(read_array(path, StateKind::kAdamV) == expected_values(StateKind::kAdamV, 0, 100'000));
+  std::string error;
+  const std::optional<core::ShardHeader> read = core::read_shard_header(path, error);
+  REQUIRE(read);
+  CHECK(core::read_rank_state_array(path, *read, "worker_error", worker_error.data(), error));
+  CHECK(worker_error == std::vector<float>(1001, 0.25f));
+}
+
+TEST_CASE("release() waits for a borrowed save in flight, not for a copied one") {
+  TempDir dir;
+  const ShardData data(0, 1000);
+  using std::chrono::milliseconds;
+  for (const auto hold : {AsyncShardWriter::Hold::kCopy, AsyncShardWriter::Hold::kBorrow}) {
+    const bool borrowed = hold == AsyncShardWriter::Hold::kBorrow;
+    INFO((borrowed ? "borrowed" : "copied"));
+    AsyncShardWriter writer;
+    Gate gate;
+    writer.save(dir.file(borrowed ? "borrowed.bin" : "copied.bin"), header_for(0, 1000, 1),
+                data.arrays(), {}, gate.hold(), hold);
+    std::future<void> released = std::async(std::launch::async, [&writer] { writer.release(); });
+    if (borrowed) {
+      // Still in flight (its `done` is held): release() has not returned.
+      CHECK(released.wait_for(milliseconds(300)) == std::future_status::timeout);
+      gate.open();
+      CHECK(released.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+    } else {
+      CHECK(released.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+      gate.open();
+    }
+    writer.wait();
+  }
 }
 
 TEST_CASE("Back-to-back saves both complete, each with its own data") {
@@ -188,17 +275,6 @@ TEST_CASE("A failed write is reported to done") {
   CHECK_FALSE(done.results[0].ok());
   CHECK_THAT(done.results[0].error, Contains("cannot write checkpoint shard '" + path + "'"));
   CHECK(dir.names().empty());
-}
-
-// A rank state with an f32 and an f64 error-feedback buffer of `count` elements.
-core::RankState rank_state_of(int64_t count) {
-  core::RankState state;
-  state.data_rank = 1;
-  state.data_ranks = 2;
-  state.scalars = {{"lr", 0.1}, {"freeze_step", 400}};
-  state.arrays = {{"worker_error", core::DType::kF32, count},
-                  {"server_error", core::DType::kF64, count / 2 + 1}};
-  return state;
 }
 
 TEST_CASE("save copies the rank-state arrays too: changing them after it returns changes nothing") {
