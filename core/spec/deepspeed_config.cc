@@ -20,7 +20,7 @@ namespace {
 // DeepSpeed config keys with no meaning for dslaunch, as key paths: the one
 // list, for the JSON config and the YAML training section alike. Only keys
 // that change neither the model's math nor the plan belong here; a key that
-// would (fp16_master_weights_and_grads, the offload ratio)
+// would (fp16_master_weights_and_grads)
 // stays an unknown key, so nobody trains something else than they asked for.
 const std::set<std::string, std::less<>>& ignored_deepspeed_keys() {
   static const std::set<std::string, std::less<>> keys = {

@@ -167,6 +167,10 @@ struct OffloadSpec {
   std::string nvme_path;
   bool pin_memory = false;
   int buffer_count = 4;  // swap buffers in memory (nvme)
+  // offload_optimizer only: the fraction of the optimizer states moved to
+  // host memory, the rest kept on the GPU (DeepSpeed's partial offload,
+  // device cpu only).
+  double ratio = 1.0;
 };
 
 // DeepSpeed's zero_optimization section and defaults.

@@ -467,12 +467,23 @@ void read_data(MapReader data, DataSpec& out, const std::string& spec_path, JobK
   data.finish();
 }
 
-void read_offload(MapReader offload, OffloadSpec& out) {
+// `optimizer`: offload_optimizer, which has the partial offload's ratio.
+void read_offload(MapReader offload, OffloadSpec& out, bool optimizer) {
   read_enum(offload, "device", {"none", "cpu", "nvme"}, out.device);
   offload.string("nvme_path", out.nvme_path);
   out.nvme_path = resolve_path(out.nvme_path, offload.location_of("nvme_path"));
   offload.boolean("pin_memory", out.pin_memory);
   offload.integer("buffer_count", out.buffer_count, 1, 1024);
+  if (optimizer) {
+    offload.number("ratio", out.ratio, 0, 1);
+    // As DeepSpeed has it: a share of the states stays on the GPU, the rest
+    // goes to CPU Adam; with nvme every state goes to the drive.
+    if (offload.read_ok("ratio") && out.ratio < 1 && out.device != OffloadDevice::kCpu) {
+      offload.error("ratio", offload.path() +
+                                 ".ratio below 1 keeps the rest of the optimizer states on the GPU "
+                                 "beside CPU Adam: it goes with device cpu only");
+    }
+  }
   if (out.device == OffloadDevice::kNvme && out.nvme_path.empty()) {
     offload.error("device", offload.path() +
                                 ".device is nvme: give nvme_path, a folder on "
@@ -505,8 +516,8 @@ void read_zero(MapReader zero, ZeroSpec& out) {
   read_zero_alias(zero, "max_live_parameters", out.max_live_parameters);
   // Hugging Face's ZeRO-3 example sets 1e14: any size is a valid "all at once".
   zero.integer("sub_group_size", out.sub_group_size, 1, kNoLimit);
-  read_offload(zero.map("offload_optimizer"), out.offload_optimizer);
-  read_offload(zero.map("offload_param"), out.offload_param);
+  read_offload(zero.map("offload_optimizer"), out.offload_optimizer, /*optimizer=*/true);
+  read_offload(zero.map("offload_param"), out.offload_param, /*optimizer=*/false);
   zero.boolean("zero_quantized_weights", out.quantized_weights);
   zero.boolean("zero_quantized_gradients", out.quantized_gradients);
   zero.integer("zero_hpz_partition_size", out.hpz_partition_size, 1, kMaxParallel);

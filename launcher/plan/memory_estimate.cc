@@ -1,6 +1,7 @@
 #include "launcher/plan/memory_estimate.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/layout/activation_layout.h"
 #include "core/layout/model_config.h"
@@ -124,10 +125,15 @@ ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& trainin
       stage >= 2 &&
       (data_parallel > 1 || training.zero.offload_param.device == spec::OffloadDevice::kNvme);
   const bool all_to_nvme = optimizer_device == spec::OffloadDevice::kNvme && partitioned_gradients;
-  offload(optimizer_device, bytes.optimizer_states,
-          optimizer_device == spec::OffloadDevice::kNvme && !all_to_nvme
-              ? optimizer_elements * moment_bytes
-              : bytes.optimizer_states);
+  int64_t optimizer_moved = optimizer_device == spec::OffloadDevice::kNvme && !all_to_nvme
+                                ? optimizer_elements * moment_bytes
+                                : bytes.optimizer_states;
+  // Partial offload (device cpu): `ratio` of the states go to host memory.
+  if (optimizer_device == spec::OffloadDevice::kCpu) {
+    optimizer_moved = static_cast<int64_t>(
+        std::llround(training.zero.offload_optimizer.ratio * static_cast<double>(optimizer_moved)));
+  }
+  offload(optimizer_device, bytes.optimizer_states, optimizer_moved);
   offload(training.zero.offload_param.device, bytes.parameters, bytes.parameters);
   if (all_to_nvme) offload(optimizer_device, bytes.gradients, bytes.gradients);
   if (training.zero.offload_optimizer.device == spec::OffloadDevice::kNvme) {

@@ -88,6 +88,7 @@ TEST_CASE("a minimal spec gets every default from job_spec.h") {
   CHECK(training.zero.max_live_parameters == 1'000'000'000);
   CHECK(training.zero.offload_optimizer.device == OffloadDevice::kNone);
   CHECK(training.zero.offload_optimizer.buffer_count == 4);
+  CHECK(training.zero.offload_optimizer.ratio == 1.0);
   CHECK(training.zero.sub_group_size == 1'000'000'000);
   CHECK(training.zero.offload_param.device == OffloadDevice::kNone);
   CHECK(training.optimizer.type == OptimizerType::kAdamW);
@@ -160,7 +161,7 @@ training:
     stage: 1
     reduce_bucket_size: 200000000
     contiguous_gradients: false
-    offload_optimizer: {device: cpu, pin_memory: true}
+    offload_optimizer: {device: cpu, pin_memory: true, ratio: 0.3}
   optimizer:
     type: Adam
     params: {lr: 0.0003, betas: [0.9, 0.95], eps: 1.0e-6, weight_decay: 0.1}
@@ -238,6 +239,7 @@ env:
   CHECK_FALSE(training.zero.contiguous_gradients);
   CHECK(training.zero.offload_optimizer.device == OffloadDevice::kCpu);
   CHECK(training.zero.offload_optimizer.pin_memory);
+  CHECK(training.zero.offload_optimizer.ratio == 0.3);
   CHECK(training.optimizer.type == OptimizerType::kAdam);
   CHECK(training.optimizer.decoupled_weight_decay);
   CHECK(training.optimizer.lr == 0.0003);
@@ -882,6 +884,35 @@ training:
   CHECK(loaded.spec.training.scheduler.type == SchedulerType::kWarmupLR);
   CHECK(loaded.spec.training.scheduler.warmup_type == WarmupType::kLinear);
   CHECK(loaded.spec.training.zero.offload_optimizer.device == OffloadDevice::kCpu);
+}
+
+TEST_CASE("offload_optimizer.ratio is a fraction, below 1 with device cpu only") {
+  SpecFolder folder;
+  for (const std::string offload : {"{device: nvme, nvme_path: /nvme, ratio: 0.5}",
+                                     "{ratio: 0.5}", "{device: cpu, ratio: 1.5}"}) {
+    INFO(offload);
+    const Loaded loaded = folder.load(
+        "training:\n  steps: 10\n  zero_optimization:\n    stage: 1\n    offload_optimizer: " +
+        offload +
+        "\ndata:\n  train: demo\n");
+    REQUIRE(loaded.errors().size() == 1);
+    const std::string message = loaded.errors().front().message;
+    if (offload.find("1.5") != std::string::npos) {
+      CHECK(message ==
+            "training.zero_optimization.offload_optimizer.ratio must be between 0 and 1, got 1.5");
+    } else {
+      CHECK(message ==
+            "training.zero_optimization.offload_optimizer.ratio below 1 keeps the rest of the "
+            "optimizer states on the GPU beside CPU Adam: it goes with device cpu only");
+    }
+  }
+  // offload_param has no ratio.
+  const Loaded param = folder.load(
+      "training:\n  steps: 10\n  zero_optimization:\n    stage: 3\n    offload_param: {ratio: "
+      "0.5}\ndata:\n"
+      "  train: demo\n");
+  REQUIRE(param.errors().size() == 1);
+  CHECK_THAT(param.errors().front().message, Catch::Contains("ratio"));
 }
 
 TEST_CASE("a bad choice lists the choices and suggests the nearest when one is close") {

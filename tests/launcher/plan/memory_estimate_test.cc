@@ -185,6 +185,12 @@ TEST_CASE("optimizer offload to the CPU moves the optimizer partition to host me
   CHECK(bytes.offloaded_to_host == 3'000'000);
   CHECK(bytes.offloaded_to_nvme == 0);
   CHECK(bytes.device_total() == 2'500'000);
+  // Partial offload: a quarter of the states to host memory, the rest stays.
+  offload.zero.offload_optimizer.ratio = 0.25;
+  const ModelStateBytes partial = model_state_bytes(1'000'000, offload, 4);
+  CHECK(partial.offloaded_to_host == 750'000);
+  CHECK(partial.optimizer_states == 2'250'000);
+  CHECK(partial.device_total() == 2'000'000 + 500'000 + 2'250'000);
 }
 
 TEST_CASE("optimizer offload to NVMe keeps its swap buffers in memory, and takes the gradients") {
