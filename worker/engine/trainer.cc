@@ -593,6 +593,9 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
       break;
     }
   }
+  // final_parameters() below may take the buffers the last checkpoint
+  // points into.
+  if (options.before_update) options.before_update();
   const bool streamed = options.write_final_weights && result.steps > 0 &&
                         tensor_comm == nullptr && pipeline_comm == nullptr &&
                         state.streams_final_parameters();

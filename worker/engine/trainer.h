@@ -165,7 +165,8 @@ struct TrainerOptions {
   // (training goes on at once), unless the slice is `in_place`; unset: no
   // checkpoints.
   std::function<void(const CheckpointSlice&)> save_checkpoint;
-  // Called before each optimizer step and before train() returns (or throws),
+  // Called before each optimizer step, after the last step (before the
+  // final parameters are taken) and before train() returns (or throws),
   // whatever happened: what reads an in-place slice must be done with it
   // when this returns.
   std::function<void()> before_update;

@@ -35,6 +35,7 @@ struct Watch {
   int fences = 0;
   std::vector<Held> pending;  // in-place slices not yet fenced
   int64_t changed = 0;        // arrays found changed at a fence
+  int pending_at_final_weights = -1;
 };
 
 std::vector<char> bytes_of(const void* data, int64_t bytes) {
@@ -90,6 +91,12 @@ void watch_training(spec::JobSpec spec, Watch& watch) {
     }
     watch.pending.clear();
   };
+  // The final parameters may be taken from the buffers the last checkpoint
+  // points into: it is fenced by then.
+  options.write_final_weights = [&watch](const core::ParameterReader&) {
+    watch.pending_at_final_weights = static_cast<int>(watch.pending.size());
+    return core::Status();
+  };
   const TrainResult result = train(spec, data, *backend, options);
   REQUIRE(result.error == "");
   REQUIRE(result.steps == 6);
@@ -133,8 +140,10 @@ TEST_CASE("an in-place checkpoint slice keeps its values until before_update") {
     watch_training(spec, watch);
     CHECK(watch.saves == 3);
     CHECK(watch.in_place == (c.offload_optimizer ? 0 : 3));
-    // Before each of the 6 optimizer steps, and once more as train() ends.
-    CHECK(watch.fences == 7);
+    // Before each of the 6 optimizer steps, after the last step, and once
+    // more as train() ends.
+    CHECK(watch.fences == 8);
+    CHECK(watch.pending_at_final_weights == 0);
     CHECK(watch.pending.empty());
     CHECK(watch.changed == 0);
   }

@@ -17,15 +17,26 @@
 #include <catch2/catch.hpp>
 
 #include "core/checkpoint/shard_file.h"
+#include "core/dtype.h"
 #include "core/layout/model_config.h"
 #include "core/layout/parameter_table.h"
 #include "core/spec/job_spec.h"
 #include "core/status.h"
+#include "kernels/backend.h"
 #include "worker/comm/communicator.h"
 #include "worker/data/llmc_token_file.h"
 #include "worker/engine/trainer.h"
 
 namespace dslaunch::worker::engine::testing {
+
+// Whether the CPU backend keeps bf16 products' copy of the weights on this
+// machine: where oneDNN multiplies bf16 (AVX512_BF16 or AMX). The plan
+// counts the copy whatever the CPU.
+inline bool bf16_weight_copy_kept() {
+  auto probe = kernels::make_cpu_backend(1);
+  probe->set_matmul_precision(core::DType::kBF16);
+  return probe->matmul_kernel().rfind("oneDNN", 0) == 0;
+}
 
 inline spec::JobSpec tiny_job(const std::string& train, const std::string& valid) {
   spec::JobSpec spec;
