@@ -78,11 +78,12 @@ constexpr const char* kFixedBatch = "train_batch_size: 16\n  train_micro_batch_s
 
 // A small GPT over byte-level tokens; `cluster` is the spec's cluster
 // section, `batch` the batch keys of its training section (indented by 2),
-// `fault_tolerance` the whole section.
+// `fault_tolerance` the whole section, `extra` more top-level sections.
 fs::path write_spec(const fs::path& dir, const std::string& name, const std::string& cluster,
                     int steps, const std::string& batch = kFixedBatch,
                     const std::string& fault_tolerance =
-                        "{heartbeat_interval: 0.5, heartbeat_timeout: 5, max_restarts: 2}") {
+                        "{heartbeat_interval: 0.5, heartbeat_timeout: 5, max_restarts: 2}",
+                    const std::string& extra = "") {
   const fs::path spec = dir / (name + ".yaml");
   std::ofstream(spec) << fmt::format(R"(name: {}
 cluster: {}
@@ -105,8 +106,9 @@ training:
 checkpoint: {{interval: 10, keep: 2}}
 fault_tolerance: {}
 env: {{DSL_DATA_CACHE: '{}'}}
-)",
-                                     name, cluster, batch, steps, fault_tolerance, dir.string());
+{})",
+                                     name, cluster, batch, steps, fault_tolerance, dir.string(),
+                                     extra);
   return spec;
 }
 
@@ -301,6 +303,12 @@ constexpr const char* kElasticBatch =
     "elasticity: {enabled: true, max_train_batch_size: 16, micro_batch_sizes: [2, 4], "
     "min_gpus: 1, max_gpus: 4, version: 0.1}";
 
+// The first attempt takes a second a step after step 25, so that a fault
+// made once step 25 is seen lands before the checkpoint of step 30 (the
+// steps take milliseconds otherwise). Sleeping changes no bits.
+constexpr const char* kSlowAfterStep25 =
+    "testing: {fault: {kind: slow, rank: 0, step: 26, seconds: 1}}\n";
+
 enum class HostFault { kKill, kPartition };
 
 // Runs `spec` on both test hosts and breaks dsl-h2 once step 25 is done
@@ -350,7 +358,10 @@ void elastic_case(HostFault fault) {
   const std::string hostfile = TestHosts::get().up(2);
   const auto& reference = uninterrupted();
   const fs::path dir = test_dir(fault == HostFault::kKill ? "elastic_kill" : "elastic_partition");
-  const fs::path spec = write_spec(dir, "elastic", cluster_of(hostfile), kLongSteps, kElasticBatch);
+  const fs::path spec =
+      write_spec(dir, "elastic", cluster_of(hostfile), kLongSteps, kElasticBatch,
+                 "{heartbeat_interval: 0.5, heartbeat_timeout: 5, max_restarts: 2}",
+                 kSlowAfterStep25);
   BackgroundRun run(
       dir, fmt::format("{} --job-dir '{}' --progress off", spec.string(), (dir / "job").string()));
   const double fault_time = break_second_host_mid_run(dir / "job", fault);
@@ -397,7 +408,8 @@ WaitingJob start_waiting_job(const std::string& name, int host_wait_timeout) {
       write_spec(job.dir, name, cluster_of(hostfile), kLongSteps, kFixedBatch,
                  fmt::format("{{heartbeat_interval: 0.5, heartbeat_timeout: 5, max_restarts: 2, "
                              "host_wait_timeout: {}}}",
-                             host_wait_timeout));
+                             host_wait_timeout),
+                 kSlowAfterStep25);
   job.run.emplace(job.dir, fmt::format("{} --job-dir '{}' --progress off", spec.string(),
                                        (job.dir / "job").string()));
   job.fault_time = break_second_host_mid_run(job.dir / "job", HostFault::kKill);
@@ -472,11 +484,13 @@ std::string slurm_cluster() {
 }
 
 // sbatch of a script that runs `dslaunch run` on 2 nodes x 2 tasks with the
-// slurm runner; the Slurm job id.
-std::string submit(const fs::path& dir, const std::string& slurm_conf) {
+// slurm runner (its spec given `extra` sections); the Slurm job id.
+std::string submit(const fs::path& dir, const std::string& slurm_conf,
+                   const std::string& extra = "") {
   const fs::path spec = write_spec(
       dir, "slurm", fmt::format("{{device: cpu, runner: slurm, network_interface: '{}'}}", kSubnet),
-      kLongSteps);
+      kLongSteps, kFixedBatch, "{heartbeat_interval: 0.5, heartbeat_timeout: 5, max_restarts: 2}",
+      extra);
   const fs::path script = dir / "job.sh";
   std::ofstream(script) << fmt::format(
       "#!/bin/bash\n"
@@ -536,7 +550,7 @@ TEST_CASE(
   const std::string slurm_conf = slurm_cluster();
   const auto& reference = uninterrupted();
   const fs::path dir = test_dir("slurm_requeue");
-  const std::string id = submit(dir, slurm_conf);
+  const std::string id = submit(dir, slurm_conf, kSlowAfterStep25);
   wait_for_step(dir / "job", 25);
   // What --signal=USR1@N sends before the time limit: SIGUSR1 to the steps.
   const CommandResult signalled =
