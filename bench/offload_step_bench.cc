@@ -1,14 +1,22 @@
 // Training steps with ZeRO-Infinity's offloads beside the same steps
 // without, measured in the same run: GPT-2 124M's shape (T 64, one sequence
-// a step) on one rank at ZeRO stage 3, with the parameters, the optimizer's
-// moments, or both in swap files in a folder (offload_param and
-// offload_optimizer device nvme), the model-state bytes each leaves in
-// memory, and the process's peak resident memory over its steps (the kernel's
-// VmHWM, reset before each configuration) beside a quarter of the fp32
-// model-state bytes ZeRO's formula gives (16 bytes a parameter).
+// a step per rank) at ZeRO stage 3, data-parallel over the ranks it is
+// started on, with the parameters, the optimizer's moments, or both in swap
+// files in a folder (offload_param and offload_optimizer device nvme), the
+// model-state bytes each leaves in memory, and the largest peak resident
+// memory of a rank over its steps (the kernel's VmHWM, reset before each
+// configuration) beside a quarter of a rank's fp32 model-state bytes ZeRO's
+// formula gives (16 bytes a parameter over the ranks). The last
+// configuration is both offloads with the settings a memory-bound ZeRO-3
+// run takes (activation checkpointing, small buckets and swap buffers, no
+// prefetch past the block in use).
 //
 //   bazel run //bench:offload_step_bench -- --dir /path/on/nvme [--steps 5] [--bf16]
 //       [--sub-group-size 2000000]
+//   mpirun -np 2 bazel-bin/bench/offload_step_bench --threads 1 --dir ...
+#include <malloc.h>
+#include <mpi.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -43,6 +51,7 @@ struct Offload {
   const char* name;
   bool parameters;
   bool optimizer;
+  bool lean;  // the memory-bound settings (see the file comment)
 };
 
 // The kernel's peak resident size of this process since the last reset
@@ -56,8 +65,13 @@ int64_t peak_resident_bytes() {
   return 0;
 }
 
-// Sets the peak to the present resident size (Linux 4.0 and later).
-void reset_peak_resident() { std::ofstream("/proc/self/clear_refs") << "5"; }
+// Sets the peak to the present resident size (Linux 4.0 and later), after
+// giving back the heap's free pages, so that what an earlier configuration
+// freed does not count towards the next one's peak.
+void reset_peak_resident() {
+  malloc_trim(0);
+  std::ofstream("/proc/self/clear_refs") << "5";
+}
 
 }  // namespace
 
@@ -74,23 +88,29 @@ int main(int argc, char** argv) {
                  "zero_optimization.sub_group_size: elements a swap buffer holds (4 buffers)");
   app.add_option("--steps", steps, "Timed steps per configuration (median reported), after 2");
   app.add_option("--threads", threads, "Compute threads");
-  app.add_flag("--bf16", bf16, "bf16 mixed precision (with both offloads the masters go to NVMe too)");
+  app.add_flag("--bf16", bf16,
+               "bf16 mixed precision (with both offloads the masters go to NVMe too)");
   CLI11_PARSE(app, argc, argv);
   if (const dslaunch::core::Status started = comm::mpi_init(); !started.ok()) {
     fail("offload_step_bench", started.message());
   }
-  auto created = comm::create_mpi_process_groups({1, 1, 1}, comm::CommOptions{});
+  int ranks = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  auto created = comm::create_mpi_process_groups({1, ranks, 1}, comm::CommOptions{});
   if (!created.ok()) fail("offload_step_bench", created.status().message());
   std::unique_ptr<comm::ProcessGroups> groups = std::move(created.value());
   dslaunch::kernels::set_compute_threads(threads);
   auto backend = dslaunch::kernels::make_cpu_backend(threads);
 
+  comm::Communicator& data = groups->data();
+  const bool printer = data.rank() == 0;
   spec::JobSpec job = dslaunch::bench::demo_training_job();
   job.model = spec::ModelSpec{};  // GPT-2 124M
   job.model.seq_length = 64;
   job.training.steps = steps + 2;
   job.training.batch.micro_batch_per_gpu = 1;
   job.training.batch.gradient_accumulation_steps = 1;
+  job.training.batch.train_batch_size = ranks;
   job.training.bf16 = bf16;
   job.training.zero.stage = 3;
   job.training.zero.param_persistence_threshold = 0;
@@ -107,25 +127,36 @@ int main(int argc, char** argv) {
   if (!corpus.error.empty()) fail("offload_step_bench", corpus.error);
 
   const dslaunch::topology::MachineTopology machine = dslaunch::topology::probe_machine_topology();
-  std::cout << fmt::format(
-      "{} ({} threads); GPT-2 124M, T {}, 1 sequence a step, {}, ZeRO 3 on one rank; swap files "
-      "in {}; median of {} steps after 2\n\n",
-      machine.cpu_model.empty() ? "an unnamed CPU" : machine.cpu_model, threads,
-      job.model.seq_length, bf16 ? "bf16" : "fp32", dir, steps);
   const int64_t parameters =
       dslaunch::core::ParameterTable(dslaunch::core::model_config(job.model, 1)).total();
-  const double quarter_mb = 16.0 * static_cast<double>(parameters) / 4 / 1e6;
-  std::cout << fmt::format(
-      "fp32 model states (16 bytes a parameter, {} parameters): {:.1f} MB; a quarter: {:.1f} MB\n\n",
-      parameters, 4 * quarter_mb, quarter_mb);
-  std::cout << fmt::format("{:<26} {:>10} {:>9} {:>14} {:>13} {:>13} {:>14}\n", "offload",
-                           "step ms", "vs none", "parameters MB", "gradients MB", "optimizer MB",
-                           "peak RSS MB");
+  const double rank_states_mb = 16.0 * static_cast<double>(parameters) / ranks / 1e6;
+  if (printer) {
+    std::cout << fmt::format(
+        "{} ({} threads a rank); GPT-2 124M, T {}, 1 sequence a step per rank, {}, ZeRO 3 over {} "
+        "rank(s); swap files in {}; median of {} steps after 2\n\n",
+        machine.cpu_model.empty() ? "an unnamed CPU" : machine.cpu_model, threads,
+        job.model.seq_length, bf16 ? "bf16" : "fp32", ranks, dir, steps);
+    std::cout << fmt::format(
+        "fp32 model states per rank (16 bytes a parameter, {} parameters, over {} rank(s)): "
+        "{:.1f} MB; a quarter: {:.1f} MB\n\n",
+        parameters, ranks, rank_states_mb, rank_states_mb / 4);
+    std::cout << fmt::format("{:<26} {:>10} {:>9} {:>13} {:>14} {:>13} {:>13} {:>18}\n", "offload",
+                             "step ms", "vs none", "optimizer ms", "parameters MB", "gradients MB",
+                             "optimizer MB", "max peak RSS MB");
+  }
   double none_ms = 0;
   for (const Offload& offload :
-       {Offload{"none", false, false}, Offload{"offload_optimizer nvme", false, true},
-        Offload{"offload_param nvme", true, false}, Offload{"both", true, true}}) {
+       {Offload{"none", false, false, false}, Offload{"offload_optimizer nvme", false, true, false},
+        Offload{"offload_param nvme", true, false, false}, Offload{"both", true, true, false},
+        Offload{"both, memory-bound", true, true, true}}) {
     spec::JobSpec run = job;
+    if (offload.lean) {
+      run.training.activation_checkpointing.enabled = true;
+      run.training.zero.reduce_bucket_size = 1'000'000;
+      run.training.zero.prefetch_bucket_size = 1'000'000;
+      run.training.zero.max_live_parameters = 1'000'000;
+      run.training.zero.sub_group_size = std::min<int64_t>(sub_group_size, 500'000);
+    }
     if (offload.parameters) {
       run.training.zero.offload_param.device = spec::OffloadDevice::kNvme;
       run.training.zero.offload_param.nvme_path = dir;
@@ -135,26 +166,41 @@ int main(int argc, char** argv) {
       run.training.zero.offload_optimizer.nvme_path = dir;
     }
     std::vector<double> seconds;
+    std::vector<double> optimizer_seconds;
     engine::MemoryReport memory;
     engine::TrainerOptions options;
-    options.data_comm = &groups->data();
+    options.data_comm = &data;
     options.on_memory = [&memory](const engine::MemoryReport& report) { memory = report; };
     // The peak over the steps, before the final parameters are gathered whole.
     int64_t peak = 0;
     const int64_t last_step = run.training.steps;
-    options.on_step = [&seconds, &peak, last_step](const engine::StepReport& report) {
-      if (report.step > 2) seconds.push_back(report.step_seconds);
+    options.on_step = [&seconds, &optimizer_seconds, &peak,
+                       last_step](const engine::StepReport& report) {
+      if (report.step > 2) {
+        seconds.push_back(report.step_seconds);
+        optimizer_seconds.push_back(report.optimizer_seconds);
+      }
       if (report.step == last_step) peak = peak_resident_bytes();
     };
     reset_peak_resident();
     const engine::TrainResult trained = engine::train(run, corpus, *backend, options);
     if (!trained.error.empty()) fail("offload_step_bench", trained.error);
     std::sort(seconds.begin(), seconds.end());
+    std::sort(optimizer_seconds.begin(), optimizer_seconds.end());
     const double ms = seconds[seconds.size() / 2] * 1e3;
+    const double optimizer_ms = optimizer_seconds[optimizer_seconds.size() / 2] * 1e3;
     if (!offload.parameters && !offload.optimizer) none_ms = ms;
-    std::cout << fmt::format("{:<26} {:>10.1f} {:>8.2f}x {:>14.1f} {:>13.1f} {:>13.1f} {:>14.1f}\n",
-                             offload.name, ms, ms / none_ms, memory.parameters / 1e6,
-                             memory.gradients / 1e6, memory.optimizer_states / 1e6, peak / 1e6);
+    if (const dslaunch::core::Status status =
+            data.all_reduce(comm::buffer_of(&peak, 1), comm::ReduceOp::kMax)->wait();
+        !status.ok()) {
+      fail("offload_step_bench", status.message());
+    }
+    if (printer) {
+      std::cout << fmt::format(
+          "{:<26} {:>10.1f} {:>8.2f}x {:>13.1f} {:>14.1f} {:>13.1f} {:>13.1f} {:>18.1f}\n",
+          offload.name, ms, ms / none_ms, optimizer_ms, memory.parameters / 1e6,
+          memory.gradients / 1e6, memory.optimizer_states / 1e6, peak / 1e6);
+    }
   }
   groups.reset();
   comm::mpi_finalize();

@@ -1,7 +1,8 @@
 // Checkpoint slices written in place: what a slice marked in_place points
 // into keeps the values it had at the save until the trainer's
-// before_update, at every ZeRO stage and with the whole-model optimizers;
-// state in swap files streams and is never in place.
+// before_update, at every ZeRO stage, with the whole-model optimizers and
+// under tensor and pipeline parallelism; state in swap files streams and is
+// never in place.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -20,8 +21,10 @@
 namespace dslaunch::worker::engine {
 namespace {
 
+using comm::testing::groups_of;
 using comm::testing::world_barrier;
 using comm::testing::world_data;
+using comm::testing::world_size;
 
 // A slice's bytes at the time of its save, and where they were.
 struct Held {
@@ -43,10 +46,14 @@ std::vector<char> bytes_of(const void* data, int64_t bytes) {
   return std::vector<char>(from, from + bytes);
 }
 
-void watch_training(spec::JobSpec spec, Watch& watch) {
-  const int size = world_data().size();
-  spec.training.batch.micro_batch_per_gpu = 2;
-  spec.training.batch.gradient_accumulation_steps = 1;
+// Trains on `groups`' grid (their data, tensor and pipeline groups).
+void watch_training(spec::JobSpec spec, comm::ProcessGroups& groups, Watch& watch) {
+  const int size = groups.data().size();
+  // Two sequences a step per data rank: one micro-batch, or two under
+  // pipeline parallelism, which needs as many as it has stages.
+  const int64_t micro_batches = spec.parallelism.pipeline > 1 ? 2 : 1;
+  spec.training.batch.micro_batch_per_gpu = 2 / micro_batches;
+  spec.training.batch.gradient_accumulation_steps = micro_batches;
   spec.training.batch.train_batch_size = 2 * size;
   spec.training.steps = 6;
   spec.training.scheduler.total_num_steps = 6;
@@ -55,7 +62,9 @@ void watch_training(spec::JobSpec spec, Watch& watch) {
   REQUIRE(data.error == "");
   auto backend = kernels::make_cpu_backend(1);
   TrainerOptions options;
-  options.data_comm = &world_data();
+  options.data_comm = &groups.data();
+  options.tensor_comm = &groups.tensor();
+  options.pipeline_comm = &groups.pipeline();
   options.save_checkpoint = [&watch](const CheckpointSlice& slice) {
     ++watch.saves;
     if (!slice.in_place) {
@@ -108,6 +117,8 @@ struct Case {
   bool bf16;
   spec::OptimizerType optimizer;
   bool offload_optimizer;
+  int tensor = 1;    // tensor-parallel ranks, of all the world's or 1
+  int pipeline = 1;  // pipeline stages, likewise
 };
 
 TEST_CASE("an in-place checkpoint slice keeps its values until before_update") {
@@ -115,7 +126,7 @@ TEST_CASE("an in-place checkpoint slice keeps its values until before_update") {
   const std::string nvme = dir + "/nvme-" + std::to_string(world_data().rank());
   std::filesystem::create_directories(nvme);
   using O = spec::OptimizerType;
-  const std::vector<Case> cases = {
+  std::vector<Case> cases = {
       {"ZeRO 0", 0, false, O::kAdamW, false},
       {"ZeRO 1 bf16", 1, true, O::kAdamW, false},
       {"ZeRO 2", 2, false, O::kAdamW, false},
@@ -125,19 +136,28 @@ TEST_CASE("an in-place checkpoint slice keeps its values until before_update") {
       {"1-bit Adam", 0, false, O::kOneBitAdam, false},
       {"ZeRO 2, offload_optimizer nvme", 2, false, O::kAdamW, true},
   };
+  // Where the final parameters are gathered from slices of the model.
+  if (world_size() > 1) {
+    cases.push_back({"tensor parallel, ZeRO 3", 3, false, O::kAdamW, false, world_size(), 1});
+    cases.push_back({"tensor parallel, bf16", 1, true, O::kAdamW, false, world_size(), 1});
+    cases.push_back({"pipeline stages, ZeRO 1", 1, false, O::kAdamW, false, 1, world_size()});
+  }
   for (const Case& c : cases) {
-    INFO(c.name << " on " << world_data().size() << " rank(s)");
+    INFO(c.name << " on " << world_size() << " rank(s)");
     spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
     spec.training.zero.stage = c.stage;
     spec.training.bf16 = c.bf16;
     spec.training.optimizer.type = c.optimizer;
+    spec.parallelism.tensor = c.tensor;
+    spec.parallelism.pipeline = c.pipeline;
     if (c.optimizer == O::kOneBitAdam) spec.training.optimizer.freeze_step = 2;
     if (c.offload_optimizer) {
       spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kNvme;
       spec.training.zero.offload_optimizer.nvme_path = nvme;
     }
     Watch watch;
-    watch_training(spec, watch);
+    watch_training(spec, groups_of({c.pipeline, world_size() / (c.tensor * c.pipeline), c.tensor}),
+                   watch);
     CHECK(watch.saves == 3);
     CHECK(watch.in_place == (c.offload_optimizer ? 0 : 3));
     // Before each of the 6 optimizer steps, after the last step, and once
