@@ -8,12 +8,12 @@
 // configuration) beside a quarter of a rank's fp32 model-state bytes ZeRO's
 // formula gives (16 bytes a parameter over the ranks). The last
 // configuration is both offloads with the settings a memory-bound ZeRO-3
-// run takes (activation checkpointing, small buckets and swap buffers, no
-// prefetch past the block in use).
+// run takes (activation checkpointing, small buckets and swap buffers, and
+// a live-parameter limit below one block, so nothing is gathered ahead).
 //
 //   bazel run //bench:offload_step_bench -- --dir /path/on/nvme [--steps 5] [--bf16]
 //       [--sub-group-size 2000000]
-//   mpirun -np 2 bazel-bin/bench/offload_step_bench --threads 1 --dir ...
+//   tools/mpirun_local.sh 2 bazel-bin/bench/offload_step_bench --threads 1 --dir ...
 #include <malloc.h>
 #include <mpi.h>
 
@@ -32,6 +32,7 @@
 #include "core/layout/parameter_table.h"
 #include "core/spec/job_spec.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/blas_info.h"
 #include "kernels/cpu/blas_setup.h"
 #include "topology/machine_topology.h"
 #include "worker/comm/mpi_process_groups.h"
@@ -51,7 +52,7 @@ struct Offload {
   const char* name;
   bool parameters;
   bool optimizer;
-  bool lean;  // the memory-bound settings (see the file comment)
+  bool memory_bound;  // the memory-bound settings (see the file comment)
 };
 
 // The kernel's peak resident size of this process since the last reset
@@ -86,7 +87,8 @@ int main(int argc, char** argv) {
   app.add_option("--dir", dir, "Folder for the swap files (on the NVMe drive)");
   app.add_option("--sub-group-size", sub_group_size,
                  "zero_optimization.sub_group_size: elements a swap buffer holds (4 buffers)");
-  app.add_option("--steps", steps, "Timed steps per configuration (median reported), after 2");
+  app.add_option("--steps", steps, "Timed steps per configuration (median reported), after 2")
+      ->check(CLI::Range(1, 100000));
   app.add_option("--threads", threads, "Compute threads");
   app.add_flag("--bf16", bf16,
                "bf16 mixed precision (with both offloads the masters go to NVMe too)");
@@ -115,9 +117,9 @@ int main(int argc, char** argv) {
   job.training.zero.stage = 3;
   job.training.zero.param_persistence_threshold = 0;
   job.training.zero.sub_group_size = sub_group_size;
-  // Buckets of a few blocks' size, as memory-bound ZeRO-3 configurations set
-  // them (DeepSpeed's defaults, 5e8 and 5e7 elements, would hold the whole
-  // gradient and seven blocks at once).
+  // Buckets of a few blocks' size for the first four configurations
+  // (DeepSpeed's defaults, 5e8 and 5e7 elements, would hold the whole
+  // gradient and seven blocks at once); the memory-bound one shrinks them.
   job.training.zero.reduce_bucket_size = 4'000'000;
   job.training.zero.prefetch_bucket_size = 8'000'000;
   const std::string corpus_dir =
@@ -132,10 +134,11 @@ int main(int argc, char** argv) {
   const double rank_states_mb = 16.0 * static_cast<double>(parameters) / ranks / 1e6;
   if (printer) {
     std::cout << fmt::format(
-        "{} ({} threads a rank); GPT-2 124M, T {}, 1 sequence a step per rank, {}, ZeRO 3 over {} "
-        "rank(s); swap files in {}; median of {} steps after 2\n\n",
-        machine.cpu_model.empty() ? "an unnamed CPU" : machine.cpu_model, threads,
-        job.model.seq_length, bf16 ? "bf16" : "fp32", ranks, dir, steps);
+        "{}, OpenBLAS {} kernels ({} threads a rank); GPT-2 124M, T {}, 1 sequence a step per "
+        "rank, {}, ZeRO 3 over {} rank(s); swap files in {}; median of {} steps after 2\n\n",
+        machine.cpu_model.empty() ? "an unnamed CPU" : machine.cpu_model,
+        dslaunch::kernels::query_blas_info().core_name, threads, job.model.seq_length,
+        bf16 ? "bf16" : "fp32", ranks, dir, steps);
     std::cout << fmt::format(
         "fp32 model states per rank (16 bytes a parameter, {} parameters, over {} rank(s)): "
         "{:.1f} MB; a quarter: {:.1f} MB\n\n",
@@ -150,10 +153,9 @@ int main(int argc, char** argv) {
         Offload{"offload_param nvme", true, false, false}, Offload{"both", true, true, false},
         Offload{"both, memory-bound", true, true, true}}) {
     spec::JobSpec run = job;
-    if (offload.lean) {
+    if (offload.memory_bound) {
       run.training.activation_checkpointing.enabled = true;
       run.training.zero.reduce_bucket_size = 1'000'000;
-      run.training.zero.prefetch_bucket_size = 1'000'000;
       run.training.zero.max_live_parameters = 1'000'000;
       run.training.zero.sub_group_size = std::min<int64_t>(sub_group_size, 500'000);
     }
@@ -202,6 +204,7 @@ int main(int argc, char** argv) {
           memory.gradients / 1e6, memory.optimizer_states / 1e6, peak / 1e6);
     }
   }
+  if (printer) std::cout << "\nMatrix products: " << backend->matmul_kernel() << "\n";
   groups.reset();
   comm::mpi_finalize();
   return 0;

@@ -49,9 +49,9 @@ std::vector<char> bytes_of(const void* data, int64_t bytes) {
 // Trains on `groups`' grid (their data, tensor and pipeline groups).
 void watch_training(spec::JobSpec spec, comm::ProcessGroups& groups, Watch& watch) {
   const int size = groups.data().size();
-  // Two sequences a step per data rank: one micro-batch, or two under
-  // pipeline parallelism, which needs as many as it has stages.
-  const int64_t micro_batches = spec.parallelism.pipeline > 1 ? 2 : 1;
+  // Two sequences a step per data rank: one micro-batch, or one per stage
+  // under pipeline parallelism, which needs as many as it has stages.
+  const int64_t micro_batches = spec.parallelism.pipeline;
   spec.training.batch.micro_batch_per_gpu = 2 / micro_batches;
   spec.training.batch.gradient_accumulation_steps = micro_batches;
   spec.training.batch.train_batch_size = 2 * size;
@@ -117,8 +117,8 @@ struct Case {
   bool bf16;
   spec::OptimizerType optimizer;
   bool offload_optimizer;
-  int tensor = 1;    // tensor-parallel ranks, of all the world's or 1
-  int pipeline = 1;  // pipeline stages, likewise
+  int tensor = 1;    // tensor-parallel ranks: 1 or 2
+  int pipeline = 1;  // pipeline stages: 1 or 2
 };
 
 TEST_CASE("an in-place checkpoint slice keeps its values until before_update") {
@@ -136,11 +136,13 @@ TEST_CASE("an in-place checkpoint slice keeps its values until before_update") {
       {"1-bit Adam", 0, false, O::kOneBitAdam, false},
       {"ZeRO 2, offload_optimizer nvme", 2, false, O::kAdamW, true},
   };
-  // Where the final parameters are gathered from slices of the model.
-  if (world_size() > 1) {
-    cases.push_back({"tensor parallel, ZeRO 3", 3, false, O::kAdamW, false, world_size(), 1});
-    cases.push_back({"tensor parallel, bf16", 1, true, O::kAdamW, false, world_size(), 1});
-    cases.push_back({"pipeline stages, ZeRO 1", 1, false, O::kAdamW, false, 1, world_size()});
+  // Where the final parameters are gathered from slices of the model (the
+  // tiny model's 2 heads and 2 blocks split in two; the rest of the world
+  // is the data group).
+  if (world_size() % 2 == 0) {
+    cases.push_back({"tensor parallel 2, ZeRO 3", 3, false, O::kAdamW, false, 2, 1});
+    cases.push_back({"tensor parallel 2, bf16", 1, true, O::kAdamW, false, 2, 1});
+    cases.push_back({"2 pipeline stages, ZeRO 1", 1, false, O::kAdamW, false, 1, 2});
   }
   for (const Case& c : cases) {
     INFO(c.name << " on " << world_size() << " rank(s)");
