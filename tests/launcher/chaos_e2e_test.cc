@@ -832,16 +832,24 @@ TEST_CASE("dslaunch checkpoint asks a running job for a checkpoint, which change
   w.reference();
   const fs::path job = w.dir / "jobs" / "checkpoint-now";
   const fs::path log = w.dir / "checkpoint-now.log";
-  // Twice the reference's steps, so the job still runs while it is asked;
-  // with a constant learning rate its first kSteps are the reference's. No
-  // interval checkpoint comes before the last step, so any earlier one is
-  // the one asked for (which could otherwise fall on an interval step).
-  const std::string no_interval = fmt::format("{{interval: {}, keep: 2}}", 4 * kSteps);
+  // Three times the reference's steps, so the job still runs while it is
+  // asked (550 steps after the ask take about 5 s on 2 cores, so twice was
+  // too close); with a constant learning rate its first kSteps are the
+  // reference's. No interval checkpoint comes before the last step, so any
+  // earlier one is the one asked for (which could otherwise fall on an
+  // interval step).
+  const int64_t steps = 3 * kSteps;
+  const std::string no_interval = fmt::format("{{interval: {}, keep: 2}}", 4 * steps);
   const pid_t dslaunch =
       w.start({"run", write_spec(w.dir, "now", no_interval).string(), "--job-dir", job.string(),
-               "--progress", "off", "--set", fmt::format("training.steps={}", 2 * kSteps)},
+               "--progress", "off", "--set", fmt::format("training.steps={}", steps)},
               log);
   REQUIRE(wait_until([&] { return last_step(job) >= 50; }, 120s));
+  const fs::path asked_log = w.dir / "checkpoint-now-asked.log";
+  CHECK(w.run({"checkpoint", "checkpoint-now"}, asked_log) == 0);
+  INFO(Workspace::log_text(asked_log));
+  CHECK_THAT(Workspace::log_text(asked_log),
+             Catch::Contains("checkpoint requested from 2 rank(s)"));
   // A second controller on the same job directory is refused at once.
   const fs::path second_log = w.dir / "checkpoint-now-second.log";
   CHECK(w.run({"run", write_spec(w.dir, "now", no_interval).string(), "--job-dir", job.string(),
@@ -849,15 +857,10 @@ TEST_CASE("dslaunch checkpoint asks a running job for a checkpoint, which change
               second_log) == 2);
   CHECK_THAT(Workspace::log_text(second_log),
              Catch::Contains("is in use by another dslaunch (pid " + std::to_string(dslaunch)));
-  const fs::path asked_log = w.dir / "checkpoint-now-asked.log";
-  CHECK(w.run({"checkpoint", "checkpoint-now"}, asked_log) == 0);
-  INFO(Workspace::log_text(asked_log));
-  CHECK_THAT(Workspace::log_text(asked_log),
-             Catch::Contains("checkpoint requested from 2 rank(s)"));
   // A checkpoint before the last step, committed by the controller.
   const auto asked_for = [&] {
     for (const int64_t step : committed_steps(job)) {
-      if (step < 2 * kSteps) return true;
+      if (step < steps) return true;
     }
     return false;
   };
@@ -865,7 +868,7 @@ TEST_CASE("dslaunch checkpoint asks a running job for a checkpoint, which change
   CHECK(Workspace::wait_exit(dslaunch) == 0);
   INFO(Workspace::log_text(log));
   const std::map<int, double> got = losses(job);
-  REQUIRE(got.size() == 2 * kSteps);
+  REQUIRE(static_cast<int64_t>(got.size()) == steps);
   for (const auto& [step, loss] : w.reference()) {
     INFO("step " << step);
     CHECK(got.at(step) == loss);
