@@ -10,6 +10,10 @@
 // configuration is both offloads with the settings a memory-bound ZeRO-3
 // run takes (activation checkpointing, small buckets and swap buffers, and
 // a live-parameter limit below one block, so nothing is gathered ahead).
+// Beside the peak: what the rank accounts for (model states in memory,
+// activations, ZeRO's workspaces and buffers, as MemoryReport measures
+// them) and what `dslaunch plan` estimates for the same (launcher/plan);
+// the peak's remainder is the process itself.
 //
 //   bazel run //bench:offload_step_bench -- --dir /path/on/nvme [--steps 5] [--bf16]
 //       [--sub-group-size 2000000]
@@ -34,6 +38,8 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/blas_info.h"
 #include "kernels/cpu/blas_setup.h"
+#include "launcher/plan/memory_estimate.h"
+#include "launcher/plan/workspace_estimate.h"
 #include "topology/machine_topology.h"
 #include "worker/comm/mpi_process_groups.h"
 #include "worker/comm/mpi_runtime.h"
@@ -54,6 +60,27 @@ struct Offload {
   bool optimizer;
   bool memory_bound;  // the memory-bound settings (see the file comment)
 };
+
+// What the rank holds by kind, as measured (the ZeRO paper's accounting
+// and the workspaces beside it).
+int64_t accounted_bytes(const engine::MemoryReport& m) {
+  return m.parameters + m.gradients + m.optimizer_states + m.activations + m.communication_buffers +
+         m.gradient_workspace_peak + m.parameter_workspace_peak + m.weight_copy;
+}
+
+// The same as `dslaunch plan` estimates it for the one stage's ranks.
+int64_t planned_bytes(const spec::JobSpec& job, int ranks) {
+  namespace plan = dslaunch::plan;
+  const int64_t psi = plan::parameters_per_rank(job.model, job.parallelism, 0);
+  return plan::model_state_bytes(psi, job.training, ranks, spec::Device::kCpu).device_total() +
+         plan::activation_bytes_per_rank(job.model, job.parallelism, job.training,
+                                         job.training.batch.micro_batch_per_gpu.value_or(1),
+                                         job.training.batch.gradient_accumulation_steps.value_or(1),
+                                         0) +
+         plan::workspace_bytes_per_rank(job.model, job.parallelism, job.training, ranks,
+                                        job.training.batch.micro_batch_per_gpu.value_or(1), 0)
+             .total();
+}
 
 // The kernel's peak resident size of this process since the last reset
 // (VmHWM), in bytes; 0 where unreadable. getrusage's ru_maxrss cannot be
@@ -143,9 +170,10 @@ int main(int argc, char** argv) {
         "fp32 model states per rank (16 bytes a parameter, {} parameters, over {} rank(s)): "
         "{:.1f} MB; a quarter: {:.1f} MB\n\n",
         parameters, ranks, rank_states_mb, rank_states_mb / 4);
-    std::cout << fmt::format("{:<26} {:>10} {:>9} {:>13} {:>14} {:>13} {:>13} {:>18}\n", "offload",
-                             "step ms", "vs none", "optimizer ms", "parameters MB", "gradients MB",
-                             "optimizer MB", "max peak RSS MB");
+    std::cout << fmt::format(
+        "{:<26} {:>10} {:>9} {:>13} {:>14} {:>13} {:>13} {:>14} {:>11} {:>18}\n", "offload",
+        "step ms", "vs none", "optimizer ms", "parameters MB", "gradients MB", "optimizer MB",
+        "accounted MB", "planned MB", "max peak RSS MB");
   }
   double none_ms = 0;
   for (const Offload& offload :
@@ -199,9 +227,11 @@ int main(int argc, char** argv) {
     }
     if (printer) {
       std::cout << fmt::format(
-          "{:<26} {:>10.1f} {:>8.2f}x {:>13.1f} {:>14.1f} {:>13.1f} {:>13.1f} {:>18.1f}\n",
+          "{:<26} {:>10.1f} {:>8.2f}x {:>13.1f} {:>14.1f} {:>13.1f} {:>13.1f} {:>14.1f} {:>11.1f} "
+          "{:>18.1f}\n",
           offload.name, ms, ms / none_ms, optimizer_ms, memory.parameters / 1e6,
-          memory.gradients / 1e6, memory.optimizer_states / 1e6, peak / 1e6);
+          memory.gradients / 1e6, memory.optimizer_states / 1e6, accounted_bytes(memory) / 1e6,
+          planned_bytes(run, ranks) / 1e6, peak / 1e6);
     }
   }
   if (printer) std::cout << "\nMatrix products: " << backend->matmul_kernel() << "\n";

@@ -227,11 +227,15 @@ void add_memory_warnings(const spec::JobSpec& spec, JobPlan& plan) {
     return;
   }
   for (size_t stage = 0; stage < plan.memory_by_stage.size(); ++stage) {
-    const int64_t need = plan.memory_by_stage[stage].device_total();
+    const int64_t need = plan.memory_by_stage[stage].device_total() +
+                         plan.activation_bytes_by_stage[stage] +
+                         plan.workspace_by_stage[stage].total();
     if (need <= plan.device_memory_bytes) continue;
     plan.warnings.push_back(fmt::format(
-        "pipeline stage {}: model states need {:.2f} GiB per rank, more than the {:.2f} GiB {} "
-        "has (ZeRO stage {}); raise zero_optimization.stage, offload, or use more ranks",
+        "pipeline stage {}: model states, activations and ZeRO's buffers need {:.2f} GiB per "
+        "rank, more than the {:.2f} GiB {} "
+        "has (ZeRO stage {}); raise zero_optimization.stage, offload, checkpoint activations, or "
+        "use more ranks",
         stage, need / kGiB, plan.device_memory_bytes / kGiB,
         spec.cluster.device == spec::Device::kCuda ? "a GPU" : "a rank's share of the host",
         spec.training.zero.stage));
@@ -365,6 +369,8 @@ std::optional<JobPlan> plan_on_device(const spec::JobSpec& spec, const spec::Sou
     plan.activation_bytes_by_stage.push_back(activation_bytes_per_rank(
         spec.model, spec.parallelism, spec.training, plan.batch.micro_batch_per_gpu,
         plan.batch.gradient_accumulation_steps, stage));
+    plan.workspace_by_stage.push_back(workspace_bytes_per_rank(
+        spec.model, spec.parallelism, spec.training, data, plan.batch.micro_batch_per_gpu, stage));
   }
   plan.device_memory_bytes = device_memory(spec, inputs.machine, plan.placement);
   add_memory_warnings(spec, plan);

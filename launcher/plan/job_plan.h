@@ -8,6 +8,7 @@
 
 #include "launcher/plan/local_machine.h"
 #include "launcher/plan/memory_estimate.h"
+#include "launcher/plan/workspace_estimate.h"
 #include "core/spec/diagnostics.h"
 #include "core/spec/job_spec.h"
 #include "topology/host_filter.h"
@@ -41,6 +42,7 @@ struct JobPlan {
   // parallelism.virtual_stages); empty likewise.
   std::vector<std::vector<std::pair<int, int>>> stage_layers;
   std::vector<int64_t> activation_bytes_by_stage;  // per rank; empty likewise
+  std::vector<WorkspaceBytes> workspace_by_stage;  // per rank; empty likewise
   int64_t device_memory_bytes = 0;               // per rank; 0 when unknown
   int64_t padded_vocab_size = 0;
   int64_t total_parameters = 0;

@@ -14,9 +14,10 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The parameter table of tensor rank 0 of pipeline stage `stage`.
-core::ParameterTable stage_table(const spec::ModelSpec& model,
-                                 const spec::ParallelismSpec& parallel, int stage) {
+}  // namespace
+
+core::ParameterTable stage_parameter_table(const spec::ModelSpec& model,
+                                           const spec::ParallelismSpec& parallel, int stage) {
   const core::ModelShard shard{
       .tensor_rank = 0,
       .tensor_size = parallel.tensor,
@@ -25,8 +26,6 @@ core::ParameterTable stage_table(const spec::ModelSpec& model,
       .chunks = core::rank_chunks(stage_layers(model, parallel), parallel.pipeline, stage)};
   return core::ParameterTable(core::model_config(model, parallel.tensor), shard);
 }
-
-}  // namespace
 
 int64_t padded_vocab_size(const spec::ModelSpec& model, int tensor) {
   return core::model_config(model, tensor).padded_vocab_size;
@@ -39,7 +38,7 @@ std::vector<std::pair<int, int>> stage_layers(const spec::ModelSpec& model,
 
 int64_t parameters_per_rank(const spec::ModelSpec& model, const spec::ParallelismSpec& parallel,
                             int stage) {
-  return stage_table(model, parallel, stage).total();
+  return stage_parameter_table(model, parallel, stage).total();
 }
 
 int64_t activation_bytes_per_rank(const spec::ModelSpec& model,
@@ -52,7 +51,7 @@ int64_t activation_bytes_per_rank(const spec::ModelSpec& model,
           ? static_cast<int>(std::min<int64_t>(
                 checkpointing.number_checkpoints.value_or(model.num_layers), model.num_layers))
           : 0;
-  const core::ParameterTable table = stage_table(model, parallel, stage);
+  const core::ParameterTable table = stage_parameter_table(model, parallel, stage);
   const int chunks = table.chunk_count();
   const std::vector<core::ScheduledPass> schedule =
       chunks > 1 ? core::interleaved_schedule(accumulation, parallel.pipeline, stage, chunks)

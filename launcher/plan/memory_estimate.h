@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/layout/parameter_table.h"
 #include "core/spec/job_spec.h"
 
 namespace dslaunch::plan {
@@ -17,6 +18,10 @@ int64_t padded_vocab_size(const spec::ModelSpec& model, int tensor);
 // parallelism.pipeline_partition splits them (core/layout/pipeline_partition).
 std::vector<std::pair<int, int>> stage_layers(const spec::ModelSpec& model,
                                               const spec::ParallelismSpec& parallel);
+
+// The parameter table of tensor rank 0 of pipeline stage `stage`.
+core::ParameterTable stage_parameter_table(const spec::ModelSpec& model,
+                                           const spec::ParallelismSpec& parallel, int stage);
 
 // Parameters one rank of pipeline stage `stage` holds before ZeRO (Ψ for that
 // model-parallel shard): what core::ParameterTable lays out for it (Megatron's

@@ -104,8 +104,13 @@ void write_plan_json(std::ostream& stream, const spec::JobSpec& spec, const JobP
         chunks.size() == 1 ? fmt::format("\"layer_begin\": {}, \"layer_end\": {}, ",
                                          chunks.front().first, chunks.front().second)
                            : "";
-    append(out, "{}{{\"stage\": {}, {}\"chunks\": [{}], \"activation_bytes\": {}}}",
-           stage == 0 ? "" : ", ", stage, range, blocks, plan.activation_bytes_by_stage[stage]);
+    const WorkspaceBytes& workspace = plan.workspace_by_stage[stage];
+    append(out,
+           "{}{{\"stage\": {}, {}\"chunks\": [{}], \"activation_bytes\": {}, "
+           "\"parameter_workspace_bytes\": {}, \"gradient_workspace_bytes\": {}, "
+           "\"communication_buffer_bytes\": {}}}",
+           stage == 0 ? "" : ", ", stage, range, blocks, plan.activation_bytes_by_stage[stage],
+           workspace.parameter_workspace, workspace.gradient_workspace, workspace.communication);
   }
   append(out, "],\n");
 

@@ -95,24 +95,28 @@ std::string plan_to_text(const spec::JobSpec& spec, const JobPlan& plan, int max
 
   if (!plan.memory_by_stage.empty()) {
     out += fmt::format(
-        "\nmodel states and activations per rank ({}, ZeRO stage {}, data-parallel {})\n",
+        "\nmemory per rank ({}, ZeRO stage {}, data-parallel {})\n",
         precision(spec.training), spec.training.zero.stage, shape.data);
-    out += fmt::format("{:>6}  {:>9}  {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n", "stage",
-                       "blocks", "parameters", "gradients", "optimizer",
+    out += fmt::format("{:>6}  {:>9}  {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n",
+                       "stage", "blocks", "parameters", "gradients", "optimizer",
                        plan.device == spec::Device::kCuda ? "on device" : "in memory", "offloaded",
-                       "activations");
+                       "activations", "buffers", "total");
     for (size_t stage = 0; stage < plan.memory_by_stage.size(); ++stage) {
       const ModelStateBytes& bytes = plan.memory_by_stage[stage];
       std::string blocks;
       for (const auto& [begin, end] : plan.stage_layers[stage]) {
         blocks += fmt::format("{}{}-{}", blocks.empty() ? "" : ",", begin, end - 1);
       }
-      out += fmt::format("{:>6}  {:>9}  {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n", stage, blocks,
-                         gib(bytes.parameters), gib(bytes.gradients), gib(bytes.optimizer_states),
-                         gib(bytes.device_total()),
-                         gib(bytes.offloaded_to_host + bytes.offloaded_to_nvme),
-                         gib(plan.activation_bytes_by_stage[stage]));
+      const int64_t activations = plan.activation_bytes_by_stage[stage];
+      const int64_t buffers = plan.workspace_by_stage[stage].total();
+      out += fmt::format("{:>6}  {:>9}  {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n",
+                         stage, blocks, gib(bytes.parameters), gib(bytes.gradients),
+                         gib(bytes.optimizer_states), gib(bytes.device_total()),
+                         gib(bytes.offloaded_to_host + bytes.offloaded_to_nvme), gib(activations),
+                         gib(buffers), gib(bytes.device_total() + activations + buffers));
     }
+    out += "buffers: ZeRO's gathered parameters (stage 3), gradient workspace (stages 2-3) and "
+           "communication buffers at their largest\n";
     int64_t weight_copy = 0;
     for (const ModelStateBytes& bytes : plan.memory_by_stage) {
       weight_copy = std::max(weight_copy, bytes.weight_copy);

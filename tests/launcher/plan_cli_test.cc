@@ -260,7 +260,7 @@ TEST_CASE("dslaunch plan prints the plan as text") {
                           std::regex(R"(\n +1  localhost +1 +0 +1 +0 +1  cpu +\d+(-\d+)?\n)")));
   CHECK(result.output.find("\n  data     [0,1]\n") != std::string::npos);
   CHECK(result.output.find(
-            "model states and activations per rank (fp32, ZeRO stage 1, data-parallel 2)") !=
+            "memory per rank (fp32, ZeRO stage 1, data-parallel 2)") !=
         std::string::npos);
   // The demo's one stage holds blocks 0 to 3.
   CHECK(std::regex_search(result.output, std::regex(R"(\n +0 +0-3 +)")));

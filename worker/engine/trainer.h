@@ -32,7 +32,7 @@ struct StepReport {
   double pipeline_wait_seconds = 0;
   // Where the step's time went (DeepSpeed's wall_clock_breakdown): forward
   // and backward passes (the backward's overlapped gradient exchange
-  // included), waiting for the gradient exchange after the last backward,
+  // included, and at ZeRO stages 2-3 its waits for buckets in flight), waiting for the gradient exchange after the last backward,
   // and the rest up to the update (loss and norm all-reduces, clipping, the
   // optimizer with its own communication).
   double forward_seconds = 0;

@@ -4,21 +4,12 @@
 #include <climits>
 #include <cstring>
 
-#include "core/layout/vocab_chunks.h"
+#include "core/layout/zero3_regions.h"
 
 namespace dslaunch::worker::engine {
 namespace {
 
 using Range = ParameterGatherer::Range;
-
-// Appends [begin, end) to ranges, merged with the last one when adjacent.
-void append(std::vector<Range>& ranges, int64_t begin, int64_t end) {
-  if (!ranges.empty() && ranges.back().second == begin) {
-    ranges.back().second = end;
-  } else {
-    ranges.emplace_back(begin, end);
-  }
-}
 
 }  // namespace
 
@@ -39,24 +30,11 @@ Zero3Parameters::Zero3Parameters(comm::Communicator& comm, const core::Parameter
         master_.status().ok() ? workspace_.status().message() : master_.status().message();
     return;
   }
-  // What is gathered, per region: the tensors at or above the threshold,
-  // the token embedding a vocabulary chunk of rows per region.
-  std::vector<std::vector<Range>> regions(1 + layers_);
-  for (const core::TensorInfo& t : table.tensors()) {
-    const int64_t end = t.offset + t.numel;
-    if (t.numel < settings.persistence_threshold) {
-      append(persistent_, t.offset, end);
-    } else if (t.role == core::TensorRole::kWte) {
-      const int64_t C = table.config().channels;
-      const core::VocabChunks chunks(t.numel / C, C);
-      chunks_ = chunks.count();
-      for (int k = 0; k < chunks_; ++k) {
-        regions.push_back({{t.offset + chunks.begin(k) * C, t.offset + chunks.end(k) * C}});
-      }
-    } else {
-      append(regions[t.layer + 1], t.offset, end);
-    }
-  }
+  // What is gathered, per region, and what stays whole.
+  core::Zero3Regions layout(table, settings.persistence_threshold);
+  persistent_ = std::move(layout.persistent);
+  chunks_ = layout.chunks;
+  std::vector<std::vector<Range>> regions = std::move(layout.regions);
   for (const auto& [begin, end] : persistent_) {
     if (!initial(begin, end, workspace_.data() + begin).ok()) return;
   }

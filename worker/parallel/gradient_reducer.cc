@@ -50,6 +50,16 @@ core::Status wait_in_order(std::vector<std::unique_ptr<comm::Work>>& works,
   return {};
 }
 
+// Sizes a buffer for the bucket at hand, allocated once at the most any
+// bucket needs: its memory is then the same whatever order buckets of
+// different sizes come in (what buffer_bytes() reports and the plan
+// estimates), and never reallocated.
+template <typename T>
+void resize_within(std::vector<T>& buffer, int64_t size, int64_t most) {
+  buffer.reserve(static_cast<size_t>(std::max(size, most)));
+  buffer.resize(static_cast<size_t>(size));
+}
+
 }  // namespace
 
 GradientReducer::GradientReducer(comm::Communicator& comm, float* grads, int64_t n,
@@ -218,12 +228,20 @@ void GradientReducer::launch(std::vector<Bucket>::const_iterator first,
   if (size_ == 1 && scatter_) {
     for (auto job = first; job != last; ++job) static_cast<void>(reduce_scatter(*job));
   }
-  {
-    std::lock_guard lock(mutex_);
-    jobs_.insert(jobs_.end(), first, last);
-    if (size_ == 1) reduced_ = static_cast<int64_t>(jobs_.size());
-  }
+  std::unique_lock lock(mutex_);
+  jobs_.insert(jobs_.end(), first, last);
+  if (size_ == 1) reduced_ = static_cast<int64_t>(jobs_.size());
+  lock.unlock();
   launched_or_stopping_.notify_one();
+  // Partitioned gradients: backward goes on only once at most
+  // kBucketsInFlight buckets are waiting, so the workspace's resident floats
+  // stay bounded where communication is slower than backward (see the class
+  // comment).
+  if (!scatter_ || size_ == 1) return;
+  lock.lock();
+  bucket_reduced_.wait(lock, [this] {
+    return static_cast<int64_t>(jobs_.size()) - reduced_ <= kBucketsInFlight;
+  });
 }
 
 void GradientReducer::ready_part(int64_t begin, int64_t end) {
@@ -355,8 +373,9 @@ std::vector<std::unique_ptr<comm::Work>> GradientReducer::start_narrow_sum(const
   cut(bucket);
   const int64_t count = bucket.end - bucket.begin;
   const int64_t own_count = shares_.blocks.counts[shares_.rank];
-  narrow_.sent.resize(std::max<int64_t>(1, count));
-  narrow_.received.resize(std::max<int64_t>(1, size_ * own_count));
+  const int64_t largest_share = static_cast<int64_t>(shares_.received.size());
+  resize_within(narrow_.sent, std::max<int64_t>(1, count), bucket_elements_);
+  resize_within(narrow_.received, std::max<int64_t>(1, size_ * own_count), size_ * largest_share);
   const float* from = grads_ + bucket.begin;
   for (int64_t i = 0; i < count; ++i) narrow_.sent[i] = narrowed(from[i], wire_type_);
   // Rank r gets its share of the bucket from every rank, in rank order.
@@ -387,9 +406,13 @@ std::vector<std::unique_ptr<comm::Work>> GradientReducer::start_quantized_sum(
   q.sent_blocks = comm::Blocks::consecutive(sent_counts);
   q.received_blocks = comm::Blocks::consecutive(std::vector<int64_t>(size_, own_bytes));
   const int64_t sent_total = q.sent_blocks.displacements.back() + sent_counts.back();
-  q.sent.resize(std::max<int64_t>(1, sent_total));
-  q.received.resize(std::max<int64_t>(1, size_ * own_bytes));
-  q.values.resize(std::max<int64_t>(1, own_count));
+  // Each rank's share may end in a block of its own: one scale more each.
+  const int64_t largest_share = static_cast<int64_t>(shares_.received.size());
+  resize_within(q.sent, std::max<int64_t>(1, sent_total),
+                quantized_bytes(bucket_elements_) + size_ * static_cast<int64_t>(sizeof(float)));
+  resize_within(q.received, std::max<int64_t>(1, size_ * own_bytes),
+                size_ * quantized_bytes(largest_share));
+  resize_within(q.values, std::max<int64_t>(1, own_count), largest_share);
   for (int r = 0; r < size_; ++r) {
     quantize(grads_ + bucket.begin + shares_.blocks.displacements[r], shares_.blocks.counts[r],
              q.sent.data() + q.sent_blocks.displacements[r]);
@@ -414,8 +437,9 @@ core::Status GradientReducer::narrow_all_reduce(const Bucket& bucket) {
   std::vector<std::unique_ptr<comm::Work>> works = start_narrow_sum(bucket);
   const int64_t own_count = shares_.blocks.counts[shares_.rank];
   const int64_t count = bucket.end - bucket.begin;
-  narrow_.mean.resize(std::max<int64_t>(1, own_count));
-  narrow_.gathered.resize(count);
+  resize_within(narrow_.mean, std::max<int64_t>(1, own_count),
+                static_cast<int64_t>(shares_.received.size()));
+  resize_within(narrow_.gathered, count, bucket_elements_);
   works.push_back(comm_->then([this, own_count] {
     const float size = static_cast<float>(size_);
     for (int64_t i = 0; i < own_count; ++i) {

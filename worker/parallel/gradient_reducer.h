@@ -47,7 +47,11 @@ namespace dslaunch::worker {
 //   consumed, and after finish() it is all zeros again, ready for the next
 //   backward to accumulate into. One finish() per backward pass: with
 //   gradient accumulation every micro-batch is reduced (as DeepSpeed's stage
-//   2 does), its mean added to the partition.
+//   2 does), its mean added to the partition. ready() and ready_part()
+//   return only once at most kBucketsInFlight launched buckets are not yet
+//   reduced: where communication is slower than backward, the workspace
+//   still holds at most those buckets, one not yet complete and what
+//   backward writes next, never the whole gradient.
 // - all-reduce mode: the same reduce-scatter over ZeRO's partition of the
 //   buffer (make_zero_partition with kZeroPartitionAlignment), the mean of
 //   this rank's share then all-gathered back into the bucket, so after
@@ -74,6 +78,10 @@ namespace dslaunch::worker {
 // owns it.
 class GradientReducer {
  public:
+  // Reduce-scatter mode: launched buckets (and parts) that may wait for the
+  // communication thread before ready() blocks backward.
+  static constexpr int64_t kBucketsInFlight = 2;
+
   // grads: the flat gradient buffer of n floats, owned by the caller, alive
   // and not moved for this object's lifetime. comm: the data-parallel
   // communicator; it is duplicated so this traffic never meets other traffic
@@ -116,9 +124,11 @@ class GradientReducer {
 
   // Floats [begin, end) hold their final gradient for this step. Each float
   // must be reported exactly once per step; ranges may come in any order and
-  // size. Launches every bucket this completes (see above) and returns without
-  // waiting for communication. A range outside [0, n), reversed, or covering
-  // a float already reported is ignored and makes finish() fail.
+  // size. Launches every bucket this completes (see above) and returns
+  // without waiting for their communication, except that in reduce-scatter
+  // mode over several ranks it first waits until at most kBucketsInFlight
+  // buckets are left to reduce. A range outside [0, n), reversed, or
+  // covering a float already reported is ignored and makes finish() fail.
   void ready(int64_t begin, int64_t end);
 
   // Reduce-scatter mode: floats [begin, end) hold a PART of their gradient
@@ -128,8 +138,9 @@ class GradientReducer {
   // in pieces of at most a bucket. Every rank must make the same calls in
   // the same order relative to ready(). The floats are reported again
   // through ready() once the rest of their gradient is in; between this
-  // call and wait_parts()' return the caller must not touch them. In
-  // all-reduce mode a misuse that fails finish().
+  // call and wait_parts()' return the caller must not touch them. Waits
+  // for buckets in flight as ready() does. In all-reduce mode a misuse that
+  // fails finish().
   void ready_part(int64_t begin, int64_t end);
   // Waits until every part passed to ready_part() is reduced.
   void wait_parts();
