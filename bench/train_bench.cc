@@ -41,18 +41,23 @@ struct BenchConfig {
 // The tiny and GPT-2-124M shapes of the PyTorch figures, and the
 // demo job's byte-level model. GPT-2 124M at 256 tokens a step is dominated
 // by per-parameter work (AdamW, and in bf16 the rounding passes); at 1,024
-// by the matrix products, as real training's larger batches are.
-const std::array<BenchConfig, 4> kConfigs = {{
+// by the matrix products, as real training's larger batches are. At its
+// full context (T 1024, one sequence) attention's T×T products are an
+// eighth of the step's (as Megatron counts them; half of that under the
+// causal mask).
+const std::array<BenchConfig, 5> kConfigs = {{
     {"demo (byte vocab)", 4, 256, 4, 256, 256, 8},
     {"tiny", 4, 256, 4, 50257, 256, 8},
     {"gpt2-124M", 12, 768, 12, 50257, 64, 4},
     {"gpt2-124M T=256", 12, 768, 12, 50257, 256, 4},
+    {"gpt2-124M T=1024", 12, 768, 12, 50257, 1024, 1},
 }};
 
 struct Throughput {
   double tokens_per_second = 0;
   double tflops = 0;
   double step_ms = 0;
+  int64_t activation_bytes = 0;  // ours: what the model holds for a step
 };
 
 // The best GFLOP/s of an n x n x n sgemm over `runs` runs: a peak, so the
@@ -121,6 +126,7 @@ Throughput ours(const BenchConfig& c, int threads, int warmup, int steps, core::
   t.step_ms = bench::median_ms(steps, step);
   t.tokens_per_second = c.batch * c.seq / (t.step_ms * 1e-3);
   t.tflops = model.flops_per_token() * t.tokens_per_second / 1e12;
+  t.activation_bytes = model.activation_bytes();
   return t;
 }
 
@@ -168,9 +174,9 @@ int main(int argc, char** argv) {
       "OpenBLAS {} kernels, {} threads; sgemm peak (best of 1024^3 and 2048^3): {:.1f} GFLOP/s\n\n",
       blas.core_name, threads, peak);
   std::cout << fmt::format(
-      "{:<20} {:>11} {:>11} {:>10} {:>12} {:>11} {:>11} {:>13} {:>14} {:>13}\n", "config",
+      "{:<20} {:>11} {:>11} {:>10} {:>12} {:>11} {:>11} {:>13} {:>14} {:>13} {:>15}\n", "config",
       "ours tok/s", "bf16 tok/s", "bf16/fp32", "torch tok/s", "fp32/torch", "bf16/torch",
-      "ours TFLOP/s", "torch TFLOP/s", "ours of peak");
+      "ours TFLOP/s", "torch TFLOP/s", "ours of peak", "activations MB");
   const std::string script = dslaunch::bench::runfile(argv[0], "tools/reference/gpt2_reference.py");
   std::string fp32_kernel, bf16_kernel;
   for (const BenchConfig& config : kConfigs) {
@@ -186,12 +192,13 @@ int main(int argc, char** argv) {
                     : std::string("-");
     };
     std::cout << fmt::format(
-        "{:<20} {:>11.0f} {:>11.0f} {:>9.2f}x {:>12} {:>11} {:>11} {:>13.3f} {:>14} {:>12.0f}%\n",
+        "{:<20} {:>11.0f} {:>11.0f} {:>9.2f}x {:>12} {:>11} {:>11} {:>13.3f} {:>14} {:>12.0f}% "
+        "{:>15.1f}\n",
         config.name, mine.tokens_per_second, bf16.tokens_per_second,
         bf16.tokens_per_second / mine.tokens_per_second,
         theirs ? fmt::format("{:.0f}", theirs->tokens_per_second) : "-", versus_torch(mine),
         versus_torch(bf16), mine.tflops, theirs ? fmt::format("{:.3f}", theirs->tflops) : "-",
-        100 * mine.tflops * 1e3 / peak);
+        100 * mine.tflops * 1e3 / peak, mine.activation_bytes / 1e6);
     if (!error.empty()) std::cout << "  " << error << "\n";
   }
   std::cout << fmt::format(

@@ -176,16 +176,17 @@ class Backend {
 
   // Causal multi-head self-attention over a fused projection qkv (B,T,3C)
   // laid out [q | k | v], each split into NH heads of C/NH channels. Writes
-  // out (B,T,C) and keeps att (B,NH,T,T), the softmax probabilities (zero
-  // above the diagonal), for the backward pass. Scores are scaled by
-  // 1/sqrt(C/NH).
-  virtual void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
-                                 int64_t C, int64_t NH) = 0;
-  // dqkv (B,T,3C) += the gradient through attention. scratch must hold
-  // B*NH*T*T floats; its contents are overwritten.
+  // out (B,T,C). Scores are scaled by 1/sqrt(C/NH). Heads run one at a
+  // time through `scratch`, 2·B·T·T floats (overwritten): a head's
+  // probabilities (B,T,T) and, in the backward pass, their gradient. No
+  // T×T matrix is kept from forward to backward: the backward pass
+  // recomputes each head's probabilities, as the forward pass computed
+  // them, so the memory per block is what B·T·C-sized tensors take.
+  virtual void attention_forward(float* out, float* scratch, const float* qkv, int64_t B,
+                                 int64_t T, int64_t C, int64_t NH) = 0;
+  // dqkv (B,T,3C) += the gradient through attention, `scratch` as above.
   virtual void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                  const float* att, int64_t B, int64_t T, int64_t C,
-                                  int64_t NH) = 0;
+                                  int64_t B, int64_t T, int64_t C, int64_t NH) = 0;
 
   // out = 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))), elementwise; out
   // may be inp.

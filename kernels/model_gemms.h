@@ -67,14 +67,14 @@ inline RowMajorGemm logits_backward_weight(int64_t N, int64_t C, int64_t rows, i
 // Attention's products (kernels/backend.h), one head h at a time, batched
 // over the B sequences: the head's q, k and v are (T, hs) slices of qkv
 // (B,T,3C) with leading dimension 3C, at qkv + h·hs, + C and + 2C; its
-// scores and probabilities att_h (T,T) sit at att + h·T·T in att
-// (B,NH,T,T); its output and output gradient at out + h·hs in (B,T,C).
-// The products cover the whole T×T square; the causal mask is the softmax's.
+// scores and probabilities att_h fill one head's buffer (B,T,T); its
+// output and output gradient sit at out + h·hs in (B,T,C). The products
+// cover the whole T×T square; the causal mask is the softmax's.
 struct AttentionShape {
   int64_t B, T, C, NH;
   int64_t hs() const { return C / NH; }
   int64_t qkv_stride() const { return T * 3 * C; }  // from one sequence to the next
-  int64_t att_stride() const { return NH * T * T; }
+  int64_t att_stride() const { return T * T; }
   int64_t out_stride() const { return T * C; }
 };
 

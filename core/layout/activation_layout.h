@@ -62,7 +62,6 @@ struct BlockOffsets {
   int64_t ln1, ln1_mean, ln1_rstd;  // (B,T,C), (B,T), (B,T)
   int64_t qkv;                      // (B,T,3Ca): this rank's heads of q, k and v
   int64_t atty;                     // (B,T,Ca)
-  int64_t att;                      // (B,NHa,T,T)
   int64_t residual2;                // (B,T,C)
   int64_t ln2, ln2_mean, ln2_rstd;  // (B,T,C), (B,T), (B,T)
   int64_t fch, fch_gelu;            // (B,T,F) each
@@ -84,7 +83,6 @@ struct Allocator {
     b.ln1_rstd = take(N);
     b.qkv = take(N * 3 * z.Ca);
     b.atty = take(N * z.Ca);
-    b.att = take(B * z.NHa * T * T);
     b.residual2 = take(N * z.C);
     b.ln2 = take(N * z.C);
     b.ln2_mean = take(N);
@@ -165,12 +163,15 @@ struct RecomputeLayout {
   }
 };
 
-// The backward pass's temporaries, shared by every block and slot.
+// The passes' temporaries, shared by every block and slot.
 // `dresidual` carries the gradient of the residual stream: a stage that is
 // not the last receives its output's gradient there, and a stage that is
-// not the first leaves its input's gradient there.
+// not the first leaves its input's gradient there. `attention` is the
+// attention kernels' scratch (kernels/backend.h: one head's probabilities
+// and their gradient at a time), for the forward pass too: no T×T matrix
+// is kept from forward to backward, which recomputes them.
 struct GradientLayout {
-  int64_t dresidual, dln, datty, dqkv, dfch, dfch_gelu, datt_scratch, total = 0;
+  int64_t dresidual, dln, datty, dqkv, dfch, dfch_gelu, attention, total = 0;
 
   GradientLayout(const LocalSizes& z, int64_t B, int64_t T) {
     const int64_t N = B * T;
@@ -181,14 +182,14 @@ struct GradientLayout {
     dqkv = a.take(N * 3 * z.Ca);
     dfch = a.take(N * z.F);
     dfch_gelu = a.take(N * z.F);
-    datt_scratch = a.take(B * z.NHa * T * T);
+    attention = a.take(2 * B * T * T);
     total = a.total;
   }
 };
 
 // The bytes of activations one model (chunk) holds: `slots` micro-batches of
 // up to max_batch sequences and their token ids, and, `with_scratch`, the
-// recompute buffer and the backward pass's temporaries, which a stage's
+// recompute buffer and the passes' temporaries, which a stage's
 // chunks share (what Gpt2Model::activation_bytes() reports).
 int64_t activation_bytes(const LocalSizes& sizes, int64_t max_batch, int64_t seq_len, int slots,
                          bool with_scratch = true);

@@ -43,10 +43,10 @@ void logits_backward(float* dinp, float* dwte, const float* dlogits, const float
                      RoundedGemm* rounded);
 
 // attention.cc
-void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
-                       int64_t NH);
+void attention_forward(float* out, float* scratch, const float* qkv, int64_t B, int64_t T,
+                       int64_t C, int64_t NH);
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* att, int64_t B, int64_t T, int64_t C, int64_t NH);
+                        int64_t B, int64_t T, int64_t C, int64_t NH);
 
 // gelu.cc
 void gelu_forward(float* out, const float* inp, int64_t n);

@@ -2,7 +2,7 @@
 
 // The row kernels between attention's matrix products (the products are
 // model_gemms.h's attention descriptors): the causal softmax of the scaled
-// scores and its backward pass, one warp per row of att (B,NH,T,T).
+// scores and its backward pass, one warp per row of a head's att (B,T,T).
 
 #include <math.h>
 
@@ -18,7 +18,7 @@ namespace dslaunch::kernels::simt {
 // (t, T). In place: att holds the scaled scores on entry.
 struct CausalSoftmax {
   float* att;
-  int64_t rows;  // B·NH·T
+  int64_t rows;  // B·T (or any multiple of T)
   int64_t T;
 
   LaunchShape shape() const { return warp_per_row_shape(rows); }
@@ -40,7 +40,7 @@ struct CausalSoftmax {
   }
 };
 
-// The softmax's backward pass in place on d (B·NH·T, T), the gradient of
+// The softmax's backward pass in place on d (B·T, T), the gradient of
 // att on entry: d[j] = att[j] · (d[j] - Σ_k att[k]·d[k]).
 struct SoftmaxBackwardRows {
   float* d;

@@ -121,39 +121,34 @@ class SimtBackend : public Backend {
     gemm(model_gemms::logits_backward_weight(N, C, rows, ld), dlogits, inp, dwte);
   }
 
-  void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
-                         int64_t NH) override {
+  // A head at a time through scratch (kernels/backend.h); the backward pass
+  // recomputes the probabilities with the forward pass's kernels.
+  void attention_forward(float* out, float* scratch, const float* qkv, int64_t B, int64_t T,
+                         int64_t C, int64_t NH) override {
     const model_gemms::AttentionShape shape{B, T, C, NH};
-    const int64_t hs = shape.hs();
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
     for (int64_t h = 0; h < NH; ++h) {
-      const float* q = qkv + h * hs;
-      gemm_fp32(model_gemms::attention_scores(shape, scale), q, q + C, att + h * T * T);
-    }
-    launch(CausalSoftmax{att, B * NH * T, T});
-    for (int64_t h = 0; h < NH; ++h) {
-      gemm_fp32(model_gemms::attention_values(shape), att + h * T * T, qkv + h * hs + 2 * C,
-                out + h * hs);
+      probabilities(scratch, qkv, shape, h);
+      gemm_fp32(model_gemms::attention_values(shape), scratch, qkv + h * shape.hs() + 2 * C,
+                out + h * shape.hs());
     }
   }
   void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                          const float* att, int64_t B, int64_t T, int64_t C, int64_t NH) override {
+                          int64_t B, int64_t T, int64_t C, int64_t NH) override {
     const model_gemms::AttentionShape shape{B, T, C, NH};
     const int64_t hs = shape.hs();
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+    float* att = scratch;
+    float* ds = scratch + B * T * T;
     for (int64_t h = 0; h < NH; ++h) {
+      probabilities(att, qkv, shape, h);
       gemm_fp32(model_gemms::attention_backward_probs(shape), dout + h * hs, qkv + h * hs + 2 * C,
-                scratch + h * T * T);
-    }
-    launch(SoftmaxBackwardRows{scratch, att, B * NH * T, T});
-    for (int64_t h = 0; h < NH; ++h) {
+                ds);
+      launch(SoftmaxBackwardRows{ds, att, B * T, T});
       const float* q = qkv + h * hs;
       float* dq = dqkv + h * hs;
-      const float* ds = scratch + h * T * T;
       gemm_fp32(model_gemms::attention_backward_query(shape, scale), ds, q + C, dq);
       gemm_fp32(model_gemms::attention_backward_key(shape, scale), ds, q, dq + C);
-      gemm_fp32(model_gemms::attention_backward_value(shape), att + h * T * T, dout + h * hs,
-                dq + 2 * C);
+      gemm_fp32(model_gemms::attention_backward_value(shape), att, dout + h * hs, dq + 2 * C);
     }
   }
 
@@ -228,6 +223,15 @@ class SimtBackend : public Backend {
   }
 
   double* scratch(int64_t count) { return static_cast<Device*>(this)->scratch_doubles(count); }
+
+  // Head h's probabilities (B,T,T) into att: scaled scores, causal softmax.
+  void probabilities(float* att, const float* qkv, const model_gemms::AttentionShape& shape,
+                     int64_t h) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(shape.hs()));
+    const float* q = qkv + h * shape.hs();
+    gemm_fp32(model_gemms::attention_scores(shape, scale), q, q + shape.C, att);
+    launch(CausalSoftmax{att, shape.B * shape.T, shape.T});
+  }
 
   // out[k] (width) += the column sums of term's values k over `rows` rows.
   template <class Term>

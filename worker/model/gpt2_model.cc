@@ -52,13 +52,13 @@ void zero(kernels::Backend& backend, float* x, int64_t n) {
 // (recomputed blocks) in the shared recompute buffer. `output` is where the
 // block writes its whole output.
 struct Gpt2Model::BlockView {
-  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2, *ln2, *ln2_mean, *ln2_rstd,
-      *fch, *fch_gelu, *output;
+  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *residual2, *ln2, *ln2_mean, *ln2_rstd, *fch,
+      *fch_gelu, *output;
 };
 
-Gpt2Model::Gpt2Model(const core::ParameterTable& table, kernels::Backend& backend, int64_t max_batch,
-                     int64_t seq_len, comm::Communicator* tensor_comm, int activation_slots,
-                     ActivationRecompute recompute, int chunk,
+Gpt2Model::Gpt2Model(const core::ParameterTable& table, kernels::Backend& backend,
+                     int64_t max_batch, int64_t seq_len, comm::Communicator* tensor_comm,
+                     int activation_slots, ActivationRecompute recompute, int chunk,
                      std::shared_ptr<Gpt2Scratch> scratch)
     : table_(table),
       backend_(backend),
@@ -73,9 +73,9 @@ Gpt2Model::Gpt2Model(const core::ParameterTable& table, kernels::Backend& backen
   if (shard.tensor_size > 1 &&
       (tensor_comm == nullptr || tensor_comm->size() != shard.tensor_size ||
        tensor_comm->rank() != shard.tensor_rank)) {
-    throw std::invalid_argument(fmt::format(
-        "tensor rank {} of {} needs the communicator of its tensor group, as that rank",
-        shard.tensor_rank, shard.tensor_size));
+    throw std::invalid_argument(
+        fmt::format("tensor rank {} of {} needs the communicator of its tensor group, as that rank",
+                    shard.tensor_rank, shard.tensor_size));
   }
   if (seq_len < 1 || seq_len > table.config().max_seq_len) {
     throw std::invalid_argument(
@@ -115,9 +115,9 @@ LocalSizes Gpt2Model::local_sizes() const {
 }
 
 int64_t Gpt2Model::activation_bytes() const {
-  const int64_t scratch = owns_scratch_ ? scratch_->recompute.bytes() + scratch_->gradients.bytes() : 0;
-  return activations_.bytes() + scratch +
-         inputs_.bytes() + targets_.bytes();
+  const int64_t scratch =
+      owns_scratch_ ? scratch_->recompute.bytes() + scratch_->gradients.bytes() : 0;
+  return activations_.bytes() + scratch + inputs_.bytes() + targets_.bytes();
 }
 
 double Gpt2Model::flops_per_token() const {
@@ -189,10 +189,9 @@ Gpt2Model::BlockView Gpt2Model::block_view(int layer, float* slot) {
     // while it writes its own.
     if (z.partitions_output(layer)) output = base + r.outputs[index % 2];
   }
-  return {base + b.ln1,      base + b.ln1_mean, base + b.ln1_rstd, base + b.qkv,
-          base + b.atty,     base + b.att,      base + b.residual2, base + b.ln2,
-          base + b.ln2_mean, base + b.ln2_rstd, base + b.fch,      base + b.fch_gelu,
-          output};
+  return {base + b.ln1,      base + b.ln1_mean,  base + b.ln1_rstd, base + b.qkv,
+          base + b.atty,     base + b.residual2, base + b.ln2,      base + b.ln2_mean,
+          base + b.ln2_rstd, base + b.fch,       base + b.fch_gelu, output};
 }
 
 const float* Gpt2Model::block_input(int layer, float* slot, int64_t B) {
@@ -218,7 +217,9 @@ void Gpt2Model::block_forward(const float* params, int layer, const BlockView& v
   const BlockTensors<const float> w(table_, layer, params);
   backend_.layernorm_forward(v.ln1, v.ln1_mean, v.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
   backend_.matmul_forward(v.qkv, v.ln1, w.qkvw, w.qkvb, N, C, 3 * z.Ca);
-  backend_.attention_forward(v.atty, v.att, v.qkv, B, T, z.Ca, z.NHa);
+  float* attention_scratch =
+      scratch_->gradients.data() + GradientLayout(z, max_batch_, seq_len_).attention;
+  backend_.attention_forward(v.atty, attention_scratch, v.qkv, B, T, z.Ca, z.NHa);
   backend_.matmul_forward(scratch, v.atty, w.projw, adds_replicated ? w.projb : nullptr, N, z.Ca,
                           C);
   tensor_all_reduce(scratch, N * C, comm::ReduceOp::kSum);
@@ -429,8 +430,7 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
     backend_.matmul_backward(d + g.datty, dw.projw, dw.projb, dresidual, v.atty, w.projw, N, z.Ca,
                              C);
     zero(backend_, d + g.dqkv, N * 3 * z.Ca);
-    backend_.attention_backward(d + g.dqkv, d + g.datt_scratch, d + g.datty, v.qkv, v.att, B, T,
-                                z.Ca, z.NHa);
+    backend_.attention_backward(d + g.dqkv, d + g.attention, d + g.datty, v.qkv, B, T, z.Ca, z.NHa);
     zero(backend_, d + g.dln, N * C);
     backend_.matmul_backward(d + g.dln, dw.qkvw, dw.qkvb, d + g.dqkv, v.ln1, w.qkvw, N, C,
                              3 * z.Ca);
@@ -449,8 +449,8 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
   const core::TensorInfo& wte_info = table_.tensor(core::TensorRole::kWte);
   const core::TensorInfo& wpe_info = table_.tensor(core::TensorRole::kWpe);
   if (sink_ != nullptr && z.last) sink_->wait_output_parts();
-  backend_.encoder_backward(grads + wte_info.offset, {z.vocab_begin, z.Vl},
-                            grads + wpe_info.offset, dresidual, slot_inputs, B, T, C);
+  backend_.encoder_backward(grads + wte_info.offset, {z.vocab_begin, z.Vl}, grads + wpe_info.offset,
+                            dresidual, slot_inputs, B, T, C);
   if (source_ != nullptr) source_->release_embeddings();
   report(wte_info.offset, wpe_info.offset + wpe_info.numel);
 }

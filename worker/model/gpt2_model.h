@@ -90,8 +90,8 @@ struct ActivationRecompute {
 
 
 // What a model needs only while one of its passes runs: the recomputed
-// blocks' activations and the backward pass's temporaries (the residual
-// stream's gradient among them). A pipeline stage's model chunks run one
+// blocks' activations and the passes' temporaries (the residual stream's
+// gradient and attention's scratch among them). A pipeline stage's model chunks run one
 // pass at a time, so they share one (Gpt2Model's `scratch` argument).
 struct Gpt2Scratch {
   kernels::DeviceBuffer<float> recompute;

@@ -10,7 +10,7 @@ namespace {
 
 struct AttentionOutput {
   std::vector<double> out;  // (B,T,C)
-  std::vector<double> att;  // (B,NH,T,T)
+  std::vector<double> att;  // (B,NH,T,T): what the output is made of
 };
 
 // Causal self-attention as written in the GPT-2 paper, one score at a time.
@@ -55,34 +55,26 @@ TEST_CASE("attention_forward attends causally, head by head") {
   const Shape shape = GENERATE(Shape{2, 5, 8, 2}, Shape{1, 70, 6, 3});
   const auto [B, T, C, NH] = shape;
   const auto qkv = random_floats(B * T * 3 * C, 1, -2.0f, 2.0f);
-  std::vector<float> out(B * T * C), att(B * NH * T * T, 99.0f);
-  cpu_backend().attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  // The scratch may hold anything: NaN here.
+  std::vector<float> out(B * T * C), scratch(2 * B * T * T, NAN);
+  cpu_backend().attention_forward(out.data(), scratch.data(), qkv.data(), B, T, C, NH);
   const auto expected = reference_attention(to_double(qkv), B, T, C, NH);
   CHECK(relative_error(out, expected.out) < 1e-5);
-  CHECK(relative_error(att, expected.att) < 1e-5);
-  // Zero above the diagonal, exactly.
-  int64_t nonzero_above_diagonal = 0;
-  for (int64_t bh = 0; bh < B * NH; ++bh) {
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t j = t + 1; j < T; ++j) nonzero_above_diagonal += att[(bh * T + t) * T + j] != 0;
-    }
-  }
-  CHECK(nonzero_above_diagonal == 0);
 }
 
-TEST_CASE("attention_backward accumulates the gradient of q, k and v") {
-  const Shape shape = GENERATE(Shape{2, 5, 8, 2}, Shape{1, 70, 4, 2});
+TEST_CASE("attention_backward accumulates the gradient of q, k and v, recomputing the "
+          "probabilities") {
+  const Shape shape = GENERATE(Shape{2, 5, 8, 2}, Shape{1, 70, 4, 2}, Shape{2, 130, 4, 2});
   const auto [B, T, C, NH] = shape;
   const auto qkv = random_floats(B * T * 3 * C, 1, -2.0f, 2.0f);
   const auto dout = random_floats(B * T * C, 2);
-  std::vector<float> out(B * T * C), att(B * NH * T * T);
-  Backend& backend = cpu_backend();
-  backend.attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
   const auto dqkv_before = random_floats(B * T * 3 * C, 3, -0.25f, 0.25f);
   auto dqkv = dqkv_before;
-  std::vector<float> scratch(B * NH * T * T, 99.0f);
-  backend.attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T,
-                             C, NH);
+  // Nothing is kept from a forward pass: the backward pass alone, its
+  // scratch NaN on entry.
+  std::vector<float> scratch(2 * B * T * T, NAN);
+  cpu_backend().attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), B, T, C,
+                                   NH);
   const auto expected = numeric_gradient(
       [&](const std::vector<double>& at) { return reference_attention(at, B, T, C, NH).out; },
       to_double(qkv), to_double(dout));

@@ -29,45 +29,33 @@ TEST_CASE("attention from per-head products and row kernels matches the CPU back
   const auto qkv = random_floats(B * T * 3 * C, 1);
   const auto dout = random_floats(B * T * C, 2);
 
-  std::vector<float> e_out(B * T * C), e_att(B * NH * T * T);
-  cpu_backend().attention_forward(e_out.data(), e_att.data(), qkv.data(), B, T, C, NH);
+  std::vector<float> e_out(B * T * C), scratch(2 * B * T * T);
+  cpu_backend().attention_forward(e_out.data(), scratch.data(), qkv.data(), B, T, C, NH);
   const auto dqkv0 = random_floats(B * T * 3 * C, 3);
   auto e_dqkv = dqkv0;
-  std::vector<float> scratch(B * NH * T * T);
-  cpu_backend().attention_backward(e_dqkv.data(), scratch.data(), dout.data(), qkv.data(),
-                                   e_att.data(), B, T, C, NH);
+  cpu_backend().attention_backward(e_dqkv.data(), scratch.data(), dout.data(), qkv.data(), B, T,
+                                   C, NH);
 
-  std::vector<float> out(B * T * C), att(B * NH * T * T);
-  for (int64_t h = 0; h < NH; ++h) {
-    const float* q = qkv.data() + h * hs;
-    cpu::sgemm(model_gemms::attention_scores(shape, scale), q, q + C, att.data() + h * T * T);
-  }
-  emulate(CausalSoftmax{att.data(), B * NH * T, T});
-  for (int64_t h = 0; h < NH; ++h) {
-    const float* v = qkv.data() + h * hs + 2 * C;
-    cpu::sgemm(model_gemms::attention_values(shape), att.data() + h * T * T, v,
-               out.data() + h * hs);
-  }
-  CHECK(relative_error(att, to_double(e_att)) < 1e-6);
-  CHECK(relative_error(out, to_double(e_out)) < 1e-6);
-
+  // A head at a time, its probabilities and their gradient in (B,T,T)
+  // buffers, as the CUDA backend runs it.
+  std::vector<float> out(B * T * C), att(B * T * T), datt(B * T * T);
   auto dqkv = dqkv0;
-  std::vector<float> datt(B * NH * T * T);
-  for (int64_t h = 0; h < NH; ++h) {
-    const float* v = qkv.data() + h * hs + 2 * C;
-    cpu::sgemm(model_gemms::attention_backward_probs(shape), dout.data() + h * hs, v,
-               datt.data() + h * T * T);
-  }
-  emulate(SoftmaxBackwardRows{datt.data(), att.data(), B * NH * T, T});
   for (int64_t h = 0; h < NH; ++h) {
     const float* q = qkv.data() + h * hs;
+    const float* v = q + 2 * C;
+    cpu::sgemm(model_gemms::attention_scores(shape, scale), q, q + C, att.data());
+    emulate(CausalSoftmax{att.data(), B * T, T});
+    cpu::sgemm(model_gemms::attention_values(shape), att.data(), v, out.data() + h * hs);
+    cpu::sgemm(model_gemms::attention_backward_probs(shape), dout.data() + h * hs, v,
+               datt.data());
+    emulate(SoftmaxBackwardRows{datt.data(), att.data(), B * T, T});
     float* dq = dqkv.data() + h * hs;
-    const float* ds = datt.data() + h * T * T;
-    cpu::sgemm(model_gemms::attention_backward_query(shape, scale), ds, q + C, dq);
-    cpu::sgemm(model_gemms::attention_backward_key(shape, scale), ds, q, dq + C);
-    cpu::sgemm(model_gemms::attention_backward_value(shape), att.data() + h * T * T,
-               dout.data() + h * hs, dq + 2 * C);
+    cpu::sgemm(model_gemms::attention_backward_query(shape, scale), datt.data(), q + C, dq);
+    cpu::sgemm(model_gemms::attention_backward_key(shape, scale), datt.data(), q, dq + C);
+    cpu::sgemm(model_gemms::attention_backward_value(shape), att.data(), dout.data() + h * hs,
+               dq + 2 * C);
   }
+  CHECK(relative_error(out, to_double(e_out)) < 1e-6);
   CHECK(relative_error(added(dqkv, dqkv0), added(e_dqkv, dqkv0)) < 1e-5);
 }
 

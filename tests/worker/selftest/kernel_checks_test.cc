@@ -85,14 +85,15 @@ class GeluOffByATenthPercent final : public Backend {
                        int64_t ld) override {
     cpu_->logits_backward(dinp, dwte, dlogits, inp, wte, N, C, rows, ld);
   }
-  void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
-                         int64_t NH) override {
-    cpu_->attention_forward(out, att, qkv, B, T, C, NH);
+  void attention_forward(float* out, float* scratch, const float* qkv, int64_t B, int64_t T,
+                         int64_t C, int64_t NH) override {
+    cpu_->attention_forward(out, scratch, qkv, B, T, C, NH);
   }
   void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                          const float* att, int64_t B, int64_t T, int64_t C, int64_t NH) override {
-    cpu_->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+                          int64_t B, int64_t T, int64_t C, int64_t NH) override {
+    cpu_->attention_backward(dqkv, scratch, dout, qkv, B, T, C, NH);
   }
+
   void gelu_forward(float* out, const float* inp, int64_t n) override {
     cpu_->gelu_forward(out, inp, n);
   }
