@@ -4,24 +4,59 @@
 
 namespace dslaunch::spec {
 
-bool cuda_training_built() { return false; }
+bool cuda_training_built() {
+#ifdef DSLAUNCH_CUDA_TRAINING
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string device_training_problem(const spec::JobSpec& spec) {
+  const spec::ZeroSpec& zero = spec.training.zero;
+  if (spec.parallelism.tensor > 1 || spec.parallelism.pipeline > 1) {
+    return "tensor and pipeline parallelism on GPUs pass activations between GPUs, which needs "
+           "the NCCL communicator, not built yet; set parallelism.tensor and pipeline to 1, or "
+           "cluster.device: cpu";
+  }
+  if (zero.stage == 3) {
+    return "ZeRO stage 3 on GPUs gathers the parameters into GPU memory, not built yet; use "
+           "zero_optimization.stage 1 or 2 with offload_optimizer, or cluster.device: cpu";
+  }
+  if (zero.offload_optimizer.device == spec::OffloadDevice::kNone) {
+    return "the optimizer on the GPU is not built yet: training on GPUs keeps the optimizer "
+           "states in host memory, updated by the CPU Adam (DeepSpeed's ZeRO-Offload); set "
+           "zero_optimization.stage 1 or 2 and offload_optimizer.device cpu (or nvme), or "
+           "cluster.device: cpu";
+  }
+  if (zero.offload_optimizer.ratio < 1) {
+    return fmt::format(
+        "offload_optimizer.ratio {} keeps part of the optimizer states on the GPU, which is not "
+        "built yet: training on GPUs keeps all of them in host memory; remove ratio",
+        zero.offload_optimizer.ratio);
+  }
+  return "";
+}
 
 std::string training_support_problem(const spec::JobSpec& spec) {
   const spec::TrainingSpec& training = spec.training;
-  if (spec.cluster.device == spec::Device::kCuda && !cuda_training_built()) {
-    return "the training engine runs on CPU so far (cluster.device: cpu): the CUDA kernels "
-           "are built with --config=cuda and checked by `dslaunch selftest`, but training on "
-           "GPUs also needs the NCCL communicator, not built yet";
-  }
-  if (training.zero.offload_optimizer.device == spec::OffloadDevice::kCpu) {
-    return "offload_optimizer device cpu: on the CPU engine the optimizer states already live in "
-           "host memory; it means something with the CUDA backend, not built yet. Use device "
-           "nvme to take them out of memory, or remove offload_optimizer";
-  }
-  if (training.zero.offload_param.device == spec::OffloadDevice::kCpu) {
-    return "offload_param device cpu: on the CPU engine the parameters already live in host "
-           "memory; it means something with the CUDA backend, not built yet. Use device nvme to "
-           "take them out of memory, or remove offload_param";
+  if (spec.cluster.device == spec::Device::kCuda) {
+    if (!cuda_training_built()) {
+      return "this build trains on CPU only (cluster.device: cpu): training on GPUs needs a "
+             "build with --config=cuda";
+    }
+    if (std::string problem = device_training_problem(spec); !problem.empty()) return problem;
+  } else {
+    if (training.zero.offload_optimizer.device == spec::OffloadDevice::kCpu) {
+      return "offload_optimizer device cpu: on the CPU engine the optimizer states already live "
+             "in host memory; it means something on GPUs (cluster.device: cuda). Use device "
+             "nvme to take them out of memory, or remove offload_optimizer";
+    }
+    if (training.zero.offload_param.device == spec::OffloadDevice::kCpu) {
+      return "offload_param device cpu: on the CPU engine the parameters already live in host "
+             "memory; it means something on GPUs with ZeRO stage 3, not built yet. Use device "
+             "nvme to take them out of memory, or remove offload_param";
+    }
   }
   if (spec.model.dropout != 0) {
     return "dropout is not implemented yet; set model.dropout: 0";

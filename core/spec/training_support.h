@@ -11,6 +11,12 @@ namespace dslaunch::spec {
 // rank; the worker checks it again.
 std::string training_support_problem(const spec::JobSpec& spec);
 
+// "" when the engine can train `spec` on a GPU (a backend whose memory is
+// not the host's), otherwise what that path lacks so far: it keeps the
+// model states in host memory (ZeRO-Offload, stages 1-2) and runs data
+// parallelism over MPI.
+std::string device_training_problem(const spec::JobSpec& spec);
+
 // Whether this build trains on CUDA devices (cluster.device: auto picks
 // cuda only then).
 bool cuda_training_built();

@@ -29,6 +29,7 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int threads) : threads_(std::max(threads, 1)) { prepare_calling_thread(); }
 
   std::string name() const override { return "cpu"; }
+  bool memory_is_host() const override { return true; }
 
   void* allocate(int64_t bytes) override {
     // aligned_alloc wants a multiple of the alignment.

@@ -67,6 +67,7 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
   }
 
   std::string name() const override { return name_; }
+  bool memory_is_host() const override { return false; }
 
   void* allocate(int64_t bytes) override {
     void* data = nullptr;

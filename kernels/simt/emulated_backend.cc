@@ -28,6 +28,7 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend> {
   ~EmulatedBackend() override { deallocate(scratch_); }
 
   std::string name() const override { return "emulated (the CUDA kernels on the CPU emulator)"; }
+  bool memory_is_host() const override { return guarded_ == nullptr; }
 
   void* allocate(int64_t bytes) override {
     if (guarded_) return guarded_->allocate(bytes);

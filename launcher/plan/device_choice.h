@@ -13,8 +13,11 @@ struct DeviceChoice {
   std::string reason;
 };
 
-// cuda where this machine shows GPUs and this build trains on them; cpu
-// otherwise. `visible_gpus` is what the machine probe found here.
-DeviceChoice choose_device(int visible_gpus, bool cuda_training_built);
+// cuda where this machine shows GPUs, this build trains on them and the
+// job asks nothing of them that training on GPUs lacks (`gpu_problem`,
+// spec::device_training_problem, empty); cpu otherwise. `visible_gpus` is
+// what the machine probe found here.
+DeviceChoice choose_device(int visible_gpus, bool cuda_training_built,
+                           const std::string& gpu_problem);
 
 }  // namespace dslaunch::plan

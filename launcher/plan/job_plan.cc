@@ -11,8 +11,8 @@
 #include <fmt/ranges.h>
 
 #include "core/spec/elasticity.h"
-#include "core/spec/training_support.h"
 #include "core/spec/text_file.h"
+#include "core/spec/training_support.h"
 #include "launcher/plan/device_choice.h"
 #include "topology/hostfile.h"
 #include "topology/slurm_nodelist.h"
@@ -226,10 +226,13 @@ void add_memory_warnings(const spec::JobSpec& spec, JobPlan& plan) {
               "model states fit");
     return;
   }
+  // On the GPU path ZeRO's buffers are in host memory with the model states.
+  const bool buffers_on_device =
+      spec.cluster.device != spec::Device::kCuda || !spec::device_training_problem(spec).empty();
   for (size_t stage = 0; stage < plan.memory_by_stage.size(); ++stage) {
     const int64_t need = plan.memory_by_stage[stage].device_total() +
                          plan.activation_bytes_by_stage[stage] +
-                         plan.workspace_by_stage[stage].total();
+                         (buffers_on_device ? plan.workspace_by_stage[stage].total() : 0);
     if (need <= plan.device_memory_bytes) continue;
     plan.warnings.push_back(fmt::format(
         "pipeline stage {}: model states, activations and ZeRO's buffers need {:.2f} GiB per "
@@ -360,12 +363,18 @@ std::optional<JobPlan> plan_on_device(const spec::JobSpec& spec, const spec::Sou
   if (!training) return plan;  // a commbench holds no model
   plan.padded_vocab_size = padded_vocab_size(spec.model, tensor);
   plan.total_parameters = total_parameters(spec.model);
-  const std::vector<std::pair<int, int>> virtual_stages = stage_layers(spec.model, spec.parallelism);
+  const std::vector<std::pair<int, int>> virtual_stages =
+      stage_layers(spec.model, spec.parallelism);
+  // A job the GPU path takes is estimated as that path holds it; another
+  // as DeepSpeed would hold it.
+  const bool mirrored =
+      spec.cluster.device == spec::Device::kCuda && spec::device_training_problem(spec).empty();
   for (int stage = 0; stage < pipeline; ++stage) {
     plan.stage_layers.push_back(core::rank_chunks(virtual_stages, pipeline, stage));
+    const int64_t psi = parameters_per_rank(spec.model, spec.parallelism, stage);
     plan.memory_by_stage.push_back(
-        model_state_bytes(parameters_per_rank(spec.model, spec.parallelism, stage), spec.training,
-                          data, spec.cluster.device));
+        mirrored ? mirrored_state_bytes(psi, spec.training, data)
+                 : model_state_bytes(psi, spec.training, data, spec.cluster.device));
     plan.activation_bytes_by_stage.push_back(activation_bytes_per_rank(
         spec.model, spec.parallelism, spec.training, plan.batch.micro_batch_per_gpu,
         plan.batch.gradient_accumulation_steps, stage));
@@ -384,7 +393,8 @@ std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMa
   if (spec.cluster.device != spec::Device::kAuto) {
     return plan_on_device(spec, locations, inputs, diagnostics);
   }
-  const DeviceChoice choice = choose_device(inputs.machine.gpus, spec::cuda_training_built());
+  const DeviceChoice choice = choose_device(inputs.machine.gpus, spec::cuda_training_built(),
+                                            spec::device_training_problem(spec));
   spec::JobSpec decided = spec;
   decided.cluster.device = choice.device;
   std::optional<JobPlan> plan = plan_on_device(decided, locations, inputs, diagnostics);

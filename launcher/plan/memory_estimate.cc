@@ -55,9 +55,8 @@ int64_t activation_bytes_per_rank(const spec::ModelSpec& model,
   const int chunks = table.chunk_count();
   const std::vector<core::ScheduledPass> schedule =
       chunks > 1 ? core::interleaved_schedule(accumulation, parallel.pipeline, stage, chunks)
-      : parallel.pipeline > 1
-          ? core::one_f_one_b_schedule(accumulation, parallel.pipeline, stage)
-          : core::accumulation_schedule(accumulation);
+      : parallel.pipeline > 1 ? core::one_f_one_b_schedule(accumulation, parallel.pipeline, stage)
+                              : core::accumulation_schedule(accumulation);
   int64_t bytes = 0;
   for (int chunk = 0; chunk < chunks; ++chunk) {
     const core::LocalSizes sizes(table, chunk, recomputed, checkpointing.partition_activations);
@@ -145,6 +144,19 @@ ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& trainin
         std::min<int64_t>(std::max(1, training.zero.offload_optimizer.buffer_count), groups);
     bytes.swap_buffers = buffers * 2 * ceil_div(group * 4, 4096) * 4096;
   }
+  return bytes;
+}
+
+ModelStateBytes mirrored_state_bytes(int64_t psi, const spec::TrainingSpec& training,
+                                     int data_parallel) {
+  // The host backend multiplies nothing: no 16-bit copy of the weights.
+  const ModelStateBytes host = model_state_bytes(psi, training, data_parallel, spec::Device::kCpu);
+  ModelStateBytes bytes;
+  bytes.parameters = psi * 4;
+  bytes.gradients = psi * 4;
+  bytes.offloaded_to_host = host.parameters + host.gradients + host.optimizer_states +
+                            host.offloaded_to_host + host.swap_buffers;
+  bytes.offloaded_to_nvme = host.offloaded_to_nvme;
   return bytes;
 }
 

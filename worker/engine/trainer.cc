@@ -15,10 +15,12 @@
 
 #include "core/layout/pipeline_schedule.h"
 #include "core/spec/elasticity.h"
+#include "core/spec/training_support.h"
 #include "core/weights/initial_weights.h"
-#include "worker/data/consecutive_batch.h"
 #include "worker/data/blended_sampler.h"
+#include "worker/data/consecutive_batch.h"
 #include "worker/data/window_sampler.h"
+#include "worker/engine/device_mirror.h"
 #include "worker/engine/evaluation.h"
 #include "worker/engine/loss_scaler.h"
 #include "worker/engine/lr_schedule.h"
@@ -121,8 +123,9 @@ class UpdateFence {
 // keep a copy of them; forgets them after it.
 class ResidentWeights {
  public:
-  ResidentWeights(kernels::Backend& backend, ModelState& state, int64_t n) : backend_(backend) {
-    if (state.parameters_resident()) backend_.set_weights(state.parameters_for_model(), n);
+  ResidentWeights(kernels::Backend& backend, bool resident, const float* weights, int64_t n)
+      : backend_(backend) {
+    if (resident) backend_.set_weights(weights, n);
   }
   ~ResidentWeights() { backend_.set_weights(nullptr, 0); }
   ResidentWeights(const ResidentWeights&) = delete;
@@ -182,6 +185,22 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   };
   comm::Communicator* tensor_comm = several(options.tensor_comm);
   comm::Communicator* pipeline_comm = several(options.pipeline_comm);
+  // A backend whose memory is not the host's computes on a mirror of the
+  // model states, which stay in host memory with the host backend's math.
+  const bool mirrored = !backend.memory_is_host();
+  if (mirrored) {
+    if (std::string problem = spec::device_training_problem(spec); !problem.empty()) {
+      result.error = problem;
+      return result;
+    }
+    if (options.host_backend == nullptr || !options.host_backend->memory_is_host()) {
+      result.error = fmt::format(
+          "training on {} needs a host backend for the model states (TrainerOptions::host_backend)",
+          backend.name());
+      return result;
+    }
+  }
+  kernels::Backend& state_backend = mirrored ? *options.host_backend : backend;
   const int tensor_size = tensor_comm != nullptr ? tensor_comm->size() : 1;
   const int stages = pipeline_comm != nullptr ? pipeline_comm->size() : 1;
   const core::Gpt2Config config = core::model_config(spec.model, tensor_size);
@@ -277,7 +296,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   state_inputs.table = &table;
   state_inputs.layout = &layout;
   state_inputs.data_comm = &data_comm;
-  state_inputs.backend = &backend;
+  state_inputs.backend = &state_backend;
   state_inputs.model = &model;
   // The model state reads the parameters it keeps a range at a time: from
   // the checkpoint, init_from's weights (loaded whole: a fine-tuning start)
@@ -285,15 +304,16 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   if (options.resume) {
     state_inputs.initial_parameters = [&](int64_t begin, int64_t end, float* out) -> core::Status {
       std::string error;
-      if (!core::read_flat_range(options.resume->shards, layout, core::StateKind::kParameter,
-                                 begin, end, out, error)) {
+      if (!core::read_flat_range(options.resume->shards, layout, core::StateKind::kParameter, begin,
+                                 end, out, error)) {
         return core::Status(core::StatusCode::kDataLoss, error);
       }
       return {};
     };
   } else if (!training.init_from.empty()) {
     auto weights = std::make_shared<std::vector<float>>(table.total());
-    if (core::Status status = core::load_initial_weights(training.init_from, table, weights->data());
+    if (core::Status status =
+            core::load_initial_weights(training.init_from, table, weights->data());
         !status.ok()) {
       return failed(status);
     }
@@ -330,7 +350,18 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     return result;
   }
   ModelState& state = **made;
-  const ResidentWeights resident_weights(backend, state, table.total());
+  std::optional<DeviceMirror> mirror;
+  if (mirrored) {
+    mirror.emplace(backend, table.total());
+    mirror->upload_parameters(state.parameters_for_model());
+  }
+  // What the model reads and where its backward accumulates.
+  const auto model_weights = [&]() -> const float* {
+    return mirror ? mirror->parameters() : state.parameters_for_model();
+  };
+  float* const model_gradients = mirror ? mirror->gradients() : state.gradients_for_backward();
+  const ResidentWeights resident_weights(backend, state.parameters_resident(), model_weights(),
+                                         table.total());
   const UpdateFence update_fence(options.before_update);
   data::BlendedSamplerResult sampling =
       data::BlendedSampler::create(data.train, data.weights, T, training.seed);
@@ -373,8 +404,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
         }
         links.before_forward(pass.chunk, pass.slot);
         if (!links.status().ok()) return failed(links.status());
-        loss_sum += chunk.forward(state.parameters_for_model(), inputs.data(), targets.data(),
-                                  micro, pass.slot);
+        loss_sum += chunk.forward(model_weights(), inputs.data(), targets.data(), micro, pass.slot);
         if (!chunk.tensor_status().ok()) return failed(chunk.tensor_status());
         links.after_forward(pass.chunk, pass.slot);
         report.forward_seconds += seconds_since(pass_start);
@@ -387,13 +417,16 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
           std::exchange(poison, false)
               ? std::numeric_limits<float>::quiet_NaN()
               : static_cast<float>(scaler.scale() / static_cast<double>(accumulation));
-      chunk.backward(state.parameters_for_model(), state.gradients_for_backward(), scale,
-                     reduce
-                         ? model::Gpt2Model::GradientsReady([&state](int64_t begin, int64_t end) {
-                             state.grads_ready(begin, end);
-                           })
-                         : model::Gpt2Model::GradientsReady(),
-                     pass.slot);
+      chunk.backward(
+          model_weights(), model_gradients, scale,
+          reduce ? model::Gpt2Model::GradientsReady([&state, &mirror](int64_t begin, int64_t end) {
+            if (mirror) {
+              mirror->take_gradients(begin, end, state.gradients_for_backward());
+            }
+            state.grads_ready(begin, end);
+          })
+                 : model::Gpt2Model::GradientsReady(),
+          pass.slot);
       links.after_backward(pass.chunk);
       const Clock::time_point backward_end = Clock::now();
       report.backward_seconds += std::chrono::duration<double>(backward_end - pass_start).count();
@@ -414,8 +447,8 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
             core::Status(core::StatusCode::kInternal,
                          "pipeline parallelism needs whole gradients (ZeRO stage 0 or 1)"));
       }
-      if (core::Status status =
-              sum_tied_embedding_gradients(*pipeline_comm, table, backend, reduced, tied_embedding);
+      if (core::Status status = sum_tied_embedding_gradients(*pipeline_comm, table, state_backend,
+                                                             reduced, tied_embedding);
           !status.ok()) {
         return failed(status);
       }
@@ -503,6 +536,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
         result.error = status.message();
         return result;
       }
+      if (mirror) mirror->upload_parameters(state.parameters_for_model());
     }
     report.optimizer_seconds = seconds_since(passes_end);
     result.steps = step + 1;
@@ -541,9 +575,9 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     const bool eval_step = last_step || stop_after_step ||
                            (training.eval_interval > 0 && (step + 1) % training.eval_interval == 0);
     if (eval_step) {
-      double sum = sum_of_batch_losses(models, state.parameters_for_model(), data.valid, micro,
-                                       training.eval_batches, dp_rank, dp_size,
-                                       state.after_forward_only(), &links);
+      double sum =
+          sum_of_batch_losses(models, model_weights(), data.valid, micro, training.eval_batches,
+                              dp_rank, dp_size, state.after_forward_only(), &links);
       if (!links.status().ok()) return failed(links.status());
       if (core::Status status = state.forward_only_status(); !status.ok()) {
         result.error = status.message();
@@ -596,9 +630,8 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   // final_parameters() below may take the buffers the last checkpoint
   // points into.
   if (options.before_update) options.before_update();
-  const bool streamed = options.write_final_weights && result.steps > 0 &&
-                        tensor_comm == nullptr && pipeline_comm == nullptr &&
-                        state.streams_final_parameters();
+  const bool streamed = options.write_final_weights && result.steps > 0 && tensor_comm == nullptr &&
+                        pipeline_comm == nullptr && state.streams_final_parameters();
   if (streamed) {
     const core::Status written =
         options.write_final_weights([&state](int64_t begin, int64_t end, float* out) {

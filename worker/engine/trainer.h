@@ -131,6 +131,12 @@ struct ResumePoint {
 
 struct TrainerOptions {
   comm::Communicator* data_comm = nullptr;  // the data-parallel group; required
+  // Where train()'s backend's memory is not the host's (a GPU): a backend
+  // whose memory is (the CPU backend), which computes on the model states
+  // in host memory (norms, clipping, the CPU Adam) while the model runs on
+  // the GPU (DeepSpeed's ZeRO-Offload; spec::device_training_problem says
+  // what that path does not cover). Required then; unused otherwise.
+  kernels::Backend* host_backend = nullptr;
   // The tensor-parallel group (Megatron's tensor parallelism over its
   // ranks); null or of one rank: none.
   comm::Communicator* tensor_comm = nullptr;

@@ -11,8 +11,9 @@
 namespace dslaunch::plan {
 namespace {
 
-spec::ParallelismSpec parallel(int tensor, int pipeline,
-                               spec::PipelinePartition partition = spec::PipelinePartition::kUniform) {
+spec::ParallelismSpec parallel(
+    int tensor, int pipeline,
+    spec::PipelinePartition partition = spec::PipelinePartition::kUniform) {
   spec::ParallelismSpec parallelism;
   parallelism.tensor = tensor;
   parallelism.pipeline = pipeline;
@@ -249,6 +250,30 @@ TEST_CASE("parameter offload to NVMe at stage 3 moves the parameter partition to
   CHECK(both.device_total() == 500'000);
   CHECK(both.offloaded_to_host == 3'000'000);
   CHECK(both.offloaded_to_nvme == 500'000);
+}
+
+TEST_CASE("the GPU path holds fp32 parameters and whole gradients on the GPU, the rest in host") {
+  const int64_t psi = 1'000'000;
+  for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    const bool mixed = precision != Precision::kFp32;
+    for (const int stage : {1, 2}) {
+      INFO("stage " << stage << (mixed ? " bf16" : " fp32"));
+      spec::TrainingSpec offloaded = training(precision, stage);
+      offloaded.zero.offload_optimizer.device = spec::OffloadDevice::kCpu;
+      const ModelStateBytes bytes = mirrored_state_bytes(psi, offloaded, 4);
+      CHECK(bytes.parameters == 4'000'000);
+      CHECK(bytes.gradients == 4'000'000);
+      CHECK(bytes.optimizer_states == 0);
+      CHECK(bytes.weight_copy == 0);
+      // Host: the fp32 parameters, the gradients the CPU engine keeps
+      // (whole at stage 1, this rank's quarter at stage 2), the moments and
+      // masters of its quarter.
+      const int64_t gradients = stage == 1 ? 4'000'000 : 1'000'000;
+      CHECK(bytes.offloaded_to_host == 4'000'000 + gradients + (mixed ? 3'000'000 : 2'000'000));
+      CHECK(bytes.offloaded_to_nvme == 0);
+      CHECK(bytes.device_total() == 8'000'000);
+    }
+  }
 }
 
 }  // namespace dslaunch::plan

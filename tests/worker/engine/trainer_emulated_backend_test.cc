@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <vector>
 
+#include "core/dtype.h"
+#include "core/spec/training_support.h"
 #include "kernels/backend.h"
 #include "kernels/simt/emulated_backend.h"
 #include "tests/worker/engine/trainer_test_support.h"
@@ -63,6 +65,124 @@ TEST_CASE("20 steps on the CUDA backend's kernels match the CPU backend's, fp32 
     CHECK(reports.back().loss < reports.front().loss - 0.3);
   }
   std::filesystem::remove_all(dir);
+}
+
+struct OffloadRun {
+  std::vector<StepReport> reports;
+  std::vector<float> params;
+};
+
+OffloadRun train_offloaded(kernels::Backend& backend, const spec::JobSpec& spec,
+                           kernels::Backend* host_backend, bool poison) {
+  const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
+  REQUIRE(data.error == "");
+  OffloadRun run;
+  TrainerOptions options;
+  options.data_comm = &comm::testing::world_data();
+  options.host_backend = host_backend;
+  options.on_step = [&run](const StepReport& report) { run.reports.push_back(report); };
+  const int rank = options.data_comm->rank();
+  const int last = options.data_comm->size() - 1;
+  // The drill for one rank overflowing: NaN gradients on the last rank at step 3.
+  if (poison) options.poison_gradients = [=](int64_t step) { return rank == last && step == 3; };
+  TrainResult result = train(spec, data, backend, options);
+  REQUIRE(result.error == "");
+  run.params = std::move(result.params);
+  return run;
+}
+
+// Guarded device memory faults on any host access between the backend's
+// calls, as a GPU's addresses would: the trainer keeps the model states in
+// host memory, worked on by a CPU backend, and the model on a mirror in the
+// device's memory. The reference is the same kernels on the emulator's
+// host memory, where the states live in the backend's own memory and its
+// kernels update them: the mirror changes where the bytes are, not the
+// results.
+TEST_CASE("on memory the host cannot touch, ZeRO-Offload stages 1-2 train as in host memory") {
+  comm::Communicator& world = comm::testing::world_data();
+  const std::string dir = testing::shared_token_files(world);
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  spec.cluster.device = spec::Device::kCuda;
+  spec.training.steps = 6;
+  spec.training.scheduler.total_num_steps = 6;
+  spec.training.scheduler.warmup_num_steps = 1;
+  spec.training.eval_interval = 3;
+  spec.training.batch.micro_batch_per_gpu = 2;
+  spec.training.batch.gradient_accumulation_steps = 2;
+  spec.training.batch.train_batch_size = 4 * world.size();
+  const std::string nvme = dir + "/nvme-" + std::to_string(world.rank());
+  std::filesystem::create_directories(nvme);
+  struct Case {
+    int stage;
+    spec::OffloadDevice offload;
+    core::DType precision;
+  };
+  for (const Case& c : {Case{1, spec::OffloadDevice::kCpu, core::DType::kF32},
+                        Case{2, spec::OffloadDevice::kCpu, core::DType::kBF16},
+                        Case{2, spec::OffloadDevice::kNvme, core::DType::kF16}}) {
+    INFO("ZeRO stage " << c.stage << ", " << core::dtype_name(c.precision));
+    spec.training.zero.stage = c.stage;
+    spec.training.zero.offload_optimizer.device = c.offload;
+    spec.training.zero.offload_optimizer.nvme_path = nvme;
+    spec.training.bf16 = c.precision == core::DType::kBF16;
+    spec.training.fp16.enabled = c.precision == core::DType::kF16;
+    spec.training.fp16.initial_scale_power = 8;
+    const bool poison = spec.training.fp16.enabled;
+    REQUIRE(spec::device_training_problem(spec) == "");
+    auto host = kernels::make_cpu_backend(1);
+    auto guarded = kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded);
+    auto accessible = kernels::simt::make_emulated_backend();
+    REQUIRE_FALSE(guarded->memory_is_host());
+    const OffloadRun mirrored = train_offloaded(*guarded, spec, host.get(), poison);
+    const OffloadRun expected = train_offloaded(*accessible, spec, nullptr, poison);
+    REQUIRE(mirrored.reports.size() == 6);
+    REQUIRE(expected.reports.size() == 6);
+    for (size_t i = 0; i < mirrored.reports.size(); ++i) {
+      const StepReport& got = mirrored.reports[i];
+      const StepReport& want = expected.reports[i];
+      INFO("step " << got.step);
+      CHECK(got.loss == want.loss);
+      CHECK(got.grad_norm == Approx(want.grad_norm).epsilon(1e-12));
+      CHECK(got.skipped == want.skipped);
+      CHECK(got.eval_loss == want.eval_loss);
+    }
+    // The poisoned step was skipped on every rank, and training went on.
+    if (poison) {
+      CHECK(mirrored.reports[2].skipped);
+      CHECK(mirrored.reports.back().skipped_steps == 1);
+    }
+    CHECK(mirrored.params == expected.params);
+    // It learned.
+    CHECK(*mirrored.reports.back().eval_loss < *mirrored.reports[2].eval_loss);
+  }
+  REQUIRE_OK(comm::testing::world_barrier());
+  if (world.rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("training on memory the host cannot touch refuses what its path lacks, by name") {
+  comm::Communicator& world = comm::testing::world_data();
+  const std::string dir = testing::shared_token_files(world);
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  spec.training.steps = 1;
+  spec.training.batch.micro_batch_per_gpu = 2;
+  spec.training.batch.gradient_accumulation_steps = 1;
+  spec.training.batch.train_batch_size = 2 * world.size();
+  const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
+  REQUIRE(data.error == "");
+  auto guarded = kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded);
+  auto host = kernels::make_cpu_backend(1);
+  TrainerOptions options;
+  options.data_comm = &world;
+  options.host_backend = host.get();
+  spec.training.zero.stage = 3;
+  spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kCpu;
+  CHECK_THAT(train(spec, data, *guarded, options).error, Catch::StartsWith("ZeRO stage 3 on GPUs"));
+  spec.training.zero.stage = 2;
+  options.host_backend = nullptr;
+  CHECK_THAT(train(spec, data, *guarded, options).error,
+             Catch::Contains("needs a host backend for the model states"));
+  REQUIRE_OK(comm::testing::world_barrier());
+  if (world.rank() == 0) std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@ using kernels::Backend;
 class GeluOffByATenthPercent final : public Backend {
  public:
   std::string name() const override { return "broken gelu"; }
+  bool memory_is_host() const override { return true; }
   void* allocate(int64_t bytes) override { return cpu_->allocate(bytes); }
   void deallocate(void* data) override { cpu_->deallocate(data); }
   void copy_host_to_device(void* d, const void* h, int64_t bytes) override {
