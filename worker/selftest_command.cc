@@ -10,6 +10,9 @@
 
 #include "kernels/make_backend.h"
 #include "kernels/simt/emulated_backend.h"
+#include "worker/comm/mpi_process_groups.h"
+#include "worker/comm/mpi_runtime.h"
+#include "worker/selftest/engine_check.h"
 #include "worker/selftest/kernel_checks.h"
 #include "worker/selftest/training_check.h"
 
@@ -52,6 +55,38 @@ std::vector<Row> training_rows(kernels::Backend& device, kernels::Backend& refer
   return rows;
 }
 
+// The engine's run on the device, in a data group of this process alone
+// (MPI started as a singleton, without mpirun).
+std::vector<Row> engine_rows(kernels::Backend& device, kernels::Backend& cpu, int steps) {
+  const std::string name = fmt::format("engine, ZeRO-Offload, {} steps", steps);
+  if (core::Status started = comm::mpi_init(); !started.ok()) {
+    return {{name, "-", 0, 0, "skipped: MPI did not start: " + started.message()}};
+  }
+  std::vector<Row> rows;
+  {
+    auto groups = comm::create_mpi_process_groups({1, 1, 1}, comm::CommOptions{});
+    if (!groups.ok()) {
+      rows.push_back({name, "-", 0, 0, "skipped: " + groups.status().message()});
+    } else {
+      for (const selftest::EngineCheck& check :
+           selftest::check_engine(device, cpu, (*groups)->data(), steps)) {
+        if (!check.failure.empty()) {
+          rows.push_back({name, check.precision, 0, check.tolerance, "FAIL: " + check.failure});
+          continue;
+        }
+        rows.push_back({name + ", losses", check.precision, check.error, check.tolerance,
+                        fmt::format("{} (evaluation loss {:.4f}, CPU {:.4f})",
+                                    check.losses_passed() ? "pass" : "FAIL", check.device_eval_loss,
+                                    check.reference_eval_loss)});
+        rows.push_back({name + ", weights", check.precision, check.parameter_error,
+                        check.parameter_tolerance, check.parameters_passed() ? "pass" : "FAIL"});
+      }
+    }
+  }
+  comm::mpi_finalize();
+  return rows;
+}
+
 void print_table(const std::string& device_name, const std::vector<Row>& rows) {
   std::cout << fmt::format(
       "{} against the CPU backend (errors: largest difference over the "
@@ -89,6 +124,7 @@ int run_selftest_command(const SelftestOptions& options) {
                     check.passed() ? "pass" : "FAIL"});
   }
   for (Row& row : training_rows(**device, *reference, options.steps)) rows.push_back(row);
+  for (Row& row : engine_rows(**device, *reference, options.steps)) rows.push_back(row);
   rows.push_back({"NCCL collectives against MPI", "-", 0, 0,
                   "skipped: this build has no NCCL communicator yet"});
 

@@ -26,7 +26,7 @@ TEST_CASE("selftest on the emulated CUDA kernels passes every check and reports 
   const auto report = nlohmann::json::parse(result.output.substr(result.output.find('{')));
   CHECK(report["device"].get<std::string>().find("emulated") != std::string::npos);
   CHECK(report["failed"] == 0);
-  int passed = 0, training = 0, skipped = 0;
+  int passed = 0, training = 0, engine = 0, skipped = 0;
   for (const auto& check : report["checks"]) {
     const std::string outcome = check["result"];
     if (outcome.rfind("pass", 0) == 0) ++passed;
@@ -35,9 +35,14 @@ TEST_CASE("selftest on the emulated CUDA kernels passes every check and reports 
       ++training;
       CHECK(check["error"].get<double>() <= check["tolerance"].get<double>());
     }
+    if (check["check"].get<std::string>().rfind("engine, ZeRO-Offload, 3 steps, ", 0) == 0) {
+      ++engine;
+      CHECK(outcome.rfind("pass", 0) == 0);
+    }
   }
   CHECK(passed == report["passed"]);
   CHECK(training == 2);  // fp32 and bf16
+  CHECK(engine == 4);    // losses and weights, fp32 and bf16
   CHECK(skipped == 1);   // NCCL, not built: listed, not counted as passed
   CHECK(passed + skipped == static_cast<int>(report["checks"].size()));
 }

@@ -4,13 +4,13 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <random>
 
 #include "core/dtype.h"
 #include "core/layout/gpt2_config.h"
 #include "core/layout/parameter_table.h"
 #include "kernels/device_buffer.h"
 #include "worker/model/gpt2_model.h"
+#include "worker/selftest/learnable_tokens.h"
 
 namespace dslaunch::worker::selftest {
 namespace {
@@ -20,23 +20,6 @@ using kernels::Backend;
 using kernels::DeviceBuffer;
 
 constexpr int64_t kVocab = 128, kBatch = 4, kSeq = 32;
-
-// Tokens a model can learn: runs of an arithmetic sequence mod the
-// vocabulary whose stride changes at random points.
-std::vector<int32_t> learnable_tokens(int64_t count, uint32_t seed) {
-  std::mt19937 generator(seed);
-  std::uniform_int_distribution<int> stride_of(1, 7), run_of(8, 40);
-  std::vector<int32_t> tokens;
-  int64_t value = 0;
-  while (static_cast<int64_t>(tokens.size()) < count) {
-    const int stride = stride_of(generator);
-    for (int i = run_of(generator); i > 0 && static_cast<int64_t>(tokens.size()) < count; --i) {
-      value = (value + stride) % kVocab;
-      tokens.push_back(static_cast<int32_t>(value));
-    }
-  }
-  return tokens;
-}
 
 core::Gpt2Config small_gpt() {
   core::Gpt2Config config;
@@ -97,7 +80,7 @@ std::vector<double> train(Backend& backend, DType precision, int steps,
 }  // namespace
 
 std::vector<TrainingCheck> check_training(Backend& device, Backend& reference, int steps) {
-  const std::vector<int32_t> tokens = learnable_tokens(40000, 1);
+  const std::vector<int32_t> tokens = learnable_tokens(40000, kVocab, 1);
   std::vector<TrainingCheck> checks;
   for (const DType precision : {DType::kF32, DType::kBF16}) {
     TrainingCheck check;

@@ -1,0 +1,56 @@
+// The selftest's engine comparison: the engine's GPU path (the model on a
+// device mirror, the model states in host memory) on the emulated CUDA
+// kernels with guarded memory matches the CPU engine; a device whose
+// device-to-host copies drop their last float fails it.
+#include "worker/selftest/engine_check.h"
+
+#include <catch2/catch.hpp>
+
+#include <memory>
+
+#include "kernels/backend.h"
+#include "kernels/simt/emulated_backend.h"
+#include "tests/worker/parallel/test_groups.h"
+#include "tests/worker/selftest/forwarding_backend.h"
+
+namespace dslaunch::worker::selftest {
+namespace {
+
+class DropsLastFloat final : public testing::ForwardingBackend {
+ public:
+  DropsLastFloat()
+      : ForwardingBackend(
+            kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded)) {}
+  void copy_device_to_host(void* host, const void* device, int64_t bytes) override {
+    inner().copy_device_to_host(host, device, bytes > 4 ? bytes - 4 : bytes);
+  }
+};
+
+TEST_CASE("the engine comparison passes on guarded device memory and fails a broken copy") {
+  comm::Communicator& solo = comm::testing::solo_data_comm();
+  auto cpu = kernels::make_cpu_backend(1);
+  auto device = kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded);
+  const auto checks = check_engine(*device, *cpu, solo, 4);
+  REQUIRE(checks.size() == 2);
+  CHECK(checks[0].precision == "fp32");
+  CHECK(checks[1].precision == "bf16");
+  for (const EngineCheck& check : checks) {
+    INFO(check.precision << ": " << check.failure << " error " << check.error
+                         << ", parameter error " << check.parameter_error);
+    CHECK(check.passed());
+    CHECK(check.steps == 4);
+    // Learning happened: 4 steps from ln(128) = 4.85.
+    CHECK(check.reference_eval_loss < 4.8);
+  }
+
+  // Small in the losses, plain in the weights.
+  DropsLastFloat broken;
+  for (const EngineCheck& check : check_engine(broken, *cpu, solo, 4)) {
+    INFO(check.precision << ": parameter error " << check.parameter_error);
+    CHECK_FALSE(check.parameters_passed());
+    CHECK(check.parameter_error > 2 * check.parameter_tolerance);
+  }
+}
+
+}  // namespace
+}  // namespace dslaunch::worker::selftest

@@ -1,0 +1,150 @@
+#include "worker/selftest/engine_check.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/spec/job_spec.h"
+#include "worker/data/training_data.h"
+#include "worker/engine/trainer.h"
+#include "worker/selftest/learnable_tokens.h"
+
+namespace dslaunch::worker::selftest {
+namespace {
+
+constexpr int kVocab = 128;
+
+// The tokens the runs train and evaluate on, held in memory: the selftest
+// needs no files.
+class TokensInMemory final : public data::TokenSource {
+ public:
+  explicit TokensInMemory(std::vector<int32_t> tokens)
+      : tokens_(std::move(tokens)), max_(*std::max_element(tokens_.begin(), tokens_.end())) {}
+  int64_t size() const override { return static_cast<int64_t>(tokens_.size()); }
+  void read(int64_t offset, int64_t count, int32_t* out) const override {
+    std::copy_n(tokens_.begin() + offset, count, out);
+  }
+  int32_t max_token() const override { return max_; }
+  std::string describe() const override {
+    return fmt::format("the selftest's {} tokens in memory", tokens_.size());
+  }
+
+ private:
+  std::vector<int32_t> tokens_;
+  int32_t max_;
+};
+
+data::TrainingData selftest_data() {
+  data::TrainingData data;
+  data.sources.push_back(std::make_unique<TokensInMemory>(learnable_tokens(40000, kVocab, 1)));
+  const data::TokenSource& source = *data.sources.back();
+  const int64_t split = source.size() * 9 / 10;
+  data.train = {{&source, 0, split}};
+  data.weights = {1.0};
+  data.valid = {&source, split, source.size()};
+  return data;
+}
+
+spec::JobSpec selftest_job(bool bf16, int steps) {
+  spec::JobSpec spec;
+  spec.kind = spec::JobKind::kTrain;
+  spec.cluster.device = spec::Device::kCuda;
+  spec.model.num_layers = 2;
+  spec.model.hidden_size = 64;
+  spec.model.num_attention_heads = 4;
+  spec.model.vocab_size = kVocab;
+  spec.model.seq_length = 32;
+  spec.training.steps = steps;
+  spec.training.batch.train_batch_size = 4;
+  spec.training.batch.micro_batch_per_gpu = 2;
+  spec.training.batch.gradient_accumulation_steps = 2;
+  spec.training.gradient_clipping = 1.0;
+  spec.training.optimizer.lr = 3e-3;
+  spec.training.optimizer.betas = {0.9, 0.95};
+  spec.training.optimizer.weight_decay = 0.1;
+  spec.training.eval_interval = 0;
+  spec.training.eval_batches = 4;
+  spec.training.bf16 = bf16;
+  spec.training.zero.stage = 2;
+  spec.training.zero.reduce_bucket_size = 20000;  // several buckets for this model
+  spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kCpu;
+  return spec;
+}
+
+struct Losses {
+  std::vector<double> steps;
+  double eval = 0;
+  std::vector<float> masters;  // the fp32 parameters the optimizer holds after the last step
+  std::string error;
+};
+
+Losses train_on(kernels::Backend& backend, kernels::Backend* host, const spec::JobSpec& spec,
+                const data::TrainingData& data, comm::Communicator& solo) {
+  Losses losses;
+  engine::TrainerOptions options;
+  options.data_comm = &solo;
+  options.host_backend = host;
+  options.on_step = [&losses](const engine::StepReport& report) {
+    losses.steps.push_back(report.loss);
+    if (report.eval_loss) losses.eval = *report.eval_loss;
+  };
+  // Its checkpoint after the last step holds them (masters in 16-bit
+  // training, which its weights are roundings of).
+  options.save_checkpoint = [&losses](const engine::CheckpointSlice& slice) {
+    const auto* masters = static_cast<const float*>(slice.arrays.front().data);
+    losses.masters.assign(masters, masters + (slice.end - slice.begin));
+  };
+  losses.error = engine::train(spec, data, backend, options).error;
+  return losses;
+}
+
+double relative_error(double actual, double expected) {
+  const double e = std::abs(actual - expected) / std::abs(expected);
+  return std::isnan(e) ? std::numeric_limits<double>::infinity() : e;
+}
+
+}  // namespace
+
+std::vector<EngineCheck> check_engine(kernels::Backend& device, kernels::Backend& cpu,
+                                      comm::Communicator& solo, int steps) {
+  const data::TrainingData data = selftest_data();
+  std::vector<EngineCheck> checks;
+  for (const bool bf16 : {false, true}) {
+    EngineCheck check;
+    check.precision = bf16 ? "bf16" : "fp32";
+    check.steps = steps;
+    // As check_training's: sums in other orders drift apart slowly.
+    check.tolerance = bf16 ? 2e-3 : 1e-4;
+    check.parameter_tolerance = bf16 ? 4e-3 : 2e-4;
+    const spec::JobSpec spec = selftest_job(bf16, steps);
+    const Losses expected = train_on(cpu, nullptr, spec, data, solo);
+    const Losses actual = train_on(device, &cpu, spec, data, solo);
+    if (!expected.error.empty()) check.failure = "the CPU engine: " + expected.error;
+    if (!actual.error.empty()) check.failure = "the device: " + actual.error;
+    if (check.failure.empty()) {
+      for (size_t i = 0; i < actual.steps.size(); ++i) {
+        check.error = std::max(check.error, relative_error(actual.steps[i], expected.steps[i]));
+      }
+      check.error = std::max(check.error, relative_error(actual.eval, expected.eval));
+      double largest = 0, difference = 0;
+      for (size_t i = 0; i < expected.masters.size(); ++i) {
+        largest = std::max(largest, std::abs(double{expected.masters[i]}));
+        difference =
+            std::max(difference, std::abs(double{actual.masters[i]} - expected.masters[i]));
+      }
+      check.parameter_error =
+          std::isnan(difference) ? std::numeric_limits<double>::infinity() : difference / largest;
+      check.device_eval_loss = actual.eval;
+      check.reference_eval_loss = expected.eval;
+    }
+    checks.push_back(check);
+  }
+  return checks;
+}
+
+}  // namespace dslaunch::worker::selftest
