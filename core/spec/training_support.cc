@@ -14,11 +14,6 @@ bool cuda_training_built() {
 
 std::string device_training_problem(const spec::JobSpec& spec) {
   const spec::ZeroSpec& zero = spec.training.zero;
-  if (spec.parallelism.tensor > 1 || spec.parallelism.pipeline > 1) {
-    return "tensor and pipeline parallelism on GPUs pass activations between GPUs, which needs "
-           "the NCCL communicator, not built yet; set parallelism.tensor and pipeline to 1, or "
-           "cluster.device: cpu";
-  }
   if (zero.stage == 3) {
     return "ZeRO stage 3 on GPUs gathers the parameters into GPU memory, not built yet; use "
            "zero_optimization.stage 1 or 2 with offload_optimizer, or cluster.device: cpu";

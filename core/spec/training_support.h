@@ -13,8 +13,8 @@ std::string training_support_problem(const spec::JobSpec& spec);
 
 // "" when the engine can train `spec` on a GPU (a backend whose memory is
 // not the host's), otherwise what that path lacks so far: it keeps the
-// model states in host memory (ZeRO-Offload, stages 1-2) and runs data
-// parallelism over MPI.
+// model states in host memory (ZeRO-Offload, stages 1-2) and communicates
+// over MPI through host memory.
 std::string device_training_problem(const spec::JobSpec& spec);
 
 // Whether this build trains on CUDA devices (cluster.device: auto picks

@@ -11,7 +11,9 @@ StageLinks::StageLinks(comm::Communicator* pipeline, std::vector<model::Gpt2Mode
       chunks_(std::move(chunks)),
       elements_(elements),
       backend_(backend),
-      output_sends_(chunks_.size()) {
+      output_sends_(chunks_.size()),
+      staged_(!backend.memory_is_host()),
+      staged_outputs_(chunks_.size()) {
   if (activations_ == nullptr) return;
   stage_ = activations_->rank();
   stages_ = activations_->size();
@@ -35,10 +37,18 @@ void StageLinks::wait(std::unique_ptr<comm::Work>& pending, const char* what) {
 
 void StageLinks::receive(comm::Communicator& comm, float* into, int peer, const char* what) {
   const auto start = std::chrono::steady_clock::now();
-  core::Status status = comm.recv(comm::buffer_of(into, elements_), peer)->wait();
+  if (staged_) staged_receive_.resize(elements_);
+  float* buffer = staged_ ? staged_receive_.data() : into;
+  core::Status status = comm.recv(comm::buffer_of(buffer, elements_), peer)->wait();
   receive_seconds_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!status.ok()) status_ = status.with_context(what);
+  if (!status.ok()) {
+    status_ = status.with_context(what);
+    return;
+  }
+  if (staged_) {
+    backend_.copy_host_to_device(into, buffer, elements_ * static_cast<int64_t>(sizeof(float)));
+  }
 }
 
 void StageLinks::before_forward(int chunk, int slot) {
@@ -55,8 +65,17 @@ void StageLinks::before_forward(int chunk, int slot) {
 
 void StageLinks::after_forward(int chunk, int slot) {
   if (!active() || last(chunk)) return;
-  output_sends_[chunk][slot] = activations_->send(
-      comm::buffer_of(chunks_[chunk]->stage_output(slot), elements_), next_rank());
+  const float* output = chunks_[chunk]->stage_output(slot);
+  if (staged_) {
+    // Rewritten only after before_forward() of the slot waited for its send.
+    std::vector<std::vector<float>>& copies = staged_outputs_[chunk];
+    if (static_cast<int>(copies.size()) <= slot) copies.resize(slot + 1);
+    copies[slot].resize(elements_);
+    backend_.copy_device_to_host(copies[slot].data(), output,
+                                 elements_ * static_cast<int64_t>(sizeof(float)));
+    output = copies[slot].data();
+  }
+  output_sends_[chunk][slot] = activations_->send(comm::buffer_of(output, elements_), next_rank());
 }
 
 void StageLinks::before_backward(int chunk) {
@@ -74,18 +93,27 @@ StageLinks::GradientSend& StageLinks::free_gradient_send() {
     return send;
   }
   // Moving the pool moves no buffer's memory: sends in flight keep theirs.
-  gradient_sends_.push_back({kernels::DeviceBuffer<float>(backend_, elements_), nullptr});
+  if (staged_) {
+    gradient_sends_.push_back({{}, std::vector<float>(elements_), nullptr});
+  } else {
+    gradient_sends_.push_back({kernels::DeviceBuffer<float>(backend_, elements_), {}, nullptr});
+  }
   return gradient_sends_.back();
 }
 
 void StageLinks::after_backward(int chunk) {
   if (!active() || first(chunk)) return;
   GradientSend& send = free_gradient_send();
-  backend_.copy_device_to_device(send.buffer.data(), chunks_[chunk]->residual_gradient(),
-                                 send.buffer.bytes());
-  // The communicator reads the buffer from the host's side.
-  backend_.synchronize();
-  send.pending = gradients_->send(comm::buffer_of(send.buffer.data(), elements_), previous_rank());
+  const int64_t bytes = elements_ * static_cast<int64_t>(sizeof(float));
+  if (staged_) {
+    backend_.copy_device_to_host(send.host.data(), chunks_[chunk]->residual_gradient(), bytes);
+  } else {
+    backend_.copy_device_to_device(send.buffer.data(), chunks_[chunk]->residual_gradient(), bytes);
+    // The communicator reads the buffer from the host's side.
+    backend_.synchronize();
+  }
+  const float* sent = staged_ ? send.host.data() : send.buffer.data();
+  send.pending = gradients_->send(comm::buffer_of(sent, elements_), previous_rank());
 }
 
 void StageLinks::finish() {

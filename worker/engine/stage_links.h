@@ -30,6 +30,10 @@ namespace dslaunch::worker::engine {
 // the interleaved schedule that stage may be busy with other chunks for a
 // while. With one stage, every call does nothing. After a failure the links
 // do nothing more and status() says what failed: check it after each pass.
+// On a backend whose memory is not the host's (a GPU), every transfer goes
+// through host memory, which the communicator (MPI) works on: sends from a
+// host copy of their slot or buffer, receives into a host buffer copied to
+// the device.
 class StageLinks {
  public:
   // `chunks`: the stage's model chunks in order (one without interleaving).
@@ -70,7 +74,8 @@ class StageLinks {
   void receive(comm::Communicator& comm, float* into, int peer, const char* what);
   void wait(std::unique_ptr<comm::Work>& pending, const char* what);
   struct GradientSend {
-    kernels::DeviceBuffer<float> buffer;
+    kernels::DeviceBuffer<float> buffer;  // empty when staged
+    std::vector<float> host;              // staged only
     std::unique_ptr<comm::Work> pending;
   };
   // A gradient send buffer whose last send is done (a new one if none is).
@@ -84,7 +89,10 @@ class StageLinks {
   int stage_ = 0;
   int stages_ = 1;
   std::vector<std::vector<std::unique_ptr<comm::Work>>> output_sends_;  // per chunk and slot
-  std::vector<GradientSend> gradient_sends_;                            // the pool
+  bool staged_;
+  std::vector<std::vector<std::vector<float>>> staged_outputs_;  // per chunk and slot
+  std::vector<float> staged_receive_;
+  std::vector<GradientSend> gradient_sends_;  // the pool
   double receive_seconds_ = 0;
   core::Status status_;
 };

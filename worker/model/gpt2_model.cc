@@ -149,11 +149,21 @@ float* Gpt2Model::residual_gradient() {
 void Gpt2Model::tensor_all_reduce(float* x, int64_t n, comm::ReduceOp op) {
   if (tensor_comm_ == nullptr || !tensor_status_.ok()) return;
   const auto start = std::chrono::steady_clock::now();
-  // The communicator reads and writes x from the host's side of the stream.
+  // The communicator reads and writes x from the host's side of the stream,
+  // or a host copy of it.
   backend_.synchronize();
-  tensor_status_ = tensor_comm_->all_reduce(comm::buffer_of(x, n), op)
+  const bool staged = !backend_.memory_is_host();
+  const int64_t bytes = n * static_cast<int64_t>(sizeof(float));
+  float* buffer = x;
+  if (staged) {
+    tensor_staging_.resize(n);
+    buffer = tensor_staging_.data();
+    backend_.copy_device_to_host(buffer, x, bytes);
+  }
+  tensor_status_ = tensor_comm_->all_reduce(comm::buffer_of(buffer, n), op)
                        ->wait()
                        .with_context("tensor-parallel all-reduce");
+  if (staged && tensor_status_.ok()) backend_.copy_host_to_device(x, buffer, bytes);
   tensor_comm_seconds_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -163,12 +173,25 @@ void Gpt2Model::tensor_all_gather(const float* slice, float* whole, int64_t n) {
   const auto start = std::chrono::steady_clock::now();
   backend_.synchronize();
   const int parts = tensor_comm_->size();
-  tensor_status_ =
-      tensor_comm_
-          ->all_gather(comm::buffer_of(slice, n / parts), comm::buffer_of(whole, n),
-                       comm::Blocks::consecutive(std::vector<int64_t>(parts, n / parts)))
-          ->wait()
-          .with_context("gathering a partitioned activation");
+  const int64_t part = n / parts;
+  // Staged as tensor_all_reduce's: [0, n) the whole, [n, n + part) the slice.
+  const bool staged = !backend_.memory_is_host();
+  const float* from = slice;
+  float* into = whole;
+  if (staged) {
+    tensor_staging_.resize(n + part);
+    into = tensor_staging_.data();
+    backend_.copy_device_to_host(into + n, slice, part * static_cast<int64_t>(sizeof(float)));
+    from = into + n;
+  }
+  tensor_status_ = tensor_comm_
+                       ->all_gather(comm::buffer_of(from, part), comm::buffer_of(into, n),
+                                    comm::Blocks::consecutive(std::vector<int64_t>(parts, part)))
+                       ->wait()
+                       .with_context("gathering a partitioned activation");
+  if (staged && tensor_status_.ok()) {
+    backend_.copy_host_to_device(whole, into, n * static_cast<int64_t>(sizeof(float)));
+  }
   tensor_comm_seconds_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

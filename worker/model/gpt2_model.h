@@ -191,6 +191,10 @@ class Gpt2Model {
   comm::Communicator* tensor_comm_;  // null without tensor parallelism
   core::Status tensor_status_;
   double tensor_comm_seconds_ = 0;
+  // Where the tensor group's collectives read and write on a backend whose
+  // memory is not the host's: the communicator works on host memory (MPI;
+  // NCCL, which reads device memory, is not built yet).
+  std::vector<float> tensor_staging_;
   // In the backend's memory: the model touches them only through kernels.
   kernels::DeviceBuffer<float> activations_;
   std::shared_ptr<Gpt2Scratch> scratch_;

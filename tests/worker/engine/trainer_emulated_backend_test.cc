@@ -72,17 +72,28 @@ struct OffloadRun {
   std::vector<float> params;
 };
 
-OffloadRun train_offloaded(kernels::Backend& backend, const spec::JobSpec& spec,
+// The process grid of a run: pipeline stages, data ranks, tensor ranks.
+struct Layout {
+  int pipeline = 1;
+  int data = 1;
+  int tensor = 1;
+};
+
+OffloadRun train_offloaded(kernels::Backend& backend, const spec::JobSpec& spec, Layout layout,
                            kernels::Backend* host_backend, bool poison) {
   const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
   REQUIRE(data.error == "");
+  comm::ProcessGroups& groups =
+      comm::testing::groups_of({layout.pipeline, layout.data, layout.tensor});
   OffloadRun run;
   TrainerOptions options;
-  options.data_comm = &comm::testing::world_data();
+  options.data_comm = &groups.data();
+  options.tensor_comm = &groups.tensor();
+  options.pipeline_comm = &groups.pipeline();
   options.host_backend = host_backend;
   options.on_step = [&run](const StepReport& report) { run.reports.push_back(report); };
-  const int rank = options.data_comm->rank();
-  const int last = options.data_comm->size() - 1;
+  const int rank = groups.world().rank();
+  const int last = groups.world().size() - 1;
   // The drill for one rank overflowing: NaN gradients on the last rank at step 3.
   if (poison) options.poison_gradients = [=](int64_t step) { return rank == last && step == 3; };
   TrainResult result = train(spec, data, backend, options);
@@ -93,11 +104,12 @@ OffloadRun train_offloaded(kernels::Backend& backend, const spec::JobSpec& spec,
 
 // Guarded device memory faults on any host access between the backend's
 // calls, as a GPU's addresses would: the trainer keeps the model states in
-// host memory, worked on by a CPU backend, and the model on a mirror in the
-// device's memory. The reference is the same kernels on the emulator's
-// host memory, where the states live in the backend's own memory and its
-// kernels update them: the mirror changes where the bytes are, not the
-// results.
+// host memory, worked on by a CPU backend, the model computes on a mirror
+// in the device's memory, and the tensor and pipeline groups pass
+// activations through host copies. The reference is the same kernels on the
+// emulator's host memory, where the states live in the backend's own memory
+// and its kernels update them: the mirror changes where the bytes are, not
+// the results.
 TEST_CASE("on memory the host cannot touch, ZeRO-Offload stages 1-2 train as in host memory") {
   comm::Communicator& world = comm::testing::world_data();
   const std::string dir = testing::shared_token_files(world);
@@ -107,20 +119,32 @@ TEST_CASE("on memory the host cannot touch, ZeRO-Offload stages 1-2 train as in 
   spec.training.scheduler.total_num_steps = 6;
   spec.training.scheduler.warmup_num_steps = 1;
   spec.training.eval_interval = 3;
-  spec.training.batch.micro_batch_per_gpu = 2;
-  spec.training.batch.gradient_accumulation_steps = 2;
-  spec.training.batch.train_batch_size = 4 * world.size();
   const std::string nvme = dir + "/nvme-" + std::to_string(world.rank());
   std::filesystem::create_directories(nvme);
   struct Case {
+    Layout layout;
     int stage;
     spec::OffloadDevice offload;
     core::DType precision;
   };
-  for (const Case& c : {Case{1, spec::OffloadDevice::kCpu, core::DType::kF32},
-                        Case{2, spec::OffloadDevice::kCpu, core::DType::kBF16},
-                        Case{2, spec::OffloadDevice::kNvme, core::DType::kF16}}) {
-    INFO("ZeRO stage " << c.stage << ", " << core::dtype_name(c.precision));
+  const int n = world.size();
+  std::vector<Case> cases = {{{1, n, 1}, 1, spec::OffloadDevice::kCpu, core::DType::kF32},
+                             {{1, n, 1}, 2, spec::OffloadDevice::kCpu, core::DType::kBF16},
+                             {{1, n, 1}, 2, spec::OffloadDevice::kNvme, core::DType::kF16}};
+  if (n == 2) {
+    // Pipeline parallelism takes ZeRO stage 1 at most.
+    cases.push_back({{1, 1, 2}, 2, spec::OffloadDevice::kCpu, core::DType::kBF16});
+    cases.push_back({{2, 1, 1}, 1, spec::OffloadDevice::kCpu, core::DType::kF32});
+  }
+  for (const Case& c : cases) {
+    INFO("pipeline " << c.layout.pipeline << ", data " << c.layout.data << ", tensor "
+                     << c.layout.tensor << ", ZeRO stage " << c.stage << ", "
+                     << core::dtype_name(c.precision));
+    spec.parallelism.tensor = c.layout.tensor;
+    spec.parallelism.pipeline = c.layout.pipeline;
+    spec.training.batch.micro_batch_per_gpu = 2;
+    spec.training.batch.gradient_accumulation_steps = 2;
+    spec.training.batch.train_batch_size = 4 * c.layout.data;
     spec.training.zero.stage = c.stage;
     spec.training.zero.offload_optimizer.device = c.offload;
     spec.training.zero.offload_optimizer.nvme_path = nvme;
@@ -133,8 +157,8 @@ TEST_CASE("on memory the host cannot touch, ZeRO-Offload stages 1-2 train as in 
     auto guarded = kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded);
     auto accessible = kernels::simt::make_emulated_backend();
     REQUIRE_FALSE(guarded->memory_is_host());
-    const OffloadRun mirrored = train_offloaded(*guarded, spec, host.get(), poison);
-    const OffloadRun expected = train_offloaded(*accessible, spec, nullptr, poison);
+    const OffloadRun mirrored = train_offloaded(*guarded, spec, c.layout, host.get(), poison);
+    const OffloadRun expected = train_offloaded(*accessible, spec, c.layout, nullptr, poison);
     REQUIRE(mirrored.reports.size() == 6);
     REQUIRE(expected.reports.size() == 6);
     for (size_t i = 0; i < mirrored.reports.size(); ++i) {

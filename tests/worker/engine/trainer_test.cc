@@ -126,12 +126,10 @@ TEST_CASE("training on GPUs takes ZeRO-Offload at stages 1-2 and refuses what it
   spec.training.zero.offload_optimizer.ratio = 1;
   spec.training.zero.stage = 3;
   CHECK_THAT(device_training_problem(spec), Catch::StartsWith("ZeRO stage 3 on GPUs"));
-  spec.training.zero.stage = 2;
+  spec.training.zero.stage = 1;
   spec.parallelism.tensor = 2;
-  CHECK_THAT(device_training_problem(spec), Catch::StartsWith("tensor and pipeline"));
-  spec.parallelism.tensor = 1;
   spec.parallelism.pipeline = 2;
-  CHECK_THAT(device_training_problem(spec), Catch::StartsWith("tensor and pipeline"));
+  CHECK(device_training_problem(spec) == "");
 }
 
 }  // namespace
