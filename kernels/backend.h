@@ -74,6 +74,9 @@ class Backend {
   // The two ranges must not overlap (cudaMemcpy's rule).
   virtual void copy_device_to_device(void* to, const void* from, int64_t bytes) = 0;
   virtual void memset_zero(void* device, int64_t bytes) = 0;
+  // The most bytes the backend's allocations held at once since it was
+  // made, as allocate() was asked for them (kernels/allocation_tally.h).
+  virtual int64_t peak_allocated_bytes() const = 0;
 
   // Streams and events. The stream set is the one kernels and copies run on
   // until the next set_stream(); it must outlive its use. record() marks the

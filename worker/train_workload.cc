@@ -83,6 +83,7 @@ void send_memory_metrics(proto::Session& session, const engine::MemoryReport& me
   metrics["gradient_workspace_peak_bytes"] = static_cast<double>(memory.gradient_workspace_peak);
   metrics["parameter_workspace_peak_bytes"] = static_cast<double>(memory.parameter_workspace_peak);
   metrics["weight_copy_bytes"] = static_cast<double>(memory.weight_copy);
+  metrics["peak_device_bytes"] = static_cast<double>(memory.device_peak);
   session.send(message);
 }
 

@@ -71,6 +71,7 @@ struct RankStatus {
   std::atomic<int64_t> gradient_workspace_peak_bytes{0};
   std::atomic<int64_t> parameter_workspace_peak_bytes{0};
   std::atomic<int64_t> weight_copy_bytes{0};
+  std::atomic<int64_t> peak_device_bytes{0};
   // The communicators' transport while the process groups live; set and
   // cleared under the heartbeat mutex, read by the heartbeat thread under it.
   const comm::Transport* transport = nullptr;
@@ -227,6 +228,7 @@ void fill_heartbeat(const RankStatus& status, v1::Heartbeat& heartbeat) {
   memory->set_gradient_workspace_peak(status.gradient_workspace_peak_bytes.load());
   memory->set_parameter_workspace_peak(status.parameter_workspace_peak_bytes.load());
   memory->set_weight_copy(status.weight_copy_bytes.load());
+  memory->set_peak_device_bytes(status.peak_device_bytes.load());
   memory->set_rss_bytes(resident_bytes());
   memory->set_peak_rss_bytes(peak_resident_bytes());
   if (status.transport != nullptr) {
@@ -531,6 +533,7 @@ int run_worker() {
       status.gradient_workspace_peak_bytes.store(memory.gradient_workspace_peak);
       status.parameter_workspace_peak_bytes.store(memory.parameter_workspace_peak);
       status.weight_copy_bytes.store(memory.weight_copy);
+      status.peak_device_bytes.store(memory.device_peak);
     };
     install_stop_signal_handlers(spec.cluster.runner);
     exit_code = run_train_workload(context);

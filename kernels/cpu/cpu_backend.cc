@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/allocation_tally.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/blas_setup.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -36,9 +37,14 @@ class CpuBackend final : public Backend {
     const size_t rounded = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
     void* data = std::aligned_alloc(64, rounded);
     if (data == nullptr) throw std::bad_alloc();
+    tally_.add(data, bytes);
     return data;
   }
-  void deallocate(void* data) override { std::free(data); }
+  void deallocate(void* data) override {
+    tally_.remove(data);
+    std::free(data);
+  }
+  int64_t peak_allocated_bytes() const override { return tally_.peak(); }
   void copy_host_to_device(void* device, const void* host, int64_t bytes) override {
     if (bytes > 0) std::memcpy(device, host, static_cast<size_t>(bytes));
   }
@@ -139,8 +145,7 @@ class CpuBackend final : public Backend {
     cpu::logits_forward(logits, inp, wte, N, C, rows, ld, rounded_.get());
   }
   void logits_backward(float* dinp, float* dwte, const float* dlogits, const float* inp,
-                       const float* wte, int64_t N, int64_t C, int64_t rows,
-                       int64_t ld) override {
+                       const float* wte, int64_t N, int64_t C, int64_t rows, int64_t ld) override {
     prepare_calling_thread();
     cpu::logits_backward(dinp, dwte, dlogits, inp, wte, N, C, rows, ld, rounded_.get());
   }
@@ -242,9 +247,10 @@ class CpuBackend final : public Backend {
 
   const int threads_;
   std::thread::id prepared_thread_;
+  AllocationTally tally_;
   std::vector<double> layernorm_partials_;
   std::unique_ptr<cpu::RoundedGemm> rounded_;  // null: fp32 products
-  const float* weights_ = nullptr;               // set_weights()
+  const float* weights_ = nullptr;             // set_weights()
   int64_t weights_size_ = 0;
 };
 

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/allocation_tally.h"
 #include "kernels/cuda/cublas_gemm.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_thread.cuh"
@@ -62,7 +63,7 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
     check_cublas(cublasCreate(&cublas_), "creating the cuBLAS handle");
   }
   ~CudaBackend() override {
-    cudaFree(scratch_);
+    deallocate(scratch_);
     cublasDestroy(cublas_);
   }
 
@@ -76,14 +77,17 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
       cudaGetLastError();  // clear the error, so the next call does not report it
       throw std::bad_alloc();
     }
+    tally_.add(data, bytes);
     return data;
   }
   // Never throws: it runs in destructors (DeviceBuffer's), also while an
   // exception unwinds. cudaFree fails only after an earlier error, which was
   // reported where it happened.
   void deallocate(void* data) override {
+    tally_.remove(data);
     if (data != nullptr) cudaFree(data);
   }
+  int64_t peak_allocated_bytes() const override { return tally_.peak(); }
   void copy_host_to_device(void* device, const void* host, int64_t bytes) override {
     if (bytes > 0) {
       check_cuda(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_), "copy");
@@ -147,11 +151,10 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
   // memory, so this is stream-ordered like everything else.
   double* scratch_doubles(int64_t count) {
     if (count > scratch_count_) {
-      cudaFree(scratch_);
+      deallocate(scratch_);
       scratch_ = nullptr;
       scratch_count_ = 0;
-      check_cuda(cudaMalloc(&scratch_, static_cast<size_t>(count) * sizeof(double)),
-                 "allocating scratch for partial sums");
+      scratch_ = static_cast<double*>(allocate(count * static_cast<int64_t>(sizeof(double))));
       scratch_count_ = count;
     }
     return scratch_;
@@ -164,6 +167,7 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
   core::DType matmul_precision_ = core::DType::kF32;
   double* scratch_ = nullptr;  // partial sums, grown as needed
   int64_t scratch_count_ = 0;
+  AllocationTally tally_;
 };
 
 }  // namespace

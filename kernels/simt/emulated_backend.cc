@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/allocation_tally.h"
 #include "kernels/cpu/rounded_gemm.h"
 #include "kernels/cpu/sgemm.h"
 #include "kernels/simt/guarded_memory.h"
@@ -31,19 +32,26 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend> {
   bool memory_is_host() const override { return guarded_ == nullptr; }
 
   void* allocate(int64_t bytes) override {
-    if (guarded_) return guarded_->allocate(bytes);
-    const size_t rounded = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
-    void* data = std::aligned_alloc(64, rounded);
-    if (data == nullptr) throw std::bad_alloc();
+    void* data = nullptr;
+    if (guarded_) {
+      data = guarded_->allocate(bytes);
+    } else {
+      const size_t rounded = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
+      data = std::aligned_alloc(64, rounded);
+      if (data == nullptr) throw std::bad_alloc();
+    }
+    tally_.add(data, bytes);
     return data;
   }
   void deallocate(void* data) override {
+    tally_.remove(data);
     if (guarded_) {
       guarded_->deallocate(data);
     } else {
       std::free(data);
     }
   }
+  int64_t peak_allocated_bytes() const override { return tally_.peak(); }
   void copy_host_to_device(void* device, const void* host, int64_t bytes) override {
     if (bytes <= 0) return;
     require_device(device, bytes, "copy_host_to_device's destination");
@@ -132,9 +140,10 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend> {
 
   Schedule schedule_;
   std::unique_ptr<GuardedMemory> guarded_;  // null: host memory
-  double* scratch_ = nullptr;  // partial sums, grown as needed
+  double* scratch_ = nullptr;               // partial sums, grown as needed
   int64_t scratch_count_ = 0;
   std::unique_ptr<cpu::RoundedGemm> rounded_;
+  AllocationTally tally_;
 };
 
 }  // namespace

@@ -40,7 +40,8 @@ nlohmann::json memory_json(const v1::MemoryUsage& memory) {
           {"parameter_workspace_peak", memory.parameter_workspace_peak()},
           {"weight_copy", memory.weight_copy()},
           {"rss_bytes", memory.rss_bytes()},
-          {"peak_rss_bytes", memory.peak_rss_bytes()}};
+          {"peak_rss_bytes", memory.peak_rss_bytes()},
+          {"peak_device_bytes", memory.peak_device_bytes()}};
 }
 
 void memory_from_json(const nlohmann::json& json, v1::MemoryUsage* memory) {
@@ -54,6 +55,7 @@ void memory_from_json(const nlohmann::json& json, v1::MemoryUsage* memory) {
   memory->set_weight_copy(get_or<int64_t>(json, "weight_copy", 0));
   memory->set_rss_bytes(get_or<int64_t>(json, "rss_bytes", 0));
   memory->set_peak_rss_bytes(get_or<int64_t>(json, "peak_rss_bytes", 0));
+  memory->set_peak_device_bytes(get_or<int64_t>(json, "peak_device_bytes", 0));
 }
 
 }  // namespace

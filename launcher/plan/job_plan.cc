@@ -226,13 +226,11 @@ void add_memory_warnings(const spec::JobSpec& spec, JobPlan& plan) {
               "model states fit");
     return;
   }
-  // On the GPU path ZeRO's buffers are in host memory with the model states.
-  const bool buffers_on_device =
-      spec.cluster.device != spec::Device::kCuda || !spec::device_training_problem(spec).empty();
   for (size_t stage = 0; stage < plan.memory_by_stage.size(); ++stage) {
+    // On the GPU path ZeRO's buffers are in host memory with the model states.
     const int64_t need = plan.memory_by_stage[stage].device_total() +
                          plan.activation_bytes_by_stage[stage] +
-                         (buffers_on_device ? plan.workspace_by_stage[stage].total() : 0);
+                         (plan.host_model_states ? 0 : plan.workspace_by_stage[stage].total());
     if (need <= plan.device_memory_bytes) continue;
     plan.warnings.push_back(fmt::format(
         "pipeline stage {}: model states, activations and ZeRO's buffers need {:.2f} GiB per "
@@ -367,14 +365,14 @@ std::optional<JobPlan> plan_on_device(const spec::JobSpec& spec, const spec::Sou
       stage_layers(spec.model, spec.parallelism);
   // A job the GPU path takes is estimated as that path holds it; another
   // as DeepSpeed would hold it.
-  const bool mirrored =
+  plan.host_model_states =
       spec.cluster.device == spec::Device::kCuda && spec::device_training_problem(spec).empty();
   for (int stage = 0; stage < pipeline; ++stage) {
     plan.stage_layers.push_back(core::rank_chunks(virtual_stages, pipeline, stage));
     const int64_t psi = parameters_per_rank(spec.model, spec.parallelism, stage);
     plan.memory_by_stage.push_back(
-        mirrored ? mirrored_state_bytes(psi, spec.training, data)
-                 : model_state_bytes(psi, spec.training, data, spec.cluster.device));
+        plan.host_model_states ? mirrored_state_bytes(psi, spec.training, data)
+                               : model_state_bytes(psi, spec.training, data, spec.cluster.device));
     plan.activation_bytes_by_stage.push_back(activation_bytes_per_rank(
         spec.model, spec.parallelism, spec.training, plan.batch.micro_batch_per_gpu,
         plan.batch.gradient_accumulation_steps, stage));

@@ -43,6 +43,11 @@ struct JobPlan {
   std::vector<std::vector<std::pair<int, int>>> stage_layers;
   std::vector<int64_t> activation_bytes_by_stage;  // per rank; empty likewise
   std::vector<WorkspaceBytes> workspace_by_stage;  // per rank; empty likewise
+  // Training on GPUs as it runs today (spec::device_training_problem
+  // accepts the job): the model states and ZeRO's buffers live in host
+  // memory, and the GPU holds the model's mirror (mirrored_state_bytes) and
+  // its activations.
+  bool host_model_states = false;
   int64_t device_memory_bytes = 0;               // per rank; 0 when unknown
   int64_t padded_vocab_size = 0;
   int64_t total_parameters = 0;

@@ -59,6 +59,7 @@ void write_plan_json(std::ostream& stream, const spec::JobSpec& spec, const JobP
   if (!plan.device_choice.empty()) {
     append(out, "  \"device_choice\": {},\n", json_string(plan.device_choice));
   }
+  append(out, "  \"host_model_states\": {},\n", plan.host_model_states);
   append(out, "  \"world_size\": {},\n", plan.world_size());
   append(out, "  \"hosts\": {{");
   for (size_t i = 0; i < plan.hosts.size(); ++i) {
@@ -77,7 +78,8 @@ void write_plan_json(std::ostream& stream, const spec::JobSpec& spec, const JobP
 
   write_lines(out, "ranks", plan.placement.ranks, [&](const topology::RankPlacement& rank) {
     append(out,
-           "{{\"rank\": {}, \"host\": {}, \"slot\": {}, \"pipeline\": {}, \"data\": {}, \"tensor\": {}, "
+           "{{\"rank\": {}, \"host\": {}, \"slot\": {}, \"pipeline\": {}, \"data\": {}, "
+           "\"tensor\": {}, "
            "\"local_rank\": {}, \"local_world_size\": {}, \"device\": \"{}\", \"numa_node\": {}, "
            "\"cpu_cores\": [{}]}}",
            rank.rank, host_json[rank.host], rank.slot, rank.coord.pipeline, rank.coord.data,
@@ -100,10 +102,10 @@ void write_plan_json(std::ostream& stream, const spec::JobSpec& spec, const JobP
       blocks += fmt::format("{}[{}, {}]", blocks.empty() ? "" : ", ", begin, end);
     }
     // layer_begin and layer_end: the stage's one range, when it has one.
-    const std::string range =
-        chunks.size() == 1 ? fmt::format("\"layer_begin\": {}, \"layer_end\": {}, ",
-                                         chunks.front().first, chunks.front().second)
-                           : "";
+    const std::string range = chunks.size() == 1
+                                  ? fmt::format("\"layer_begin\": {}, \"layer_end\": {}, ",
+                                                chunks.front().first, chunks.front().second)
+                                  : "";
     const WorkspaceBytes& workspace = plan.workspace_by_stage[stage];
     append(out,
            "{}{{\"stage\": {}, {}\"chunks\": [{}], \"activation_bytes\": {}, "
@@ -123,7 +125,8 @@ void write_plan_json(std::ostream& stream, const spec::JobSpec& spec, const JobP
            "\"swap_buffers\": {}, \"weight_copy\": {}, \"device_total\": {}, "
            "\"offloaded_to_host\": {}, \"offloaded_to_nvme\": {}}}",
            rank.rank, bytes.parameters, bytes.gradients, bytes.optimizer_states, bytes.swap_buffers,
-           bytes.weight_copy, bytes.device_total(), bytes.offloaded_to_host, bytes.offloaded_to_nvme);
+           bytes.weight_copy, bytes.device_total(), bytes.offloaded_to_host,
+           bytes.offloaded_to_nvme);
   });
   append(out, "  \"device_memory_bytes\": {},\n", plan.device_memory_bytes);
   append(out, "  \"warnings\": [");

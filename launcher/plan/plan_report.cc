@@ -94,9 +94,8 @@ std::string plan_to_text(const spec::JobSpec& spec, const JobPlan& plan, int max
   append_groups(out, "pipeline", plan.grid.pipeline_groups(), max_rows);
 
   if (!plan.memory_by_stage.empty()) {
-    out += fmt::format(
-        "\nmemory per rank ({}, ZeRO stage {}, data-parallel {})\n",
-        precision(spec.training), spec.training.zero.stage, shape.data);
+    out += fmt::format("\nmemory per rank ({}, ZeRO stage {}, data-parallel {})\n",
+                       precision(spec.training), spec.training.zero.stage, shape.data);
     out += fmt::format("{:>6}  {:>9}  {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n",
                        "stage", "blocks", "parameters", "gradients", "optimizer",
                        plan.device == spec::Device::kCuda ? "on device" : "in memory", "offloaded",
@@ -109,14 +108,22 @@ std::string plan_to_text(const spec::JobSpec& spec, const JobPlan& plan, int max
       }
       const int64_t activations = plan.activation_bytes_by_stage[stage];
       const int64_t buffers = plan.workspace_by_stage[stage].total();
+      const int64_t total =
+          bytes.device_total() + activations + (plan.host_model_states ? 0 : buffers);
       out += fmt::format("{:>6}  {:>9}  {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n",
                          stage, blocks, gib(bytes.parameters), gib(bytes.gradients),
                          gib(bytes.optimizer_states), gib(bytes.device_total()),
                          gib(bytes.offloaded_to_host + bytes.offloaded_to_nvme), gib(activations),
-                         gib(buffers), gib(bytes.device_total() + activations + buffers));
+                         gib(buffers), gib(total));
     }
-    out += "buffers: ZeRO's gathered parameters (stage 3), gradient workspace (stages 2-3) and "
-           "communication buffers at their largest\n";
+    out +=
+        "buffers: ZeRO's gathered parameters (stage 3), gradient workspace (stages 2-3) and "
+        "communication buffers at their largest\n";
+    if (plan.host_model_states) {
+      out +=
+          "on GPUs the model states and buffers stay in host memory (ZeRO-Offload): the GPU "
+          "holds the model's fp32 parameters and gradients and the activations, the total\n";
+    }
     int64_t weight_copy = 0;
     for (const ModelStateBytes& bytes : plan.memory_by_stage) {
       weight_copy = std::max(weight_copy, bytes.weight_copy);

@@ -183,6 +183,27 @@ TEST_CASE("dslaunch plan --json plans the 2-host example: 16 ranks, a stage per 
         "network unencrypted between the hosts; set cluster.tls (cert, key, ca) to encrypt them");
 }
 
+TEST_CASE(
+    "dslaunch plan counts a GPU job with the optimizer offloaded as training on GPUs holds it") {
+  const json deepspeed = plan_json(two_hosts());
+  CHECK(deepspeed["host_model_states"] == false);
+  const json plan =
+      plan_json(two_hosts() + " --set training.zero_optimization.offload_optimizer.device=cpu");
+  CHECK(plan["host_model_states"] == true);
+  // Stage 0's Ψ = 51,868,672: fp32 parameters and whole fp32 gradients on
+  // the GPU; in host memory the fp32 parameters, whole gradients (stage 1),
+  // and this rank's half of the masters and moments.
+  const int64_t psi = 51'868'672;
+  const json& bytes = plan["memory"][0];
+  CHECK(bytes["parameters"] == 4 * psi);
+  CHECK(bytes["gradients"] == 4 * psi);
+  CHECK(bytes["optimizer_states"] == 0);
+  CHECK(bytes["device_total"] == 8 * psi);
+  CHECK(bytes["offloaded_to_host"] == 4 * psi + 4 * psi + 12 * psi / 2);
+  CHECK(bytes["offloaded_to_nvme"] == 0);
+  CHECK(deepspeed["memory"][0]["device_total"] == 518'686'720);
+}
+
 TEST_CASE("dslaunch plan refuses a resolved spec too large for one controller message") {
   // 33 MiB in one env value: the resolved spec cannot be sent to the ranks.
   std::ifstream demo_file(demo());
@@ -225,8 +246,7 @@ TEST_CASE("dslaunch plan takes DeepSpeed's launcher flags over the spec's keys")
       temp_file("two-nodes.hostfile", "gpu-node-01 slots=8\ngpu-node-02 slots=8\n");
   const json four_each = plan_json(two_hosts() + " -H " + hostfile + " --num_gpus 4");
   CHECK(four_each["world_size"] == 8);
-  CHECK(four_each["hosts"] ==
-        json{{"gpu-node-01", {0, 1, 2, 3}}, {"gpu-node-02", {0, 1, 2, 3}}});
+  CHECK(four_each["hosts"] == json{{"gpu-node-01", {0, 1, 2, 3}}, {"gpu-node-02", {0, 1, 2, 3}}});
   const json one_node = plan_json(two_hosts() + " -H " + hostfile + " --num_nodes 1");
   CHECK(one_node["hosts"] == json{{"gpu-node-01", {0, 1, 2, 3, 4, 5, 6, 7}}});
   CHECK(plan_json(two_hosts() + " -i gpu-node-02")["hosts"] ==
@@ -259,8 +279,7 @@ TEST_CASE("dslaunch plan prints the plan as text") {
   CHECK(std::regex_search(result.output,
                           std::regex(R"(\n +1  localhost +1 +0 +1 +0 +1  cpu +\d+(-\d+)?\n)")));
   CHECK(result.output.find("\n  data     [0,1]\n") != std::string::npos);
-  CHECK(result.output.find(
-            "memory per rank (fp32, ZeRO stage 1, data-parallel 2)") !=
+  CHECK(result.output.find("memory per rank (fp32, ZeRO stage 1, data-parallel 2)") !=
         std::string::npos);
   // The demo's one stage holds blocks 0 to 3.
   CHECK(std::regex_search(result.output, std::regex(R"(\n +0 +0-3 +)")));
@@ -348,9 +367,10 @@ TEST_CASE("dslaunch plan prints every mistake in a spec and exits 2") {
   CHECK(result.exit_code == 2);
   const auto lines = lines_of(result.output);
   REQUIRE(lines.size() == 3);
-  CHECK(lines[0] == spec +
-                        ":2:11: error: cluster.device must be one of cpu, cuda, auto, got 'tpu'; did "
-                        "you mean 'cpu'?");
+  CHECK(lines[0] ==
+        spec +
+            ":2:11: error: cluster.device must be one of cpu, cuda, auto, got 'tpu'; did "
+            "you mean 'cpu'?");
   CHECK(lines[1] ==
         spec + ":4:3: error: unknown key 'hidden_sise' in model; did you mean 'hidden_size'?");
   CHECK(lines[2] == spec + ":6:10: error: training.steps must be at least 1, got -5");

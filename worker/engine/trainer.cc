@@ -543,6 +543,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     if (step == 0 && options.on_memory) {
       MemoryReport memory = state.memory_report(activation_bytes());
       memory.weight_copy = backend.weight_copy_bytes();
+      if (mirrored) memory.device_peak = backend.peak_allocated_bytes();
       options.on_memory(memory);
     }
 

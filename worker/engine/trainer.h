@@ -81,6 +81,11 @@ struct MemoryReport {
   // bf16 products on a CPU that multiplies bf16 (oneDNN): their copy of the
   // weights, 2 bytes a parameter, at ZeRO stages 0-2 (0 otherwise).
   int64_t weight_copy = 0;
+  // Training on a GPU (a backend whose memory is not the host's): the most
+  // its memory held at once by the end of the first step, as the backend's
+  // allocations count it (the model's mirror and activations); 0 on the CPU,
+  // where the fields above count everything.
+  int64_t device_peak = 0;
 };
 
 // This rank's part of a checkpoint at the end of a step: the floats [begin,

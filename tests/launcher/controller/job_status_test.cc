@@ -30,12 +30,14 @@ TEST_CASE("state.json keeps every rank's memory by kind, workspace peaks include
   memory->set_weight_copy(8);
   memory->set_rss_bytes(8);
   memory->set_peak_rss_bytes(9);
+  memory->set_peak_device_bytes(10);
 
   const nlohmann::json json = status_to_json(status);
   CHECK(json["ranks"][0]["memory"]["gradient_workspace_peak"] == 6);
   CHECK(json["ranks"][0]["memory"]["parameter_workspace_peak"] == 7);
   CHECK(json["ranks"][0]["memory"]["weight_copy"] == 8);
   CHECK(json["ranks"][0]["memory"]["peak_rss_bytes"] == 9);
+  CHECK(json["ranks"][0]["memory"]["peak_device_bytes"] == 10);
   const v1::JobStatus back = status_from_json(json);
   REQUIRE(back.ranks_size() == 1);
   const v1::MemoryUsage& read = back.ranks(0).memory();
@@ -49,6 +51,7 @@ TEST_CASE("state.json keeps every rank's memory by kind, workspace peaks include
   CHECK(read.gradient_workspace_peak() == 6);
   CHECK(read.parameter_workspace_peak() == 7);
   CHECK(read.weight_copy() == 8);
+  CHECK(read.peak_device_bytes() == 10);
   CHECK(back.loss() == 1.25);
 }
 

@@ -11,6 +11,7 @@
 #include "core/spec/training_support.h"
 #include "kernels/backend.h"
 #include "kernels/simt/emulated_backend.h"
+#include "launcher/plan/memory_estimate.h"
 #include "tests/worker/engine/trainer_test_support.h"
 #include "tests/worker/parallel/test_groups.h"
 #include "worker/comm/communicator.h"
@@ -70,6 +71,7 @@ TEST_CASE("20 steps on the CUDA backend's kernels match the CPU backend's, fp32 
 struct OffloadRun {
   std::vector<StepReport> reports;
   std::vector<float> params;
+  MemoryReport memory;
 };
 
 // The process grid of a run: pipeline stages, data ranks, tensor ranks.
@@ -92,6 +94,7 @@ OffloadRun train_offloaded(kernels::Backend& backend, const spec::JobSpec& spec,
   options.pipeline_comm = &groups.pipeline();
   options.host_backend = host_backend;
   options.on_step = [&run](const StepReport& report) { run.reports.push_back(report); };
+  options.on_memory = [&run](const MemoryReport& memory) { run.memory = memory; };
   const int rank = groups.world().rank();
   const int last = groups.world().size() - 1;
   // The drill for one rank overflowing: NaN gradients on the last rank at step 3.
@@ -176,6 +179,21 @@ TEST_CASE("on memory the host cannot touch, ZeRO-Offload stages 1-2 train as in 
       CHECK(mirrored.reports.back().skipped_steps == 1);
     }
     CHECK(mirrored.params == expected.params);
+    // The device holds the model's mirror and its activations, as the plan
+    // counts them, and a little more: the backend's own partial sums (2 KB
+    // here) and the model's loss; the host backend's memory is not the
+    // device's.
+    const int stage = comm::testing::groups_of({c.layout.pipeline, c.layout.data, c.layout.tensor})
+                          .pipeline()
+                          .rank();
+    const int64_t planned =
+        plan::mirrored_state_bytes(plan::parameters_per_rank(spec.model, spec.parallelism, stage),
+                                   spec.training, c.layout.data)
+            .device_total() +
+        plan::activation_bytes_per_rank(spec.model, spec.parallelism, spec.training, 2, 2, stage);
+    CHECK(expected.memory.device_peak == 0);
+    CHECK(mirrored.memory.device_peak >= planned);
+    CHECK(mirrored.memory.device_peak <= planned + 4096);
     // It learned.
     CHECK(*mirrored.reports.back().eval_loss < *mirrored.reports[2].eval_loss);
   }
