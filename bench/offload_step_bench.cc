@@ -76,7 +76,7 @@ int64_t planned_bytes(const spec::JobSpec& job, int ranks) {
          plan::activation_bytes_per_rank(job.model, job.parallelism, job.training,
                                          job.training.batch.micro_batch_per_gpu.value_or(1),
                                          job.training.batch.gradient_accumulation_steps.value_or(1),
-                                         0) +
+                                         0, spec::Device::kCpu) +
          plan::workspace_bytes_per_rank(job.model, job.parallelism, job.training, ranks,
                                         job.training.batch.micro_batch_per_gpu.value_or(1), 0)
              .total();

@@ -37,6 +37,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/layout/attention_scratch.h"
 
 namespace dslaunch::kernels {
 
@@ -184,12 +185,15 @@ class Backend {
 
   // Causal multi-head self-attention over a fused projection qkv (B,T,3C)
   // laid out [q | k | v], each split into NH heads of C/NH channels. Writes
-  // out (B,T,C). Scores are scaled by 1/sqrt(C/NH). Heads run one at a
-  // time through `scratch`, 2·B·T·T floats (overwritten): a head's
-  // probabilities (B,T,T) and, in the backward pass, their gradient. No
-  // T×T matrix is kept from forward to backward: the backward pass
-  // recomputes each head's probabilities, as the forward pass computed
-  // them, so the memory per block is what B·T·C-sized tensors take.
+  // out (B,T,C). Scores are scaled by 1/sqrt(C/NH). `scratch` holds
+  // core::attention_scratch_floats(attention_scratch(), B, T, NH) floats,
+  // overwritten by each pass: on the CPU a head's probabilities (B,T,T)
+  // and their gradient, heads one at a time; on a GPU each row's
+  // statistics, its keys taken a tile at a time. No T×T matrix is kept
+  // from forward to backward: the backward pass recomputes the
+  // probabilities, so the memory per block is what B·T·C-sized tensors
+  // take.
+  virtual core::AttentionScratch attention_scratch() const = 0;
   virtual void attention_forward(float* out, float* scratch, const float* qkv, int64_t B,
                                  int64_t T, int64_t C, int64_t NH) = 0;
   // dqkv (B,T,3C) += the gradient through attention, `scratch` as above.

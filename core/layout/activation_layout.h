@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/layout/attention_scratch.h"
 #include "core/layout/parameter_table.h"
 
 namespace dslaunch::core {
@@ -19,9 +20,9 @@ namespace dslaunch::core {
 // the residual stream (C) stays whole on every rank. A model chunk (a
 // pipeline stage, or one of its virtual stages) runs blocks [layer_begin,
 // layer_end), the first the embeddings and the last the head (ln_f, the
-// output layer and the loss). The chunk's first `recomputed` blocks keep only their output and are recomputed in the
-// backward pass (activation checkpointing); with `partition`, an output that
-// only feeds the next block is kept as this rank's 1/parts of it.
+// output layer and the loss). The chunk's first `recomputed` blocks keep only their output and are
+// recomputed in the backward pass (activation checkpointing); with `partition`, an output that only
+// feeds the next block is kept as this rank's 1/parts of it.
 struct LocalSizes {
   int64_t parts, C, Ca, NHa, F, Vl;
   int64_t vocab_begin;  // the first vocabulary row this rank holds
@@ -167,13 +168,13 @@ struct RecomputeLayout {
 // `dresidual` carries the gradient of the residual stream: a stage that is
 // not the last receives its output's gradient there, and a stage that is
 // not the first leaves its input's gradient there. `attention` is the
-// attention kernels' scratch (kernels/backend.h: one head's probabilities
-// and their gradient at a time), for the forward pass too: no T×T matrix
-// is kept from forward to backward, which recomputes them.
+// attention kernels' scratch, of the backend's kind (attention_scratch.h),
+// for the forward pass too: no T×T matrix is kept from forward to
+// backward, which recomputes the probabilities.
 struct GradientLayout {
   int64_t dresidual, dln, datty, dqkv, dfch, dfch_gelu, attention, total = 0;
 
-  GradientLayout(const LocalSizes& z, int64_t B, int64_t T) {
+  GradientLayout(const LocalSizes& z, int64_t B, int64_t T, AttentionScratch kind) {
     const int64_t N = B * T;
     Allocator a;
     dresidual = a.take(N * z.C);
@@ -182,7 +183,7 @@ struct GradientLayout {
     dqkv = a.take(N * 3 * z.Ca);
     dfch = a.take(N * z.F);
     dfch_gelu = a.take(N * z.F);
-    attention = a.take(2 * B * T * T);
+    attention = a.take(attention_scratch_floats(kind, B, T, z.NHa));
     total = a.total;
   }
 };
@@ -192,6 +193,6 @@ struct GradientLayout {
 // recompute buffer and the passes' temporaries, which a stage's
 // chunks share (what Gpt2Model::activation_bytes() reports).
 int64_t activation_bytes(const LocalSizes& sizes, int64_t max_batch, int64_t seq_len, int slots,
-                         bool with_scratch = true);
+                         AttentionScratch attention, bool with_scratch = true);
 
 }  // namespace dslaunch::core

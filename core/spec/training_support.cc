@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "core/layout/attention_scratch.h"
+
 namespace dslaunch::spec {
 
 bool cuda_training_built() {
@@ -14,6 +16,15 @@ bool cuda_training_built() {
 
 std::string device_training_problem(const spec::JobSpec& spec) {
   const spec::ZeroSpec& zero = spec.training.zero;
+  const spec::ModelSpec& model = spec.model;
+  if (model.num_attention_heads > 0 &&
+      model.hidden_size / model.num_attention_heads > core::kMaxTiledHeadSize) {
+    return fmt::format(
+        "attention heads of {} channels (hidden_size {} / num_attention_heads {}): the GPU's tiled "
+        "attention takes at most {}; use more heads, or cluster.device: cpu",
+        model.hidden_size / model.num_attention_heads, model.hidden_size, model.num_attention_heads,
+        core::kMaxTiledHeadSize);
+  }
   if (zero.stage == 3) {
     return "ZeRO stage 3 on GPUs gathers the parameters into GPU memory, not built yet; use "
            "zero_optimization.stage 1 or 2 with offload_optimizer, or cluster.device: cpu";

@@ -31,6 +31,9 @@ class CpuBackend final : public Backend {
 
   std::string name() const override { return "cpu"; }
   bool memory_is_host() const override { return true; }
+  core::AttentionScratch attention_scratch() const override {
+    return core::AttentionScratch::kHeadProbabilities;
+  }
 
   void* allocate(int64_t bytes) override {
     // aligned_alloc wants a multiple of the alignment.

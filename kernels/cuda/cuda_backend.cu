@@ -142,10 +142,8 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
   void launch_kernel(const Kernel& kernel) {
     cuda::launch(kernel, stream_);  // not SimtBackend::launch
   }
-  void run_gemm(const RowMajorGemm& product, const float* A, const float* B, float* C,
-                bool at_matmul_precision) {
-    cublas_gemm(cublas_, product, A, B, C,
-                at_matmul_precision ? matmul_precision_ : core::DType::kF32);
+  void run_gemm(const RowMajorGemm& product, const float* A, const float* B, float* C) {
+    cublas_gemm(cublas_, product, A, B, C, matmul_precision_);
   }
   // Grows by reallocating: cudaFree waits for the work still using the old
   // memory, so this is stream-ordered like everything else.

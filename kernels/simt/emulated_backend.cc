@@ -104,10 +104,9 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend> {
       emulate_launch(kernel.shape(), schedule_, [&kernel](EmulatedThread& t) { kernel(t); });
     });
   }
-  void run_gemm(const RowMajorGemm& product, const float* A, const float* B, float* C,
-                bool at_matmul_precision) {
+  void run_gemm(const RowMajorGemm& product, const float* A, const float* B, float* C) {
     inside([&] {
-      if (at_matmul_precision && rounded_) {
+      if (rounded_) {
         rounded_->run(product, A, B, C);
       } else {
         cpu::sgemm(product, A, B, C);

@@ -7,8 +7,8 @@
 // derives from SimtBackend<Device> (CRTP) and provides memory, streams,
 // matmul_kernel()/set_matmul_precision(), and
 //   template <class Kernel> void launch_kernel(const Kernel& kernel);
-//   void run_gemm(const RowMajorGemm& product, const float* A, const float* B, float* C,
-//                 bool at_matmul_precision);  // else fp32
+//   void run_gemm(const RowMajorGemm& product, const float* A, const float* B, float* C);
+//                 // at the matmul precision
 //   double* scratch_doubles(int64_t count);  // device memory for partial sums,
 //                                            // valid until the next call
 // (public, or with SimtBackend<Device> a friend).
@@ -26,7 +26,6 @@
 #include "kernels/gemm_descriptor.h"
 #include "kernels/math/adamw.h"
 #include "kernels/model_gemms.h"
-#include "kernels/simt/attention_kernels.h"
 #include "kernels/simt/column_sum_kernels.h"
 #include "kernels/simt/cross_entropy_kernels.h"
 #include "kernels/simt/elementwise_kernels.h"
@@ -34,6 +33,7 @@
 #include "kernels/simt/layernorm_kernels.h"
 #include "kernels/simt/precision_kernels.h"
 #include "kernels/simt/reduction_kernels.h"
+#include "kernels/simt/tiled_attention_kernels.h"
 
 namespace dslaunch::kernels::simt {
 
@@ -115,41 +115,30 @@ class SimtBackend : public Backend {
     gemm(model_gemms::logits_forward(N, C, rows, ld), inp, wte, logits);
   }
   void logits_backward(float* dinp, float* dwte, const float* dlogits, const float* inp,
-                       const float* wte, int64_t N, int64_t C, int64_t rows,
-                       int64_t ld) override {
+                       const float* wte, int64_t N, int64_t C, int64_t rows, int64_t ld) override {
     gemm(model_gemms::logits_backward_input(N, C, rows, ld), dlogits, wte, dinp);
     gemm(model_gemms::logits_backward_weight(N, C, rows, ld), dlogits, inp, dwte);
   }
 
-  // A head at a time through scratch (kernels/backend.h); the backward pass
-  // recomputes the probabilities with the forward pass's kernels.
-  void attention_forward(float* out, float* scratch, const float* qkv, int64_t B, int64_t T,
-                         int64_t C, int64_t NH) override {
-    const model_gemms::AttentionShape shape{B, T, C, NH};
-    for (int64_t h = 0; h < NH; ++h) {
-      probabilities(scratch, qkv, shape, h);
-      gemm_fp32(model_gemms::attention_values(shape), scratch, qkv + h * shape.hs() + 2 * C,
-                out + h * shape.hs());
-    }
+  // Tiled (tiled_attention_kernels.h): the scratch holds each row's
+  // log-sum-exp and softmax-gradient correction between the backward pass's
+  // two kernels.
+  core::AttentionScratch attention_scratch() const override {
+    return core::AttentionScratch::kRowStatistics;
+  }
+  void attention_forward(float* out, float*, const float* qkv, int64_t B, int64_t T, int64_t C,
+                         int64_t NH) override {
+    if (B * T == 0) return;
+    launch(TiledAttentionForward{out, qkv, attention_grid(B, T, C, NH)});
   }
   void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                           int64_t B, int64_t T, int64_t C, int64_t NH) override {
-    const model_gemms::AttentionShape shape{B, T, C, NH};
-    const int64_t hs = shape.hs();
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-    float* att = scratch;
-    float* ds = scratch + B * T * T;
-    for (int64_t h = 0; h < NH; ++h) {
-      probabilities(att, qkv, shape, h);
-      gemm_fp32(model_gemms::attention_backward_probs(shape), dout + h * hs, qkv + h * hs + 2 * C,
-                ds);
-      launch(SoftmaxBackwardRows{ds, att, B * T, T});
-      const float* q = qkv + h * hs;
-      float* dq = dqkv + h * hs;
-      gemm_fp32(model_gemms::attention_backward_query(shape, scale), ds, q + C, dq);
-      gemm_fp32(model_gemms::attention_backward_key(shape, scale), ds, q, dq + C);
-      gemm_fp32(model_gemms::attention_backward_value(shape), att, dout + h * hs, dq + 2 * C);
-    }
+    if (B * T == 0) return;
+    const AttentionGrid grid = attention_grid(B, T, C, NH);
+    float* lse = scratch;
+    float* dsum = scratch + B * NH * T;
+    launch(TiledAttentionBackwardQuery{dqkv, lse, dsum, dout, qkv, grid});
+    launch(TiledAttentionBackwardKeyValue{dqkv, lse, dsum, dout, qkv, grid});
   }
 
   void gelu_forward(float* out, const float* inp, int64_t n) override {
@@ -224,13 +213,13 @@ class SimtBackend : public Backend {
 
   double* scratch(int64_t count) { return static_cast<Device*>(this)->scratch_doubles(count); }
 
-  // Head h's probabilities (B,T,T) into att: scaled scores, causal softmax.
-  void probabilities(float* att, const float* qkv, const model_gemms::AttentionShape& shape,
-                     int64_t h) {
-    const float scale = 1.0f / std::sqrt(static_cast<float>(shape.hs()));
-    const float* q = qkv + h * shape.hs();
-    gemm_fp32(model_gemms::attention_scores(shape, scale), q, q + shape.C, att);
-    launch(CausalSoftmax{att, shape.B * shape.T, shape.T});
+  static AttentionGrid attention_grid(int64_t B, int64_t T, int64_t C, int64_t NH) {
+    if (C % NH != 0 || C / NH > kMaxHeadSize) {
+      throw std::invalid_argument("attention on this backend takes heads of at most " +
+                                  std::to_string(kMaxHeadSize) + " channels, not " +
+                                  std::to_string(C) + "/" + std::to_string(NH));
+    }
+    return {B, T, C, NH};
   }
 
   // out[k] (width) += the column sums of term's values k over `rows` rows.
@@ -253,11 +242,7 @@ class SimtBackend : public Backend {
   // The linear layers' and the output layer's products, at the precision
   // set_matmul_precision() chose.
   void gemm(const RowMajorGemm& product, const float* A, const float* B, float* C) {
-    static_cast<Device*>(this)->run_gemm(product, A, B, C, true);
-  }
-  // Attention's products, fp32 whatever that precision (kernels/backend.h).
-  void gemm_fp32(const RowMajorGemm& product, const float* A, const float* B, float* C) {
-    static_cast<Device*>(this)->run_gemm(product, A, B, C, false);
+    static_cast<Device*>(this)->run_gemm(product, A, B, C);
   }
 };
 

@@ -375,7 +375,7 @@ std::optional<JobPlan> plan_on_device(const spec::JobSpec& spec, const spec::Sou
                                : model_state_bytes(psi, spec.training, data, spec.cluster.device));
     plan.activation_bytes_by_stage.push_back(activation_bytes_per_rank(
         spec.model, spec.parallelism, spec.training, plan.batch.micro_batch_per_gpu,
-        plan.batch.gradient_accumulation_steps, stage));
+        plan.batch.gradient_accumulation_steps, stage, spec.cluster.device));
     plan.workspace_by_stage.push_back(workspace_bytes_per_rank(
         spec.model, spec.parallelism, spec.training, data, plan.batch.micro_batch_per_gpu, stage));
   }

@@ -44,7 +44,12 @@ int64_t parameters_per_rank(const spec::ModelSpec& model, const spec::Parallelis
 int64_t activation_bytes_per_rank(const spec::ModelSpec& model,
                                   const spec::ParallelismSpec& parallel,
                                   const spec::TrainingSpec& training, int64_t micro_batch,
-                                  int64_t accumulation, int stage) {
+                                  int64_t accumulation, int stage, spec::Device device) {
+  // The CPU backend's attention goes a head at a time, the CUDA backend's a
+  // tile at a time (kernels/backend.h).
+  const core::AttentionScratch attention = device == spec::Device::kCpu
+                                               ? core::AttentionScratch::kHeadProbabilities
+                                               : core::AttentionScratch::kRowStatistics;
   const spec::ActivationCheckpointingSpec& checkpointing = training.activation_checkpointing;
   const int recomputed =
       checkpointing.enabled
@@ -61,7 +66,7 @@ int64_t activation_bytes_per_rank(const spec::ModelSpec& model,
   for (int chunk = 0; chunk < chunks; ++chunk) {
     const core::LocalSizes sizes(table, chunk, recomputed, checkpointing.partition_activations);
     bytes += core::activation_bytes(sizes, micro_batch, model.seq_length,
-                                    core::schedule_slots(schedule, chunk),
+                                    core::schedule_slots(schedule, chunk), attention,
                                     /*with_scratch=*/chunk == 0);  // the chunks share it
   }
   return bytes;

@@ -34,11 +34,12 @@ int64_t parameters_per_rank(const spec::ModelSpec& model, const spec::Parallelis
 // (pipeline - stage under 1F1B, at most `accumulation`; 1 without a
 // pipeline; what core/layout/pipeline_schedule gives the interleaved one),
 // shrunk by activation checkpointing, from the same layout the model
-// allocates by (core/layout/activation_layout).
+// allocates by (core/layout/activation_layout), with the attention
+// scratch of `device`'s backend.
 int64_t activation_bytes_per_rank(const spec::ModelSpec& model,
                                   const spec::ParallelismSpec& parallel,
                                   const spec::TrainingSpec& training, int64_t micro_batch,
-                                  int64_t accumulation, int stage);
+                                  int64_t accumulation, int stage, spec::Device device);
 
 // The whole model's parameter count (no padding of the vocabulary), from the
 // same table.

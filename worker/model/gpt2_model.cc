@@ -93,7 +93,8 @@ Gpt2Model::Gpt2Model(const core::ParameterTable& table, kernels::Backend& backen
   slot_floats_ = ActivationLayout(sizes, max_batch, seq_len).total;
   activations_ = kernels::DeviceBuffer<float>(backend, slot_floats_ * slots_);
   const int64_t recompute_floats = RecomputeLayout(sizes, max_batch, seq_len).total;
-  const int64_t gradient_floats = GradientLayout(sizes, max_batch, seq_len).total;
+  const int64_t gradient_floats =
+      GradientLayout(sizes, max_batch, seq_len, backend.attention_scratch()).total;
   if (scratch != nullptr && (scratch->recompute.size() != recompute_floats ||
                              scratch->gradients.size() != gradient_floats)) {
     throw std::invalid_argument("a shared scratch of another size");
@@ -143,7 +144,9 @@ const float* Gpt2Model::stage_output(int slot) {
 }
 
 float* Gpt2Model::residual_gradient() {
-  return scratch_->gradients.data() + GradientLayout(local_sizes(), max_batch_, seq_len_).dresidual;
+  return scratch_->gradients.data() +
+         GradientLayout(local_sizes(), max_batch_, seq_len_, backend_.attention_scratch())
+             .dresidual;
 }
 
 void Gpt2Model::tensor_all_reduce(float* x, int64_t n, comm::ReduceOp op) {
@@ -241,7 +244,8 @@ void Gpt2Model::block_forward(const float* params, int layer, const BlockView& v
   backend_.layernorm_forward(v.ln1, v.ln1_mean, v.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
   backend_.matmul_forward(v.qkv, v.ln1, w.qkvw, w.qkvb, N, C, 3 * z.Ca);
   float* attention_scratch =
-      scratch_->gradients.data() + GradientLayout(z, max_batch_, seq_len_).attention;
+      scratch_->gradients.data() +
+      GradientLayout(z, max_batch_, seq_len_, backend_.attention_scratch()).attention;
   backend_.attention_forward(v.atty, attention_scratch, v.qkv, B, T, z.Ca, z.NHa);
   backend_.matmul_forward(scratch, v.atty, w.projw, adds_replicated ? w.projb : nullptr, N, z.Ca,
                           C);
@@ -376,7 +380,7 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
   const LocalSizes z = local_sizes();
   const int64_t B = batch_[slot], T = seq_len_, C = c.channels, N = B * T;
   const ActivationLayout a(z, max_batch_, T);
-  const GradientLayout g(z, max_batch_, T);
+  const GradientLayout g(z, max_batch_, T, backend_.attention_scratch());
   float* d = scratch_->gradients.data();
   const int32_t* slot_inputs = inputs_.data() + slot * max_batch_ * T;
   const int32_t* slot_targets = targets_.data() + slot * max_batch_ * T;

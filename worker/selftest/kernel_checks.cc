@@ -171,14 +171,15 @@ void add_product_cases(Inputs& in, std::vector<Case>& all) {
   }
   const auto qkv = in.floats(kN * 3 * kC), dqkv0 = in.floats(kN * 3 * kC);
   const auto datt_out = in.floats(kN * kC);
-  all.push_back({"attention_forward + backward", "fp32", 1e-4, [=](Backend& b) {
-                   auto q = upload(b, qkv), dq = upload(b, dqkv0), dy = upload(b, datt_out);
-                   DeviceBuffer<float> out(b, kN * kC), scratch(b, 2 * kB * kT * kT);
-                   b.attention_forward(out.data(), scratch.data(), q.data(), kB, kT, kC, kNH);
-                   b.attention_backward(dq.data(), scratch.data(), dy.data(), q.data(), kB, kT, kC,
-                                        kNH);
-                   return Outputs{download(b, out), download(b, dq)};
-                 }});
+  all.push_back(
+      {"attention_forward + backward", "fp32", 1e-4, [=](Backend& b) {
+         auto q = upload(b, qkv), dq = upload(b, dqkv0), dy = upload(b, datt_out);
+         DeviceBuffer<float> out(b, kN * kC),
+             scratch(b, core::attention_scratch_floats(b.attention_scratch(), kB, kT, kNH));
+         b.attention_forward(out.data(), scratch.data(), q.data(), kB, kT, kC, kNH);
+         b.attention_backward(dq.data(), scratch.data(), dy.data(), q.data(), kB, kT, kC, kNH);
+         return Outputs{download(b, out), download(b, dq)};
+       }});
 }
 
 void add_elementwise_cases(Inputs& in, std::vector<Case>& all) {

@@ -116,7 +116,8 @@ void check_memory_as_planned(const MemoryReport& memory, const spec::JobSpec& sp
   INFO("stage " << stage << ": measured " << measured << " bytes, estimated " << estimate);
   CHECK(measured == Approx(estimate).epsilon(0.02));
   CHECK(memory.activations == plan::activation_bytes_per_rank(spec.model, spec.parallelism,
-                                                              spec.training, 1, 8 / data, stage));
+                                                              spec.training, 1, 8 / data, stage,
+                                                              spec::Device::kCpu));
 }
 
 struct Layout {

@@ -190,7 +190,8 @@ TEST_CASE("on memory the host cannot touch, ZeRO-Offload stages 1-2 train as in 
         plan::mirrored_state_bytes(plan::parameters_per_rank(spec.model, spec.parallelism, stage),
                                    spec.training, c.layout.data)
             .device_total() +
-        plan::activation_bytes_per_rank(spec.model, spec.parallelism, spec.training, 2, 2, stage);
+        plan::activation_bytes_per_rank(spec.model, spec.parallelism, spec.training, 2, 2, stage,
+                                        spec::Device::kCuda);
     CHECK(expected.memory.device_peak == 0);
     CHECK(mirrored.memory.device_peak >= planned);
     CHECK(mirrored.memory.device_peak <= planned + 4096);

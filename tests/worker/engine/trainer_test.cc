@@ -130,6 +130,12 @@ TEST_CASE("training on GPUs takes ZeRO-Offload at stages 1-2 and refuses what it
   spec.parallelism.tensor = 2;
   spec.parallelism.pipeline = 2;
   CHECK(device_training_problem(spec) == "");
+  // The tiled attention's widest head is 128 channels.
+  spec.model.hidden_size = 1024;
+  spec.model.num_attention_heads = 8;
+  CHECK(device_training_problem(spec) == "");
+  spec.model.num_attention_heads = 4;
+  CHECK_THAT(device_training_problem(spec), Catch::StartsWith("attention heads of 256 channels"));
 }
 
 }  // namespace

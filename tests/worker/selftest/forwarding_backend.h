@@ -18,6 +18,7 @@ class ForwardingBackend : public Backend {
   explicit ForwardingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
   std::string name() const override { return inner_->name(); }
   bool memory_is_host() const override { return inner_->memory_is_host(); }
+  core::AttentionScratch attention_scratch() const override { return inner_->attention_scratch(); }
   void* allocate(int64_t bytes) override { return inner_->allocate(bytes); }
   void deallocate(void* data) override { inner_->deallocate(data); }
   void copy_host_to_device(void* d, const void* h, int64_t bytes) override {
