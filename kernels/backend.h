@@ -72,7 +72,10 @@ class Backend {
   virtual void deallocate(void* data) = 0;
   virtual void copy_host_to_device(void* device, const void* host, int64_t bytes) = 0;
   virtual void copy_device_to_host(void* host, const void* device, int64_t bytes) = 0;
-  // The two ranges must not overlap (cudaMemcpy's rule).
+  // copy_host_to_device() has read the host bytes when it returns: the
+  // caller may change or reuse them at once (CUDA copies from pageable
+  // memory so; a backend that copies asynchronously from page-locked memory
+  // must wait first). The two ranges must not overlap (cudaMemcpy's rule).
   virtual void copy_device_to_device(void* to, const void* from, int64_t bytes) = 0;
   virtual void memset_zero(void* device, int64_t bytes) = 0;
   // The most bytes the backend's allocations held at once since it was

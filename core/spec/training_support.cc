@@ -25,6 +25,14 @@ std::string device_training_problem(const spec::JobSpec& spec) {
         model.hidden_size / model.num_attention_heads, model.hidden_size, model.num_attention_heads,
         core::kMaxTiledHeadSize);
   }
+  // What the parser already keeps apart from offload (stage 0, Lamb and the
+  // 1-bit optimizers), said here for specs built in code: the mirror hands
+  // the host only what a step's last micro-batch reduces.
+  if (zero.stage == 0 || spec.training.optimizer.type == spec::OptimizerType::kLamb ||
+      spec::compresses_communication(spec.training.optimizer.type)) {
+    return "training on GPUs takes Adam or AdamW at ZeRO stage 1 or 2 (with offload_optimizer); "
+           "use cluster.device: cpu for ZeRO stage 0, Lamb and the 1-bit optimizers";
+  }
   if (zero.stage == 3) {
     return "ZeRO stage 3 on GPUs gathers the parameters into GPU memory, not built yet; use "
            "zero_optimization.stage 1 or 2 with offload_optimizer, or cluster.device: cpu";

@@ -30,9 +30,12 @@ namespace dslaunch::kernels::simt {
 
 inline constexpr int kAttentionRows = 8;   // rows per block, a warp each
 inline constexpr int kAttentionTile = 32;  // positions per tile, a lane each
-// A lane holds up to four of a row's channels: hs ≤ 128. It also keeps the
-// key-major kernel's shared memory under CUDA's default 48 KiB.
-inline constexpr int kMaxHeadSize = 4 * kWarpSize;
+// A lane holds up to four of a row's channels, in registers (the loops
+// over them have a fixed count, which the compiler unrolls): hs ≤ 128. It
+// also keeps the key-major kernel's shared memory under CUDA's default
+// 48 KiB.
+inline constexpr int kChannelsPerLane = 4;
+inline constexpr int kMaxHeadSize = kChannelsPerLane * kWarpSize;
 static_assert(kMaxHeadSize == core::kMaxTiledHeadSize);
 
 // Where a launch's rows lie: blocks of kAttentionRows rows over B·NH
@@ -152,7 +155,7 @@ struct TiledAttentionForward {
     const float scale = 1.0f / sqrtf(static_cast<float>(hs));
     stage_rows(t, qs, hs, qkv, g, bh, first, kAttentionRows, 0);
     OnlineSoftmax softmax;
-    float acc[4] = {0, 0, 0, 0};
+    float acc[kChannelsPerLane] = {};
     const int64_t last = first + kAttentionRows - 1 < g.T ? first + kAttentionRows - 1 : g.T - 1;
     for (int64_t tile = 0; tile <= last; tile += kAttentionTile) {
       t.sync_threads();  // the last tile's readers are done
@@ -166,7 +169,8 @@ struct TiledAttentionForward {
       float rescale;
       ps[w * kAttentionTile + lane] = softmax.add(t, score, rescale);
       t.sync_threads();
-      for (int k = 0; k * kWarpSize + lane < hs; ++k) {
+      for (int k = 0; k < kChannelsPerLane; ++k) {
+        if (k * kWarpSize + lane >= hs) continue;
         const int64_t d = k * kWarpSize + lane;
         float sum = 0;
         for (int r = 0; r < kAttentionTile; ++r) {
@@ -176,7 +180,8 @@ struct TiledAttentionForward {
       }
     }
     if (i >= g.T) return;
-    for (int k = 0; k * kWarpSize + lane < hs; ++k) {
+    for (int k = 0; k < kChannelsPerLane; ++k) {
+      if (k * kWarpSize + lane >= hs) continue;
       out[g.out_index(bh, i, k * kWarpSize + lane)] = acc[k] / softmax.l;
     }
   }
@@ -237,7 +242,7 @@ struct TiledAttentionBackwardQuery {
     const float row_lse = i < g.T ? softmax.m + logf(softmax.l) : 0.0f;
     const float row_dsum = i < g.T ? weighted / softmax.l : 0.0f;
     // Second pass: dq = scale · Σ_j P_j·(dP_j - D)·k_j.
-    float acc[4] = {0, 0, 0, 0};
+    float acc[kChannelsPerLane] = {};
     for (int64_t tile = 0; tile <= last; tile += kAttentionTile) {
       t.sync_threads();
       stage_rows(t, ks, s.tile_ld(), qkv, g, bh, tile, kAttentionTile, 1);
@@ -253,7 +258,8 @@ struct TiledAttentionBackwardQuery {
       }
       ds_tile[w * kAttentionTile + lane] = ds;
       t.sync_threads();
-      for (int k = 0; k * kWarpSize + lane < hs; ++k) {
+      for (int k = 0; k < kChannelsPerLane; ++k) {
+        if (k * kWarpSize + lane >= hs) continue;
         const int64_t d = k * kWarpSize + lane;
         for (int r = 0; r < kAttentionTile; ++r) {
           acc[k] += ds_tile[w * kAttentionTile + r] * ks[r * s.tile_ld() + d];
@@ -261,7 +267,8 @@ struct TiledAttentionBackwardQuery {
       }
     }
     if (i >= g.T) return;
-    for (int k = 0; k * kWarpSize + lane < hs; ++k) {
+    for (int k = 0; k < kChannelsPerLane; ++k) {
+      if (k * kWarpSize + lane >= hs) continue;
       dqkv[g.qkv_index(bh, i, 0, k * kWarpSize + lane)] += scale * acc[k];
     }
     if (lane == 0) {
@@ -307,8 +314,8 @@ struct TiledAttentionBackwardKeyValue {
     const float scale = 1.0f / sqrtf(static_cast<float>(hs));
     stage_rows(t, ks, hs, qkv, g, bh, first, kAttentionRows, 1);
     stage_rows(t, vs, hs, qkv, g, bh, first, kAttentionRows, 2);
-    float dk[4] = {0, 0, 0, 0};
-    float dv[4] = {0, 0, 0, 0};
+    float dk[kChannelsPerLane] = {};
+    float dv[kChannelsPerLane] = {};
     for (int64_t tile = first / kAttentionTile * kAttentionTile; tile < g.T;
          tile += kAttentionTile) {
       t.sync_threads();
@@ -330,7 +337,8 @@ struct TiledAttentionBackwardKeyValue {
       p_tile[w * kAttentionTile + lane] = p;
       ds_tile[w * kAttentionTile + lane] = ds;
       t.sync_threads();
-      for (int k = 0; k * kWarpSize + lane < hs; ++k) {
+      for (int k = 0; k < kChannelsPerLane; ++k) {
+        if (k * kWarpSize + lane >= hs) continue;
         const int64_t d = k * kWarpSize + lane;
         for (int r = 0; r < kAttentionTile; ++r) {
           dk[k] += ds_tile[w * kAttentionTile + r] * qs[r * s.tile_ld() + d];
@@ -339,7 +347,8 @@ struct TiledAttentionBackwardKeyValue {
       }
     }
     if (j >= g.T) return;
-    for (int k = 0; k * kWarpSize + lane < hs; ++k) {
+    for (int k = 0; k < kChannelsPerLane; ++k) {
+      if (k * kWarpSize + lane >= hs) continue;
       const int64_t d = k * kWarpSize + lane;
       dqkv[g.qkv_index(bh, j, 1, d)] += scale * dk[k];
       dqkv[g.qkv_index(bh, j, 2, d)] += dv[k];

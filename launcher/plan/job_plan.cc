@@ -232,6 +232,16 @@ void add_memory_warnings(const spec::JobSpec& spec, JobPlan& plan) {
                          plan.activation_bytes_by_stage[stage] +
                          (plan.host_model_states ? 0 : plan.workspace_by_stage[stage].total());
     if (need <= plan.device_memory_bytes) continue;
+    if (plan.host_model_states) {
+      // The GPU holds the model's fp32 mirror (8 bytes a parameter at any
+      // stage) and the activations; the states are offloaded already.
+      plan.warnings.push_back(fmt::format(
+          "pipeline stage {}: the model's fp32 parameters and gradients and the activations "
+          "need {:.2f} GiB per rank, more than the {:.2f} GiB a GPU has; checkpoint activations, "
+          "or split the model over more tensor or pipeline ranks",
+          stage, need / kGiB, plan.device_memory_bytes / kGiB));
+      continue;
+    }
     plan.warnings.push_back(fmt::format(
         "pipeline stage {}: model states, activations and ZeRO's buffers need {:.2f} GiB per "
         "rank, more than the {:.2f} GiB {} "
@@ -391,8 +401,10 @@ std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMa
   if (spec.cluster.device != spec::Device::kAuto) {
     return plan_on_device(spec, locations, inputs, diagnostics);
   }
-  const DeviceChoice choice = choose_device(inputs.machine.gpus, spec::cuda_training_built(),
-                                            spec::device_training_problem(spec));
+  // A commbench trains nothing: what training on GPUs lacks is not its concern.
+  const DeviceChoice choice =
+      choose_device(inputs.machine.gpus, spec::cuda_training_built(),
+                    spec.kind == spec::JobKind::kTrain ? spec::device_training_problem(spec) : "");
   spec::JobSpec decided = spec;
   decided.cluster.device = choice.device;
   std::optional<JobPlan> plan = plan_on_device(decided, locations, inputs, diagnostics);

@@ -50,7 +50,10 @@ struct ModelStateBytes {
   int64_t parameters = 0;         // on the device
   int64_t gradients = 0;          // on the device
   int64_t optimizer_states = 0;   // on the device
-  int64_t offloaded_to_host = 0;  // optimizer states (and stage-3 parameters) moved to CPU memory
+  // Optimizer states (and stage-3 parameters) moved to CPU memory; on the
+  // GPU path (mirrored_state_bytes) every model state in host memory, swap
+  // buffers included.
+  int64_t offloaded_to_host = 0;
   // Moved to NVMe: optimizer states, stage-3 parameters, partitioned gradients.
   int64_t offloaded_to_nvme = 0;
   // In memory for offloaded optimizer states: offload_optimizer nvme's swap

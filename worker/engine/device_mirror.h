@@ -35,8 +35,6 @@ class DeviceMirror {
   float* gradients() { return gradients_.data(); }
   // host[begin, end) = the gradients [begin, end), which become zero here.
   void take_gradients(int64_t begin, int64_t end, float* host);
-  // The backend memory the mirror holds.
-  int64_t bytes() const { return parameters_.bytes() + gradients_.bytes(); }
 
  private:
   kernels::Backend& device_;

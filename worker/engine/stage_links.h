@@ -37,8 +37,9 @@ namespace dslaunch::worker::engine {
 class StageLinks {
  public:
   // `chunks`: the stage's model chunks in order (one without interleaving).
-  // `elements`: one micro-batch's activations, B x T x C floats; the send
-  // buffers live in `backend`'s memory, as the models' activations do.
+  // `elements`: one micro-batch's activations, B x T x C floats; the
+  // gradients' send buffers live in `backend`'s memory, as the models'
+  // activations do, or in host memory where transfers are staged.
   // Duplicating the communicator is collective over the pipeline group.
   StageLinks(comm::Communicator* pipeline, std::vector<model::Gpt2Model*> chunks, int64_t elements,
              kernels::Backend& backend);

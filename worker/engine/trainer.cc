@@ -540,7 +540,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     }
     report.optimizer_seconds = seconds_since(passes_end);
     result.steps = step + 1;
-    if (step == 0 && options.on_memory) {
+    if (step == first_step && options.on_memory) {
       MemoryReport memory = state.memory_report(activation_bytes());
       memory.weight_copy = backend.weight_copy_bytes();
       if (mirrored) memory.device_peak = backend.peak_allocated_bytes();

@@ -153,9 +153,9 @@ void Gpt2Model::tensor_all_reduce(float* x, int64_t n, comm::ReduceOp op) {
   if (tensor_comm_ == nullptr || !tensor_status_.ok()) return;
   const auto start = std::chrono::steady_clock::now();
   // The communicator reads and writes x from the host's side of the stream,
-  // or a host copy of it.
-  backend_.synchronize();
+  // or a host copy of it (the copy waits for the stream).
   const bool staged = !backend_.memory_is_host();
+  if (!staged) backend_.synchronize();
   const int64_t bytes = n * static_cast<int64_t>(sizeof(float));
   float* buffer = x;
   if (staged) {
@@ -174,11 +174,11 @@ void Gpt2Model::tensor_all_reduce(float* x, int64_t n, comm::ReduceOp op) {
 void Gpt2Model::tensor_all_gather(const float* slice, float* whole, int64_t n) {
   if (tensor_comm_ == nullptr || !tensor_status_.ok()) return;
   const auto start = std::chrono::steady_clock::now();
-  backend_.synchronize();
   const int parts = tensor_comm_->size();
   const int64_t part = n / parts;
   // Staged as tensor_all_reduce's: [0, n) the whole, [n, n + part) the slice.
   const bool staged = !backend_.memory_is_host();
+  if (!staged) backend_.synchronize();
   const float* from = slice;
   float* into = whole;
   if (staged) {

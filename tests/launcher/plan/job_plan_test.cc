@@ -1,5 +1,7 @@
 #include "launcher/plan/job_plan.h"
 
+#include "core/spec/training_support.h"
+
 #include <unistd.h>
 #include <algorithm>
 
@@ -17,11 +19,11 @@
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
-#include "launcher/plan/local_machine.h"
-#include "launcher/plan/memory_estimate.h"
 #include "core/spec/diagnostics.h"
 #include "core/spec/job_spec.h"
 #include "core/spec/spec_parser.h"
+#include "launcher/plan/local_machine.h"
+#include "launcher/plan/memory_estimate.h"
 
 namespace dslaunch::plan {
 namespace {
@@ -303,8 +305,9 @@ data: {train: demo}
   CHECK(fine.plan.has_value());
 }
 
-TEST_CASE("a pipeline needs as many micro-batches per step as stages, and the plan shows each "
-          "stage's blocks") {
+TEST_CASE(
+    "a pipeline needs as many micro-batches per step as stages, and the plan shows each "
+    "stage's blocks") {
   Folder folder;
   const Planned refused = plan_file(folder.write("few.yaml", R"(
 cluster: {device: cpu, num_gpus: 4}
@@ -331,8 +334,9 @@ data: {train: demo}
         std::vector<std::vector<std::pair<int, int>>>{{{0, 2}}, {{2, 6}}});
 }
 
-TEST_CASE("an interleaved pipeline needs micro-batches in multiples of its stages, and the plan "
-          "shows each stage's chunks and their activations") {
+TEST_CASE(
+    "an interleaved pipeline needs micro-batches in multiples of its stages, and the plan "
+    "shows each stage's chunks and their activations") {
   Folder folder;
   const Planned refused = plan_file(folder.write("odd.yaml", R"(
 cluster: {device: cpu, num_gpus: 2}
@@ -364,8 +368,7 @@ data: {train: demo}
   // Stage 0 keeps up to 4 micro-batches of each chunk (4 of 8 forwards
   // warm up) where 1F1B keeps 2 of the whole stage: more activation memory
   // for a smaller bubble.
-  const Planned plain = plan_file(folder.write(
-      "plain.yaml", std::string(R"(
+  const Planned plain = plan_file(folder.write("plain.yaml", std::string(R"(
 cluster: {device: cpu, num_gpus: 2}
 model: {num_layers: 8}
 parallelism: {pipeline: 2, pipeline_partition: uniform}
@@ -422,8 +425,9 @@ data:
         "cpu: no GPU visible on this machine (nvidia-smi found none)");
   CHECK(laptop_plan.plan->placement.ranks[1].device == "cpu");
 
-  // GPUs visible, but this build trains on CPU only: cpu, not a job that
-  // passes plan and fails run.
+  // GPUs visible, but this build trains on CPU only (or, built for CUDA,
+  // the job asks what training on GPUs lacks: its optimizer on the GPU):
+  // cpu, not a job that passes plan and fails run.
   LocalMachine server = laptop();
   server.gpus = 4;
   server.gpu_memory_bytes = 40 * kGiB;
@@ -431,7 +435,10 @@ data:
   REQUIRE(server_plan.plan.has_value());
   CHECK(server_plan.plan->device == spec::Device::kCpu);
   CHECK_THAT(server_plan.plan->device_choice,
-             Catch::StartsWith("cpu: 4 GPU(s) visible, but this build trains on CPU only"));
+             Catch::StartsWith(spec::cuda_training_built()
+                                   ? "cpu: 4 GPU(s) visible, but this job needs what training on "
+                                     "GPUs does not do yet"
+                                   : "cpu: 4 GPU(s) visible, but this build trains on CPU only"));
 
   // Said explicitly, a device is taken as it is.
   spec::LoadOptions cpu;
@@ -878,6 +885,38 @@ data:
         std::vector<std::string>{"tensor-parallel group [8, 9, 10, 11] spans hosts a and b: its "
                                  "all-reduces will cross the network",
                                  kPlaintextWarning});
+}
+
+TEST_CASE("a GPU job with its model states in host memory is warned about the GPU's part only") {
+  Folder folder;
+  // GPT-2 small, ZeRO-Offload: 8 bytes a parameter on the GPU, 124.4M
+  // parameters (1.0 GB), and the activations.
+  const std::string text = R"(
+cluster:
+  device: cuda
+  num_gpus: 1
+  topology:
+    device_memory_gb: 1
+training:
+  train_micro_batch_size_per_gpu: 1
+  steps: 10
+  zero_optimization:
+    stage: 2
+    offload_optimizer:
+      device: cpu
+data:
+  train: demo
+)";
+  const Planned planned = plan_file(folder.write("offload.yaml", text));
+  INFO(planned.diagnostics.format());
+  REQUIRE(planned.plan.has_value());
+  CHECK(planned.plan->host_model_states);
+  REQUIRE(planned.plan->warnings.size() == 1);
+  CHECK_THAT(planned.plan->warnings[0],
+             Catch::StartsWith("pipeline stage 0: the model's fp32 parameters and gradients and "
+                               "the activations need ") &&
+                 Catch::EndsWith("more than the 1.00 GiB a GPU has; checkpoint activations, or "
+                                 "split the model over more tensor or pipeline ranks"));
 }
 
 TEST_CASE("memory needs larger than the device memory are warned about per stage") {

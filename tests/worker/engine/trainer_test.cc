@@ -2,12 +2,12 @@
 
 #include <catch2/catch.hpp>
 
+#include "core/spec/training_support.h"
 #include "kernels/backend.h"
 #include "tests/worker/engine/trainer_test_support.h"
 #include "tests/worker/parallel/test_groups.h"
 #include "worker/comm/communicator.h"
 #include "worker/data/training_data.h"
-#include "core/spec/training_support.h"
 
 namespace dslaunch::worker::engine {
 namespace {
@@ -91,7 +91,9 @@ TEST_CASE("what the engine cannot do yet is refused before training starts") {
   CHECK(training_support_problem(spec) == "");
   spec = testing::tiny_job("a", "b");
   spec.cluster.device = spec::Device::kCuda;
-  CHECK_THAT(training_support_problem(spec), Catch::StartsWith("this build trains on CPU only"));
+  CHECK_THAT(training_support_problem(spec),
+             Catch::StartsWith(spec::cuda_training_built() ? "training on GPUs takes Adam"
+                                                           : "this build trains on CPU only"));
   // Optimizer offload to NVMe runs; to the CPU it would change nothing here.
   spec = testing::tiny_job("a", "b");
   spec.training.zero.stage = 2;
@@ -112,7 +114,12 @@ TEST_CASE("what the engine cannot do yet is refused before training starts") {
 TEST_CASE("training on GPUs takes ZeRO-Offload at stages 1-2 and refuses what it lacks by name") {
   spec::JobSpec spec = testing::tiny_job("a", "b");
   spec.cluster.device = spec::Device::kCuda;
+  CHECK_THAT(device_training_problem(spec), Catch::StartsWith("training on GPUs takes Adam"));
+  spec.training.zero.stage = 1;
   CHECK_THAT(device_training_problem(spec), Catch::StartsWith("the optimizer on the GPU"));
+  spec.training.optimizer.type = spec::OptimizerType::kLamb;
+  CHECK_THAT(device_training_problem(spec), Catch::StartsWith("training on GPUs takes Adam"));
+  spec.training.optimizer.type = spec::OptimizerType::kAdamW;
   for (const int stage : {1, 2}) {
     spec.training.zero.stage = stage;
     for (const auto device : {spec::OffloadDevice::kCpu, spec::OffloadDevice::kNvme}) {
