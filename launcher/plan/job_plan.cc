@@ -216,6 +216,27 @@ void add_plaintext_control_plane_warning(const spec::JobSpec& spec, JobPlan& pla
       "network unencrypted between the hosts; set cluster.tls (cert, key, ca) to encrypt them");
 }
 
+// ZeRO-Offload's limit is the host's memory: on the GPU path the model
+// states and ZeRO's buffers of every rank of a host share it.
+void add_host_memory_warnings(const LocalMachine& machine, JobPlan& plan) {
+  if (!plan.host_model_states || machine.memory_bytes == 0) return;
+  int busiest = 1;
+  for (const topology::RankPlacement& rank : plan.placement.ranks) {
+    busiest = std::max(busiest, rank.local_world_size);
+  }
+  const int64_t share = machine.memory_bytes / busiest;
+  for (size_t stage = 0; stage < plan.memory_by_stage.size(); ++stage) {
+    const int64_t need =
+        plan.memory_by_stage[stage].offloaded_to_host + plan.workspace_by_stage[stage].total();
+    if (need <= share) continue;
+    plan.warnings.push_back(fmt::format(
+        "pipeline stage {}: the model states and ZeRO's buffers in host memory need {:.2f} GiB "
+        "per rank, more than the {:.2f} GiB each of a host's {} ranks has of its memory (this "
+        "machine's); use offload_optimizer nvme, more hosts, or fewer ranks per host",
+        stage, need / kGiB, share / kGiB, busiest));
+  }
+}
+
 void add_memory_warnings(const spec::JobSpec& spec, JobPlan& plan) {
   if (plan.device_memory_bytes == 0) {
     plan.warnings.push_back(
@@ -391,6 +412,7 @@ std::optional<JobPlan> plan_on_device(const spec::JobSpec& spec, const spec::Sou
   }
   plan.device_memory_bytes = device_memory(spec, inputs.machine, plan.placement);
   add_memory_warnings(spec, plan);
+  add_host_memory_warnings(inputs.machine, plan);
   return plan;
 }
 

@@ -917,6 +917,20 @@ data:
                                "the activations need ") &&
                  Catch::EndsWith("more than the 1.00 GiB a GPU has; checkpoint activations, or "
                                  "split the model over more tensor or pipeline ranks"));
+
+  // Host memory holds the states: 1.5 GiB of it is too little for 124M
+  // parameters' fp32 weights, gradients and moments (16 bytes each, 1.9 GiB).
+  LocalMachine small = laptop();
+  small.memory_bytes = 3 * kGiB / 2;
+  const Planned tight = plan_file(folder.write("offload.yaml", text), inputs(small));
+  REQUIRE(tight.plan.has_value());
+  REQUIRE(tight.plan->warnings.size() == 2);
+  CHECK_THAT(tight.plan->warnings[1],
+             Catch::StartsWith("pipeline stage 0: the model states and ZeRO's buffers in host "
+                               "memory need ") &&
+                 Catch::EndsWith("more than the 1.50 GiB each of a host's 1 ranks has of its "
+                                 "memory (this machine's); use offload_optimizer nvme, more "
+                                 "hosts, or fewer ranks per host"));
 }
 
 TEST_CASE("memory needs larger than the device memory are warned about per stage") {
