@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "core/dtype.h"
@@ -198,6 +199,78 @@ TEST_CASE("on memory the host cannot touch, ZeRO-Offload stages 1-2 train as in 
     // It learned.
     CHECK(*mirrored.reports.back().eval_loss < *mirrored.reports[2].eval_loss);
   }
+  REQUIRE_OK(comm::testing::world_barrier());
+  if (world.rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// Trains `spec` on guarded memory through the GPU path, writing each
+// checkpoint's shards under `root`/step_<S>/, from `resume` if set.
+OffloadRun train_checkpointed(const spec::JobSpec& spec, const std::string& root,
+                              std::optional<ResumePoint> resume) {
+  const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
+  REQUIRE(data.error == "");
+  auto host = kernels::make_cpu_backend(1);
+  auto guarded = kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded);
+  comm::Communicator& world = comm::testing::world_data();
+  OffloadRun run;
+  TrainerOptions options;
+  options.data_comm = &world;
+  options.host_backend = host.get();
+  options.resume = std::move(resume);
+  options.on_step = [&run](const StepReport& report) { run.reports.push_back(report); };
+  options.save_checkpoint = [&root, &world](const CheckpointSlice& slice) {
+    const std::filesystem::path folder =
+        std::filesystem::path(root) / fmt::format("step_{}", slice.step);
+    std::filesystem::create_directories(folder);
+    core::ShardHeader header;
+    header.step = slice.step;
+    header.rank = world.rank();
+    header.ranks = world.size();
+    header.total_parameters = slice.total_parameters;
+    header.begin = slice.begin;
+    header.end = slice.end;
+    header.optimizer_step = slice.optimizer_steps;
+    header.loss_scaler = slice.loss_scaler;
+    header.layout = *slice.layout;
+    const core::WrittenShard written = core::write_shard(
+        (folder / fmt::format("rank_{}.bin", world.rank())).string(), header, slice.arrays);
+    REQUIRE(written.error == "");
+  };
+  TrainResult result = train(spec, data, *guarded, options);
+  REQUIRE(result.error == "");
+  run.params = std::move(result.params);
+  REQUIRE_OK(comm::testing::world_barrier());
+  return run;
+}
+
+TEST_CASE("a GPU-path run resumed from its checkpoint continues bit for bit") {
+  comm::Communicator& world = comm::testing::world_data();
+  const std::string dir = testing::shared_token_files(world);
+  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  spec.cluster.device = spec::Device::kCuda;
+  spec.training.steps = 6;
+  spec.training.scheduler.total_num_steps = 6;
+  spec.training.eval_interval = 0;
+  spec.checkpoint.interval = 3;
+  spec.training.bf16 = true;
+  spec.training.zero.stage = 2;
+  spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kCpu;
+  spec.training.batch.micro_batch_per_gpu = 2;
+  spec.training.batch.gradient_accumulation_steps = 2;
+  spec.training.batch.train_batch_size = 4 * world.size();
+  const OffloadRun whole = train_checkpointed(spec, dir + "/whole", std::nullopt);
+  const OffloadRun resumed =
+      train_checkpointed(spec, dir + "/resumed",
+                         testing::resume_point(dir + "/whole", 3, spec.model, 4 * world.size()));
+  REQUIRE(whole.reports.size() == 6);
+  REQUIRE(resumed.reports.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    INFO("step " << resumed.reports[i].step);
+    CHECK(resumed.reports[i].step == whole.reports[3 + i].step);
+    CHECK(resumed.reports[i].loss == whole.reports[3 + i].loss);
+    CHECK(resumed.reports[i].grad_norm == whole.reports[3 + i].grad_norm);
+  }
+  CHECK(resumed.params == whole.params);
   REQUIRE_OK(comm::testing::world_barrier());
   if (world.rank() == 0) std::filesystem::remove_all(dir);
 }
