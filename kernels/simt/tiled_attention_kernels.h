@@ -44,9 +44,15 @@ struct AttentionGrid {
   int64_t B, T, C, NH;
 
   DSL_HOST_DEVICE int64_t hs() const { return C / NH; }
+  DSL_HOST_DEVICE float scale() const { return 1.0f / sqrtf(static_cast<float>(hs())); }
   DSL_HOST_DEVICE int64_t row_blocks() const { return (T + kAttentionRows - 1) / kAttentionRows; }
-  int blocks() const { return static_cast<int>(B * NH * row_blocks()); }
-  // The block's sequence b and head h (bh = b·NH + h) and first row.
+  // A launch of every block, with `shared_floats` of shared memory.
+  LaunchShape launch(int64_t shared_floats) const {
+    return {static_cast<int>(B * NH * row_blocks()), kAttentionRows * kWarpSize,
+            shared_floats * static_cast<int64_t>(sizeof(float))};
+  }
+  // The block's sequence b and head h (bh = b·NH + h), its first row, and
+  // the last row it holds (before T).
   template <class Thread>
   DSL_HOST_DEVICE int64_t bh(const Thread& t) const {
     return t.block_index() / row_blocks();
@@ -54,6 +60,9 @@ struct AttentionGrid {
   template <class Thread>
   DSL_HOST_DEVICE int64_t first_row(const Thread& t) const {
     return t.block_index() % row_blocks() * kAttentionRows;
+  }
+  DSL_HOST_DEVICE int64_t last_row(int64_t first) const {
+    return first + kAttentionRows - 1 < T ? first + kAttentionRows - 1 : T - 1;
   }
   // Element d of head h's part of vector `part` (0 q, 1 k, 2 v) at position i.
   DSL_HOST_DEVICE int64_t qkv_index(int64_t bh, int64_t i, int part, int64_t d) const {
@@ -82,30 +91,49 @@ DSL_HOST_DEVICE inline float dot_product(const float* a, const float* b, int64_t
   return sum;
 }
 
-// rows[r·hs + d] = element d of part `part` at position first + r, for
-// `count` positions (0 past T), with rows `ld` floats apart; the block's
-// threads share the work.
-template <class Thread>
-DSL_HOST_DEVICE void stage_rows(Thread& t, float* rows, int64_t ld, const float* qkv,
-                                const AttentionGrid& g, int64_t bh, int64_t first, int count,
-                                int part) {
+// rows[r·ld + d] = element d of position first + r (0 past T), for `count`
+// positions, where element(i, d) indexes the source; the block's threads
+// share the work.
+template <class Thread, class Index>
+DSL_HOST_DEVICE void stage_rows(Thread& t, float* rows, int64_t ld, const float* source,
+                                const AttentionGrid& g, int64_t first, int count,
+                                const Index& element) {
   const int64_t hs = g.hs();
   for (int64_t idx = t.thread_index(); idx < count * hs; idx += t.block_size()) {
     const int64_t r = idx / hs, d = idx % hs;
     const int64_t i = first + r;
-    rows[r * ld + d] = i < g.T ? qkv[g.qkv_index(bh, i, part, d)] : 0.0f;
+    rows[r * ld + d] = i < g.T ? source[element(i, d)] : 0.0f;
   }
 }
 
-// The same for a (B,T,C) tensor such as dout.
+// Part `part` of qkv (0 q, 1 k, 2 v), or a (B,T,C) tensor such as dout,
+// for sequence-head bh: stage_rows' index.
+struct QkvPart {
+  const AttentionGrid& g;
+  int64_t bh;
+  int part;
+  DSL_HOST_DEVICE int64_t operator()(int64_t i, int64_t d) const {
+    return g.qkv_index(bh, i, part, d);
+  }
+};
+struct OutRows {
+  const AttentionGrid& g;
+  int64_t bh;
+  DSL_HOST_DEVICE int64_t operator()(int64_t i, int64_t d) const { return g.out_index(bh, i, d); }
+};
+
+// acc[k] = acc[k]·rescale + Σ_r weights[r]·tile[r·ld + d] for this lane's
+// channels d = k·32 + lane: a tile's weighted rows into a row's sums.
 template <class Thread>
-DSL_HOST_DEVICE void stage_out_rows(Thread& t, float* rows, int64_t ld, const float* x,
-                                    const AttentionGrid& g, int64_t bh, int64_t first, int count) {
-  const int64_t hs = g.hs();
-  for (int64_t idx = t.thread_index(); idx < count * hs; idx += t.block_size()) {
-    const int64_t r = idx / hs, d = idx % hs;
-    const int64_t i = first + r;
-    rows[r * ld + d] = i < g.T ? x[g.out_index(bh, i, d)] : 0.0f;
+DSL_HOST_DEVICE void accumulate_tile(const Thread& t, float* acc, const float* weights,
+                                     const float* tile, int64_t ld, int64_t hs,
+                                     float rescale = 1.0f) {
+  for (int k = 0; k < kChannelsPerLane; ++k) {
+    const int64_t d = k * kWarpSize + t.lane();
+    if (d >= hs) continue;
+    float sum = 0;
+    for (int r = 0; r < kAttentionTile; ++r) sum += weights[r] * tile[r * ld + d];
+    acc[k] = acc[k] * rescale + sum;
   }
 }
 
@@ -129,6 +157,19 @@ struct OnlineSoftmax {
   }
 };
 
+// Stages the keys and values of positions [tile, tile + 32) into ks and vs,
+// between barriers: the last tile's readers are done before, every thread
+// sees the new tile after.
+template <class Thread>
+DSL_HOST_DEVICE void next_key_tile(Thread& t, float* ks, float* vs, const AttentionShared& s,
+                                   const float* qkv, const AttentionGrid& g, int64_t bh,
+                                   int64_t tile) {
+  t.sync_threads();
+  stage_rows(t, ks, s.tile_ld(), qkv, g, tile, kAttentionTile, QkvPart{g, bh, 1});
+  stage_rows(t, vs, s.tile_ld(), qkv, g, tile, kAttentionTile, QkvPart{g, bh, 2});
+  t.sync_threads();
+}
+
 // out = softmax(q·kᵀ/sqrt(hs), causal)·v.
 struct TiledAttentionForward {
   float* out;
@@ -137,9 +178,7 @@ struct TiledAttentionForward {
 
   LaunchShape shape() const {
     const AttentionShared s{g.hs()};
-    return {g.blocks(), kAttentionRows * kWarpSize,
-            static_cast<int64_t>((s.rows_floats() + 2 * s.tile_floats() + s.broadcast_floats()) *
-                                 sizeof(float))};
+    return g.launch(s.rows_floats() + 2 * s.tile_floats() + s.broadcast_floats());
   }
   template <class Thread>
   DSL_HOST_DEVICE void operator()(Thread& t) const {
@@ -152,37 +191,24 @@ struct TiledAttentionForward {
     const int64_t bh = g.bh(t), first = g.first_row(t);
     const int w = t.warp(), lane = t.lane();
     const int64_t i = first + w;
-    const float scale = 1.0f / sqrtf(static_cast<float>(hs));
-    stage_rows(t, qs, hs, qkv, g, bh, first, kAttentionRows, 0);
+    stage_rows(t, qs, hs, qkv, g, first, kAttentionRows, QkvPart{g, bh, 0});
     OnlineSoftmax softmax;
     float acc[kChannelsPerLane] = {};
-    const int64_t last = first + kAttentionRows - 1 < g.T ? first + kAttentionRows - 1 : g.T - 1;
-    for (int64_t tile = 0; tile <= last; tile += kAttentionTile) {
-      t.sync_threads();  // the last tile's readers are done
-      stage_rows(t, ks, s.tile_ld(), qkv, g, bh, tile, kAttentionTile, 1);
-      stage_rows(t, vs, s.tile_ld(), qkv, g, bh, tile, kAttentionTile, 2);
-      t.sync_threads();
+    for (int64_t tile = 0; tile <= g.last_row(first); tile += kAttentionTile) {
+      next_key_tile(t, ks, vs, s, qkv, g, bh, tile);
       const int64_t j = tile + lane;
       const bool visible = i < g.T && j <= i;
       const float score =
-          visible ? scale * dot_product(qs + w * hs, ks + lane * s.tile_ld(), hs) : -INFINITY;
+          visible ? g.scale() * dot_product(qs + w * hs, ks + lane * s.tile_ld(), hs) : -INFINITY;
       float rescale;
       ps[w * kAttentionTile + lane] = softmax.add(t, score, rescale);
       t.sync_threads();
-      for (int k = 0; k < kChannelsPerLane; ++k) {
-        if (k * kWarpSize + lane >= hs) continue;
-        const int64_t d = k * kWarpSize + lane;
-        float sum = 0;
-        for (int r = 0; r < kAttentionTile; ++r) {
-          sum += ps[w * kAttentionTile + r] * vs[r * s.tile_ld() + d];
-        }
-        acc[k] = acc[k] * rescale + sum;
-      }
+      accumulate_tile(t, acc, ps + w * kAttentionTile, vs, s.tile_ld(), hs, rescale);
     }
     if (i >= g.T) return;
     for (int k = 0; k < kChannelsPerLane; ++k) {
-      if (k * kWarpSize + lane >= hs) continue;
-      out[g.out_index(bh, i, k * kWarpSize + lane)] = acc[k] / softmax.l;
+      const int64_t d = k * kWarpSize + lane;
+      if (d < hs) out[g.out_index(bh, i, d)] = acc[k] / softmax.l;
     }
   }
 };
@@ -201,10 +227,7 @@ struct TiledAttentionBackwardQuery {
 
   LaunchShape shape() const {
     const AttentionShared s{g.hs()};
-    return {
-        g.blocks(), kAttentionRows * kWarpSize,
-        static_cast<int64_t>((2 * s.rows_floats() + 2 * s.tile_floats() + s.broadcast_floats()) *
-                             sizeof(float))};
+    return g.launch(2 * s.rows_floats() + 2 * s.tile_floats() + s.broadcast_floats());
   }
   template <class Thread>
   DSL_HOST_DEVICE void operator()(Thread& t) const {
@@ -218,22 +241,17 @@ struct TiledAttentionBackwardQuery {
     const int64_t bh = g.bh(t), first = g.first_row(t);
     const int w = t.warp(), lane = t.lane();
     const int64_t i = first + w;
-    const float scale = 1.0f / sqrtf(static_cast<float>(hs));
-    stage_rows(t, qs, hs, qkv, g, bh, first, kAttentionRows, 0);
-    stage_out_rows(t, dos, hs, dout, g, bh, first, kAttentionRows);
-    const int64_t last = first + kAttentionRows - 1 < g.T ? first + kAttentionRows - 1 : g.T - 1;
+    stage_rows(t, qs, hs, qkv, g, first, kAttentionRows, QkvPart{g, bh, 0});
+    stage_rows(t, dos, hs, dout, g, first, kAttentionRows, OutRows{g, bh});
     // First pass: the statistics.
     OnlineSoftmax softmax;
     float weighted = 0;  // Σ exp(s - m)·dP, rescaled with the softmax
-    for (int64_t tile = 0; tile <= last; tile += kAttentionTile) {
-      t.sync_threads();
-      stage_rows(t, ks, s.tile_ld(), qkv, g, bh, tile, kAttentionTile, 1);
-      stage_rows(t, vs, s.tile_ld(), qkv, g, bh, tile, kAttentionTile, 2);
-      t.sync_threads();
+    for (int64_t tile = 0; tile <= g.last_row(first); tile += kAttentionTile) {
+      next_key_tile(t, ks, vs, s, qkv, g, bh, tile);
       const int64_t j = tile + lane;
       const bool visible = i < g.T && j <= i;
       const float score =
-          visible ? scale * dot_product(qs + w * hs, ks + lane * s.tile_ld(), hs) : -INFINITY;
+          visible ? g.scale() * dot_product(qs + w * hs, ks + lane * s.tile_ld(), hs) : -INFINITY;
       const float dp = visible ? dot_product(dos + w * hs, vs + lane * s.tile_ld(), hs) : 0.0f;
       float rescale;
       const float p = softmax.add(t, score, rescale);
@@ -243,33 +261,23 @@ struct TiledAttentionBackwardQuery {
     const float row_dsum = i < g.T ? weighted / softmax.l : 0.0f;
     // Second pass: dq = scale · Σ_j P_j·(dP_j - D)·k_j.
     float acc[kChannelsPerLane] = {};
-    for (int64_t tile = 0; tile <= last; tile += kAttentionTile) {
-      t.sync_threads();
-      stage_rows(t, ks, s.tile_ld(), qkv, g, bh, tile, kAttentionTile, 1);
-      stage_rows(t, vs, s.tile_ld(), qkv, g, bh, tile, kAttentionTile, 2);
-      t.sync_threads();
+    for (int64_t tile = 0; tile <= g.last_row(first); tile += kAttentionTile) {
+      next_key_tile(t, ks, vs, s, qkv, g, bh, tile);
       const int64_t j = tile + lane;
-      const bool visible = i < g.T && j <= i;
       float ds = 0;
-      if (visible) {
+      if (i < g.T && j <= i) {
         const float p =
-            expf(scale * dot_product(qs + w * hs, ks + lane * s.tile_ld(), hs) - row_lse);
+            expf(g.scale() * dot_product(qs + w * hs, ks + lane * s.tile_ld(), hs) - row_lse);
         ds = p * (dot_product(dos + w * hs, vs + lane * s.tile_ld(), hs) - row_dsum);
       }
       ds_tile[w * kAttentionTile + lane] = ds;
       t.sync_threads();
-      for (int k = 0; k < kChannelsPerLane; ++k) {
-        if (k * kWarpSize + lane >= hs) continue;
-        const int64_t d = k * kWarpSize + lane;
-        for (int r = 0; r < kAttentionTile; ++r) {
-          acc[k] += ds_tile[w * kAttentionTile + r] * ks[r * s.tile_ld() + d];
-        }
-      }
+      accumulate_tile(t, acc, ds_tile + w * kAttentionTile, ks, s.tile_ld(), hs);
     }
     if (i >= g.T) return;
     for (int k = 0; k < kChannelsPerLane; ++k) {
-      if (k * kWarpSize + lane >= hs) continue;
-      dqkv[g.qkv_index(bh, i, 0, k * kWarpSize + lane)] += scale * acc[k];
+      const int64_t d = k * kWarpSize + lane;
+      if (d < hs) dqkv[g.qkv_index(bh, i, 0, d)] += g.scale() * acc[k];
     }
     if (lane == 0) {
       lse[bh * g.T + i] = row_lse;
@@ -291,10 +299,8 @@ struct TiledAttentionBackwardKeyValue {
 
   LaunchShape shape() const {
     const AttentionShared s{g.hs()};
-    return {g.blocks(), kAttentionRows * kWarpSize,
-            static_cast<int64_t>((2 * s.rows_floats() + 2 * s.tile_floats() + 2 * kAttentionTile +
-                                  2 * s.broadcast_floats()) *
-                                 sizeof(float))};
+    return g.launch(2 * s.rows_floats() + 2 * s.tile_floats() + 2 * kAttentionTile +
+                    2 * s.broadcast_floats());
   }
   template <class Thread>
   DSL_HOST_DEVICE void operator()(Thread& t) const {
@@ -311,16 +317,15 @@ struct TiledAttentionBackwardKeyValue {
     const int64_t bh = g.bh(t), first = g.first_row(t);
     const int w = t.warp(), lane = t.lane();
     const int64_t j = first + w;
-    const float scale = 1.0f / sqrtf(static_cast<float>(hs));
-    stage_rows(t, ks, hs, qkv, g, bh, first, kAttentionRows, 1);
-    stage_rows(t, vs, hs, qkv, g, bh, first, kAttentionRows, 2);
+    stage_rows(t, ks, hs, qkv, g, first, kAttentionRows, QkvPart{g, bh, 1});
+    stage_rows(t, vs, hs, qkv, g, first, kAttentionRows, QkvPart{g, bh, 2});
     float dk[kChannelsPerLane] = {};
     float dv[kChannelsPerLane] = {};
     for (int64_t tile = first / kAttentionTile * kAttentionTile; tile < g.T;
          tile += kAttentionTile) {
       t.sync_threads();
-      stage_rows(t, qs, s.tile_ld(), qkv, g, bh, tile, kAttentionTile, 0);
-      stage_out_rows(t, dos, s.tile_ld(), dout, g, bh, tile, kAttentionTile);
+      stage_rows(t, qs, s.tile_ld(), qkv, g, tile, kAttentionTile, QkvPart{g, bh, 0});
+      stage_rows(t, dos, s.tile_ld(), dout, g, tile, kAttentionTile, OutRows{g, bh});
       for (int r = t.thread_index(); r < kAttentionTile; r += t.block_size()) {
         const bool in = tile + r < g.T;
         lse_tile[r] = in ? lse[bh * g.T + tile + r] : 0.0f;
@@ -328,29 +333,23 @@ struct TiledAttentionBackwardKeyValue {
       }
       t.sync_threads();
       const int64_t i = tile + lane;
-      const bool visible = j < g.T && i >= j && i < g.T;
       float p = 0, ds = 0;
-      if (visible) {
-        p = expf(scale * dot_product(qs + lane * s.tile_ld(), ks + w * hs, hs) - lse_tile[lane]);
+      if (j < g.T && i >= j && i < g.T) {
+        p = expf(g.scale() * dot_product(qs + lane * s.tile_ld(), ks + w * hs, hs) -
+                 lse_tile[lane]);
         ds = p * (dot_product(dos + lane * s.tile_ld(), vs + w * hs, hs) - dsum_tile[lane]);
       }
       p_tile[w * kAttentionTile + lane] = p;
       ds_tile[w * kAttentionTile + lane] = ds;
       t.sync_threads();
-      for (int k = 0; k < kChannelsPerLane; ++k) {
-        if (k * kWarpSize + lane >= hs) continue;
-        const int64_t d = k * kWarpSize + lane;
-        for (int r = 0; r < kAttentionTile; ++r) {
-          dk[k] += ds_tile[w * kAttentionTile + r] * qs[r * s.tile_ld() + d];
-          dv[k] += p_tile[w * kAttentionTile + r] * dos[r * s.tile_ld() + d];
-        }
-      }
+      accumulate_tile(t, dk, ds_tile + w * kAttentionTile, qs, s.tile_ld(), hs);
+      accumulate_tile(t, dv, p_tile + w * kAttentionTile, dos, s.tile_ld(), hs);
     }
     if (j >= g.T) return;
     for (int k = 0; k < kChannelsPerLane; ++k) {
-      if (k * kWarpSize + lane >= hs) continue;
       const int64_t d = k * kWarpSize + lane;
-      dqkv[g.qkv_index(bh, j, 1, d)] += scale * dk[k];
+      if (d >= hs) continue;
+      dqkv[g.qkv_index(bh, j, 1, d)] += g.scale() * dk[k];
       dqkv[g.qkv_index(bh, j, 2, d)] += dv[k];
     }
   }

@@ -62,22 +62,7 @@ Run train_run(comm::Communicator& comm, spec::JobSpec spec, const std::string& r
   options.on_notice = [&run](const std::string& notice) { run.notices.push_back(notice); };
   if (!root.empty()) {
     options.save_checkpoint = [&root, &comm](const CheckpointSlice& slice) {
-      const fs::path folder = fs::path(root) / fmt::format("step_{}", slice.step);
-      fs::create_directories(folder);
-      core::ShardHeader header;
-      header.step = slice.step;
-      header.rank = comm.rank();
-      header.ranks = comm.size();
-      header.total_parameters = slice.total_parameters;
-      header.begin = slice.begin;
-      header.end = slice.end;
-      header.optimizer_step = slice.optimizer_steps;
-      header.layout = *slice.layout;
-      header.rank_state = slice.rank_state;
-      const core::WrittenShard written =
-          core::write_shard((folder / fmt::format("rank_{}.bin", comm.rank())).string(), header,
-                            slice.arrays, slice.rank_arrays);
-      REQUIRE(written.error == "");
+      testing::write_test_shard(root, slice, comm.rank(), comm.size());
     };
   }
   TrainResult result = train(spec, data, *backend, options);

@@ -82,8 +82,14 @@ struct Layout {
   int tensor = 1;
 };
 
+// Trains `spec` on `backend` (with `host_backend` for the model states where
+// its memory is not the host's) over `layout`'s groups; with the fp16
+// drill when `poison`; writing each checkpoint under `checkpoints` unless it
+// is empty; from `resume` if set.
 OffloadRun train_offloaded(kernels::Backend& backend, const spec::JobSpec& spec, Layout layout,
-                           kernels::Backend* host_backend, bool poison) {
+                           kernels::Backend* host_backend, bool poison,
+                           const std::string& checkpoints = "",
+                           std::optional<ResumePoint> resume = std::nullopt) {
   const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
   REQUIRE(data.error == "");
   comm::ProcessGroups& groups =
@@ -100,6 +106,12 @@ OffloadRun train_offloaded(kernels::Backend& backend, const spec::JobSpec& spec,
   const int last = groups.world().size() - 1;
   // The drill for one rank overflowing: NaN gradients on the last rank at step 3.
   if (poison) options.poison_gradients = [=](int64_t step) { return rank == last && step == 3; };
+  if (!checkpoints.empty()) {
+    options.save_checkpoint = [&](const CheckpointSlice& slice) {
+      testing::write_test_shard(checkpoints, slice, rank, last + 1);
+    };
+  }
+  options.resume = std::move(resume);
   TrainResult result = train(spec, data, backend, options);
   REQUIRE(result.error == "");
   run.params = std::move(result.params);
@@ -203,46 +215,6 @@ TEST_CASE("on memory the host cannot touch, ZeRO-Offload stages 1-2 train as in 
   if (world.rank() == 0) std::filesystem::remove_all(dir);
 }
 
-// Trains `spec` on guarded memory through the GPU path, writing each
-// checkpoint's shards under `root`/step_<S>/, from `resume` if set.
-OffloadRun train_checkpointed(const spec::JobSpec& spec, const std::string& root,
-                              std::optional<ResumePoint> resume) {
-  const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
-  REQUIRE(data.error == "");
-  auto host = kernels::make_cpu_backend(1);
-  auto guarded = kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded);
-  comm::Communicator& world = comm::testing::world_data();
-  OffloadRun run;
-  TrainerOptions options;
-  options.data_comm = &world;
-  options.host_backend = host.get();
-  options.resume = std::move(resume);
-  options.on_step = [&run](const StepReport& report) { run.reports.push_back(report); };
-  options.save_checkpoint = [&root, &world](const CheckpointSlice& slice) {
-    const std::filesystem::path folder =
-        std::filesystem::path(root) / fmt::format("step_{}", slice.step);
-    std::filesystem::create_directories(folder);
-    core::ShardHeader header;
-    header.step = slice.step;
-    header.rank = world.rank();
-    header.ranks = world.size();
-    header.total_parameters = slice.total_parameters;
-    header.begin = slice.begin;
-    header.end = slice.end;
-    header.optimizer_step = slice.optimizer_steps;
-    header.loss_scaler = slice.loss_scaler;
-    header.layout = *slice.layout;
-    const core::WrittenShard written = core::write_shard(
-        (folder / fmt::format("rank_{}.bin", world.rank())).string(), header, slice.arrays);
-    REQUIRE(written.error == "");
-  };
-  TrainResult result = train(spec, data, *guarded, options);
-  REQUIRE(result.error == "");
-  run.params = std::move(result.params);
-  REQUIRE_OK(comm::testing::world_barrier());
-  return run;
-}
-
 TEST_CASE("a GPU-path run resumed from its checkpoint continues bit for bit") {
   comm::Communicator& world = comm::testing::world_data();
   const std::string dir = testing::shared_token_files(world);
@@ -258,10 +230,15 @@ TEST_CASE("a GPU-path run resumed from its checkpoint continues bit for bit") {
   spec.training.batch.micro_batch_per_gpu = 2;
   spec.training.batch.gradient_accumulation_steps = 2;
   spec.training.batch.train_batch_size = 4 * world.size();
-  const OffloadRun whole = train_checkpointed(spec, dir + "/whole", std::nullopt);
+  auto host = kernels::make_cpu_backend(1);
+  auto guarded = kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded);
+  const Layout data_parallel{1, world.size(), 1};
+  const OffloadRun whole =
+      train_offloaded(*guarded, spec, data_parallel, host.get(), false, dir + "/whole");
+  REQUIRE_OK(comm::testing::world_barrier());  // every shard is written
   const OffloadRun resumed =
-      train_checkpointed(spec, dir + "/resumed",
-                         testing::resume_point(dir + "/whole", 3, spec.model, 4 * world.size()));
+      train_offloaded(*guarded, spec, data_parallel, host.get(), false, dir + "/resumed",
+                      testing::resume_point(dir + "/whole", 3, spec.model, 4 * world.size()));
   REQUIRE(whole.reports.size() == 6);
   REQUIRE(resumed.reports.size() == 3);
   for (size_t i = 0; i < 3; ++i) {

@@ -15,15 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "core/checkpoint/shard_file.h"
+#include "core/layout/model_config.h"
+#include "core/layout/parameter_table.h"
 #include "core/status.h"
 #include "kernels/backend.h"
 #include "tests/worker/engine/trainer_test_support.h"
 #include "tests/worker/parallel/test_groups.h"
-#include "core/checkpoint/shard_file.h"
-#include "core/layout/model_config.h"
-#include "core/layout/parameter_table.h"
-#include "worker/comm/communicator.h"
 #include "topology/process_grid.h"
+#include "worker/comm/communicator.h"
 #include "worker/comm/process_groups.h"
 #include "worker/data/training_data.h"
 #include "worker/engine/trainer.h"
@@ -65,22 +65,8 @@ Run train_checkpointed(comm::Communicator& comm, spec::JobSpec spec, int64_t glo
   options.resume = std::move(resume);
   options.on_step = [&run](const StepReport& report) { run.losses[report.step] = report.loss; };
   options.save_checkpoint = [&root](const CheckpointSlice& slice) {
-    const int world_rank = comm::testing::world_rank();
-    const fs::path folder = fs::path(root) / fmt::format("step_{}", slice.step);
-    fs::create_directories(folder);
-    core::ShardHeader header;
-    header.step = slice.step;
-    header.rank = world_rank;
-    header.ranks = comm::testing::world_size();
-    header.total_parameters = slice.total_parameters;
-    header.begin = slice.begin;
-    header.end = slice.end;
-    header.optimizer_step = slice.optimizer_steps;
-    header.loss_scaler = slice.loss_scaler;
-    header.layout = *slice.layout;
-    const core::WrittenShard written = core::write_shard(
-        (folder / fmt::format("rank_{}.bin", world_rank)).string(), header, slice.arrays);
-    REQUIRE(written.error == "");
+    testing::write_test_shard(root, slice, comm::testing::world_rank(),
+                              comm::testing::world_size());
   };
   TrainResult result = train(spec, data, *backend, options);
   REQUIRE(result.error == "");
@@ -187,8 +173,8 @@ TEST_CASE("a 16-bit run resumes bit for bit: masters, moments and the loss scale
     spec.training.bf16 = true;
   }
   const int64_t global = 4 * world_data().size();
-  const std::string root =
-      fmt::format("{}/{}-{}{}", dir, fp16 ? "fp16" : "bf16", stage, optimizer_on_nvme ? "-nvme" : "");
+  const std::string root = fmt::format("{}/{}-{}{}", dir, fp16 ? "fp16" : "bf16", stage,
+                                       optimizer_on_nvme ? "-nvme" : "");
   const Run whole = train_checkpointed(world_data(), spec, global, root);
   std::string error;
   const auto header = core::read_shard_header(root + "/step_10/rank_0.bin", error);

@@ -101,6 +101,31 @@ inline std::string shared_token_files(comm::Communicator& comm) {
   return reinterpret_cast<const char*>(dir.data());
 }
 
+// Writes a checkpoint slice as the shard `root`/step_<S>/rank_<rank>.bin of
+// `ranks`, with everything it carries (the loss scaler, the optimizer's own
+// state).
+inline void write_test_shard(const std::string& root, const CheckpointSlice& slice, int rank,
+                             int ranks) {
+  const std::filesystem::path folder =
+      std::filesystem::path(root) / fmt::format("step_{}", slice.step);
+  std::filesystem::create_directories(folder);
+  core::ShardHeader header;
+  header.step = slice.step;
+  header.rank = rank;
+  header.ranks = ranks;
+  header.total_parameters = slice.total_parameters;
+  header.begin = slice.begin;
+  header.end = slice.end;
+  header.optimizer_step = slice.optimizer_steps;
+  header.loss_scaler = slice.loss_scaler;
+  header.layout = *slice.layout;
+  header.rank_state = slice.rank_state;
+  const core::WrittenShard written =
+      core::write_shard((folder / fmt::format("rank_{}.bin", rank)).string(), header, slice.arrays,
+                        slice.rank_arrays);
+  REQUIRE(written.error == "");
+}
+
 // The checkpoint of `step` under `root` (its shards in step_<step>/) as the
 // controller hands it to ranks: every shard with the range its header gives,
 // the size of the whole model, and the samples consumed (`step` steps of
