@@ -135,17 +135,8 @@ void save_in_background(checkpoint::AsyncShardWriter& writer, proto::Session& se
     report_checkpoint_failure(session, failed, slice.step, error);
     return;
   }
-  core::ShardHeader header;
-  header.step = slice.step;
-  header.rank = groups.rank();
-  header.ranks = groups.world().size();
-  header.total_parameters = slice.total_parameters;
-  header.begin = slice.begin;
-  header.end = slice.end;
-  header.optimizer_step = slice.optimizer_steps;
-  header.loss_scaler = slice.loss_scaler;
-  header.layout = *slice.layout;
-  header.rank_state = slice.rank_state;
+  const core::ShardHeader header =
+      engine::shard_header(slice, groups.rank(), groups.world().size());
   // The callback runs on the writer's thread, after `slice`'s pointers are
   // gone (on this thread, before save() returns, for a shard that streams
   // swapped state): it uses only the slice's numbers.

@@ -120,6 +120,22 @@ struct CheckpointSlice {
   bool in_place = false;
 };
 
+// The header of `slice`'s shard, written by world rank `rank` of `ranks`.
+inline core::ShardHeader shard_header(const CheckpointSlice& slice, int rank, int ranks) {
+  core::ShardHeader header;
+  header.step = slice.step;
+  header.rank = rank;
+  header.ranks = ranks;
+  header.total_parameters = slice.total_parameters;
+  header.begin = slice.begin;
+  header.end = slice.end;
+  header.optimizer_step = slice.optimizer_steps;
+  header.loss_scaler = slice.loss_scaler;
+  header.layout = *slice.layout;
+  header.rank_state = slice.rank_state;
+  return header;
+}
+
 // A checkpoint to continue from: `step` steps done, the parameters and Adam
 // moments in `shards`, which together cover the whole layout (written with
 // any number of ranks and any ZeRO stage).

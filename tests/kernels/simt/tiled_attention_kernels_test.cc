@@ -21,6 +21,21 @@ struct Shape {
   int64_t B, T, C, NH;
 };
 
+// The three kernels on the emulator: out = attention(qkv); dqkv += its
+// gradient for dout.
+void tiled_attention(const AttentionGrid& grid, const std::vector<float>& qkv,
+                     const std::vector<float>& dout, std::vector<float>& out,
+                     std::vector<float>& dqkv, const Schedule& schedule) {
+  std::vector<float> lse(grid.B * grid.NH * grid.T), dsum(grid.B * grid.NH * grid.T);
+  emulate(TiledAttentionForward{out.data(), qkv.data(), grid}, schedule);
+  emulate(TiledAttentionBackwardQuery{dqkv.data(), lse.data(), dsum.data(), dout.data(), qkv.data(),
+                                      grid},
+          schedule);
+  emulate(TiledAttentionBackwardKeyValue{dqkv.data(), lse.data(), dsum.data(), dout.data(),
+                                         qkv.data(), grid},
+          schedule);
+}
+
 TEST_CASE("tiled attention matches the CPU backend, forward and backward") {
   // Head sizes 8, 32, 128 (the largest) and 16; T past several tiles, one
   // under a block's eight rows, and one ending a tile exactly.
@@ -39,16 +54,9 @@ TEST_CASE("tiled attention matches the CPU backend, forward and backward") {
     const AttentionGrid grid{s.B, s.T, s.C, s.NH};
     for (const Schedule& schedule : standard_schedules()) {
       std::vector<float> out(s.B * s.T * s.C, -1.0f);
-      emulate(TiledAttentionForward{out.data(), qkv.data(), grid}, schedule);
-      CHECK(relative_error(out, to_double(e_out)) < 1e-5);
       auto dqkv = dqkv0;
-      std::vector<float> lse(s.B * s.NH * s.T), dsum(s.B * s.NH * s.T);
-      emulate(TiledAttentionBackwardQuery{dqkv.data(), lse.data(), dsum.data(), dout.data(),
-                                          qkv.data(), grid},
-              schedule);
-      emulate(TiledAttentionBackwardKeyValue{dqkv.data(), lse.data(), dsum.data(), dout.data(),
-                                             qkv.data(), grid},
-              schedule);
+      tiled_attention(grid, qkv, dout, out, dqkv, schedule);
+      CHECK(relative_error(out, to_double(e_out)) < 1e-5);
       CHECK(relative_error(added(dqkv, dqkv0), added(e_dqkv, dqkv0)) < 1e-5);
     }
   }
@@ -60,15 +68,8 @@ TEST_CASE("tiled attention gives the same bits whatever order the threads run in
   const auto dout = random_floats(2 * 45 * 64, 6);
   std::vector<std::vector<float>> outs, grads;
   for (const Schedule& schedule : standard_schedules()) {
-    std::vector<float> out(2 * 45 * 64), dqkv(2 * 45 * 3 * 64, 0.0f), lse(2 * 2 * 45),
-        dsum(2 * 2 * 45);
-    emulate(TiledAttentionForward{out.data(), qkv.data(), grid}, schedule);
-    emulate(TiledAttentionBackwardQuery{dqkv.data(), lse.data(), dsum.data(), dout.data(),
-                                        qkv.data(), grid},
-            schedule);
-    emulate(TiledAttentionBackwardKeyValue{dqkv.data(), lse.data(), dsum.data(), dout.data(),
-                                           qkv.data(), grid},
-            schedule);
+    std::vector<float> out(2 * 45 * 64), dqkv(2 * 45 * 3 * 64, 0.0f);
+    tiled_attention(grid, qkv, dout, out, dqkv, schedule);
     outs.push_back(out);
     grads.push_back(dqkv);
   }

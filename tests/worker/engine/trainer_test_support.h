@@ -109,20 +109,9 @@ inline void write_test_shard(const std::string& root, const CheckpointSlice& sli
   const std::filesystem::path folder =
       std::filesystem::path(root) / fmt::format("step_{}", slice.step);
   std::filesystem::create_directories(folder);
-  core::ShardHeader header;
-  header.step = slice.step;
-  header.rank = rank;
-  header.ranks = ranks;
-  header.total_parameters = slice.total_parameters;
-  header.begin = slice.begin;
-  header.end = slice.end;
-  header.optimizer_step = slice.optimizer_steps;
-  header.loss_scaler = slice.loss_scaler;
-  header.layout = *slice.layout;
-  header.rank_state = slice.rank_state;
   const core::WrittenShard written =
-      core::write_shard((folder / fmt::format("rank_{}.bin", rank)).string(), header, slice.arrays,
-                        slice.rank_arrays);
+      core::write_shard((folder / fmt::format("rank_{}.bin", rank)).string(),
+                        shard_header(slice, rank, ranks), slice.arrays, slice.rank_arrays);
   REQUIRE(written.error == "");
 }
 
