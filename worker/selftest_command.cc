@@ -58,7 +58,7 @@ std::vector<Row> training_rows(kernels::Backend& device, kernels::Backend& refer
 // The engine's run on the device, in a data group of this process alone
 // (MPI started as a singleton, without mpirun).
 std::vector<Row> engine_rows(kernels::Backend& device, kernels::Backend& cpu, int steps) {
-  const std::string name = fmt::format("engine, ZeRO-Offload, {} steps", steps);
+  const std::string name = fmt::format("engine, {} steps", steps);
   if (core::Status started = comm::mpi_init(); !started.ok()) {
     return {{name, "-", 0, 0, "skipped: MPI did not start: " + started.message()}};
   }
@@ -70,6 +70,8 @@ std::vector<Row> engine_rows(kernels::Backend& device, kernels::Backend& cpu, in
     } else {
       for (const selftest::EngineCheck& check :
            selftest::check_engine(device, cpu, (*groups)->data(), steps)) {
+        const std::string name =
+            fmt::format("engine, {}, {} steps", check.optimizer, check.steps);
         if (!check.failure.empty()) {
           rows.push_back({name, check.precision, 0, check.tolerance, "FAIL: " + check.failure});
           continue;

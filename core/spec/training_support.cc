@@ -25,28 +25,24 @@ std::string device_training_problem(const spec::JobSpec& spec) {
         model.hidden_size / model.num_attention_heads, model.hidden_size, model.num_attention_heads,
         core::kMaxTiledHeadSize);
   }
-  // What the parser already keeps apart from offload (stage 0, Lamb and the
-  // 1-bit optimizers), said here for specs built in code: the mirror hands
-  // the host only what a step's last micro-batch reduces.
-  if (zero.stage == 0 || spec.training.optimizer.type == spec::OptimizerType::kLamb ||
+  // The mirror hands the host only what a step's last micro-batch reduces,
+  // which ZeRO stages 0-2 do with Adam; Lamb and the 1-bit optimizers see
+  // the whole model's gradients at other points.
+  if (spec.training.optimizer.type == spec::OptimizerType::kLamb ||
       spec::compresses_communication(spec.training.optimizer.type)) {
-    return "training on GPUs takes Adam or AdamW at ZeRO stage 1 or 2 (with offload_optimizer); "
-           "use cluster.device: cpu for ZeRO stage 0, Lamb and the 1-bit optimizers";
+    return "training on GPUs takes Adam or AdamW; use cluster.device: cpu for Lamb and the "
+           "1-bit optimizers";
   }
   if (zero.stage == 3) {
     return "ZeRO stage 3 on GPUs gathers the parameters into GPU memory, not built yet; use "
-           "zero_optimization.stage 1 or 2 with offload_optimizer, or cluster.device: cpu";
+           "zero_optimization.stage 0, 1 or 2, or cluster.device: cpu";
   }
-  if (zero.offload_optimizer.device == spec::OffloadDevice::kNone) {
-    return "the optimizer on the GPU is not built yet: training on GPUs keeps the optimizer "
-           "states in host memory, updated by the CPU Adam (DeepSpeed's ZeRO-Offload); set "
-           "zero_optimization.stage 1 or 2 and offload_optimizer.device cpu (or nvme), or "
-           "cluster.device: cpu";
-  }
-  if (zero.offload_optimizer.ratio < 1) {
+  if (zero.offload_optimizer.device != spec::OffloadDevice::kNone &&
+      zero.offload_optimizer.ratio < 1) {
     return fmt::format(
-        "offload_optimizer.ratio {} keeps part of the optimizer states on the GPU, which is not "
-        "built yet: training on GPUs keeps all of them in host memory; remove ratio",
+        "offload_optimizer.ratio {} keeps part of the optimizer states on the GPU and part in "
+        "host memory, which is not built yet: remove ratio to offload all of them, or remove "
+        "offload_optimizer to keep all of them on the GPU",
         zero.offload_optimizer.ratio);
   }
   return "";

@@ -45,8 +45,8 @@ struct JobPlan {
   std::vector<WorkspaceBytes> workspace_by_stage;  // per rank; empty likewise
   // Training on GPUs as it runs today (spec::device_training_problem
   // accepts the job): the model states and ZeRO's buffers live in host
-  // memory, and the GPU holds the model's mirror (mirrored_state_bytes) and
-  // its activations.
+  // memory, and the GPU holds the model's mirror (mirrored_state_bytes), its
+  // activations and, without offload_optimizer, the optimizer's states.
   bool host_model_states = false;
   int64_t device_memory_bytes = 0;               // per rank; 0 when unknown
   int64_t padded_vocab_size = 0;

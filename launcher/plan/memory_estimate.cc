@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/layout/activation_layout.h"
+#include "core/layout/device_optimizer_bytes.h"
 #include "core/layout/model_config.h"
 #include "core/layout/parameter_table.h"
 #include "core/layout/pipeline_partition.h"
@@ -159,9 +160,18 @@ ModelStateBytes mirrored_state_bytes(int64_t psi, const spec::TrainingSpec& trai
   ModelStateBytes bytes;
   bytes.parameters = psi * 4;
   bytes.gradients = psi * 4;
-  bytes.offloaded_to_host = host.parameters + host.gradients + host.optimizer_states +
-                            host.offloaded_to_host + host.swap_buffers;
+  bytes.offloaded_to_host =
+      host.parameters + host.gradients + host.offloaded_to_host + host.swap_buffers;
   bytes.offloaded_to_nvme = host.offloaded_to_nvme;
+  if (training.zero.offload_optimizer.device == spec::OffloadDevice::kNone) {
+    // The optimizer on the GPU: fp32 masters (in fp32 training too, beside
+    // the mirror's parameters), both moments and its staging.
+    const int64_t elements = training.zero.stage >= 1 ? ceil_div(psi, data_parallel) : psi;
+    bytes.optimizer_states =
+        core::device_optimizer_bytes(elements, training.bf16 || training.fp16.enabled);
+  } else {
+    bytes.offloaded_to_host += host.optimizer_states;
+  }
   return bytes;
 }
 

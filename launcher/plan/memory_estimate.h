@@ -84,11 +84,12 @@ ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& trainin
                                   int data_parallel, spec::Device device = spec::Device::kCuda);
 
 // What training on a GPU holds today (worker/engine/device_mirror.h), for a
-// job spec::device_training_problem accepts: the model states in host
-// memory as the CPU engine keeps them (all of it in offloaded_to_host, or
-// offloaded_to_nvme where they go to NVMe, swap buffers included), and on
-// the GPU the model's fp32 parameters and whole fp32 gradients, 4Ψ + 4Ψ
-// whatever the precision and ZeRO stage.
+// job spec::device_training_problem accepts: on the GPU the model's fp32
+// parameters and whole fp32 gradients, 4Ψ + 4Ψ whatever the precision and
+// ZeRO stage, and without offload_optimizer the optimizer's states of this
+// rank's partition (core::device_optimizer_bytes); the other model states in
+// host memory as the CPU engine keeps them (in offloaded_to_host, or
+// offloaded_to_nvme where they go to NVMe, swap buffers included).
 ModelStateBytes mirrored_state_bytes(int64_t psi, const spec::TrainingSpec& training,
                                      int data_parallel);
 

@@ -121,8 +121,9 @@ std::string plan_to_text(const spec::JobSpec& spec, const JobPlan& plan, int max
         "communication buffers at their largest\n";
     if (plan.host_model_states) {
       out +=
-          "on GPUs the model states and buffers stay in host memory (ZeRO-Offload): the GPU "
-          "holds the model's fp32 parameters and gradients and the activations, the total\n";
+          "on GPUs the model states and buffers stay in host memory: the GPU holds the model's "
+          "fp32 parameters and gradients, the activations and, without offload_optimizer, the "
+          "optimizer's states, the total\n";
     }
     int64_t weight_copy = 0;
     for (const ModelStateBytes& bytes : plan.memory_by_stage) {

@@ -167,14 +167,21 @@ TEST_CASE("dslaunch plan --json plans the 2-host example: 16 ranks, a stage per 
     CHECK(ranks[r]["cpu_cores"].size() == 8);
   }
 
-  // bf16, ZeRO-1 over 2 replicas: Ψ = 51,868,672 on stage 0, 50,822,144 on stage 1.
+  // bf16, ZeRO-1 over 2 replicas: Ψ = 51,868,672 on stage 0, 50,822,144 on
+  // stage 1. The GPU holds the fp32 parameters and gradients (4Ψ + 4Ψ), and
+  // its half's optimizer: fp32 masters and both moments (12 bytes a
+  // parameter) and the staging of a chunk's gradients and weights (2 x 4 Mi
+  // floats).
+  const int64_t psi0 = 51'868'672;
+  const int64_t psi1 = 50'822'144;
+  const int64_t staging = 2 * 4'194'304 * 4;
   const json& memory = plan["memory"];
   REQUIRE(memory.size() == 16);
-  CHECK(memory[0]["parameters"] == 103'737'344);
-  CHECK(memory[0]["optimizer_states"] == 311'212'032);
-  CHECK(memory[0]["device_total"] == 518'686'720);
-  CHECK(memory[15]["parameters"] == 101'644'288);
-  CHECK(memory[15]["device_total"] == 508'221'440);
+  CHECK(memory[0]["parameters"] == 4 * psi0);
+  CHECK(memory[0]["optimizer_states"] == 12 * psi0 / 2 + staging);
+  CHECK(memory[0]["device_total"] == 8 * psi0 + 12 * psi0 / 2 + staging);
+  CHECK(memory[15]["parameters"] == 4 * psi1);
+  CHECK(memory[15]["device_total"] == 8 * psi1 + 12 * psi1 / 2 + staging);
 
   const auto warnings = plan["warnings"].get<std::vector<std::string>>();
   REQUIRE(warnings.size() == 1);
@@ -183,25 +190,30 @@ TEST_CASE("dslaunch plan --json plans the 2-host example: 16 ranks, a stage per 
         "network unencrypted between the hosts; set cluster.tls (cert, key, ca) to encrypt them");
 }
 
-TEST_CASE(
-    "dslaunch plan counts a GPU job with the optimizer offloaded as training on GPUs holds it") {
-  const json deepspeed = plan_json(two_hosts());
-  CHECK(deepspeed["host_model_states"] == false);
-  const json plan =
+TEST_CASE("dslaunch plan counts a GPU job as training on GPUs holds it, optimizer on it or not") {
+  const json on_gpu = plan_json(two_hosts());
+  const json offloaded =
       plan_json(two_hosts() + " --set training.zero_optimization.offload_optimizer.device=cpu");
-  CHECK(plan["host_model_states"] == true);
+  CHECK(on_gpu["host_model_states"] == true);
+  CHECK(offloaded["host_model_states"] == true);
   // Stage 0's Ψ = 51,868,672: fp32 parameters and whole fp32 gradients on
-  // the GPU; in host memory the fp32 parameters, whole gradients (stage 1),
-  // and this rank's half of the masters and moments.
+  // the GPU; in host memory the fp32 parameters and whole gradients (stage
+  // 1), and offloaded this rank's half of the masters and moments.
   const int64_t psi = 51'868'672;
-  const json& bytes = plan["memory"][0];
-  CHECK(bytes["parameters"] == 4 * psi);
-  CHECK(bytes["gradients"] == 4 * psi);
-  CHECK(bytes["optimizer_states"] == 0);
-  CHECK(bytes["device_total"] == 8 * psi);
-  CHECK(bytes["offloaded_to_host"] == 4 * psi + 4 * psi + 12 * psi / 2);
-  CHECK(bytes["offloaded_to_nvme"] == 0);
-  CHECK(deepspeed["memory"][0]["device_total"] == 518'686'720);
+  for (const json* plan : {&on_gpu, &offloaded}) {
+    const json& bytes = (*plan)["memory"][0];
+    CHECK(bytes["parameters"] == 4 * psi);
+    CHECK(bytes["gradients"] == 4 * psi);
+    CHECK(bytes["offloaded_to_nvme"] == 0);
+  }
+  CHECK(offloaded["memory"][0]["optimizer_states"] == 0);
+  CHECK(offloaded["memory"][0]["device_total"] == 8 * psi);
+  CHECK(offloaded["memory"][0]["offloaded_to_host"] == 4 * psi + 4 * psi + 12 * psi / 2);
+  // On the GPU, the optimizer's half and its staging (2 x 4 Mi floats).
+  const int64_t optimizer = 12 * psi / 2 + 2 * 4'194'304 * 4;
+  CHECK(on_gpu["memory"][0]["optimizer_states"] == optimizer);
+  CHECK(on_gpu["memory"][0]["device_total"] == 8 * psi + optimizer);
+  CHECK(on_gpu["memory"][0]["offloaded_to_host"] == 4 * psi + 4 * psi);
 }
 
 TEST_CASE("dslaunch plan refuses a resolved spec too large for one controller message") {
@@ -227,8 +239,10 @@ TEST_CASE("dslaunch plan --include keeps one host of the 2-host example: 8 ranks
   CHECK(plan["groups"]["pipeline"].get<Groups>() == Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}});
   CHECK(plan["ranks"][4]["pipeline"] == 1);
   CHECK(plan["ranks"][4]["slot"] == 4);
-  // Without ZeRO partitioning (data 1), bf16 Adam holds 16 bytes per parameter.
-  CHECK(plan["memory"][0]["device_total"] == 16 * 51'868'672LL);
+  // Without ZeRO partitioning (data 1), the GPU holds 20 bytes a parameter:
+  // fp32 parameters, gradients and masters, both moments, and the
+  // optimizer's staging (2 x 4 Mi floats).
+  CHECK(plan["memory"][0]["device_total"] == 20 * 51'868'672LL + 2 * 4'194'304 * 4);
 }
 
 TEST_CASE("dslaunch plan --exclude and --hostfile choose the hosts") {

@@ -121,6 +121,11 @@ struct ModelStateInputs {
   const std::vector<core::LayoutTensor>* layout = nullptr;  // of table
   comm::Communicator* data_comm = nullptr;
   kernels::Backend* backend = nullptr;
+  // Training on a GPU without offload_optimizer: the GPU whose memory holds
+  // the optimizer's states (fp32 masters and moments) and whose kernels
+  // take its step (AdamW::place_on_device), while `backend`, the host's,
+  // keeps the rest. Null: the optimizer's states are with the rest.
+  kernels::Backend* optimizer_device = nullptr;
   model::Gpt2Model* model = nullptr;  // gets stage 3's parameter source
   // The parameters to start from, a range at a time: out[0, end - begin) =
   // floats [begin, end) of the layout (the spec's initialisation, init_from's

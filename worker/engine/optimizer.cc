@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/layout/device_optimizer_bytes.h"
+
 namespace dslaunch::worker::engine {
 namespace {
 
@@ -71,6 +73,15 @@ struct AdamW::Swap {
   }
 };
 
+// The optimizer's states in a GPU's memory (place_on_device()): of the
+// floats [begin, end), the fp32 masters and both moments, and the staging of
+// one chunk's gradients and (16-bit training) rounded weights.
+struct AdamW::OnDevice {
+  kernels::Backend* backend = nullptr;
+  int64_t chunk = 1;
+  kernels::DeviceBuffer<float> masters, m, v, grads, rounded;
+};
+
 AdamW::AdamW(const spec::OptimizerSpec& spec, const core::ParameterTable& table, int64_t begin,
              int64_t end)
     : spec_(spec), begin_(begin), end_(end) {
@@ -84,7 +95,7 @@ AdamW::AdamW(const spec::OptimizerSpec& spec, const core::ParameterTable& table,
 AdamW::~AdamW() = default;
 
 void AdamW::ensure_in_memory() {
-  if (swap_ || !m_.empty()) return;
+  if (swap_ || device_ || !m_.empty()) return;
   m_.assign(end_ - begin_, 0.0f);
   v_.assign(end_ - begin_, 0.0f);
 }
@@ -93,7 +104,41 @@ int64_t AdamW::moment_group() const {
   return swap_ ? swap_->group_elements : std::max<int64_t>(end_ - begin_, 1);
 }
 
+void AdamW::place_on_device(kernels::Backend& device, const float* masters,
+                            core::DType precision) {
+  const int64_t n = end_ - begin_;
+  auto on = std::make_unique<OnDevice>();
+  on->backend = &device;
+  on->chunk = std::max<int64_t>(1, std::min(n, core::kDeviceOptimizerChunk));
+  const int64_t staging = std::min(n, on->chunk);
+  on->masters = kernels::DeviceBuffer<float>(device, n);
+  on->m = kernels::DeviceBuffer<float>(device, n);
+  on->v = kernels::DeviceBuffer<float>(device, n);
+  on->grads = kernels::DeviceBuffer<float>(device, staging);
+  if (precision != core::DType::kF32) on->rounded = kernels::DeviceBuffer<float>(device, staging);
+  if (n > 0) {
+    device.copy_host_to_device(on->masters.data(), masters, on->masters.bytes());
+    // The moments as set_moments() left them, else zeros.
+    if (m_.empty()) {
+      device.memset_zero(on->m.data(), on->m.bytes());
+      device.memset_zero(on->v.data(), on->v.bytes());
+    } else {
+      device.copy_host_to_device(on->m.data(), m_.data(), on->m.bytes());
+      device.copy_host_to_device(on->v.data(), v_.data(), on->v.bytes());
+    }
+  }
+  std::vector<float>().swap(m_);
+  std::vector<float>().swap(v_);
+  device_ = std::move(on);
+}
+
+void AdamW::read_masters(int64_t from, int64_t count, float* out) {
+  device_->backend->copy_device_to_host(out, device_->masters.data() + from,
+                                        count * static_cast<int64_t>(sizeof(float)));
+}
+
 core::Status AdamW::swap_moments(const MomentSwap& options) {
+  if (device_) return core::internal_error("the optimizer's moments are on the device");
   auto swap = std::make_unique<Swap>();
   const int64_t n = end_ - begin_;
   swap->group_elements = std::max<int64_t>(1, std::min(options.group_elements, n));
@@ -141,6 +186,18 @@ core::Status AdamW::set_moments(int64_t from, int64_t count, const float* first,
       std::fill_n(to, count, 0.0f);
     }
   };
+  if (device_) {
+    const int64_t bytes = count * static_cast<int64_t>(sizeof(float));
+    for (const auto& [to, values] : {std::pair{device_->m.data() + from, first},
+                                     std::pair{device_->v.data() + from, second}}) {
+      if (values != nullptr) {
+        device_->backend->copy_host_to_device(to, values, bytes);
+      } else {
+        device_->backend->memset_zero(to, bytes);
+      }
+    }
+    return {};
+  }
   if (!swap_) {
     ensure_in_memory();
     fill(m_.data() + from, first);
@@ -162,12 +219,19 @@ core::Status AdamW::set_moments(int64_t from, int64_t count, const float* first,
 }
 
 core::StatusOr<AdamW::Moments> AdamW::moments() {
-  if (swap_) return core::internal_error("the optimizer's moments are swapped: read_moment()");
+  if (swap_ || device_) {
+    return core::internal_error("the optimizer's moments are not in memory: read_moment()");
+  }
   ensure_in_memory();
   return Moments{m_.data(), v_.data()};
 }
 
 core::Status AdamW::read_moment(bool second, int64_t from, int64_t count, float* out) {
+  if (device_) {
+    device_->backend->copy_device_to_host(out, (second ? device_->v : device_->m).data() + from,
+                                          count * static_cast<int64_t>(sizeof(float)));
+    return {};
+  }
   if (!swap_) {
     ensure_in_memory();
     const std::vector<float>& moment = second ? v_ : m_;
@@ -202,6 +266,7 @@ core::Status AdamW::read_moment(bool second, int64_t from, int64_t count, float*
 }
 
 int64_t AdamW::state_bytes() const {
+  if (device_) return 0;
   if (!swap_) return 2 * (end_ - begin_) * static_cast<int64_t>(sizeof(float));
   return static_cast<int64_t>(swap_->buffers.size()) * 2 * swap_->group_bytes;
 }
@@ -236,20 +301,44 @@ core::Status AdamW::step_streamed(kernels::Backend& backend, float* params, doub
   return update(backend, params, io, lr, rounded);
 }
 
-void AdamW::update_range(kernels::Backend& backend, float* params, const float* grads,
-                         const kernels::Backend::AdamWParams& hyper, int64_t from, int64_t to,
-                         float* m, float* v, const RoundedCopy& rounded) const {
+void AdamW::update_range(kernels::Backend& backend, float* params, const float* grads, float* m,
+                         float* v, float* rounded, const kernels::Backend::AdamWParams& hyper,
+                         int64_t from, int64_t to) const {
   kernels::Backend::AdamWParams span_hyper = hyper;
-  span_hyper.rounded_dtype = rounded.dtype;
   for (const Span& span : spans_) {
     const int64_t begin = std::max(span.begin, from);
     const int64_t end = std::min(span.end, to);
     if (begin >= end) continue;
     span_hyper.weight_decay = span.decay ? spec_.weight_decay : 0.0;
-    backend.adamw_update(params + begin, grads + (begin - from), m + (begin - from),
-                         v + (begin - from), end - begin, span_hyper,
-                         rounded.weights != nullptr ? rounded.weights + begin : nullptr);
+    const int64_t at = begin - from;
+    backend.adamw_update(params + at, grads + at, m + at, v + at, end - begin, span_hyper,
+                         rounded != nullptr ? rounded + at : nullptr);
   }
+}
+
+core::Status AdamW::update_on_device(float* params, const GroupIo& io,
+                                     const kernels::Backend::AdamWParams& hyper,
+                                     const RoundedCopy& rounded) {
+  OnDevice& d = *device_;
+  if (rounded.weights != nullptr && begin_ < end_ && d.rounded.data() == nullptr) {
+    return core::internal_error("the optimizer was placed on the device for fp32 training");
+  }
+  for (int64_t from = begin_; from < end_; from += d.chunk) {
+    const int64_t to = std::min(from + d.chunk, end_);
+    const int64_t bytes = (to - from) * static_cast<int64_t>(sizeof(float));
+    core::StatusOr<const float*> grads = io.load(from, to);
+    if (!grads.ok()) return grads.status();
+    d.backend->copy_host_to_device(d.grads.data(), *grads, bytes);
+    float* masters = d.masters.data() + (from - begin_);
+    float* rounded_weights = rounded.weights != nullptr ? d.rounded.data() : nullptr;
+    update_range(*d.backend, masters, d.grads.data(), d.m.data() + (from - begin_),
+                 d.v.data() + (from - begin_), rounded_weights, hyper, from, to);
+    // What the model reads next: the masters' rounding, or the masters.
+    d.backend->copy_device_to_host(rounded.weights != nullptr ? rounded.weights + from : params + from,
+                                   rounded_weights != nullptr ? rounded_weights : masters, bytes);
+    if (core::Status status = io.store(from, to); !status.ok()) return status;
+  }
+  return {};
 }
 
 core::Status AdamW::update(kernels::Backend& backend, float* params, const GroupIo& io, double lr,
@@ -262,12 +351,15 @@ core::Status AdamW::update(kernels::Backend& backend, float* params, const Group
   hyper.eps = spec_.eps;
   hyper.decoupled = spec_.decoupled_weight_decay;
   hyper.step = step_;
+  hyper.rounded_dtype = rounded.dtype;
+  if (device_) return update_on_device(params, io, hyper, rounded);
   // A group's update between bringing in its parameters and gradients and
   // writing them back.
   const auto update_group = [&](int64_t from, int64_t to, float* m, float* v) -> core::Status {
     core::StatusOr<const float*> grads = io.load(from, to);
     if (!grads.ok()) return grads.status();
-    update_range(backend, params, *grads, hyper, from, to, m, v, rounded);
+    update_range(backend, params + from, *grads, m, v,
+                 rounded.weights != nullptr ? rounded.weights + from : nullptr, hyper, from, to);
     return io.store(from, to);
   };
   if (!swap_) {

@@ -13,6 +13,7 @@
 #include "core/status.h"
 #include "core/swap_file.h"
 #include "kernels/backend.h"
+#include "kernels/device_buffer.h"
 
 namespace dslaunch::worker::engine {
 
@@ -41,8 +42,8 @@ struct RoundedCopy {
 // matrices and embeddings only, never to biases and LayerNorm parameters, as
 // Megatron-LM, nanoGPT and Hugging Face's Trainer set up their parameter
 // groups. Owns the two moment buffers (same layout as the parameters, or a
-// slice of it), in memory or, after swap_moments(), on a drive; not
-// thread-safe.
+// slice of it), in memory, after swap_moments() on a drive, or after
+// place_on_device() on a GPU; not thread-safe.
 class AdamW {
  public:
   // Updates the floats [begin, end) of the table's layout: a whole buffer,
@@ -55,6 +56,22 @@ class AdamW {
   // on every step streams them through the file. The same results, bit for
   // bit: only where the moments wait between steps changes.
   core::Status swap_moments(const MomentSwap& swap);
+
+  // The optimizer on a GPU (training on one without offload_optimizer): the
+  // fp32 masters of [begin, end), from host floats masters[0, end - begin),
+  // and both moments move into `device`'s memory, and every step runs there
+  // with the device's kernels. The gradients stay in host memory with the
+  // other model states (worker/engine/device_mirror.h): a step uploads them
+  // and downloads the updated weights a chunk at a time
+  // (core::kDeviceOptimizerChunk), into the RoundedCopy's weights in 16-bit
+  // training (`precision` bf16 or fp16: the masters' rounding), else into
+  // `params`. Before the first step, not with swap_moments(); throws
+  // std::bad_alloc when the device lacks the memory.
+  void place_on_device(kernels::Backend& device, const float* masters, core::DType precision);
+  bool on_device() const { return device_ != nullptr; }
+  // On the device: the fp32 masters of the floats [from, from + count) of
+  // [begin, end) into host floats out (checkpoints).
+  void read_masters(int64_t from, int64_t count, float* out);
 
   // One step at learning rate `lr` on params[begin, end) with the matching
   // gradients; both pointers address the start of the whole layout.
@@ -86,7 +103,7 @@ class AdamW {
 
   // The two moments of the floats [begin, end) given to the constructor
   // (element 0 belongs to params[begin]), for checkpoints, while they are in
-  // memory (not swapped: then read_moment()).
+  // memory (neither swapped nor on the device: then read_moment()).
   struct Moments {
     const float* first = nullptr;
     const float* second = nullptr;
@@ -102,7 +119,8 @@ class AdamW {
   core::Status set_moments(int64_t from, int64_t count, const float* first, const float* second);
   int64_t moment_group() const;
 
-  // Bytes the moments hold in memory (the swap buffers, once swapped).
+  // Bytes the moments hold in host memory (the swap buffers, once swapped;
+  // none on the device).
   int64_t state_bytes() const;
   bool swapped() const { return swap_ != nullptr; }
 
@@ -112,13 +130,19 @@ class AdamW {
     bool decay;
   };
   struct Swap;
+  struct OnDevice;
   core::Status update(kernels::Backend& backend, float* params, const GroupIo& io, double lr,
                       const RoundedCopy& rounded);
-  // The update of the layout's floats [from, to), whose gradients are at
-  // grads and moments at m, v.
-  void update_range(kernels::Backend& backend, float* params, const float* grads,
-                    const kernels::Backend::AdamWParams& hyper, int64_t from, int64_t to, float* m,
-                    float* v, const RoundedCopy& rounded) const;
+  // The update of the layout's floats [from, to), whose parameters,
+  // gradients, moments and (when not null) rounded weights start at the
+  // pointers given, in `backend`'s memory.
+  void update_range(kernels::Backend& backend, float* params, const float* grads, float* m,
+                    float* v, float* rounded, const kernels::Backend::AdamWParams& hyper,
+                    int64_t from, int64_t to) const;
+  // update() on the device, with the host's gradients from io.
+  core::Status update_on_device(float* params, const GroupIo& io,
+                                const kernels::Backend::AdamWParams& hyper,
+                                const RoundedCopy& rounded);
 
   spec::OptimizerSpec spec_;
   int64_t begin_;
@@ -129,6 +153,7 @@ class AdamW {
   std::vector<float> m_;
   std::vector<float> v_;
   std::unique_ptr<Swap> swap_;
+  std::unique_ptr<OnDevice> device_;
   int64_t step_ = 0;
 };
 

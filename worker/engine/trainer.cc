@@ -186,7 +186,8 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   comm::Communicator* tensor_comm = several(options.tensor_comm);
   comm::Communicator* pipeline_comm = several(options.pipeline_comm);
   // A backend whose memory is not the host's computes on a mirror of the
-  // model states, which stay in host memory with the host backend's math.
+  // model states, which stay in host memory with the host backend's math
+  // (but for the optimizer's, on the GPU without offload_optimizer).
   const bool mirrored = !backend.memory_is_host();
   if (mirrored) {
     if (std::string problem = spec::device_training_problem(spec); !problem.empty()) {
@@ -331,6 +332,10 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     };
   }
   state_inputs.precision = precision;
+  // Without offload_optimizer, a GPU's optimizer runs there.
+  if (mirrored && training.zero.offload_optimizer.device == spec::OffloadDevice::kNone) {
+    state_inputs.optimizer_device = &backend;
+  }
   state_inputs.norm_ranges = norm_ranges(table);
   if (options.resume) {
     state_inputs.resume_shards = &options.resume->shards;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <new>
 #include <optional>
 #include <string>
 
@@ -103,6 +104,10 @@ class ZeroStateBase : public ModelState {
       initial_parameters_ = nullptr;  // may hold init_from's weights
       if (!init_status_.ok()) return;
     }
+    if (inputs.optimizer_device != nullptr) {
+      place_optimizer_on_device(*inputs.optimizer_device, whole_parameters);
+      return;
+    }
     if (precision_ == core::DType::kF32) return;
     // 16-bit training: the optimizer updates fp32 masters of this rank's
     // partition (a mapping of the whole layout, of which only the
@@ -140,6 +145,32 @@ class ZeroStateBase : public ModelState {
       }
     }
     if (whole_parameters) {
+      backend_.round_to(params_.data(), params_.data(), table_.total(), precision_);
+    }
+  }
+
+  // The optimizer on the GPU (ModelStateInputs::optimizer_device): the
+  // masters of this rank's partition start there as the parameters, which
+  // host memory then keeps as the model reads them (in 16-bit training
+  // rounded); no masters in host memory.
+  void place_optimizer_on_device(kernels::Backend& device, bool whole_parameters) {
+    if (!whole_parameters) {
+      init_status_ = core::internal_error("the optimizer on the GPU takes ZeRO stages 0-2");
+      return;
+    }
+    try {
+      optimizer_.place_on_device(device, params_.data() + own_begin_, precision_);
+    } catch (const std::bad_alloc&) {
+      init_status_ = core::Status(
+          core::StatusCode::kResourceExhausted,
+          fmt::format("the GPU has no room for the optimizer's states of {} parameters (fp32 "
+                      "masters and both moments); set zero_optimization.offload_optimizer."
+                      "device cpu to keep them in host memory, or a higher ZeRO stage or more "
+                      "data-parallel ranks to partition them",
+                      own_count_));
+      return;
+    }
+    if (precision_ != core::DType::kF32) {
       backend_.round_to(params_.data(), params_.data(), table_.total(), precision_);
     }
   }
@@ -198,9 +229,10 @@ class ZeroStateBase : public ModelState {
     slice.end = checkpoint_partition_.end(comm_.rank());
     slice.optimizer_steps = optimizer_.steps_taken();
     slice.layout = &layout_;
-    if (optimizer_.swapped() || parameters_swapped()) {
+    if (optimizer_.swapped() || parameters_swapped() || optimizer_.on_device()) {
       // State on NVMe streams from its swap files into the shard, which is
       // then written at once: a copy would bring it all back into memory.
+      // State on the GPU streams from there the same way.
       const auto text = [](const core::Status& status) {
         return status.ok() ? std::string() : status.message();
       };
@@ -256,6 +288,10 @@ class ZeroStateBase : public ModelState {
   // floats [from, to) of them (of the layout) into out.
   virtual bool parameters_swapped() const { return master_swap_ != nullptr; }
   virtual core::Status read_parameters(int64_t from, int64_t to, float* out) {
+    if (optimizer_.on_device()) {
+      optimizer_.read_masters(from - own_begin_, to - from, out);
+      return {};
+    }
     if (master_swap_) return master_swap_->load(from, to, out).with_context("the fp32 masters");
     std::copy(master() + from, master() + to, out);
     return {};
@@ -264,19 +300,21 @@ class ZeroStateBase : public ModelState {
   // others gather), addressed from the layout's start.
   virtual float* model_weights() = 0;
   // The fp32 weights the optimizer updates (and checkpoints keep): the
-  // model's own in fp32 training, the masters in 16-bit training.
+  // model's own in fp32 training, the masters in 16-bit training (in host
+  // memory: with the optimizer on the GPU, the masters are there).
   float* master() { return masters_ ? masters_->data() : model_weights(); }
+  bool mixed() const { return precision_ != core::DType::kF32; }
 
   // 16-bit training: each rank's gradients are rounded to the 16-bit format
   // before they are reduced (in fp32), as DeepSpeed's model holds them in
   // it; an fp16 gradient past 65504 becomes inf, which the loss scaler sees.
   void round_gradients(float* grads, int64_t begin, int64_t end) {
-    if (masters_) backend_.round_to(grads + begin, grads + begin, end - begin, precision_);
+    if (mixed()) backend_.round_to(grads + begin, grads + begin, end - begin, precision_);
   }
   // 16-bit training: the optimizer's step writes the model's partition as
   // the masters' rounding in the same pass, ready to be gathered.
   RoundedCopy rounded_copy() {
-    if (!masters_) return {};
+    if (!mixed()) return {};
     return {model_weights(), precision_};
   }
   int64_t master_bytes() const {
@@ -691,7 +729,7 @@ class PartitionedGradients final : public ZeroStateBase, public model::OutputGra
   core::Status round_tied_gradient() {
     const int64_t begin = std::max(tied_.first, own_begin_);
     const int64_t end = std::min(tied_.second, own_begin_ + own_count_);
-    if (!masters_ || begin >= end) return {};
+    if (!mixed() || begin >= end) return {};
     return grads_
         ->add(begin, end,
               [&](float* own, int64_t, int64_t count) {

@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include <fmt/format.h>
@@ -50,7 +51,7 @@ data::TrainingData selftest_data() {
   return data;
 }
 
-spec::JobSpec selftest_job(bool bf16, int steps) {
+spec::JobSpec selftest_job(bool bf16, spec::OffloadDevice offload, int steps) {
   spec::JobSpec spec;
   spec.kind = spec::JobKind::kTrain;
   spec.cluster.device = spec::Device::kCuda;
@@ -72,7 +73,7 @@ spec::JobSpec selftest_job(bool bf16, int steps) {
   spec.training.bf16 = bf16;
   spec.training.zero.stage = 2;
   spec.training.zero.reduce_bucket_size = 20000;  // several buckets for this model
-  spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kCpu;
+  spec.training.zero.offload_optimizer.device = offload;
   return spec;
 }
 
@@ -94,18 +95,46 @@ Losses train_on(kernels::Backend& backend, kernels::Backend* host, const spec::J
     if (report.eval_loss) losses.eval = *report.eval_loss;
   };
   // Its checkpoint after the last step holds them (masters in 16-bit
-  // training, which its weights are roundings of).
+  // training, which its weights are roundings of), in memory or read from
+  // where they live (the device's memory) through the slice's reader.
   options.save_checkpoint = [&losses](const engine::CheckpointSlice& slice) {
-    const auto* masters = static_cast<const float*>(slice.arrays.front().data);
-    losses.masters.assign(masters, masters + (slice.end - slice.begin));
+    const core::ShardArrayData& parameters = slice.arrays.front();
+    losses.masters.assign(slice.end - slice.begin, std::numeric_limits<float>::quiet_NaN());
+    if (parameters.data != nullptr) {
+      const auto* masters = static_cast<const float*>(parameters.data);
+      std::copy(masters, masters + losses.masters.size(), losses.masters.begin());
+    } else if (std::string error =
+                   parameters.read(0, static_cast<int64_t>(losses.masters.size()),
+                                   losses.masters.data());
+               !error.empty()) {
+      losses.error = "reading the final parameters: " + error;
+    }
   };
-  losses.error = engine::train(spec, data, backend, options).error;
+  if (std::string error = engine::train(spec, data, backend, options).error; !error.empty()) {
+    losses.error = error;
+  }
   return losses;
 }
 
 double relative_error(double actual, double expected) {
   const double e = std::abs(actual - expected) / std::abs(expected);
   return std::isnan(e) ? std::numeric_limits<double>::infinity() : e;
+}
+
+void compare(const Losses& actual, const Losses& expected, EngineCheck& check) {
+  for (size_t i = 0; i < actual.steps.size(); ++i) {
+    check.error = std::max(check.error, relative_error(actual.steps[i], expected.steps[i]));
+  }
+  check.error = std::max(check.error, relative_error(actual.eval, expected.eval));
+  double largest = 0, difference = 0;
+  for (size_t i = 0; i < expected.masters.size(); ++i) {
+    largest = std::max(largest, std::abs(double{expected.masters[i]}));
+    difference = std::max(difference, std::abs(double{actual.masters[i]} - expected.masters[i]));
+  }
+  check.parameter_error =
+      std::isnan(difference) ? std::numeric_limits<double>::infinity() : difference / largest;
+  check.device_eval_loss = actual.eval;
+  check.reference_eval_loss = expected.eval;
 }
 
 }  // namespace
@@ -115,34 +144,25 @@ std::vector<EngineCheck> check_engine(kernels::Backend& device, kernels::Backend
   const data::TrainingData data = selftest_data();
   std::vector<EngineCheck> checks;
   for (const bool bf16 : {false, true}) {
-    EngineCheck check;
-    check.precision = bf16 ? "bf16" : "fp32";
-    check.steps = steps;
-    // As check_training's: sums in other orders drift apart slowly.
-    check.tolerance = bf16 ? 2e-3 : 1e-4;
-    check.parameter_tolerance = bf16 ? 4e-3 : 2e-4;
-    const spec::JobSpec spec = selftest_job(bf16, steps);
-    const Losses expected = train_on(cpu, nullptr, spec, data, solo);
-    const Losses actual = train_on(device, &cpu, spec, data, solo);
-    if (!expected.error.empty()) check.failure = "the CPU engine: " + expected.error;
-    if (!actual.error.empty()) check.failure = "the device: " + actual.error;
-    if (check.failure.empty()) {
-      for (size_t i = 0; i < actual.steps.size(); ++i) {
-        check.error = std::max(check.error, relative_error(actual.steps[i], expected.steps[i]));
-      }
-      check.error = std::max(check.error, relative_error(actual.eval, expected.eval));
-      double largest = 0, difference = 0;
-      for (size_t i = 0; i < expected.masters.size(); ++i) {
-        largest = std::max(largest, std::abs(double{expected.masters[i]}));
-        difference =
-            std::max(difference, std::abs(double{actual.masters[i]} - expected.masters[i]));
-      }
-      check.parameter_error =
-          std::isnan(difference) ? std::numeric_limits<double>::infinity() : difference / largest;
-      check.device_eval_loss = actual.eval;
-      check.reference_eval_loss = expected.eval;
+    // The CPU engine's run is the same whichever placement the device's
+    // optimizer takes.
+    const Losses expected =
+        train_on(cpu, nullptr, selftest_job(bf16, spec::OffloadDevice::kNone, steps), data, solo);
+    for (const spec::OffloadDevice offload :
+         {spec::OffloadDevice::kNone, spec::OffloadDevice::kCpu}) {
+      EngineCheck check;
+      check.precision = bf16 ? "bf16" : "fp32";
+      check.optimizer = offload == spec::OffloadDevice::kNone ? "GPU Adam" : "ZeRO-Offload";
+      check.steps = steps;
+      // As check_training's: sums in other orders drift apart slowly.
+      check.tolerance = bf16 ? 2e-3 : 1e-4;
+      check.parameter_tolerance = bf16 ? 4e-3 : 2e-4;
+      const Losses actual = train_on(device, &cpu, selftest_job(bf16, offload, steps), data, solo);
+      if (!expected.error.empty()) check.failure = "the CPU engine: " + expected.error;
+      if (!actual.error.empty()) check.failure = "the device: " + actual.error;
+      if (check.failure.empty()) compare(actual, expected, check);
+      checks.push_back(check);
     }
-    checks.push_back(check);
   }
   return checks;
 }

@@ -2,11 +2,12 @@
 
 // `dslaunch selftest`'s third part: what a training job runs on the device.
 // The engine trains a small GPT the way a GPU job does — the model on the
-// device, the model states in host memory on a CPU backend (ZeRO-Offload,
-// stage 2, two micro-batches a step, gradient clipping, a vocabulary-wide
-// evaluation at the end) — and the CPU engine trains it alone, from the same
-// spec and tokens; the step losses, the final evaluation loss and the final
-// parameters are compared, in fp32 and in bf16.
+// device, the model states in host memory on a CPU backend (ZeRO stage 2,
+// two micro-batches a step, gradient clipping, a vocabulary-wide evaluation
+// at the end), the optimizer's states and step on the device or offloaded
+// to the CPU (ZeRO-Offload) — and the CPU engine trains it alone, from the
+// same spec and tokens; the step losses, the final evaluation loss and the
+// final parameters are compared, in fp32 and in bf16.
 
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@ namespace dslaunch::worker::selftest {
 
 struct EngineCheck {
   std::string precision;  // "fp32", "bf16"
+  std::string optimizer;  // "GPU Adam" (no offload), "ZeRO-Offload" (offload_optimizer cpu)
   int steps = 0;
   // The largest |device - reference| / reference over the step losses and
   // the final evaluation loss (infinite for a NaN).

@@ -4,6 +4,7 @@
 // per-step losses and gradient norms over 20 steps, in fp32 and in bf16.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <optional>
 #include <vector>
@@ -126,7 +127,7 @@ OffloadRun train_offloaded(kernels::Backend& backend, const spec::JobSpec& spec,
 // emulator's host memory, where the states live in the backend's own memory
 // and its kernels update them: the mirror changes where the bytes are, not
 // the results.
-TEST_CASE("on memory the host cannot touch, ZeRO-Offload stages 1-2 train as in host memory") {
+TEST_CASE("on memory the host cannot touch, ZeRO stages 0-2 train as in host memory") {
   comm::Communicator& world = comm::testing::world_data();
   const std::string dir = testing::shared_token_files(world);
   spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
@@ -144,9 +145,14 @@ TEST_CASE("on memory the host cannot touch, ZeRO-Offload stages 1-2 train as in 
     core::DType precision;
   };
   const int n = world.size();
+  // ZeRO-Offload (the optimizer in host memory or on NVMe), and the
+  // optimizer on the GPU, its masters and moments in the device's memory.
   std::vector<Case> cases = {{{1, n, 1}, 1, spec::OffloadDevice::kCpu, core::DType::kF32},
                              {{1, n, 1}, 2, spec::OffloadDevice::kCpu, core::DType::kBF16},
-                             {{1, n, 1}, 2, spec::OffloadDevice::kNvme, core::DType::kF16}};
+                             {{1, n, 1}, 2, spec::OffloadDevice::kNvme, core::DType::kF16},
+                             {{1, n, 1}, 0, spec::OffloadDevice::kNone, core::DType::kF32},
+                             {{1, n, 1}, 1, spec::OffloadDevice::kNone, core::DType::kBF16},
+                             {{1, n, 1}, 2, spec::OffloadDevice::kNone, core::DType::kF16}};
   if (n == 2) {
     // Pipeline parallelism takes ZeRO stage 1 at most.
     cases.push_back({{1, 1, 2}, 2, spec::OffloadDevice::kCpu, core::DType::kBF16});
@@ -155,7 +161,8 @@ TEST_CASE("on memory the host cannot touch, ZeRO-Offload stages 1-2 train as in 
   for (const Case& c : cases) {
     INFO("pipeline " << c.layout.pipeline << ", data " << c.layout.data << ", tensor "
                      << c.layout.tensor << ", ZeRO stage " << c.stage << ", "
-                     << core::dtype_name(c.precision));
+                     << core::dtype_name(c.precision) << ", offload "
+                     << static_cast<int>(c.offload));
     spec.parallelism.tensor = c.layout.tensor;
     spec.parallelism.pipeline = c.layout.pipeline;
     spec.training.batch.micro_batch_per_gpu = 2;
@@ -205,9 +212,9 @@ TEST_CASE("on memory the host cannot touch, ZeRO-Offload stages 1-2 train as in 
             .device_total() +
         plan::activation_bytes_per_rank(spec.model, spec.parallelism, spec.training, 2, 2, stage,
                                         spec::Device::kCuda);
+    // (The plan rounds partitions as DeepSpeed does, the engine to 16 floats.)
     CHECK(expected.memory.device_peak == 0);
-    CHECK(mirrored.memory.device_peak >= planned);
-    CHECK(mirrored.memory.device_peak <= planned + 4096);
+    CHECK(std::abs(mirrored.memory.device_peak - planned) <= 4096);
     // It learned.
     CHECK(*mirrored.reports.back().eval_loss < *mirrored.reports[2].eval_loss);
   }
@@ -226,28 +233,34 @@ TEST_CASE("a GPU-path run resumed from its checkpoint continues bit for bit") {
   spec.checkpoint.interval = 3;
   spec.training.bf16 = true;
   spec.training.zero.stage = 2;
-  spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kCpu;
   spec.training.batch.micro_batch_per_gpu = 2;
   spec.training.batch.gradient_accumulation_steps = 2;
   spec.training.batch.train_batch_size = 4 * world.size();
   auto host = kernels::make_cpu_backend(1);
   auto guarded = kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded);
   const Layout data_parallel{1, world.size(), 1};
-  const OffloadRun whole =
-      train_offloaded(*guarded, spec, data_parallel, host.get(), false, dir + "/whole");
-  REQUIRE_OK(comm::testing::world_barrier());  // every shard is written
-  const OffloadRun resumed =
-      train_offloaded(*guarded, spec, data_parallel, host.get(), false, dir + "/resumed",
-                      testing::resume_point(dir + "/whole", 3, spec.model, 4 * world.size()));
-  REQUIRE(whole.reports.size() == 6);
-  REQUIRE(resumed.reports.size() == 3);
-  for (size_t i = 0; i < 3; ++i) {
-    INFO("step " << resumed.reports[i].step);
-    CHECK(resumed.reports[i].step == whole.reports[3 + i].step);
-    CHECK(resumed.reports[i].loss == whole.reports[3 + i].loss);
-    CHECK(resumed.reports[i].grad_norm == whole.reports[3 + i].grad_norm);
+  // The optimizer's states in host memory, and on the device (read back
+  // for the checkpoint, written there again to resume).
+  for (const auto offload : {spec::OffloadDevice::kCpu, spec::OffloadDevice::kNone}) {
+    INFO("offload " << static_cast<int>(offload));
+    spec.training.zero.offload_optimizer.device = offload;
+    const std::string run = dir + "/" + std::to_string(static_cast<int>(offload));
+    const OffloadRun whole =
+        train_offloaded(*guarded, spec, data_parallel, host.get(), false, run + "/whole");
+    REQUIRE_OK(comm::testing::world_barrier());  // every shard is written
+    const OffloadRun resumed =
+        train_offloaded(*guarded, spec, data_parallel, host.get(), false, run + "/resumed",
+                        testing::resume_point(run + "/whole", 3, spec.model, 4 * world.size()));
+    REQUIRE(whole.reports.size() == 6);
+    REQUIRE(resumed.reports.size() == 3);
+    for (size_t i = 0; i < 3; ++i) {
+      INFO("step " << resumed.reports[i].step);
+      CHECK(resumed.reports[i].step == whole.reports[3 + i].step);
+      CHECK(resumed.reports[i].loss == whole.reports[3 + i].loss);
+      CHECK(resumed.reports[i].grad_norm == whole.reports[3 + i].grad_norm);
+    }
+    CHECK(resumed.params == whole.params);
   }
-  CHECK(resumed.params == whole.params);
   REQUIRE_OK(comm::testing::world_barrier());
   if (world.rank() == 0) std::filesystem::remove_all(dir);
 }

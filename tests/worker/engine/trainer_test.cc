@@ -111,22 +111,24 @@ TEST_CASE("what the engine cannot do yet is refused before training starts") {
              Catch::StartsWith("offload_param device cpu: on the CPU engine"));
 }
 
-TEST_CASE("training on GPUs takes ZeRO-Offload at stages 1-2 and refuses what it lacks by name") {
+TEST_CASE("training on GPUs takes Adam at ZeRO stages 0-2, its optimizer on the GPU or offloaded") {
   spec::JobSpec spec = testing::tiny_job("a", "b");
   spec.cluster.device = spec::Device::kCuda;
-  CHECK_THAT(device_training_problem(spec), Catch::StartsWith("training on GPUs takes Adam"));
-  spec.training.zero.stage = 1;
-  CHECK_THAT(device_training_problem(spec), Catch::StartsWith("the optimizer on the GPU"));
-  spec.training.optimizer.type = spec::OptimizerType::kLamb;
-  CHECK_THAT(device_training_problem(spec), Catch::StartsWith("training on GPUs takes Adam"));
-  spec.training.optimizer.type = spec::OptimizerType::kAdamW;
-  for (const int stage : {1, 2}) {
+  for (const int stage : {0, 1, 2}) {
     spec.training.zero.stage = stage;
+    spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kNone;
+    CHECK(device_training_problem(spec) == "");
+    if (stage == 0) continue;  // ZeRO-Offload takes stage 1 or more (the parser says so)
     for (const auto device : {spec::OffloadDevice::kCpu, spec::OffloadDevice::kNvme}) {
       spec.training.zero.offload_optimizer.device = device;
       CHECK(device_training_problem(spec) == "");
     }
   }
+  spec.training.optimizer.type = spec::OptimizerType::kLamb;
+  CHECK_THAT(device_training_problem(spec), Catch::StartsWith("training on GPUs takes Adam"));
+  spec.training.optimizer.type = spec::OptimizerType::kOneBitAdam;
+  CHECK_THAT(device_training_problem(spec), Catch::StartsWith("training on GPUs takes Adam"));
+  spec.training.optimizer.type = spec::OptimizerType::kAdamW;
   spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kCpu;
   spec.training.zero.offload_optimizer.ratio = 0.5;
   CHECK_THAT(device_training_problem(spec), Catch::StartsWith("offload_optimizer.ratio 0.5"));

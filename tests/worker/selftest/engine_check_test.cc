@@ -31,12 +31,16 @@ TEST_CASE("the engine comparison passes on guarded device memory and fails a bro
   auto cpu = kernels::make_cpu_backend(1);
   auto device = kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded);
   const auto checks = check_engine(*device, *cpu, solo, 4);
-  REQUIRE(checks.size() == 2);
+  REQUIRE(checks.size() == 4);
   CHECK(checks[0].precision == "fp32");
-  CHECK(checks[1].precision == "bf16");
+  CHECK(checks[0].optimizer == "GPU Adam");
+  CHECK(checks[1].precision == "fp32");
+  CHECK(checks[1].optimizer == "ZeRO-Offload");
+  CHECK(checks[2].precision == "bf16");
+  CHECK(checks[3].optimizer == "ZeRO-Offload");
   for (const EngineCheck& check : checks) {
-    INFO(check.precision << ": " << check.failure << " error " << check.error
-                         << ", parameter error " << check.parameter_error);
+    INFO(check.precision << ", " << check.optimizer << ": " << check.failure << " error "
+                         << check.error << ", parameter error " << check.parameter_error);
     CHECK(check.passed());
     CHECK(check.steps == 4);
     // Learning happened: 4 steps from ln(128) = 4.85.
@@ -46,7 +50,8 @@ TEST_CASE("the engine comparison passes on guarded device memory and fails a bro
   // Small in the losses, plain in the weights.
   DropsLastFloat broken;
   for (const EngineCheck& check : check_engine(broken, *cpu, solo, 4)) {
-    INFO(check.precision << ": parameter error " << check.parameter_error);
+    INFO(check.precision << ", " << check.optimizer << ": parameter error "
+                         << check.parameter_error);
     CHECK_FALSE(check.parameters_passed());
     CHECK(check.parameter_error > 2 * check.parameter_tolerance);
   }
