@@ -257,17 +257,18 @@ void add_memory_warnings(const spec::JobSpec& spec, JobPlan& plan) {
       // The GPU holds the model's fp32 mirror (8 bytes a parameter at any
       // stage), the activations, and without offload the optimizer's states.
       const bool optimizer_on_gpu = plan.memory_by_stage[stage].optimizer_states > 0;
+      // Stage 2 partitions what the GPU path can; one data rank nothing.
+      const bool partitions_more = spec.training.zero.stage < 2 && plan.grid.shape().data > 1;
       plan.warnings.push_back(fmt::format(
           "pipeline stage {}: the model's fp32 parameters and gradients{} and the activations "
           "need {:.2f} GiB per rank, more than the {:.2f} GiB a GPU has; {}checkpoint "
           "activations, or split the model over more tensor or pipeline ranks",
           stage, optimizer_on_gpu ? ", the optimizer's states" : "", need / kGiB,
           plan.device_memory_bytes / kGiB,
-          !optimizer_on_gpu                 ? ""
-          : spec.training.zero.stage < 2 ? "offload the optimizer (offload_optimizer device "
-                                           "cpu), raise zero_optimization.stage, "
-                                         : "offload the optimizer (offload_optimizer device "
-                                           "cpu), "));
+          !optimizer_on_gpu ? ""
+          : partitions_more ? "offload the optimizer (offload_optimizer device cpu), raise "
+                              "zero_optimization.stage, "
+                            : "offload the optimizer (offload_optimizer device cpu), "));
       continue;
     }
     plan.warnings.push_back(fmt::format(

@@ -157,9 +157,17 @@ ModelStateBytes mirrored_state_bytes(int64_t psi, const spec::TrainingSpec& trai
                                      int data_parallel) {
   // The host backend multiplies nothing: no 16-bit copy of the weights.
   const ModelStateBytes host = model_state_bytes(psi, training, data_parallel, spec::Device::kCpu);
+  const bool mixed = training.bf16 || training.fp16.enabled;
   ModelStateBytes bytes;
   bytes.parameters = psi * 4;
   bytes.gradients = psi * 4;
+  if (training.zero.offload_optimizer.device == spec::OffloadDevice::kNone &&
+      data_parallel == 1) {
+    // One data rank with its optimizer on the GPU keeps every state there
+    // (worker/engine/device_model_state.cc): no host copies.
+    bytes.optimizer_states = core::device_optimizer_bytes(psi, mixed, /*staged=*/false);
+    return bytes;
+  }
   bytes.offloaded_to_host =
       host.parameters + host.gradients + host.offloaded_to_host + host.swap_buffers;
   bytes.offloaded_to_nvme = host.offloaded_to_nvme;
@@ -167,8 +175,7 @@ ModelStateBytes mirrored_state_bytes(int64_t psi, const spec::TrainingSpec& trai
     // The optimizer on the GPU: fp32 masters (in fp32 training too, beside
     // the mirror's parameters), both moments and its staging.
     const int64_t elements = training.zero.stage >= 1 ? ceil_div(psi, data_parallel) : psi;
-    bytes.optimizer_states =
-        core::device_optimizer_bytes(elements, training.bf16 || training.fp16.enabled);
+    bytes.optimizer_states = core::device_optimizer_bytes(elements, mixed, /*staged=*/true);
   } else {
     bytes.offloaded_to_host += host.optimizer_states;
   }

@@ -89,7 +89,9 @@ ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& trainin
 // ZeRO stage, and without offload_optimizer the optimizer's states of this
 // rank's partition (core::device_optimizer_bytes); the other model states in
 // host memory as the CPU engine keeps them (in offloaded_to_host, or
-// offloaded_to_nvme where they go to NVMe, swap buffers included).
+// offloaded_to_nvme where they go to NVMe, swap buffers included). One data
+// rank without offload_optimizer keeps all of them on the GPU, nothing in
+// host memory.
 ModelStateBytes mirrored_state_bytes(int64_t psi, const spec::TrainingSpec& training,
                                      int data_parallel);
 

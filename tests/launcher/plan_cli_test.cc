@@ -239,10 +239,11 @@ TEST_CASE("dslaunch plan --include keeps one host of the 2-host example: 8 ranks
   CHECK(plan["groups"]["pipeline"].get<Groups>() == Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}});
   CHECK(plan["ranks"][4]["pipeline"] == 1);
   CHECK(plan["ranks"][4]["slot"] == 4);
-  // Without ZeRO partitioning (data 1), the GPU holds 20 bytes a parameter:
-  // fp32 parameters, gradients and masters, both moments, and the
-  // optimizer's staging (2 x 4 Mi floats).
-  CHECK(plan["memory"][0]["device_total"] == 20 * 51'868'672LL + 2 * 4'194'304 * 4);
+  // One data rank keeps every state on the GPU, 20 bytes a parameter in
+  // bf16 training: fp32 parameters, gradients and masters, and both
+  // moments; none in host memory.
+  CHECK(plan["memory"][0]["device_total"] == 20 * 51'868'672LL);
+  CHECK(plan["memory"][0]["offloaded_to_host"] == 0);
 }
 
 TEST_CASE("dslaunch plan --exclude and --hostfile choose the hosts") {

@@ -8,7 +8,6 @@
 
 #include "core/layout/pipeline_partition.h"
 
-#include "kernels/device_buffer.h"
 
 namespace dslaunch::worker::engine {
 
@@ -133,20 +132,32 @@ core::Status sum_tied_embedding_gradients(comm::Communicator& pipeline,
                                           TiedEmbeddingBuffers& buffers) {
   const core::TensorInfo& wte = table.tensor(core::TensorRole::kWte);
   const int other = table.has_embeddings() ? pipeline.size() - 1 : 0;
+  const int64_t bytes = wte.numel * static_cast<int64_t>(sizeof(float));
   std::vector<float>& theirs = buffers.received;
   theirs.resize(wte.numel);
-  if (buffers.on_device.size() != wte.numel) {
-    buffers.on_device = kernels::DeviceBuffer<float>(backend, wte.numel);
+  // MPI reads host memory only: where the backend's memory is not the
+  // host's, the gradient goes out from a host copy, and the sum is taken
+  // there (a + b is the same float on either side) and copied back, so the
+  // device holds no second embedding-sized buffer.
+  const bool staged = !backend.memory_is_host();
+  float* mine = grads + wte.offset;
+  if (staged) {
+    buffers.sent.resize(wte.numel);
+    backend.copy_device_to_host(buffers.sent.data(), mine, bytes);
+    mine = buffers.sent.data();
   }
   backend.synchronize();
-  auto sent = pipeline.send(comm::buffer_of(grads + wte.offset, wte.numel), other);
+  auto sent = pipeline.send(comm::buffer_of(mine, wte.numel), other);
   core::Status received = pipeline.recv(comm::buffer_of(theirs.data(), wte.numel), other)->wait();
   core::Status status = sent->wait();
   if (!received.ok()) status = received;
   if (!status.ok()) return status.with_context("summing the tied embedding's gradients");
-  backend.copy_host_to_device(buffers.on_device.data(), theirs.data(), wte.numel * sizeof(float));
-  backend.residual_forward(grads + wte.offset, grads + wte.offset, buffers.on_device.data(),
-                           wte.numel);
+  if (staged) {
+    for (int64_t i = 0; i < wte.numel; ++i) mine[i] += theirs[i];
+    backend.copy_host_to_device(grads + wte.offset, mine, bytes);
+    return {};
+  }
+  backend.residual_forward(grads + wte.offset, grads + wte.offset, theirs.data(), wte.numel);
   return {};
 }
 

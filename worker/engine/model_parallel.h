@@ -12,7 +12,6 @@
 #include "core/spec/job_spec.h"
 #include "core/status.h"
 #include "kernels/backend.h"
-#include "kernels/device_buffer.h"
 #include "worker/comm/communicator.h"
 
 namespace dslaunch::worker::engine {
@@ -50,8 +49,10 @@ core::StatusOr<std::vector<float>> gather_whole_model(comm::Communicator* tensor
 // Where the other end's gradient of the tied embedding arrives: kept from
 // step to step (it is as large as the embedding).
 struct TiedEmbeddingBuffers {
-  std::vector<float> received;                // host memory, for the communicator
-  kernels::DeviceBuffer<float> on_device;     // the same, for the backend
+  std::vector<float> received;  // host memory, for the communicator
+  // Where the backend's memory is not the host's: a host copy of this
+  // end's, to send and to sum into.
+  std::vector<float> sent;
 };
 
 // The tied embedding's two copies, on the first and the last stage, get the

@@ -81,6 +81,12 @@ class ModelState {
   // partition over the data group gives it, whatever the stage.
   // Offloaded moments are read back into memory held until the next step.
   virtual core::StatusOr<CheckpointSlice> checkpoint_slice(int64_t step) = 0;
+  // Whether the state lives in the memory of the backend the model runs on
+  // (parameters_for_model() and gradients_for_backward() included), which
+  // then needs no mirror (worker/engine/device_mirror.h) where that memory
+  // is not the host's.
+  virtual bool in_backend_memory() const { return false; }
+
   // What this rank holds, by kind (the models' activations as given).
   virtual MemoryReport memory_report(int64_t activation_bytes) = 0;
   // The whole parameters (gathered on every rank).
@@ -151,6 +157,12 @@ struct ModelStateInputs {
 
 // The ZeRO stage of training.zero over the data group.
 core::StatusOr<std::unique_ptr<ModelState>> make_zero_model_state(ModelStateInputs inputs);
+
+// One data rank training on a GPU with its optimizer there
+// (ModelStateInputs::optimizer_device, ZeRO stages 0-2, where one rank has
+// nothing to partition): every model state in the GPU's memory, and the
+// whole step there. make_zero_model_state() chooses it.
+core::StatusOr<std::unique_ptr<ModelState>> make_device_model_state(ModelStateInputs inputs);
 
 // ZeRO stage 0 with Lamb or a compressed optimizer (WholeModelOptimizer),
 // which sees the whole model on every rank.

@@ -74,12 +74,16 @@ struct AdamW::Swap {
 };
 
 // The optimizer's states in a GPU's memory (place_on_device()): of the
-// floats [begin, end), the fp32 masters and both moments, and the staging of
-// one chunk's gradients and (16-bit training) rounded weights.
+// floats [begin, end), the fp32 masters (its own, or the device's fp32
+// weights) and both moments, and where the step's gradients and weights are
+// in host memory the staging of one chunk's gradients and (16-bit training)
+// rounded weights.
 struct AdamW::OnDevice {
   kernels::Backend* backend = nullptr;
+  StepMemory memory = StepMemory::kHost;
   int64_t chunk = 1;
-  kernels::DeviceBuffer<float> masters, m, v, grads, rounded;
+  float* masters = nullptr;
+  kernels::DeviceBuffer<float> own_masters, m, v, grads, rounded;
 };
 
 AdamW::AdamW(const spec::OptimizerSpec& spec, const core::ParameterTable& table, int64_t begin,
@@ -104,20 +108,29 @@ int64_t AdamW::moment_group() const {
   return swap_ ? swap_->group_elements : std::max<int64_t>(end_ - begin_, 1);
 }
 
-void AdamW::place_on_device(kernels::Backend& device, const float* masters,
-                            core::DType precision) {
+void AdamW::place_on_device(kernels::Backend& device, core::DType precision, StepMemory memory,
+                            float* weights) {
   const int64_t n = end_ - begin_;
   auto on = std::make_unique<OnDevice>();
   on->backend = &device;
+  on->memory = memory;
   on->chunk = std::max<int64_t>(1, std::min(n, core::kDeviceOptimizerChunk));
-  const int64_t staging = std::min(n, on->chunk);
-  on->masters = kernels::DeviceBuffer<float>(device, n);
+  if (weights != nullptr) {
+    on->masters = weights + begin_;
+  } else {
+    on->own_masters = kernels::DeviceBuffer<float>(device, n);
+    on->masters = on->own_masters.data();
+  }
   on->m = kernels::DeviceBuffer<float>(device, n);
   on->v = kernels::DeviceBuffer<float>(device, n);
-  on->grads = kernels::DeviceBuffer<float>(device, staging);
-  if (precision != core::DType::kF32) on->rounded = kernels::DeviceBuffer<float>(device, staging);
+  if (memory == StepMemory::kHost) {
+    const int64_t staging = std::min(n, on->chunk);
+    on->grads = kernels::DeviceBuffer<float>(device, staging);
+    if (precision != core::DType::kF32) {
+      on->rounded = kernels::DeviceBuffer<float>(device, staging);
+    }
+  }
   if (n > 0) {
-    device.copy_host_to_device(on->masters.data(), masters, on->masters.bytes());
     // The moments as set_moments() left them, else zeros.
     if (m_.empty()) {
       device.memset_zero(on->m.data(), on->m.bytes());
@@ -132,8 +145,13 @@ void AdamW::place_on_device(kernels::Backend& device, const float* masters,
   device_ = std::move(on);
 }
 
+void AdamW::set_masters(int64_t from, int64_t count, const float* masters) {
+  device_->backend->copy_host_to_device(device_->masters + from, masters,
+                                        count * static_cast<int64_t>(sizeof(float)));
+}
+
 void AdamW::read_masters(int64_t from, int64_t count, float* out) {
-  device_->backend->copy_device_to_host(out, device_->masters.data() + from,
+  device_->backend->copy_device_to_host(out, device_->masters + from,
                                         count * static_cast<int64_t>(sizeof(float)));
 }
 
@@ -320,22 +338,34 @@ core::Status AdamW::update_on_device(float* params, const GroupIo& io,
                                      const kernels::Backend::AdamWParams& hyper,
                                      const RoundedCopy& rounded) {
   OnDevice& d = *device_;
-  if (rounded.weights != nullptr && begin_ < end_ && d.rounded.data() == nullptr) {
+  const bool staged = d.memory == StepMemory::kHost;
+  if (staged && rounded.weights != nullptr && begin_ < end_ && d.rounded.data() == nullptr) {
     return core::internal_error("the optimizer was placed on the device for fp32 training");
   }
   for (int64_t from = begin_; from < end_; from += d.chunk) {
     const int64_t to = std::min(from + d.chunk, end_);
     const int64_t bytes = (to - from) * static_cast<int64_t>(sizeof(float));
-    core::StatusOr<const float*> grads = io.load(from, to);
-    if (!grads.ok()) return grads.status();
-    d.backend->copy_host_to_device(d.grads.data(), *grads, bytes);
-    float* masters = d.masters.data() + (from - begin_);
-    float* rounded_weights = rounded.weights != nullptr ? d.rounded.data() : nullptr;
-    update_range(*d.backend, masters, d.grads.data(), d.m.data() + (from - begin_),
+    core::StatusOr<const float*> loaded = io.load(from, to);
+    if (!loaded.ok()) return loaded.status();
+    const float* grads = *loaded;
+    if (staged) {
+      d.backend->copy_host_to_device(d.grads.data(), grads, bytes);
+      grads = d.grads.data();
+    }
+    float* masters = d.masters + (from - begin_);
+    float* rounded_weights = rounded.weights == nullptr ? nullptr
+                             : staged                   ? d.rounded.data()
+                                                        : rounded.weights + from;
+    update_range(*d.backend, masters, grads, d.m.data() + (from - begin_),
                  d.v.data() + (from - begin_), rounded_weights, hyper, from, to);
     // What the model reads next: the masters' rounding, or the masters.
-    d.backend->copy_device_to_host(rounded.weights != nullptr ? rounded.weights + from : params + from,
-                                   rounded_weights != nullptr ? rounded_weights : masters, bytes);
+    const float* updated = rounded_weights != nullptr ? rounded_weights : masters;
+    if (staged) {
+      d.backend->copy_device_to_host(
+          rounded.weights != nullptr ? rounded.weights + from : params + from, updated, bytes);
+    } else if (rounded_weights == nullptr && updated != params + from) {
+      d.backend->copy_device_to_device(params + from, updated, bytes);
+    }
     if (core::Status status = io.store(from, to); !status.ok()) return status;
   }
   return {};

@@ -57,20 +57,27 @@ class AdamW {
   // bit: only where the moments wait between steps changes.
   core::Status swap_moments(const MomentSwap& swap);
 
+  // Where a step on the device finds the gradients and puts the updated
+  // weights: host memory (the GPU path's copies of the model states, staged
+  // a chunk at a time, core::kDeviceOptimizerChunk), or the device's own.
+  enum class StepMemory { kHost, kDevice };
   // The optimizer on a GPU (training on one without offload_optimizer): the
-  // fp32 masters of [begin, end), from host floats masters[0, end - begin),
-  // and both moments move into `device`'s memory, and every step runs there
-  // with the device's kernels. The gradients stay in host memory with the
-  // other model states (worker/engine/device_mirror.h): a step uploads them
-  // and downloads the updated weights a chunk at a time
-  // (core::kDeviceOptimizerChunk), into the RoundedCopy's weights in 16-bit
-  // training (`precision` bf16 or fp16: the masters' rounding), else into
-  // `params`. Before the first step, not with swap_moments(); throws
-  // std::bad_alloc when the device lacks the memory.
-  void place_on_device(kernels::Backend& device, const float* masters, core::DType precision);
+  // fp32 masters of [begin, end) and both moments live in `device`'s memory,
+  // and every step runs there with the device's kernels, writing the
+  // updated weights (in 16-bit training, `precision` bf16 or fp16, the
+  // RoundedCopy's: the masters' rounding; else `params`) where `memory`
+  // says. `weights`: with StepMemory::kDevice in fp32 training, the
+  // device's weights (addressed from the layout's start), which then are
+  // the masters, updated in place; otherwise null, and the masters are the
+  // optimizer's own, set by set_masters(). The moments start as
+  // set_moments() left them, else zero. Before the first step, not with
+  // swap_moments(); throws std::bad_alloc when the device lacks the memory.
+  void place_on_device(kernels::Backend& device, core::DType precision, StepMemory memory,
+                       float* weights = nullptr);
   bool on_device() const { return device_ != nullptr; }
   // On the device: the fp32 masters of the floats [from, from + count) of
-  // [begin, end) into host floats out (checkpoints).
+  // [begin, end) from host floats `masters`, or into host floats `out`.
+  void set_masters(int64_t from, int64_t count, const float* masters);
   void read_masters(int64_t from, int64_t count, float* out);
 
   // One step at learning rate `lr` on params[begin, end) with the matching

@@ -356,7 +356,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   }
   ModelState& state = **made;
   std::optional<DeviceMirror> mirror;
-  if (mirrored) {
+  if (mirrored && !state.in_backend_memory()) {
     mirror.emplace(backend, table.total());
     mirror->upload_parameters(state.parameters_for_model());
   }
@@ -452,8 +452,9 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
             core::Status(core::StatusCode::kInternal,
                          "pipeline parallelism needs whole gradients (ZeRO stage 0 or 1)"));
       }
-      if (core::Status status = sum_tied_embedding_gradients(*pipeline_comm, table, state_backend,
-                                                             reduced, tied_embedding);
+      if (core::Status status = sum_tied_embedding_gradients(
+              *pipeline_comm, table, state.in_backend_memory() ? backend : state_backend, reduced,
+              tied_embedding);
           !status.ok()) {
         return failed(status);
       }

@@ -15,7 +15,9 @@
 #include <fmt/format.h>
 
 #include "worker/engine/model_state.h"
+#include "worker/engine/moment_resume.h"
 #include "worker/engine/optimizer.h"
+#include "worker/engine/squared_norm.h"
 #include "worker/engine/zero3_parameters.h"
 #include "worker/parallel/gradient_partition.h"
 #include "worker/parallel/gradient_reducer.h"
@@ -27,20 +29,7 @@ namespace dslaunch::worker::engine {
 namespace {
 
 using Ranges = std::vector<std::pair<int64_t, int64_t>>;
-
-// Σ x² over elements [begin, end) of the layout that lie in `ranges` (all of
-// them when it is empty); `grads` holds the layout from element `base` on.
-double sum_of_squares_in(kernels::Backend& backend, const float* grads, int64_t base, int64_t begin,
-                         int64_t end, const Ranges& ranges) {
-  if (ranges.empty()) return backend.sum_of_squares(grads + (begin - base), end - begin);
-  double sum = 0;
-  for (const auto& [range_begin, range_end] : ranges) {
-    const int64_t from = std::max(range_begin, begin);
-    const int64_t to = std::min(range_end, end);
-    if (from < to) sum += backend.sum_of_squares(grads + (from - base), to - from);
-  }
-  return sum;
-}
+using engine::sum_of_squares_in;  // in memory; the swapped partition's below
 
 // The same over a swapped gradient partition, read a piece at a time: each
 // range's sum is the in-order sum of its blocks of kSumOfSquaresBlock
@@ -159,7 +148,8 @@ class ZeroStateBase : public ModelState {
       return;
     }
     try {
-      optimizer_.place_on_device(device, params_.data() + own_begin_, precision_);
+      optimizer_.place_on_device(device, precision_, AdamW::StepMemory::kHost);
+      optimizer_.set_masters(0, own_count_, params_.data() + own_begin_);
     } catch (const std::bad_alloc&) {
       init_status_ = core::Status(
           core::StatusCode::kResourceExhausted,
@@ -196,27 +186,9 @@ class ZeroStateBase : public ModelState {
   }
 
   // Reads the optimizer's moments of this rank's partition from a
-  // checkpoint, a swap group at a time (never the whole moments at once).
+  // checkpoint.
   core::Status resume(const std::vector<core::ShardLocation>& shards, int64_t optimizer_steps) {
-    const int64_t group = optimizer_.moment_group();
-    std::vector<float> first(std::min(group, own_count_));
-    std::vector<float> second(first.size());
-    for (int64_t from = 0; from < own_count_; from += group) {
-      const int64_t count = std::min(group, own_count_ - from);
-      for (const auto& [kind, moment] : {std::pair{core::StateKind::kAdamM, first.data()},
-                                         std::pair{core::StateKind::kAdamV, second.data()}}) {
-        if (std::string error; !core::read_flat_range(shards, layout_, kind, own_begin_ + from,
-                                                      own_begin_ + from + count, moment, error)) {
-          return core::Status(core::StatusCode::kDataLoss, error);
-        }
-      }
-      if (core::Status status = optimizer_.set_moments(from, count, first.data(), second.data());
-          !status.ok()) {
-        return status;
-      }
-    }
-    optimizer_.set_steps_taken(optimizer_steps);
-    return {};
+    return resume_moments(optimizer_, shards, layout_, own_begin_, own_count_, optimizer_steps);
   }
 
   core::StatusOr<CheckpointSlice> checkpoint_slice(int64_t step) override {
@@ -752,9 +724,13 @@ class PartitionedGradients final : public ZeroStateBase, public model::OutputGra
 }  // namespace
 
 core::StatusOr<std::unique_ptr<ModelState>> make_zero_model_state(ModelStateInputs inputs) {
+  const spec::ZeroSpec& zero = inputs.training->zero;
+  // One data rank on a GPU with its optimizer there keeps everything there.
+  if (inputs.optimizer_device != nullptr && inputs.data_comm->size() == 1 && zero.stage < 3) {
+    return make_device_model_state(std::move(inputs));
+  }
   // One rank needs no partitions, unless its parameters go to NVMe (a
   // partition of the whole: ZeRO-Infinity on a single device).
-  const spec::ZeroSpec& zero = inputs.training->zero;
   const bool partitioned_grads =
       zero.stage >= 2 &&
       (inputs.data_comm->size() > 1 || zero.offload_param.device == spec::OffloadDevice::kNvme);

@@ -123,7 +123,8 @@ OffloadRun train_offloaded(kernels::Backend& backend, const spec::JobSpec& spec,
 // calls, as a GPU's addresses would: the trainer keeps the model states in
 // host memory, worked on by a CPU backend, the model computes on a mirror
 // in the device's memory, and the tensor and pipeline groups pass
-// activations through host copies. The reference is the same kernels on the
+// activations through host copies; without offload the optimizer's states
+// are on the device, and with one data rank every state is. The reference is the same kernels on the
 // emulator's host memory, where the states live in the backend's own memory
 // and its kernels update them: the mirror changes where the bytes are, not
 // the results.
@@ -157,6 +158,9 @@ TEST_CASE("on memory the host cannot touch, ZeRO stages 0-2 train as in host mem
     // Pipeline parallelism takes ZeRO stage 1 at most.
     cases.push_back({{1, 1, 2}, 2, spec::OffloadDevice::kCpu, core::DType::kBF16});
     cases.push_back({{2, 1, 1}, 1, spec::OffloadDevice::kCpu, core::DType::kF32});
+    // One data rank with its optimizer on the GPU: every state there.
+    cases.push_back({{1, 1, 2}, 1, spec::OffloadDevice::kNone, core::DType::kF16});
+    cases.push_back({{2, 1, 1}, 0, spec::OffloadDevice::kNone, core::DType::kBF16});
   }
   for (const Case& c : cases) {
     INFO("pipeline " << c.layout.pipeline << ", data " << c.layout.data << ", tensor "
