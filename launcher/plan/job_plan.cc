@@ -226,8 +226,10 @@ void add_host_memory_warnings(const LocalMachine& machine, JobPlan& plan) {
   }
   const int64_t share = machine.memory_bytes / busiest;
   for (size_t stage = 0; stage < plan.memory_by_stage.size(); ++stage) {
-    const int64_t need =
-        plan.memory_by_stage[stage].offloaded_to_host + plan.workspace_by_stage[stage].total();
+    // One data rank with its optimizer on the GPU holds nothing here.
+    const ModelStateBytes& bytes = plan.memory_by_stage[stage];
+    if (bytes.offloaded_to_host == 0 && bytes.offloaded_to_nvme == 0) continue;
+    const int64_t need = bytes.offloaded_to_host + plan.workspace_by_stage[stage].total();
     if (need <= share) continue;
     plan.warnings.push_back(fmt::format(
         "pipeline stage {}: the model states and ZeRO's buffers in host memory need {:.2f} GiB "
@@ -257,8 +259,9 @@ void add_memory_warnings(const spec::JobSpec& spec, JobPlan& plan) {
       // The GPU holds the model's fp32 mirror (8 bytes a parameter at any
       // stage), the activations, and without offload the optimizer's states.
       const bool optimizer_on_gpu = plan.memory_by_stage[stage].optimizer_states > 0;
-      // Stage 2 partitions what the GPU path can; one data rank nothing.
-      const bool partitions_more = spec.training.zero.stage < 2 && plan.grid.shape().data > 1;
+      // Stage 1 partitions the optimizer's states over the data ranks;
+      // higher stages free no GPU memory on this path (the mirror is whole).
+      const bool partitions_more = spec.training.zero.stage == 0 && plan.grid.shape().data > 1;
       plan.warnings.push_back(fmt::format(
           "pipeline stage {}: the model's fp32 parameters and gradients{} and the activations "
           "need {:.2f} GiB per rank, more than the {:.2f} GiB a GPU has; {}checkpoint "

@@ -120,10 +120,14 @@ std::string plan_to_text(const spec::JobSpec& spec, const JobPlan& plan, int max
         "buffers: ZeRO's gathered parameters (stage 3), gradient workspace (stages 2-3) and "
         "communication buffers at their largest\n";
     if (plan.host_model_states) {
-      out +=
-          "on GPUs the model states and buffers stay in host memory: the GPU holds the model's "
-          "fp32 parameters and gradients, the activations and, without offload_optimizer, the "
-          "optimizer's states, the total\n";
+      const bool all_on_gpu = plan.memory_by_stage.front().offloaded_to_host == 0 &&
+                              plan.memory_by_stage.front().offloaded_to_nvme == 0;
+      out += all_on_gpu
+                 ? "on GPUs with one data rank and the optimizer there every model state stays on "
+                   "the GPU, in fp32 (the 16-bit weights as their fp32 values)\n"
+                 : "on GPUs the model states and buffers stay in host memory: the GPU holds the "
+                   "model's fp32 parameters and gradients, the activations and, without "
+                   "offload_optimizer, the optimizer's states, the total\n";
     }
     int64_t weight_copy = 0;
     for (const ModelStateBytes& bytes : plan.memory_by_stage) {

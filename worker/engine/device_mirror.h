@@ -23,7 +23,7 @@ namespace dslaunch::worker::engine {
 // reduces it reports it (stages 0-1 clear them when a step begins, stage 2's
 // reducer after each reduction), so the host gets the same bits as if
 // backward had accumulated into it. It takes only what a step's reducing
-// micro-batches report: the ZeRO stages 1-2 that GPU training runs reduce
+// micro-batches report: the ZeRO stages 0-2 that GPU training runs reduce
 // every range in the step's last micro-batch (stage 2 in every one).
 class DeviceMirror {
  public:

@@ -49,7 +49,7 @@ class DeviceModelState final : public ModelState {
           fmt::format("the GPU has no room for the model states of {} parameters ({:.2f} GiB: "
                       "fp32 weights and gradients, the optimizer's masters and moments); set "
                       "zero_optimization.offload_optimizer.device cpu to keep the optimizer's "
-                      "in host memory, or split the model over tensor or pipeline ranks",
+                      "states in host memory, or split the model over tensor or pipeline ranks",
                       total_, static_cast<double>(state_bytes()) / (int64_t{1} << 30)));
     }
     device_.memset_zero(grads_.data(), grads_.bytes());
@@ -138,7 +138,7 @@ class DeviceModelState final : public ModelState {
     MemoryReport memory;
     memory.parameters = params_.bytes();
     memory.gradients = grads_.bytes();
-    memory.optimizer_states = core::device_optimizer_bytes(total_, mixed(), /*staged=*/false);
+    memory.optimizer_states = optimizer_.state_bytes();
     memory.activations = activation_bytes;
     return memory;
   }

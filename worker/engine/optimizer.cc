@@ -105,7 +105,10 @@ void AdamW::ensure_in_memory() {
 }
 
 int64_t AdamW::moment_group() const {
-  return swap_ ? swap_->group_elements : std::max<int64_t>(end_ - begin_, 1);
+  if (swap_) return swap_->group_elements;
+  // On the device, pieces the size of a step's chunk pass through host memory.
+  if (device_) return device_->chunk;
+  return std::max<int64_t>(end_ - begin_, 1);
 }
 
 void AdamW::place_on_device(kernels::Backend& device, core::DType precision, StepMemory memory,
@@ -284,7 +287,10 @@ core::Status AdamW::read_moment(bool second, int64_t from, int64_t count, float*
 }
 
 int64_t AdamW::state_bytes() const {
-  if (device_) return 0;
+  if (device_) {
+    const OnDevice& d = *device_;
+    return d.own_masters.bytes() + d.m.bytes() + d.v.bytes() + d.grads.bytes() + d.rounded.bytes();
+  }
   if (!swap_) return 2 * (end_ - begin_) * static_cast<int64_t>(sizeof(float));
   return static_cast<int64_t>(swap_->buffers.size()) * 2 * swap_->group_bytes;
 }

@@ -126,8 +126,9 @@ class AdamW {
   core::Status set_moments(int64_t from, int64_t count, const float* first, const float* second);
   int64_t moment_group() const;
 
-  // Bytes the moments hold in host memory (the swap buffers, once swapped;
-  // none on the device).
+  // Bytes the moments hold in memory (the swap buffers, once swapped), or
+  // on the device what the optimizer holds there: its own masters, the
+  // moments and the staging.
   int64_t state_bytes() const;
   bool swapped() const { return swap_ != nullptr; }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <new>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -357,7 +358,20 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   ModelState& state = **made;
   std::optional<DeviceMirror> mirror;
   if (mirrored && !state.in_backend_memory()) {
-    mirror.emplace(backend, table.total());
+    const bool on_gpu = training.zero.offload_optimizer.device == spec::OffloadDevice::kNone;
+    try {
+      mirror.emplace(backend, table.total());
+    } catch (const std::bad_alloc&) {
+      return failed(core::Status(
+          core::StatusCode::kResourceExhausted,
+          fmt::format("{} has no room for the model's fp32 parameters and gradients ({} "
+                      "parameters, {:.2f} GiB){}; {}split the model over more tensor or "
+                      "pipeline ranks",
+                      backend.name(), table.total(),
+                      static_cast<double>(table.total()) * 8 / (int64_t{1} << 30),
+                      on_gpu ? " beside the optimizer's states" : "",
+                      on_gpu ? "offload the optimizer (offload_optimizer device cpu), or " : "")));
+    }
     mirror->upload_parameters(state.parameters_for_model());
   }
   // What the model reads and where its backward accumulates.

@@ -1,13 +1,16 @@
 #pragma once
 
 // `dslaunch selftest`'s third part: what a training job runs on the device.
-// The engine trains a small GPT the way a GPU job does — the model on the
-// device, the model states in host memory on a CPU backend (ZeRO stage 2,
-// two micro-batches a step, gradient clipping, a vocabulary-wide evaluation
-// at the end), the optimizer's states and step on the device or offloaded
-// to the CPU (ZeRO-Offload) — and the CPU engine trains it alone, from the
-// same spec and tokens; the step losses, the final evaluation loss and the
-// final parameters are compared, in fp32 and in bf16.
+// The engine trains a small GPT the way a one-rank GPU job does — the model
+// on the device, ZeRO stage 2, two micro-batches a step, gradient clipping,
+// a vocabulary-wide evaluation at the end — with the optimizer on the device
+// (every model state there: worker/engine/device_model_state.cc) and
+// offloaded (the states in host memory on a CPU backend, the model on a
+// mirror: ZeRO-Offload), and the CPU engine trains it alone, from the same
+// spec and tokens; the step losses, the final evaluation loss and the final
+// parameters are compared, in fp32 and in bf16. (Several data ranks with
+// the optimizer on the device, which stage through host memory, are not
+// run here: the check's data group is this process alone.)
 
 #include <string>
 #include <vector>

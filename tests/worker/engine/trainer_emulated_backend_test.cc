@@ -124,10 +124,10 @@ OffloadRun train_offloaded(kernels::Backend& backend, const spec::JobSpec& spec,
 // host memory, worked on by a CPU backend, the model computes on a mirror
 // in the device's memory, and the tensor and pipeline groups pass
 // activations through host copies; without offload the optimizer's states
-// are on the device, and with one data rank every state is. The reference is the same kernels on the
-// emulator's host memory, where the states live in the backend's own memory
-// and its kernels update them: the mirror changes where the bytes are, not
-// the results.
+// are on the device, and with one data rank every state is. The reference
+// is the same kernels on the emulator's host memory, where the states live
+// in the backend's own memory and its kernels update them: where the bytes
+// are changes, not the results.
 TEST_CASE("on memory the host cannot touch, ZeRO stages 0-2 train as in host memory") {
   comm::Communicator& world = comm::testing::world_data();
   const std::string dir = testing::shared_token_files(world);
@@ -235,8 +235,6 @@ TEST_CASE("a GPU-path run resumed from its checkpoint continues bit for bit") {
   spec.training.scheduler.total_num_steps = 6;
   spec.training.eval_interval = 0;
   spec.checkpoint.interval = 3;
-  spec.training.bf16 = true;
-  spec.training.zero.stage = 2;
   spec.training.batch.micro_batch_per_gpu = 2;
   spec.training.batch.gradient_accumulation_steps = 2;
   spec.training.batch.train_batch_size = 4 * world.size();
@@ -244,11 +242,25 @@ TEST_CASE("a GPU-path run resumed from its checkpoint continues bit for bit") {
   auto guarded = kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded);
   const Layout data_parallel{1, world.size(), 1};
   // The optimizer's states in host memory, and on the device (read back
-  // for the checkpoint, written there again to resume).
-  for (const auto offload : {spec::OffloadDevice::kCpu, spec::OffloadDevice::kNone}) {
-    INFO("offload " << static_cast<int>(offload));
-    spec.training.zero.offload_optimizer.device = offload;
-    const std::string run = dir + "/" + std::to_string(static_cast<int>(offload));
+  // for the checkpoint, written there again to resume): with one data rank
+  // every state there, in fp32 the weights being the masters; with two the
+  // optimizer of a partition, or at stage 0 of the whole model, of which
+  // each rank's checkpoint takes its partition.
+  struct Case {
+    spec::OffloadDevice offload;
+    int stage;
+    bool bf16;
+  };
+  for (const Case& c : {Case{spec::OffloadDevice::kCpu, 2, true},
+                        Case{spec::OffloadDevice::kNone, 2, true},
+                        Case{spec::OffloadDevice::kNone, 0, false}}) {
+    INFO("offload " << static_cast<int>(c.offload) << ", ZeRO stage " << c.stage
+                    << (c.bf16 ? ", bf16" : ", fp32"));
+    spec.training.zero.offload_optimizer.device = c.offload;
+    spec.training.zero.stage = c.stage;
+    spec.training.bf16 = c.bf16;
+    const std::string run = dir + "/" + std::to_string(c.stage) + "-" +
+                            std::to_string(static_cast<int>(c.offload));
     const OffloadRun whole =
         train_offloaded(*guarded, spec, data_parallel, host.get(), false, run + "/whole");
     REQUIRE_OK(comm::testing::world_barrier());  // every shard is written
