@@ -195,10 +195,13 @@ void print_ranks_table(const JobView& view) {
                                attempt.reason().empty() ? "" : " (" + attempt.reason() + ")");
     }
   }
+  // "memory" counts the model states, activations and buffers the engine
+  // accounts for wherever they live; "GPU peak" what the GPU held at most.
   std::cout << fmt::format(
-      "{:>5}  {:<20} {:>8} {:<8} {:>9} {:>10} {:>5} {:>9} {:>9} {:>10} {:>10} {:>10} {:>7}  {}\n",
+      "{:>5}  {:<20} {:>8} {:<8} {:>9} {:>10} {:>5} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>7}  "
+      "{}\n",
       "rank", "host", "pid", "state", "heartbeat", "step", "stage", "step s", "wait s", "memory",
-      "peak RSS", "comm/step", "compr", "exit");
+      "peak RSS", "GPU peak", "comm/step", "compr", "exit");
   for (const v1::RankStatus& rank : s.ranks()) {
     const v1::MemoryUsage& m = rank.memory();
     const int64_t memory = m.parameters() + m.gradients() + m.optimizer_states() + m.activations() +
@@ -211,11 +214,13 @@ void print_ranks_table(const JobView& view) {
       return value > 0 ? fmt::format("{:.3f}", value) : std::string("-");
     };
     std::cout << fmt::format(
-        "{:>5}  {:<20} {:>8} {:<8} {:>9} {:>10} {:>5} {:>9} {:>9} {:>10} {:>10} {:>10} {:>7}  {}\n",
+        "{:>5}  {:<20} {:>8} {:<8} {:>9} {:>10} {:>5} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} "
+        "{:>7}  {}\n",
         rank.rank(), rank.host().empty() ? "-" : rank.host(), rank.pid(), rank.state(),
         age_text(rank.heartbeat_age_ms()), rank.step(), rank.stage(), seconds(rank.step_time_s()),
         seconds(rank.pipeline_wait_s()), memory > 0 ? bytes_text(memory) : "-",
         m.peak_rss_bytes() > 0 ? bytes_text(m.peak_rss_bytes()) : "-",
+        m.peak_device_bytes() > 0 ? bytes_text(m.peak_device_bytes()) : "-",
         rank.comm_bytes() > 0 ? bytes_text(rank.comm_bytes()) : "-",
         rank.compression_ratio() > 0 ? fmt::format("{:.1f}x", rank.compression_ratio()) : "-",
         exit);

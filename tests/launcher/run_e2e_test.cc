@@ -347,6 +347,8 @@ TEST_CASE(
   CHECK(table.exit_code == 0);
   CHECK(table.output.find(fmt::format("job {}: RUNNING", job_id)) == 0);
   CHECK(std::count(table.output.begin(), table.output.end(), '\n') == 6);  // title, header, 4 ranks
+  // CPU ranks hold no GPU memory: their "GPU peak" is "-".
+  CHECK(table.output.find("peak RSS   GPU peak  comm/step") != std::string::npos);
 
   const auto list = home.dslaunch("list");
   CHECK(list.exit_code == 0);
