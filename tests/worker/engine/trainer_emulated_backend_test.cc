@@ -4,7 +4,6 @@
 // per-step losses and gradient norms over 20 steps, in fp32 and in bf16.
 #include <catch2/catch.hpp>
 
-#include <cmath>
 #include <filesystem>
 #include <optional>
 #include <vector>
@@ -13,7 +12,7 @@
 #include "core/spec/training_support.h"
 #include "kernels/backend.h"
 #include "kernels/simt/emulated_backend.h"
-#include "launcher/plan/memory_estimate.h"
+#include "tests/worker/engine/emulated_training.h"
 #include "tests/worker/engine/trainer_test_support.h"
 #include "tests/worker/parallel/test_groups.h"
 #include "worker/comm/communicator.h"
@@ -22,6 +21,11 @@
 
 namespace dslaunch::worker::engine {
 namespace {
+
+using testing::GpuPathCase;
+using testing::Layout;
+using testing::OffloadRun;
+using testing::train_offloaded;
 
 std::vector<StepReport> train_on(kernels::Backend& backend, const spec::JobSpec& spec) {
   const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
@@ -70,55 +74,6 @@ TEST_CASE("20 steps on the CUDA backend's kernels match the CPU backend's, fp32 
   std::filesystem::remove_all(dir);
 }
 
-struct OffloadRun {
-  std::vector<StepReport> reports;
-  std::vector<float> params;
-  MemoryReport memory;
-};
-
-// The process grid of a run: pipeline stages, data ranks, tensor ranks.
-struct Layout {
-  int pipeline = 1;
-  int data = 1;
-  int tensor = 1;
-};
-
-// Trains `spec` on `backend` (with `host_backend` for the model states where
-// its memory is not the host's) over `layout`'s groups; with the fp16
-// drill when `poison`; writing each checkpoint under `checkpoints` unless it
-// is empty; from `resume` if set.
-OffloadRun train_offloaded(kernels::Backend& backend, const spec::JobSpec& spec, Layout layout,
-                           kernels::Backend* host_backend, bool poison,
-                           const std::string& checkpoints = "",
-                           std::optional<ResumePoint> resume = std::nullopt) {
-  const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
-  REQUIRE(data.error == "");
-  comm::ProcessGroups& groups =
-      comm::testing::groups_of({layout.pipeline, layout.data, layout.tensor});
-  OffloadRun run;
-  TrainerOptions options;
-  options.data_comm = &groups.data();
-  options.tensor_comm = &groups.tensor();
-  options.pipeline_comm = &groups.pipeline();
-  options.host_backend = host_backend;
-  options.on_step = [&run](const StepReport& report) { run.reports.push_back(report); };
-  options.on_memory = [&run](const MemoryReport& memory) { run.memory = memory; };
-  const int rank = groups.world().rank();
-  const int last = groups.world().size() - 1;
-  // The drill for one rank overflowing: NaN gradients on the last rank at step 3.
-  if (poison) options.poison_gradients = [=](int64_t step) { return rank == last && step == 3; };
-  if (!checkpoints.empty()) {
-    options.save_checkpoint = [&](const CheckpointSlice& slice) {
-      testing::write_test_shard(checkpoints, slice, rank, last + 1);
-    };
-  }
-  options.resume = std::move(resume);
-  TrainResult result = train(spec, data, backend, options);
-  REQUIRE(result.error == "");
-  run.params = std::move(result.params);
-  return run;
-}
-
 // Guarded device memory faults on any host access between the backend's
 // calls, as a GPU's addresses would: the trainer keeps the model states in
 // host memory, worked on by a CPU backend, the model computes on a mirror
@@ -139,21 +94,16 @@ TEST_CASE("on memory the host cannot touch, ZeRO stages 0-2 train as in host mem
   spec.training.eval_interval = 3;
   const std::string nvme = dir + "/nvme-" + std::to_string(world.rank());
   std::filesystem::create_directories(nvme);
-  struct Case {
-    Layout layout;
-    int stage;
-    spec::OffloadDevice offload;
-    core::DType precision;
-  };
   const int n = world.size();
   // ZeRO-Offload (the optimizer in host memory or on NVMe), and the
   // optimizer on the GPU, its masters and moments in the device's memory.
-  std::vector<Case> cases = {{{1, n, 1}, 1, spec::OffloadDevice::kCpu, core::DType::kF32},
-                             {{1, n, 1}, 2, spec::OffloadDevice::kCpu, core::DType::kBF16},
-                             {{1, n, 1}, 2, spec::OffloadDevice::kNvme, core::DType::kF16},
-                             {{1, n, 1}, 0, spec::OffloadDevice::kNone, core::DType::kF32},
-                             {{1, n, 1}, 1, spec::OffloadDevice::kNone, core::DType::kBF16},
-                             {{1, n, 1}, 2, spec::OffloadDevice::kNone, core::DType::kF16}};
+  std::vector<GpuPathCase> cases = {
+      {{1, n, 1}, 1, spec::OffloadDevice::kCpu, core::DType::kF32},
+      {{1, n, 1}, 2, spec::OffloadDevice::kCpu, core::DType::kBF16},
+      {{1, n, 1}, 2, spec::OffloadDevice::kNvme, core::DType::kF16},
+      {{1, n, 1}, 0, spec::OffloadDevice::kNone, core::DType::kF32},
+      {{1, n, 1}, 1, spec::OffloadDevice::kNone, core::DType::kBF16},
+      {{1, n, 1}, 2, spec::OffloadDevice::kNone, core::DType::kF16}};
   if (n == 2) {
     // Pipeline parallelism takes ZeRO stage 1 at most.
     cases.push_back({{1, 1, 2}, 2, spec::OffloadDevice::kCpu, core::DType::kBF16});
@@ -162,66 +112,7 @@ TEST_CASE("on memory the host cannot touch, ZeRO stages 0-2 train as in host mem
     cases.push_back({{1, 1, 2}, 1, spec::OffloadDevice::kNone, core::DType::kF16});
     cases.push_back({{2, 1, 1}, 0, spec::OffloadDevice::kNone, core::DType::kBF16});
   }
-  for (const Case& c : cases) {
-    INFO("pipeline " << c.layout.pipeline << ", data " << c.layout.data << ", tensor "
-                     << c.layout.tensor << ", ZeRO stage " << c.stage << ", "
-                     << core::dtype_name(c.precision) << ", offload "
-                     << static_cast<int>(c.offload));
-    spec.parallelism.tensor = c.layout.tensor;
-    spec.parallelism.pipeline = c.layout.pipeline;
-    spec.training.batch.micro_batch_per_gpu = 2;
-    spec.training.batch.gradient_accumulation_steps = 2;
-    spec.training.batch.train_batch_size = 4 * c.layout.data;
-    spec.training.zero.stage = c.stage;
-    spec.training.zero.offload_optimizer.device = c.offload;
-    spec.training.zero.offload_optimizer.nvme_path = nvme;
-    spec.training.bf16 = c.precision == core::DType::kBF16;
-    spec.training.fp16.enabled = c.precision == core::DType::kF16;
-    spec.training.fp16.initial_scale_power = 8;
-    const bool poison = spec.training.fp16.enabled;
-    REQUIRE(spec::device_training_problem(spec) == "");
-    auto host = kernels::make_cpu_backend(1);
-    auto guarded = kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded);
-    auto accessible = kernels::simt::make_emulated_backend();
-    REQUIRE_FALSE(guarded->memory_is_host());
-    const OffloadRun mirrored = train_offloaded(*guarded, spec, c.layout, host.get(), poison);
-    const OffloadRun expected = train_offloaded(*accessible, spec, c.layout, nullptr, poison);
-    REQUIRE(mirrored.reports.size() == 6);
-    REQUIRE(expected.reports.size() == 6);
-    for (size_t i = 0; i < mirrored.reports.size(); ++i) {
-      const StepReport& got = mirrored.reports[i];
-      const StepReport& want = expected.reports[i];
-      INFO("step " << got.step);
-      CHECK(got.loss == want.loss);
-      CHECK(got.grad_norm == Approx(want.grad_norm).epsilon(1e-12));
-      CHECK(got.skipped == want.skipped);
-      CHECK(got.eval_loss == want.eval_loss);
-    }
-    // The poisoned step was skipped on every rank, and training went on.
-    if (poison) {
-      CHECK(mirrored.reports[2].skipped);
-      CHECK(mirrored.reports.back().skipped_steps == 1);
-    }
-    CHECK(mirrored.params == expected.params);
-    // The device holds the model's mirror and its activations, as the plan
-    // counts them, and a little more: the backend's own partial sums (2 KB
-    // here) and the model's loss; the host backend's memory is not the
-    // device's.
-    const int stage = comm::testing::groups_of({c.layout.pipeline, c.layout.data, c.layout.tensor})
-                          .pipeline()
-                          .rank();
-    const int64_t planned =
-        plan::mirrored_state_bytes(plan::parameters_per_rank(spec.model, spec.parallelism, stage),
-                                   spec.training, c.layout.data)
-            .device_total() +
-        plan::activation_bytes_per_rank(spec.model, spec.parallelism, spec.training, 2, 2, stage,
-                                        spec::Device::kCuda);
-    // (The plan rounds partitions as DeepSpeed does, the engine to 16 floats.)
-    CHECK(expected.memory.device_peak == 0);
-    CHECK(std::abs(mirrored.memory.device_peak - planned) <= 4096);
-    // It learned.
-    CHECK(*mirrored.reports.back().eval_loss < *mirrored.reports[2].eval_loss);
-  }
+  for (const GpuPathCase& c : cases) testing::check_gpu_path_matches_host_memory(spec, c, nvme);
   REQUIRE_OK(comm::testing::world_barrier());
   if (world.rank() == 0) std::filesystem::remove_all(dir);
 }
