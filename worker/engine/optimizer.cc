@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/layout/device_optimizer_bytes.h"
 
 namespace dslaunch::worker::engine {
 namespace {
@@ -112,12 +111,12 @@ int64_t AdamW::moment_group() const {
 }
 
 void AdamW::place_on_device(kernels::Backend& device, core::DType precision, StepMemory memory,
-                            float* weights) {
+                            float* weights, int64_t chunk) {
   const int64_t n = end_ - begin_;
   auto on = std::make_unique<OnDevice>();
   on->backend = &device;
   on->memory = memory;
-  on->chunk = std::max<int64_t>(1, std::min(n, core::kDeviceOptimizerChunk));
+  on->chunk = std::max<int64_t>(1, std::min(n, chunk));
   if (weights != nullptr) {
     on->masters = weights + begin_;
   } else {

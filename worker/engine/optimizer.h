@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/layout/device_optimizer_bytes.h"
 #include "core/layout/gpt2_config.h"
 #include "core/layout/parameter_table.h"
 #include "core/spec/job_spec.h"
@@ -70,10 +71,12 @@ class AdamW {
   // device's weights (addressed from the layout's start), which then are
   // the masters, updated in place; otherwise null, and the masters are the
   // optimizer's own, set by set_masters(). The moments start as
-  // set_moments() left them, else zero. Before the first step, not with
+  // set_moments() left them, else zero. `chunk`: the floats a step stages
+  // at a time (and moment_group()). Before the first step, not with
   // swap_moments(); throws std::bad_alloc when the device lacks the memory.
   void place_on_device(kernels::Backend& device, core::DType precision, StepMemory memory,
-                       float* weights = nullptr);
+                       float* weights = nullptr,
+                       int64_t chunk = core::kDeviceOptimizerChunk);
   bool on_device() const { return device_ != nullptr; }
   // On the device: the fp32 masters of the floats [from, from + count) of
   // [begin, end) from host floats `masters`, or into host floats `out`.
