@@ -12,8 +12,10 @@
 #include "kernels/simt/emulated_backend.h"
 #include "worker/comm/mpi_process_groups.h"
 #include "worker/comm/mpi_runtime.h"
+#include "worker/comm/nccl_communicator.h"
 #include "worker/selftest/engine_check.h"
 #include "worker/selftest/kernel_checks.h"
+#include "worker/selftest/nccl_check.h"
 #include "worker/selftest/training_check.h"
 
 namespace dslaunch::worker {
@@ -55,34 +57,64 @@ std::vector<Row> training_rows(kernels::Backend& device, kernels::Backend& refer
   return rows;
 }
 
-// The engine's run on the device, in a data group of this process alone
-// (MPI started as a singleton, without mpirun).
-std::vector<Row> engine_rows(kernels::Backend& device, kernels::Backend& cpu, int steps) {
-  const std::string name = fmt::format("engine, {} steps", steps);
+std::vector<Row> engine_rows(kernels::Backend& device, kernels::Backend& cpu,
+                             comm::Communicator& solo, int steps) {
+  std::vector<Row> rows;
+  for (const selftest::EngineCheck& check : selftest::check_engine(device, cpu, solo, steps)) {
+    const std::string name = fmt::format("engine, {}, {} steps", check.optimizer, check.steps);
+    if (!check.failure.empty()) {
+      rows.push_back({name, check.precision, 0, check.tolerance, "FAIL: " + check.failure});
+      continue;
+    }
+    rows.push_back({name + ", losses", check.precision, check.error, check.tolerance,
+                    fmt::format("{} (evaluation loss {:.4f}, CPU {:.4f})",
+                                check.losses_passed() ? "pass" : "FAIL", check.device_eval_loss,
+                                check.reference_eval_loss)});
+    rows.push_back({name + ", weights", check.precision, check.parameter_error,
+                    check.parameter_tolerance, check.parameters_passed() ? "pass" : "FAIL"});
+  }
+  return rows;
+}
+
+constexpr const char* kNcclRow = "NCCL collectives against MPI";
+
+std::vector<Row> nccl_rows(kernels::Backend& device, const SelftestOptions& options,
+                           comm::Communicator& solo) {
+  if (!comm::nccl_built()) {
+    return {{kNcclRow, "-", 0, 0, "skipped: this build has no NCCL communicator (--config=cuda)"}};
+  }
+  if (options.device != "cuda") {
+    return {{kNcclRow, "-", 0, 0, "skipped: NCCL runs on GPUs (--device cuda)"}};
+  }
+  std::vector<Row> rows;
+  for (const selftest::NcclCheck& check : selftest::check_nccl(device, solo, options.seed)) {
+    rows.push_back({fmt::format("NCCL {} against MPI", check.collective), "fp32", check.error,
+                    check.tolerance,
+                    check.failure.empty() ? (check.passed() ? "pass" : "FAIL")
+                                          : "FAIL: " + check.failure});
+  }
+  return rows;
+}
+
+// What needs MPI: the engine's run on the device and NCCL against MPI, in
+// a group of this process alone (MPI started as a singleton, without
+// mpirun).
+std::vector<Row> mpi_rows(kernels::Backend& device, kernels::Backend& cpu,
+                          const SelftestOptions& options) {
+  const std::string engine = fmt::format("engine, {} steps", options.steps);
   if (core::Status started = comm::mpi_init(); !started.ok()) {
-    return {{name, "-", 0, 0, "skipped: MPI did not start: " + started.message()}};
+    const std::string skipped = "skipped: MPI did not start: " + started.message();
+    return {{engine, "-", 0, 0, skipped}, {kNcclRow, "-", 0, 0, skipped}};
   }
   std::vector<Row> rows;
   {
     auto groups = comm::create_mpi_process_groups({1, 1, 1}, comm::CommOptions{});
     if (!groups.ok()) {
-      rows.push_back({name, "-", 0, 0, "skipped: " + groups.status().message()});
+      const std::string skipped = "skipped: " + groups.status().message();
+      rows = {{engine, "-", 0, 0, skipped}, {kNcclRow, "-", 0, 0, skipped}};
     } else {
-      for (const selftest::EngineCheck& check :
-           selftest::check_engine(device, cpu, (*groups)->data(), steps)) {
-        const std::string name =
-            fmt::format("engine, {}, {} steps", check.optimizer, check.steps);
-        if (!check.failure.empty()) {
-          rows.push_back({name, check.precision, 0, check.tolerance, "FAIL: " + check.failure});
-          continue;
-        }
-        rows.push_back({name + ", losses", check.precision, check.error, check.tolerance,
-                        fmt::format("{} (evaluation loss {:.4f}, CPU {:.4f})",
-                                    check.losses_passed() ? "pass" : "FAIL", check.device_eval_loss,
-                                    check.reference_eval_loss)});
-        rows.push_back({name + ", weights", check.precision, check.parameter_error,
-                        check.parameter_tolerance, check.parameters_passed() ? "pass" : "FAIL"});
-      }
+      rows = engine_rows(device, cpu, (*groups)->data(), options.steps);
+      for (Row& row : nccl_rows(device, options, (*groups)->world())) rows.push_back(row);
     }
   }
   comm::mpi_finalize();
@@ -126,9 +158,7 @@ int run_selftest_command(const SelftestOptions& options) {
                     check.passed() ? "pass" : "FAIL"});
   }
   for (Row& row : training_rows(**device, *reference, options.steps)) rows.push_back(row);
-  for (Row& row : engine_rows(**device, *reference, options.steps)) rows.push_back(row);
-  rows.push_back({"NCCL collectives against MPI", "-", 0, 0,
-                  "skipped: this build has no NCCL communicator yet"});
+  for (Row& row : mpi_rows(**device, *reference, options)) rows.push_back(row);
 
   int failed = 0, passed = 0;
   for (const Row& row : rows) {
