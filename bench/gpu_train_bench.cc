@@ -9,6 +9,7 @@
 //
 // Runs only where a GPU is visible; elsewhere it says so and exits 2.
 #include <algorithm>
+#include <memory>
 #include <iostream>
 #include <optional>
 #include <random>
@@ -30,6 +31,12 @@
 #include "kernels/cuda/gemm_peak.h"
 #include "kernels/device_buffer.h"
 #include "kernels/make_backend.h"
+#include "core/spec/job_spec.h"
+#include "worker/comm/mpi_process_groups.h"
+#include "worker/comm/mpi_runtime.h"
+#include "worker/data/tokens_in_memory.h"
+#include "worker/data/training_data.h"
+#include "worker/engine/trainer.h"
 #include "worker/model/gpt2_model.h"
 
 namespace {
@@ -101,6 +108,76 @@ Throughput ours(kernels::Backend& backend, const Shape& shape, DType precision, 
   return t;
 }
 
+// The engine training the same model as a one-rank job on this GPU does
+// (engine::train: every model state on the GPU, worker/engine/
+// device_model_state.cc; the sampler, the loss and the norm back to the
+// host, clipping, the loss scaler's check), on random tokens held in memory,
+// in a data group of this process alone (MPI started as a singleton).
+std::optional<Throughput> engine(kernels::Backend& backend, const Shape& shape, bool bf16,
+                                 int warmup, int steps, std::string& error) {
+  if (core::Status started = worker::comm::mpi_init(); !started.ok()) {
+    error = "the engine did not run: MPI did not start: " + started.message();
+    return std::nullopt;
+  }
+  std::optional<Throughput> t;
+  {
+    auto groups = worker::comm::create_mpi_process_groups({1, 1, 1}, worker::comm::CommOptions{});
+    if (!groups.ok()) {
+      error = "the engine did not run: " + groups.status().message();
+    } else {
+      spec::JobSpec spec;
+      spec.kind = spec::JobKind::kTrain;
+      spec.cluster.device = spec::Device::kCuda;
+      spec.model.num_layers = 12;
+      spec.model.hidden_size = 768;
+      spec.model.num_attention_heads = 12;
+      spec.model.vocab_size = 50257;
+      spec.model.seq_length = shape.seq;
+      spec.training.steps = warmup + steps;
+      spec.training.batch.train_batch_size = shape.batch;
+      spec.training.batch.micro_batch_per_gpu = shape.batch;
+      spec.training.batch.gradient_accumulation_steps = 1;
+      spec.training.optimizer.lr = 1e-4;
+      spec.training.optimizer.weight_decay = 0.1;
+      spec.training.gradient_clipping = 1.0;
+      spec.training.eval_interval = 0;
+      spec.training.eval_batches = 1;
+      spec.training.bf16 = bf16;
+      worker::data::TrainingData data;
+      std::mt19937 random(7);
+      std::vector<int32_t> tokens((warmup + steps + 2) * shape.batch * (shape.seq + 1));
+      for (auto& token : tokens) token = static_cast<int32_t>(random() % spec.model.vocab_size);
+      data.sources.push_back(std::make_unique<worker::data::TokensInMemory>(std::move(tokens)));
+      const worker::data::TokenSource& source = *data.sources.back();
+      const int64_t valid = 2 * shape.batch * (shape.seq + 1);
+      data.train = {{&source, 0, source.size() - valid}};
+      data.weights = {1.0};
+      data.valid = {&source, source.size() - valid, source.size()};
+      auto host = kernels::make_cpu_backend(1);
+      std::vector<worker::engine::StepReport> reports;
+      worker::engine::TrainerOptions options;
+      options.data_comm = &(*groups)->data();
+      options.host_backend = host.get();
+      options.on_step = [&](const worker::engine::StepReport& report) {
+        if (report.step > warmup) reports.push_back(report);
+      };
+      const worker::engine::TrainResult result = worker::engine::train(spec, data, backend, options);
+      if (!result.error.empty() || reports.empty()) {
+        error = "the engine did not run: " + result.error;
+      } else {
+        std::sort(reports.begin(), reports.end(), [](const auto& a, const auto& b) {
+          return a.step_seconds < b.step_seconds;
+        });
+        const worker::engine::StepReport& median = reports[reports.size() / 2];
+        t = Throughput{median.tokens_per_second, median.tflops, median.step_seconds * 1e3,
+                       static_cast<float>(median.loss)};
+      }
+    }
+  }
+  worker::comm::mpi_finalize();
+  return t;
+}
+
 // PyTorch on the same GPU, through tools/reference/gpt2_reference.py.
 std::optional<Throughput> pytorch(const Shape& shape, bool bf16, int warmup, int steps,
                                   const std::string& script, std::string& error) {
@@ -150,26 +227,34 @@ int main(int argc, char** argv) {
       "{:.1f} TFLOP/s\nGPT-2 124M, batch {} x {} tokens, median of {} steps\n\n",
       (*backend)->name(), accelerators.cuda_runtime_version, accelerators.cublas_version, bf16_peak,
       fp32_peak, shape.batch, shape.seq, steps);
-  std::cout << fmt::format("{:<6} {:>12} {:>10} {:>14} {:>10} {:>13} {:>10}\n", "", "ours tok/s",
-                           "ours MFU", "PyTorch tok/s", "PyTorch MFU", "ours/PyTorch", "loss");
+  std::cout << fmt::format("{:<6} {:>12} {:>10} {:>14} {:>12} {:>14} {:>10} {:>13} {:>10}\n", "",
+                           "ours tok/s", "ours MFU", "engine tok/s", "engine MFU",
+                           "PyTorch tok/s", "PyTorch MFU", "ours/PyTorch", "loss");
   const std::string script = bench::runfile(argv[0], "tools/reference/gpt2_reference.py");
   for (const DType precision : {DType::kBF16, DType::kF32}) {
     const bool bf16 = precision == DType::kBF16;
     const double peak = bf16 ? bf16_peak : fp32_peak;
     const Throughput mine = ours(**backend, shape, precision, warmup, steps);
-    std::string error;
+    std::string engine_error, error;
+    const std::optional<Throughput> job = engine(**backend, shape, bf16, warmup, steps, engine_error);
     std::optional<Throughput> theirs;
     if (!skip_pytorch) theirs = pytorch(shape, bf16, warmup, steps, script, error);
     std::cout << fmt::format(
-        "{:<6} {:>12.0f} {:>9.1f}% {:>14} {:>10} {:>13} {:>10.4f}\n", bf16 ? "bf16" : "fp32",
-        mine.tokens_per_second, 100 * mine.tflops / peak,
+        "{:<6} {:>12.0f} {:>9.1f}% {:>14} {:>12} {:>14} {:>10} {:>13} {:>10.4f}\n",
+        bf16 ? "bf16" : "fp32", mine.tokens_per_second, 100 * mine.tflops / peak,
+        job ? fmt::format("{:.0f}", job->tokens_per_second) : "-",
+        job ? fmt::format("{:.1f}%", 100 * job->tflops / peak) : "-",
         theirs ? fmt::format("{:.0f}", theirs->tokens_per_second) : "-",
         theirs ? fmt::format("{:.1f}%", 100 * theirs->tflops / peak) : "-",
         theirs ? fmt::format("{:.2f}x", mine.tokens_per_second / theirs->tokens_per_second) : "-",
         mine.last_loss);
-    if (!error.empty()) std::cout << "  " << error << "\n";
+    for (const std::string& e : {engine_error, error}) {
+      if (!e.empty()) std::cout << "  " << e << "\n";
+    }
   }
-  std::cout << "\nMFU: the model's matrix-product FLOPs per second (6 per parameter of the "
+  std::cout << "\nours: the model's forward, backward and AdamW alone; engine: a one-rank "
+               "job's steps through engine::train (every state on the GPU).\n";
+  std::cout << "MFU: the model's matrix-product FLOPs per second (6 per parameter of the "
                "matrices plus attention's, per token) over the cuBLAS peak of the same "
                "precision measured above.\n";
   return 0;

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "core/spec/job_spec.h"
+#include "worker/data/tokens_in_memory.h"
 #include "worker/data/training_data.h"
 #include "worker/engine/trainer.h"
 #include "worker/selftest/learnable_tokens.h"
@@ -20,29 +21,11 @@ namespace {
 
 constexpr int kVocab = 128;
 
-// The tokens the runs train and evaluate on, held in memory: the selftest
-// needs no files.
-class TokensInMemory final : public data::TokenSource {
- public:
-  explicit TokensInMemory(std::vector<int32_t> tokens)
-      : tokens_(std::move(tokens)), max_(*std::max_element(tokens_.begin(), tokens_.end())) {}
-  int64_t size() const override { return static_cast<int64_t>(tokens_.size()); }
-  void read(int64_t offset, int64_t count, int32_t* out) const override {
-    std::copy_n(tokens_.begin() + offset, count, out);
-  }
-  int32_t max_token() const override { return max_; }
-  std::string describe() const override {
-    return fmt::format("the selftest's {} tokens in memory", tokens_.size());
-  }
-
- private:
-  std::vector<int32_t> tokens_;
-  int32_t max_;
-};
-
 data::TrainingData selftest_data() {
   data::TrainingData data;
-  data.sources.push_back(std::make_unique<TokensInMemory>(learnable_tokens(40000, kVocab, 1)));
+  // Held in memory: the selftest needs no files.
+  data.sources.push_back(
+      std::make_unique<data::TokensInMemory>(learnable_tokens(40000, kVocab, 1)));
   const data::TokenSource& source = *data.sources.back();
   const int64_t split = source.size() * 9 / 10;
   data.train = {{&source, 0, split}};
