@@ -9,8 +9,8 @@
 //
 // Runs only where a GPU is visible; elsewhere it says so and exits 2.
 #include <algorithm>
-#include <memory>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -26,12 +26,12 @@
 #include "core/dtype.h"
 #include "core/layout/gpt2_config.h"
 #include "core/layout/parameter_table.h"
+#include "core/spec/job_spec.h"
 #include "kernels/accelerator.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/gemm_peak.h"
 #include "kernels/device_buffer.h"
 #include "kernels/make_backend.h"
-#include "core/spec/job_spec.h"
 #include "worker/comm/mpi_process_groups.h"
 #include "worker/comm/mpi_runtime.h"
 #include "worker/data/tokens_in_memory.h"
@@ -161,13 +161,13 @@ std::optional<Throughput> engine(kernels::Backend& backend, const Shape& shape, 
       options.on_step = [&](const worker::engine::StepReport& report) {
         if (report.step > warmup) reports.push_back(report);
       };
-      const worker::engine::TrainResult result = worker::engine::train(spec, data, backend, options);
+      const worker::engine::TrainResult result =
+          worker::engine::train(spec, data, backend, options);
       if (!result.error.empty() || reports.empty()) {
         error = "the engine did not run: " + result.error;
       } else {
-        std::sort(reports.begin(), reports.end(), [](const auto& a, const auto& b) {
-          return a.step_seconds < b.step_seconds;
-        });
+        std::sort(reports.begin(), reports.end(),
+                  [](const auto& a, const auto& b) { return a.step_seconds < b.step_seconds; });
         const worker::engine::StepReport& median = reports[reports.size() / 2];
         t = Throughput{median.tokens_per_second, median.tflops, median.step_seconds * 1e3,
                        static_cast<float>(median.loss)};
@@ -228,15 +228,16 @@ int main(int argc, char** argv) {
       (*backend)->name(), accelerators.cuda_runtime_version, accelerators.cublas_version, bf16_peak,
       fp32_peak, shape.batch, shape.seq, steps);
   std::cout << fmt::format("{:<6} {:>12} {:>10} {:>14} {:>12} {:>14} {:>10} {:>13} {:>10}\n", "",
-                           "ours tok/s", "ours MFU", "engine tok/s", "engine MFU",
-                           "PyTorch tok/s", "PyTorch MFU", "ours/PyTorch", "loss");
+                           "ours tok/s", "ours MFU", "engine tok/s", "engine MFU", "PyTorch tok/s",
+                           "PyTorch MFU", "ours/PyTorch", "loss");
   const std::string script = bench::runfile(argv[0], "tools/reference/gpt2_reference.py");
   for (const DType precision : {DType::kBF16, DType::kF32}) {
     const bool bf16 = precision == DType::kBF16;
     const double peak = bf16 ? bf16_peak : fp32_peak;
     const Throughput mine = ours(**backend, shape, precision, warmup, steps);
     std::string engine_error, error;
-    const std::optional<Throughput> job = engine(**backend, shape, bf16, warmup, steps, engine_error);
+    const std::optional<Throughput> job =
+        engine(**backend, shape, bf16, warmup, steps, engine_error);
     std::optional<Throughput> theirs;
     if (!skip_pytorch) theirs = pytorch(shape, bf16, warmup, steps, script, error);
     std::cout << fmt::format(

@@ -88,10 +88,9 @@ std::vector<Row> nccl_rows(kernels::Backend& device, const SelftestOptions& opti
   }
   std::vector<Row> rows;
   for (const selftest::NcclCheck& check : selftest::check_nccl(device, solo, options.seed)) {
-    rows.push_back({fmt::format("NCCL {} against MPI", check.collective), "fp32", check.error,
-                    check.tolerance,
-                    check.failure.empty() ? (check.passed() ? "pass" : "FAIL")
-                                          : "FAIL: " + check.failure});
+    rows.push_back(
+        {fmt::format("NCCL {} against MPI", check.collective), "fp32", check.error, check.tolerance,
+         check.failure.empty() ? (check.passed() ? "pass" : "FAIL") : "FAIL: " + check.failure});
   }
   return rows;
 }

@@ -18,8 +18,7 @@ inline constexpr int64_t kDeviceOptimizerChunk = int64_t{1} << 22;
 // one chunk's gradients (and in 16-bit training of its rounded weights).
 inline int64_t device_optimizer_bytes(int64_t elements, bool mixed, bool staged) {
   const int64_t masters = staged || mixed ? elements : 0;
-  const int64_t staging =
-      staged ? std::min(elements, kDeviceOptimizerChunk) * (mixed ? 2 : 1) : 0;
+  const int64_t staging = staged ? std::min(elements, kDeviceOptimizerChunk) * (mixed ? 2 : 1) : 0;
   return (masters + 2 * elements + staging) * 4;
 }
 

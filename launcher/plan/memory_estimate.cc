@@ -161,8 +161,7 @@ ModelStateBytes mirrored_state_bytes(int64_t psi, const spec::TrainingSpec& trai
   ModelStateBytes bytes;
   bytes.parameters = psi * 4;
   bytes.gradients = psi * 4;
-  if (training.zero.offload_optimizer.device == spec::OffloadDevice::kNone &&
-      data_parallel == 1) {
+  if (training.zero.offload_optimizer.device == spec::OffloadDevice::kNone && data_parallel == 1) {
     // One data rank with its optimizer on the GPU keeps every state there
     // (worker/engine/device_model_state.cc): no host copies.
     bytes.optimizer_states = core::device_optimizer_bytes(psi, mixed, /*staged=*/false);

@@ -3,6 +3,7 @@
 // communicator's own and completed through a CUDA event.
 #include "worker/comm/nccl_communicator.h"
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -85,8 +86,14 @@ class NcclCommunicator;
 // One operation on the stream: done when its event is.
 class NcclWork final : public Work {
  public:
-  NcclWork(const NcclCommunicator& owner, cudaEvent_t done, int64_t sequence, core::Status failed)
-      : owner_(owner), done_(done), sequence_(sequence), failed_(std::move(failed)) {}
+  NcclWork(NcclCommunicator& owner, cudaEvent_t done, OpKind kind, int64_t bytes, int64_t sequence,
+           core::Status failed)
+      : owner_(owner),
+        done_(done),
+        kind_(kind),
+        bytes_(bytes),
+        sequence_(sequence),
+        failed_(std::move(failed)) {}
   ~NcclWork() override {
     if (done_ != nullptr) cudaEventDestroy(done_);
   }
@@ -97,8 +104,10 @@ class NcclWork final : public Work {
   }
 
  private:
-  const NcclCommunicator& owner_;
+  NcclCommunicator& owner_;
   cudaEvent_t done_;
+  OpKind kind_;
+  int64_t bytes_;
   int64_t sequence_;
   core::Status failed_;
 };
@@ -108,13 +117,29 @@ class NcclCommunicator final : public Communicator {
   // `host` alone, or `owned` (a duplicate or split of another's host, kept).
   NcclCommunicator(Communicator& host, std::unique_ptr<Communicator> owned, ncclComm_t comm,
                    cudaStream_t stream)
-      : host_(host), owned_host_(std::move(owned)), comm_(comm), stream_(stream) {}
+      : host_(host),
+        owned_host_(std::move(owned)),
+        axis_(std::string(host.axis()) + "/nccl"),
+        comm_(comm),
+        stream_(stream) {}
+  // Destroys the NCCL communicator once its operations are done; aborts it
+  // where one failed or does not finish within the timeout (a peer that
+  // never came would keep it waiting forever).
   ~NcclCommunicator() override {
-    if (error_.ok()) {
-      cudaStreamSynchronize(stream_);
+    bool finished = !broken_.load();
+    const auto start = std::chrono::steady_clock::now();
+    while (finished && cudaStreamQuery(stream_) == cudaErrorNotReady) {
+      const std::chrono::milliseconds limit = timeout();
+      if (!async_error().ok() ||
+          (limit.count() > 0 && std::chrono::steady_clock::now() - start > limit)) {
+        finished = false;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    if (finished) {
       ncclCommDestroy(comm_);
     } else {
-      ncclCommAbort(comm_);  // a peer may never come: destroying would wait for it
+      ncclCommAbort(comm_);
     }
     if (ready_ != nullptr) cudaEventDestroy(ready_);
     if (scratch_ != nullptr) cudaFree(scratch_);
@@ -122,7 +147,8 @@ class NcclCommunicator final : public Communicator {
   }
 
   core::Status init() {
-    if (cudaError_t e = cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming); e != cudaSuccess) {
+    if (cudaError_t e = cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming);
+        e != cudaSuccess) {
       return cuda_failure(e, "creating an event");
     }
     if (cudaError_t e = cudaMalloc(&scratch_, sizeof(float)); e != cudaSuccess) {
@@ -133,7 +159,8 @@ class NcclCommunicator final : public Communicator {
 
   int rank() const override { return host_.rank(); }
   int size() const override { return host_.size(); }
-  std::string_view axis() const override { return host_.axis(); }
+  // "<host's axis>/nccl": its collectives are counted apart from the host's.
+  std::string_view axis() const override { return axis_; }
   const std::vector<int>& world_ranks() const override { return host_.world_ranks(); }
   std::chrono::milliseconds timeout() const override { return host_.timeout(); }
   const WaitPolicy& wait_policy() const override { return host_.wait_policy(); }
@@ -148,8 +175,13 @@ class NcclCommunicator final : public Communicator {
                            nccl_op(op), comm_, stream_);
     });
   }
-  std::unique_ptr<Work> reduce_scatter(BufferRef in, BufferRef out,
-                                       std::span<const int64_t> counts, ReduceOp op) override {
+  std::unique_ptr<Work> reduce_scatter(BufferRef in, BufferRef out, std::span<const int64_t> counts,
+                                       ReduceOp op) override {
+    if (static_cast<int>(counts.size()) != size() ||
+        std::accumulate(counts.begin(), counts.end(), int64_t{0}) != in.count ||
+        out.count < counts[rank()]) {
+      return refused(OpKind::kReduceScatter, "counts that do not match the group or the buffers");
+    }
     return start(OpKind::kReduceScatter, in.bytes(), [&] {
       if (all_equal(counts)) {
         return ncclReduceScatter(in.data, out.data, static_cast<size_t>(counts.front()),
@@ -169,6 +201,10 @@ class NcclCommunicator final : public Communicator {
     });
   }
   std::unique_ptr<Work> all_gather(BufferRef in, BufferRef out, const Blocks& blocks) override {
+    if (static_cast<int>(blocks.counts.size()) != size() ||
+        blocks.displacements.size() != blocks.counts.size() || in.count != blocks.counts[rank()]) {
+      return refused(OpKind::kAllGather, "blocks that do not match the group or the buffers");
+    }
     return start(OpKind::kAllGather, in.bytes(), [&] {
       const int64_t count = blocks.counts.front();
       bool consecutive = all_equal(blocks.counts);
@@ -191,7 +227,9 @@ class NcclCommunicator final : public Communicator {
     });
   }
   std::unique_ptr<Work> broadcast(BufferRef buffer, int root) override {
-    return start(OpKind::kBroadcast, buffer.bytes(), [&] {
+    if (root < 0 || root >= size()) return refused(OpKind::kBroadcast, "a root outside the group");
+    // Only the root hands its buffer to the transport.
+    return start(OpKind::kBroadcast, rank() == root ? buffer.bytes() : 0, [&] {
       return ncclBroadcast(buffer.data, buffer.data, static_cast<size_t>(buffer.count),
                            nccl_type(buffer.dtype), root, comm_, stream_);
     });
@@ -204,9 +242,15 @@ class NcclCommunicator final : public Communicator {
   }
   std::unique_ptr<Work> all_to_all(BufferRef in, const Blocks& sent, BufferRef out,
                                    const Blocks& received) override {
+    if (static_cast<int>(sent.counts.size()) != size() ||
+        static_cast<int>(received.counts.size()) != size() ||
+        sent.displacements.size() != sent.counts.size() ||
+        received.displacements.size() != received.counts.size()) {
+      return refused(OpKind::kAllToAll, "blocks that do not match the group");
+    }
     const int64_t others =
         std::accumulate(sent.counts.begin(), sent.counts.end(), int64_t{0}) - sent.counts[rank()];
-    return start(OpKind::kAllToAll, others * dtype_bytes(in.dtype), [&] {
+    return start(OpKind::kAllToAll, in.bytes(), others * dtype_bytes(in.dtype), [&] {
       ncclGroupStart();
       for (int r = 0; r < size(); ++r) {
         if (sent.counts[r] > 0) {
@@ -221,31 +265,32 @@ class NcclCommunicator final : public Communicator {
       return ncclGroupEnd();
     });
   }
-  std::unique_ptr<Work> send(BufferRef buffer, int peer) override {
-    return start(OpKind::kSend, buffer.bytes(), [&] {
-      return ncclSend(buffer.data, static_cast<size_t>(buffer.count), nccl_type(buffer.dtype),
-                      peer, comm_, stream_);
-    });
+  // A lone NCCL send holds the stream until its receive runs, so two ranks
+  // that each send and then receive (as MPI lets them) would wait for each
+  // other forever: point-to-point goes through all_to_all here.
+  std::unique_ptr<Work> send(BufferRef, int) override {
+    return refused(OpKind::kSend, "a lone send (exchange through all_to_all)");
   }
-  std::unique_ptr<Work> recv(BufferRef buffer, int peer) override {
-    return start(OpKind::kRecv, 0, [&] {
-      return ncclRecv(buffer.data, static_cast<size_t>(buffer.count), nccl_type(buffer.dtype),
-                      peer, comm_, stream_);
-    });
+  std::unique_ptr<Work> recv(BufferRef, int) override {
+    return refused(OpKind::kRecv, "a lone receive (exchange through all_to_all)");
   }
   std::unique_ptr<Work> barrier() override {
     return start(OpKind::kBarrier, 0, [&] {
       return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_);
     });
   }
+  // `host` runs on a thread of CUDA's (cudaLaunchHostFunc), which must not
+  // call CUDA: host memory only.
   std::unique_ptr<Work> then(std::function<void()> host) override {
     std::lock_guard lock(mutex_);
+    if (broken_.load()) return finished(OpKind::kBarrier, error());
     auto* function = new std::function<void()>(std::move(host));
-    if (cudaError_t e = cudaLaunchHostFunc(stream_, run_host_function, function); e != cudaSuccess) {
+    if (cudaError_t e = cudaLaunchHostFunc(stream_, run_host_function, function);
+        e != cudaSuccess) {
       delete function;
-      return finished(cuda_failure(e, "queueing a host function"));
+      return fail(OpKind::kBarrier, cuda_failure(e, "queueing a host function"));
     }
-    return record_done(collectives_);
+    return record_done(OpKind::kBarrier, 0, collectives_.load());
   }
 
   core::StatusOr<std::unique_ptr<Communicator>> duplicate(std::string_view label) override {
@@ -266,48 +311,75 @@ class NcclCommunicator final : public Communicator {
     std::lock_guard lock(mutex_);
     return stats_;
   }
-  int64_t collectives_started() const override {
-    std::lock_guard lock(mutex_);
-    return collectives_;
-  }
+  int64_t collectives_started() const override { return collectives_.load(); }
 
  private:
   friend class NcclWork;
 
-  // Queues `launch` (which returns NCCL's result) after the default
-  // stream's work so far, then the event that completes its Work.
+  // Queues `launch` (which returns NCCL's result) after the legacy default
+  // stream's work so far (the backend's, unless its set_stream() chose
+  // another), then the event that completes its Work. `wire`: the bytes to
+  // peers, where wire_bytes()'s formula does not give them.
   template <typename Launch>
   std::unique_ptr<Work> start(OpKind kind, int64_t bytes, Launch launch) {
+    return start(kind, bytes, wire_bytes(kind, bytes, size()), launch);
+  }
+  template <typename Launch>
+  std::unique_ptr<Work> start(OpKind kind, int64_t bytes, int64_t wire, Launch launch) {
     std::lock_guard lock(mutex_);
-    if (!error_.ok()) return finished(error_);
-    if (cudaError_t e = cudaEventRecord(ready_, cudaStreamLegacy); e != cudaSuccess) {
-      return finished(cuda_failure(e, "ordering after the default stream"));
-    }
-    cudaStreamWaitEvent(stream_, ready_, 0);
+    if (broken_.load()) return finished(kind, error());
+    cudaError_t e = cudaEventRecord(ready_, cudaStreamLegacy);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(stream_, ready_, 0);
+    if (e != cudaSuccess) return fail(kind, cuda_failure(e, "ordering after the default stream"));
     if (ncclResult_t result = launch(); result != ncclSuccess) {
-      error_ = nccl_failure(result, std::string(op_name(kind)));
-      return finished(error_);
+      return fail(kind, nccl_failure(result, std::string(op_name(kind))));
     }
     CommStats::Op& op = stats_.ops[static_cast<int>(kind)];
     ++op.calls;
     op.bytes += bytes;
-    op.wire_bytes += wire_bytes(kind, bytes, size());
-    const int64_t sequence = collectives_;
-    if (kind != OpKind::kSend && kind != OpKind::kRecv) ++collectives_;
-    return record_done(sequence);
+    op.wire_bytes += wire;
+    return record_done(kind, bytes, ++collectives_);
   }
-  std::unique_ptr<Work> record_done(int64_t sequence) {
+  // The Work of an operation queued, numbered `sequence` (1 for the first
+  // collective, as MPI's are).
+  std::unique_ptr<Work> record_done(OpKind kind, int64_t bytes, int64_t sequence) {
     cudaEvent_t done = nullptr;
     cudaError_t e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaEventRecord(done, stream_);
     if (e != cudaSuccess) {
       if (done != nullptr) cudaEventDestroy(done);
-      return finished(cuda_failure(e, "recording an event"));
+      // Queued, but nothing can tell when it is done: the communicator is
+      // aborted rather than its buffers freed under it.
+      return fail(kind, cuda_failure(e, "recording an event"));
     }
-    return std::make_unique<NcclWork>(*this, done, sequence, core::Status());
+    return std::make_unique<NcclWork>(*this, done, kind, bytes, sequence, core::Status());
   }
-  std::unique_ptr<Work> finished(core::Status status) {
-    return std::make_unique<NcclWork>(*this, nullptr, collectives_, std::move(status));
+  // What failed sticks: no operation starts after it, and the destructor
+  // aborts (peers waiting in an operation this rank did not queue get
+  // their own timeouts).
+  std::unique_ptr<Work> fail(OpKind kind, core::Status status) {
+    mark_broken(status);
+    return finished(kind, std::move(status));
+  }
+  std::unique_ptr<Work> finished(OpKind kind, core::Status status) {
+    return std::make_unique<NcclWork>(*this, nullptr, kind, 0, collectives_.load(),
+                                      std::move(status));
+  }
+  // A call this communicator does not take: refused at once, nothing queued,
+  // the communicator unharmed (as MPI's refuses bad arguments).
+  std::unique_ptr<Work> refused(OpKind kind, std::string_view what) {
+    return finished(kind,
+                    core::Status(core::StatusCode::kInvalidArgument,
+                                 fmt::format("NCCL {} on {}: {}", op_name(kind), axis_, what)));
+  }
+  void mark_broken(const core::Status& status) {
+    std::lock_guard lock(error_mutex_);
+    if (error_.ok()) error_ = status;
+    broken_.store(true);
+  }
+  core::Status error() const {
+    std::lock_guard lock(error_mutex_);
+    return error_;
   }
 
   // A communicator over `host`'s ranks: NCCL's split of this one by color
@@ -342,14 +414,17 @@ class NcclCommunicator final : public Communicator {
 
   Communicator& host_;
   std::unique_ptr<Communicator> owned_host_;
+  const std::string axis_;
   ncclComm_t comm_;
   cudaStream_t stream_;
   cudaEvent_t ready_ = nullptr;
   float* scratch_ = nullptr;
-  mutable std::mutex mutex_;
-  core::Status error_;  // sticks: no operation starts after a failed one
+  mutable std::mutex mutex_;  // orders the operations' starts
+  mutable std::mutex error_mutex_;
+  core::Status error_;  // the first failure, which sticks
+  std::atomic<bool> broken_{false};
   CommStats stats_;
-  int64_t collectives_ = 0;
+  std::atomic<int64_t> collectives_{0};
 };
 
 core::Status NcclWork::wait(std::chrono::milliseconds timeout) {
@@ -359,13 +434,28 @@ core::Status NcclWork::wait(std::chrono::milliseconds timeout) {
   for (;;) {
     const cudaError_t state = cudaEventQuery(done_);
     if (state == cudaSuccess) return {};
-    if (state != cudaErrorNotReady) return cuda_failure(state, "waiting for an operation");
-    if (core::Status status = owner_.async_error(); !status.ok()) return status;
+    if (state != cudaErrorNotReady) {
+      core::Status failed = cuda_failure(state, "waiting for an operation");
+      owner_.mark_broken(failed);
+      return failed;
+    }
+    if (core::Status status = owner_.async_error(); !status.ok()) {
+      owner_.mark_broken(status);
+      return status;
+    }
     if (timeout.count() > 0 && std::chrono::steady_clock::now() - start > timeout) {
-      return core::Status(
+      std::string peers;
+      for (int world_rank : owner_.world_ranks()) {
+        peers += (peers.empty() ? "" : ", ") + std::to_string(world_rank);
+      }
+      // Still in flight: the destructor will abort rather than wait for it.
+      core::Status late(
           core::StatusCode::kDeadlineExceeded,
-          fmt::format("NCCL operation {} on {} ({} ranks) not done after {} ms", sequence_,
-                      owner_.axis(), owner_.size(), timeout.count()));
+          fmt::format("{} {} #{} of {} bytes over world ranks {} did not complete "
+                      "within {} ms",
+                      owner_.axis(), op_name(kind_), sequence_, bytes_, peers, timeout.count()));
+      owner_.mark_broken(late);
+      return late;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }

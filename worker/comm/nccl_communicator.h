@@ -17,8 +17,14 @@ bool nccl_built();
 // Each operation starts once the work queued on the default stream before
 // it is done, and its Work completes when the stream has run it; wait()
 // polls, so a peer that never joins is reported at the host communicator's
-// timeout, as MPI's are. Collective over `host`, which must outlive the
-// result (its axis, ranks and timeout are the result's; duplicate() and
+// timeout, as MPI's are; a failure or a deadline sticks, and the
+// communicator is then aborted rather than destroyed. Its axis is the
+// host's with "/nccl" after it; its ranks and timeout are the host's. Lone
+// send() and recv() are refused (one NCCL stream would hold a send until
+// its receive runs: exchange through all_to_all), and then()'s function
+// runs on CUDA's thread, where it must not call CUDA. It is not registered
+// with the process's Transport: heartbeats do not count its collectives.
+// Collective over `host`, which must outlive the result (duplicate() and
 // split() make NCCL communicators over the host's duplicates and splits).
 // kFailedPrecondition in a build without NCCL.
 core::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(Communicator& host);

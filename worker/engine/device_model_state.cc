@@ -58,8 +58,7 @@ class DeviceModelState final : public ModelState {
     std::vector<float> piece(std::min(total_, kPiece));
     for (int64_t begin = 0; begin < total_; begin += kPiece) {
       const int64_t end = std::min(begin + kPiece, total_);
-      if (core::Status status = inputs.initial_parameters(begin, end, piece.data());
-          !status.ok()) {
+      if (core::Status status = inputs.initial_parameters(begin, end, piece.data()); !status.ok()) {
         return status;
       }
       device_.copy_host_to_device(params_.data() + begin, piece.data(),
@@ -116,20 +115,20 @@ class DeviceModelState final : public ModelState {
     slice.optimizer_steps = optimizer_.steps_taken();
     slice.layout = &layout_;
     using core::ShardArrayData;
-    slice.arrays = {
-        ShardArrayData::streamed({core::StateKind::kParameter, core::DType::kF32},
-                                 [this](int64_t from, int64_t count, void* out) {
-                                   optimizer_.read_masters(from, count, static_cast<float*>(out));
-                                   return std::string();
-                                 }),
-        ShardArrayData::streamed({core::StateKind::kAdamM, core::DType::kF32},
-                                 [this](int64_t from, int64_t count, void* out) {
-                                   return read_moment(false, from, count, out);
-                                 }),
-        ShardArrayData::streamed({core::StateKind::kAdamV, core::DType::kF32},
-                                 [this](int64_t from, int64_t count, void* out) {
-                                   return read_moment(true, from, count, out);
-                                 })};
+    slice.arrays = {ShardArrayData::streamed({core::StateKind::kParameter, core::DType::kF32},
+                                             [this](int64_t from, int64_t count, void* out) {
+                                               optimizer_.read_masters(from, count,
+                                                                       static_cast<float*>(out));
+                                               return std::string();
+                                             }),
+                    ShardArrayData::streamed({core::StateKind::kAdamM, core::DType::kF32},
+                                             [this](int64_t from, int64_t count, void* out) {
+                                               return read_moment(false, from, count, out);
+                                             }),
+                    ShardArrayData::streamed({core::StateKind::kAdamV, core::DType::kF32},
+                                             [this](int64_t from, int64_t count, void* out) {
+                                               return read_moment(true, from, count, out);
+                                             })};
     return slice;
   }
 

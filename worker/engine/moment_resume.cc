@@ -16,9 +16,8 @@ core::Status resume_moments(AdamW& optimizer, const std::vector<core::ShardLocat
     const int64_t n = std::min(group, count - from);
     for (const auto& [kind, moment] : {std::pair{core::StateKind::kAdamM, first.data()},
                                        std::pair{core::StateKind::kAdamV, second.data()}}) {
-      if (std::string error;
-          !core::read_flat_range(shards, layout, kind, begin + from, begin + from + n, moment,
-                                 error)) {
+      if (std::string error; !core::read_flat_range(shards, layout, kind, begin + from,
+                                                    begin + from + n, moment, error)) {
         return core::Status(core::StatusCode::kDataLoss, error);
       }
     }

@@ -75,8 +75,7 @@ class AdamW {
   // at a time (and moment_group()). Before the first step, not with
   // swap_moments(); throws std::bad_alloc when the device lacks the memory.
   void place_on_device(kernels::Backend& device, core::DType precision, StepMemory memory,
-                       float* weights = nullptr,
-                       int64_t chunk = core::kDeviceOptimizerChunk);
+                       float* weights = nullptr, int64_t chunk = core::kDeviceOptimizerChunk);
   bool on_device() const { return device_ != nullptr; }
   // On the device: the fp32 masters of the floats [from, from + count) of
   // [begin, end) from host floats `masters`, or into host floats `out`.

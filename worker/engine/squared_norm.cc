@@ -4,9 +4,8 @@
 
 namespace dslaunch::worker::engine {
 
-double sum_of_squares_in(kernels::Backend& backend, const float* grads, int64_t base,
-                         int64_t begin, int64_t end,
-                         const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+double sum_of_squares_in(kernels::Backend& backend, const float* grads, int64_t base, int64_t begin,
+                         int64_t end, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
   if (ranges.empty()) return backend.sum_of_squares(grads + (begin - base), end - begin);
   double sum = 0;
   for (const auto& [range_begin, range_end] : ranges) {

@@ -13,8 +13,7 @@ namespace dslaunch::worker::engine {
 // backend's memory, holds the layout from element `base` on. Each range is
 // one sum_of_squares() call, so states that hold the same gradients in other
 // buffers get the same bits from it.
-double sum_of_squares_in(kernels::Backend& backend, const float* grads, int64_t base,
-                         int64_t begin, int64_t end,
-                         const std::vector<std::pair<int64_t, int64_t>>& ranges);
+double sum_of_squares_in(kernels::Backend& backend, const float* grads, int64_t base, int64_t begin,
+                         int64_t end, const std::vector<std::pair<int64_t, int64_t>>& ranges);
 
 }  // namespace dslaunch::worker::engine

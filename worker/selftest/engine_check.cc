@@ -86,9 +86,8 @@ Losses train_on(kernels::Backend& backend, kernels::Backend* host, const spec::J
     if (parameters.data != nullptr) {
       const auto* masters = static_cast<const float*>(parameters.data);
       std::copy(masters, masters + losses.masters.size(), losses.masters.begin());
-    } else if (std::string error =
-                   parameters.read(0, static_cast<int64_t>(losses.masters.size()),
-                                   losses.masters.data());
+    } else if (std::string error = parameters.read(0, static_cast<int64_t>(losses.masters.size()),
+                                                   losses.masters.data());
                !error.empty()) {
       losses.error = "reading the final parameters: " + error;
     }

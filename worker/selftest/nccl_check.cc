@@ -63,8 +63,7 @@ NcclCheck compare(const char* name, double tolerance, kernels::Backend& device,
   device.copy_host_to_device(device_in.data(), input.data(), in_bytes);
   device.memset_zero(device_out.data(), device_out.bytes());
   device.synchronize();
-  if (core::Status status = run(nccl, device_in.data(), device_out.data())->wait();
-      !status.ok()) {
+  if (core::Status status = run(nccl, device_in.data(), device_out.data())->wait(); !status.ok()) {
     check.failure = "NCCL: " + status.message();
     return check;
   }
@@ -118,12 +117,12 @@ std::vector<NcclCheck> check_nccl(kernels::Backend& device, comm::Communicator& 
                                                      comm::buffer_of(out, kBlock), even,
                                                      comm::ReduceOp::kSum);
                            }));
-  checks.push_back(compare(
-      "reduce_scatter (uneven)", sum_tolerance, device, host, nccl, mine, uneven[me],
-      [&](comm::Communicator& c, float* in, float* out) {
-        return c.reduce_scatter(comm::buffer_of(in, uneven_total), comm::buffer_of(out, uneven[me]),
-                                uneven, comm::ReduceOp::kSum);
-      }));
+  checks.push_back(compare("reduce_scatter (uneven)", sum_tolerance, device, host, nccl, mine,
+                           uneven[me], [&](comm::Communicator& c, float* in, float* out) {
+                             return c.reduce_scatter(comm::buffer_of(in, uneven_total),
+                                                     comm::buffer_of(out, uneven[me]), uneven,
+                                                     comm::ReduceOp::kSum);
+                           }));
   checks.push_back(compare("all_gather", 0, device, host, nccl, mine, ranks * kBlock,
                            [&](comm::Communicator& c, float* in, float* out) {
                              return c.all_gather(comm::buffer_of(in, kBlock),
@@ -133,8 +132,7 @@ std::vector<NcclCheck> check_nccl(kernels::Backend& device, comm::Communicator& 
   checks.push_back(compare("all_gather (uneven)", 0, device, host, nccl, mine, uneven_total,
                            [&](comm::Communicator& c, float* in, float* out) {
                              return c.all_gather(comm::buffer_of(in, uneven[me]),
-                                                 comm::buffer_of(out, uneven_total),
-                                                 uneven_blocks);
+                                                 comm::buffer_of(out, uneven_total), uneven_blocks);
                            }));
   // In place: the result is read from the input's buffer.
   checks.push_back(compare("broadcast", 0, device, host, nccl, mine, 0,

@@ -44,10 +44,10 @@ struct Layout {
 // its memory is not the host's) over `layout`'s groups; with the fp16
 // drill when `poison`; writing each checkpoint under `checkpoints` unless it
 // is empty; from `resume` if set.
-inline OffloadRun train_offloaded(kernels::Backend& backend, const spec::JobSpec& spec, Layout layout,
-                           kernels::Backend* host_backend, bool poison,
-                           const std::string& checkpoints = "",
-                           std::optional<ResumePoint> resume = std::nullopt) {
+inline OffloadRun train_offloaded(kernels::Backend& backend, const spec::JobSpec& spec,
+                                  Layout layout, kernels::Backend* host_backend, bool poison,
+                                  const std::string& checkpoints = "",
+                                  std::optional<ResumePoint> resume = std::nullopt) {
   const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
   REQUIRE(data.error == "");
   comm::ProcessGroups& groups =
@@ -93,10 +93,10 @@ struct GpuPathCase {
 // folder for offload_optimizer nvme.
 inline void check_gpu_path_matches_host_memory(spec::JobSpec spec, const GpuPathCase& c,
                                                const std::string& nvme) {
-  INFO("pipeline " << c.layout.pipeline << " (virtual stages " << c.virtual_stages
-                   << "), data " << c.layout.data << ", tensor " << c.layout.tensor
-                   << ", ZeRO stage " << c.stage << ", " << core::dtype_name(c.precision)
-                   << ", offload " << static_cast<int>(c.offload));
+  INFO("pipeline " << c.layout.pipeline << " (virtual stages " << c.virtual_stages << "), data "
+                   << c.layout.data << ", tensor " << c.layout.tensor << ", ZeRO stage " << c.stage
+                   << ", " << core::dtype_name(c.precision) << ", offload "
+                   << static_cast<int>(c.offload));
   spec.parallelism.tensor = c.layout.tensor;
   spec.parallelism.pipeline = c.layout.pipeline;
   spec.parallelism.virtual_stages = c.virtual_stages;

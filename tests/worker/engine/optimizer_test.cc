@@ -140,17 +140,16 @@ TEST_CASE("AdamW on a device steps as in host memory, staged a chunk at a time o
     const std::vector<float> moments = moments_of(host, n);
     for (int64_t from = 0; from < n; from += resumed.moment_group()) {
       const int64_t count = std::min(resumed.moment_group(), n - from);
-      REQUIRE(resumed.set_moments(from, count, moments.data() + from, moments.data() + n + from)
-                  .ok());
+      REQUIRE(
+          resumed.set_moments(from, count, moments.data() + from, moments.data() + n + from).ok());
     }
     resumed.set_steps_taken(host.steps_taken());
     std::vector<float> resumed_weights(total, 0.0f);
     const std::vector<float> grads = random_floats(total, 20, 0.1f);
     REQUIRE(host.step(*cpu, host_masters.data(), grads.data(), 1e-2, rounded(host_weights)).ok());
-    REQUIRE(resumed
-                .step(*device, resumed_weights.data(), grads.data(), 1e-2,
-                      rounded(resumed_weights))
-                .ok());
+    REQUIRE(
+        resumed.step(*device, resumed_weights.data(), grads.data(), 1e-2, rounded(resumed_weights))
+            .ok());
     const std::vector<float>& after = mixed ? host_weights : host_masters;
     CHECK(std::vector<float>(resumed_weights.begin() + begin, resumed_weights.begin() + end) ==
           std::vector<float>(after.begin() + begin, after.begin() + end));

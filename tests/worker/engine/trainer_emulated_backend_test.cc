@@ -97,13 +97,12 @@ TEST_CASE("on memory the host cannot touch, ZeRO stages 0-2 train as in host mem
   const int n = world.size();
   // ZeRO-Offload (the optimizer in host memory or on NVMe), and the
   // optimizer on the GPU, its masters and moments in the device's memory.
-  std::vector<GpuPathCase> cases = {
-      {{1, n, 1}, 1, spec::OffloadDevice::kCpu, core::DType::kF32},
-      {{1, n, 1}, 2, spec::OffloadDevice::kCpu, core::DType::kBF16},
-      {{1, n, 1}, 2, spec::OffloadDevice::kNvme, core::DType::kF16},
-      {{1, n, 1}, 0, spec::OffloadDevice::kNone, core::DType::kF32},
-      {{1, n, 1}, 1, spec::OffloadDevice::kNone, core::DType::kBF16},
-      {{1, n, 1}, 2, spec::OffloadDevice::kNone, core::DType::kF16}};
+  std::vector<GpuPathCase> cases = {{{1, n, 1}, 1, spec::OffloadDevice::kCpu, core::DType::kF32},
+                                    {{1, n, 1}, 2, spec::OffloadDevice::kCpu, core::DType::kBF16},
+                                    {{1, n, 1}, 2, spec::OffloadDevice::kNvme, core::DType::kF16},
+                                    {{1, n, 1}, 0, spec::OffloadDevice::kNone, core::DType::kF32},
+                                    {{1, n, 1}, 1, spec::OffloadDevice::kNone, core::DType::kBF16},
+                                    {{1, n, 1}, 2, spec::OffloadDevice::kNone, core::DType::kF16}};
   if (n == 2) {
     // Pipeline parallelism takes ZeRO stage 1 at most.
     cases.push_back({{1, 1, 2}, 2, spec::OffloadDevice::kCpu, core::DType::kBF16});
@@ -142,16 +141,16 @@ TEST_CASE("a GPU-path run resumed from its checkpoint continues bit for bit") {
     int stage;
     bool bf16;
   };
-  for (const Case& c : {Case{spec::OffloadDevice::kCpu, 2, true},
-                        Case{spec::OffloadDevice::kNone, 2, true},
-                        Case{spec::OffloadDevice::kNone, 0, false}}) {
+  for (const Case& c :
+       {Case{spec::OffloadDevice::kCpu, 2, true}, Case{spec::OffloadDevice::kNone, 2, true},
+        Case{spec::OffloadDevice::kNone, 0, false}}) {
     INFO("offload " << static_cast<int>(c.offload) << ", ZeRO stage " << c.stage
                     << (c.bf16 ? ", bf16" : ", fp32"));
     spec.training.zero.offload_optimizer.device = c.offload;
     spec.training.zero.stage = c.stage;
     spec.training.bf16 = c.bf16;
-    const std::string run = dir + "/" + std::to_string(c.stage) + "-" +
-                            std::to_string(static_cast<int>(c.offload));
+    const std::string run =
+        dir + "/" + std::to_string(c.stage) + "-" + std::to_string(static_cast<int>(c.offload));
     const OffloadRun whole =
         train_offloaded(*guarded, spec, data_parallel, host.get(), false, run + "/whole");
     REQUIRE_OK(comm::testing::world_barrier());  // every shard is written
