@@ -76,6 +76,18 @@ inline OffloadRun train_offloaded(kernels::Backend& backend, const spec::JobSpec
   return run;
 }
 
+// The tiny GPT on the GPU path, its token files in `dir`: six steps,
+// evaluating every three.
+inline spec::JobSpec gpu_path_job(const std::string& dir) {
+  spec::JobSpec spec = tiny_job(dir + "/train.bin", dir + "/valid.bin");
+  spec.cluster.device = spec::Device::kCuda;
+  spec.training.steps = 6;
+  spec.training.scheduler.total_num_steps = 6;
+  spec.training.scheduler.warmup_num_steps = 1;
+  spec.training.eval_interval = 3;
+  return spec;
+}
+
 // One layout and setting of the GPU path.
 struct GpuPathCase {
   Layout layout;

@@ -86,12 +86,7 @@ TEST_CASE("20 steps on the CUDA backend's kernels match the CPU backend's, fp32 
 TEST_CASE("on memory the host cannot touch, ZeRO stages 0-2 train as in host memory") {
   comm::Communicator& world = comm::testing::world_data();
   const std::string dir = testing::shared_token_files(world);
-  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
-  spec.cluster.device = spec::Device::kCuda;
-  spec.training.steps = 6;
-  spec.training.scheduler.total_num_steps = 6;
-  spec.training.scheduler.warmup_num_steps = 1;
-  spec.training.eval_interval = 3;
+  const spec::JobSpec spec = testing::gpu_path_job(dir);
   const std::string nvme = dir + "/nvme-" + std::to_string(world.rank());
   std::filesystem::create_directories(nvme);
   const int n = world.size();
@@ -119,10 +114,7 @@ TEST_CASE("on memory the host cannot touch, ZeRO stages 0-2 train as in host mem
 TEST_CASE("a GPU-path run resumed from its checkpoint continues bit for bit") {
   comm::Communicator& world = comm::testing::world_data();
   const std::string dir = testing::shared_token_files(world);
-  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
-  spec.cluster.device = spec::Device::kCuda;
-  spec.training.steps = 6;
-  spec.training.scheduler.total_num_steps = 6;
+  spec::JobSpec spec = testing::gpu_path_job(dir);
   spec.training.eval_interval = 0;
   spec.checkpoint.interval = 3;
   spec.training.batch.micro_batch_per_gpu = 2;

@@ -21,12 +21,7 @@ TEST_CASE("the GPU path trains combined layouts of four ranks as in host memory"
   comm::Communicator& world = comm::testing::world_data();
   REQUIRE(world.size() == 4);
   const std::string dir = testing::shared_token_files(world);
-  spec::JobSpec spec = testing::tiny_job(dir + "/train.bin", dir + "/valid.bin");
-  spec.cluster.device = spec::Device::kCuda;
-  spec.training.steps = 6;
-  spec.training.scheduler.total_num_steps = 6;
-  spec.training.scheduler.warmup_num_steps = 1;
-  spec.training.eval_interval = 3;
+  const spec::JobSpec spec = testing::gpu_path_job(dir);
   const std::string nvme = dir + "/nvme-" + std::to_string(world.rank());
   std::filesystem::create_directories(nvme);
   // {pipeline, data, tensor}: two data ranks of two tensor ranks, the
