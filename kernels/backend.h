@@ -289,6 +289,10 @@ class Backend {
   virtual double sum_of_squares(const float* x, int64_t n) = 0;
   // x *= factor.
   virtual void scale(float* x, int64_t n, float factor) = 0;
+  // x /= divisor: a division, not a product with 1/divisor, so that a mean
+  // over ranks is the correctly rounded quotient of the sum whatever the
+  // count (the gradients' mean over a data group, in host or device memory).
+  virtual void divide(float* x, int64_t n, float divisor) = 0;
 };
 
 // The CPU backend's sum_of_squares adds the double sums of consecutive

@@ -16,6 +16,7 @@
 #include "kernels/make_backend.h"
 #include "worker/checkpoint/async_shard_writer.h"
 #include "worker/comm/comms_summary.h"
+#include "worker/comm/nccl_communicator.h"
 #include "worker/data/demo_corpus.h"
 #include "worker/data/training_data.h"
 #include "worker/engine/trainer.h"
@@ -227,6 +228,12 @@ int run_train_workload(const TrainWorkloadContext& context) {
   engine::TrainerOptions options;
   options.data_comm = &context.groups->data();
   options.host_backend = host_backend.get();
+  // A GPU's data group averages its gradients through NCCL.
+  if (!backend.memory_is_host() && comm::nccl_built()) {
+    options.device_communicator = [](comm::Communicator& data) {
+      return comm::make_nccl_communicator(data);
+    };
+  }
   options.tensor_comm = &context.groups->tensor();
   options.pipeline_comm = &context.groups->pipeline();
   options.batch = context.batch;

@@ -5,21 +5,68 @@
 
 namespace dslaunch::core {
 
-// The optimizer on a GPU (worker/engine/optimizer.h, AdamW::place_on_device):
-// each step uploads the gradients and downloads the updated weights through
-// staging of at most this many floats (16 MiB), so the staging costs the
-// GPU little whatever the partition's size.
+// The optimizer on a GPU (worker/engine/optimizer.h, AdamW::place_on_device)
+// updates this many floats (16 MiB) a kernel at a time, and a checkpoint or
+// a resume moves its masters and moments through host memory a piece of
+// this size at a time, whatever the partition's size.
 inline constexpr int64_t kDeviceOptimizerChunk = int64_t{1} << 22;
 
-// GPU bytes that optimizer holds for `elements` parameters: their fp32
-// masters (in fp32 training with the weights on the GPU, the weights
-// themselves, counted with them) and Adam's two moments, and where the
-// step's gradients and weights are in host memory (`staged`) the staging of
-// one chunk's gradients (and in 16-bit training of its rounded weights).
-inline int64_t device_optimizer_bytes(int64_t elements, bool mixed, bool staged) {
-  const int64_t masters = staged || mixed ? elements : 0;
-  const int64_t staging = staged ? std::min(elements, kDeviceOptimizerChunk) * (mixed ? 2 : 1) : 0;
-  return (masters + 2 * elements + staging) * 4;
+// GPU bytes that optimizer holds for `elements` parameters: Adam's two
+// moments, and in 16-bit training their fp32 masters (in fp32 training the
+// masters are the weights on the GPU, counted with them).
+inline int64_t device_optimizer_bytes(int64_t elements, bool mixed) {
+  return ((mixed ? elements : 0) + 2 * elements) * 4;
+}
+
+// Every model state on the GPU (worker/engine/device_model_state.cc: the
+// optimizer there, ZeRO stages 0-2): what one rank of a data group of
+// `ranks` holds for `parameters` floats.
+struct DeviceStateShape {
+  int64_t parameters = 0;
+  int ranks = 1;
+  int stage = 0;
+  bool mixed = false;  // 16-bit training: the optimizer keeps fp32 masters
+  // zero_optimization.reduce_bucket_size, and whether gradients travel in
+  // 16 bits (communication_data_type).
+  int64_t bucket_elements = 500'000'000;
+  bool narrow_wire = false;
+};
+
+struct DeviceStateBytes {
+  int64_t parameters = 0;        // fp32 weights, whole (padded to the partitions)
+  int64_t gradients = 0;         // backward's, whole; at stage 2 this rank's partition too
+  int64_t optimizer_states = 0;  // device_optimizer_bytes() of this rank's partition
+  // The data group's reduction (worker/parallel/device_gradient_reducer.h):
+  // one bucket's share summed in fp32, and in 16-bit communication a
+  // bucket, every rank's share and a share widened.
+  int64_t communication_buffers = 0;
+  int64_t total() const {
+    return parameters + gradients + optimizer_states + communication_buffers;
+  }
+};
+
+inline DeviceStateBytes device_state_bytes(const DeviceStateShape& shape) {
+  const int64_t n = shape.parameters;
+  const int ranks = std::max(1, shape.ranks);
+  // ZeRO's partition as worker/parallel/zero_partition.h cuts it: whole
+  // multiples of 16 floats.
+  const auto partition_size = [n](int over) { return ((n + over - 1) / over + 15) / 16 * 16; };
+  const int64_t optimizer_part = partition_size(shape.stage >= 1 ? ranks : 1);
+  const int64_t owned = std::min(optimizer_part, n);  // rank 0's, the largest
+  DeviceStateBytes bytes;
+  bytes.parameters = optimizer_part * (shape.stage >= 1 ? ranks : 1) * 4;
+  bytes.gradients = n * 4 + (ranks > 1 && shape.stage >= 2 ? owned * 4 : 0);
+  bytes.optimizer_states = device_optimizer_bytes(owned, shape.mixed);
+  if (ranks > 1) {
+    // Buckets are capped at the buffer (and at about 2^31 floats, which no
+    // bucket size in use reaches).
+    const int64_t bucket = std::max<int64_t>(1, std::min(shape.bucket_elements, n));
+    const int64_t share = std::max<int64_t>(1, std::min(bucket, partition_size(ranks)));
+    bytes.communication_buffers = share * 4;
+    if (shape.narrow_wire)
+      bytes.communication_buffers += bucket * 2 + ranks * share * 2 + share * 4;
+  }
+  return bytes;
 }
 
 }  // namespace dslaunch::core

@@ -13,10 +13,9 @@ std::string training_support_problem(const spec::JobSpec& spec);
 
 // "" when the engine can train `spec` on a GPU (a backend whose memory is
 // not the host's), otherwise what that path lacks so far: Adam or AdamW at
-// ZeRO stages 0-2, with the optimizer's states on the GPU or offloaded whole
-// (ZeRO-Offload); several data ranks keep the other model states in host
-// memory, communicating over MPI through host memory, one data rank with
-// its optimizer on the GPU keeps every state there.
+// ZeRO stages 0-2, with every model state on the GPU (the data group
+// averaging there through NCCL), or the optimizer's states offloaded whole
+// (ZeRO-Offload: the model states in host memory, averaged over MPI there).
 std::string device_training_problem(const spec::JobSpec& spec);
 
 // Whether this build trains on CUDA devices (cluster.device: auto picks

@@ -232,6 +232,10 @@ class CpuBackend final : public Backend {
     prepare_calling_thread();
     cpu::scale(x, n, factor);
   }
+  void divide(float* x, int64_t n, float divisor) override {
+    prepare_calling_thread();
+    cpu::divide(x, n, divisor);
+  }
 
  private:
   // OpenMP's thread count and MXCSR are per-thread state, an OpenMP pool

@@ -77,6 +77,7 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n);
 void residual_backward(float* da, float* db, const float* dout, int64_t n);
 double sum_of_squares(const float* x, int64_t n);
 void scale(float* x, int64_t n, float factor);
+void divide(float* x, int64_t n, float divisor);
 void fill(float* x, int64_t n, float value);
 
 // convert.cc

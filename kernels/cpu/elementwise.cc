@@ -32,6 +32,11 @@ DSL_VECTOR_CLONES void scale_chunk(float* x, int64_t n, float factor) {
   for (int64_t i = 0; i < n; ++i) x[i] *= factor;
 }
 
+DSL_VECTOR_CLONES void divide_chunk(float* x, int64_t n, float divisor) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) x[i] /= divisor;
+}
+
 }  // namespace
 
 void residual_forward(float* out, const float* a, const float* b, int64_t n) {
@@ -63,6 +68,11 @@ double sum_of_squares(const float* x, int64_t n) {
 void scale(float* x, int64_t n, float factor) {
   for_each_chunk(n,
                  [&](int64_t begin, int64_t end) { scale_chunk(x + begin, end - begin, factor); });
+}
+
+void divide(float* x, int64_t n, float divisor) {
+  for_each_chunk(
+      n, [&](int64_t begin, int64_t end) { divide_chunk(x + begin, end - begin, divisor); });
 }
 
 void fill(float* x, int64_t n, float value) {

@@ -83,6 +83,18 @@ struct Scale {
   }
 };
 
+struct Divide {
+  float* x;
+  int64_t n;
+  float divisor;
+
+  LaunchShape shape() const { return grid_stride_shape(n); }
+  template <class Thread>
+  DSL_HOST_DEVICE void operator()(Thread& t) const {
+    for (int64_t i = grid_first(t); i < n; i += grid_stride(t)) x[i] /= divisor;
+  }
+};
+
 struct Fill {
   float* x;
   int64_t n;

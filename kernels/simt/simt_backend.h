@@ -204,6 +204,9 @@ class SimtBackend : public Backend {
   void scale(float* x, int64_t n, float factor) override {
     if (n > 0) launch(Scale{x, n, factor});
   }
+  void divide(float* x, int64_t n, float divisor) override {
+    if (n > 0) launch(Divide{x, n, divisor});
+  }
 
  private:
   static bool convertible(core::DType dtype) {

@@ -256,22 +256,31 @@ void add_memory_warnings(const spec::JobSpec& spec, JobPlan& plan) {
                          (plan.host_model_states ? 0 : plan.workspace_by_stage[stage].total());
     if (need <= plan.device_memory_bytes) continue;
     if (plan.host_model_states) {
-      // The GPU holds the model's fp32 mirror (8 bytes a parameter at any
-      // stage), the activations, and without offload the optimizer's states.
-      const bool optimizer_on_gpu = plan.memory_by_stage[stage].optimizer_states > 0;
+      // The GPU holds the model's fp32 parameters and gradients (8 bytes a
+      // parameter at any stage), the activations, and without offload the
+      // optimizer's states and the gradient reduction's buffers.
+      const ModelStateBytes& bytes = plan.memory_by_stage[stage];
+      const bool optimizer_on_gpu = bytes.optimizer_states > 0;
       // Stage 1 partitions the optimizer's states over the data ranks;
-      // higher stages free no GPU memory on this path (the mirror is whole).
+      // higher stages free no GPU memory on this path (the gradients
+      // backward writes are whole).
       const bool partitions_more = spec.training.zero.stage == 0 && plan.grid.shape().data > 1;
+      std::string remedies;
+      if (optimizer_on_gpu) remedies += "offload the optimizer (offload_optimizer device cpu), ";
+      if (optimizer_on_gpu && partitions_more) remedies += "raise zero_optimization.stage to 1, ";
+      if (bytes.communication_buffers > 0) {
+        remedies += fmt::format(
+            "lower zero_optimization.reduce_bucket_size (its buffers take "
+            "{:.2f} GiB), ",
+            bytes.communication_buffers / kGiB);
+      }
       plan.warnings.push_back(fmt::format(
-          "pipeline stage {}: the model's fp32 parameters and gradients{} and the activations "
+          "pipeline stage {}: the model's fp32 parameters and gradients{}{} and the activations "
           "need {:.2f} GiB per rank, more than the {:.2f} GiB a GPU has; {}checkpoint "
           "activations, or split the model over more tensor or pipeline ranks",
-          stage, optimizer_on_gpu ? ", the optimizer's states" : "", need / kGiB,
-          plan.device_memory_bytes / kGiB,
-          !optimizer_on_gpu ? ""
-          : partitions_more ? "offload the optimizer (offload_optimizer device cpu), raise "
-                              "zero_optimization.stage, "
-                            : "offload the optimizer (offload_optimizer device cpu), "));
+          stage, optimizer_on_gpu ? ", the optimizer's states" : "",
+          bytes.communication_buffers > 0 ? ", the gradient reduction's buffers" : "", need / kGiB,
+          plan.device_memory_bytes / kGiB, remedies));
       continue;
     }
     plan.warnings.push_back(fmt::format(

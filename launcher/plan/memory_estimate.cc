@@ -9,6 +9,7 @@
 #include "core/layout/parameter_table.h"
 #include "core/layout/pipeline_partition.h"
 #include "core/layout/pipeline_schedule.h"
+#include "core/spec/precision.h"
 
 namespace dslaunch::plan {
 namespace {
@@ -155,29 +156,34 @@ ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& trainin
 
 ModelStateBytes mirrored_state_bytes(int64_t psi, const spec::TrainingSpec& training,
                                      int data_parallel) {
-  // The host backend multiplies nothing: no 16-bit copy of the weights.
-  const ModelStateBytes host = model_state_bytes(psi, training, data_parallel, spec::Device::kCpu);
   const bool mixed = training.bf16 || training.fp16.enabled;
   ModelStateBytes bytes;
-  bytes.parameters = psi * 4;
-  bytes.gradients = psi * 4;
-  if (training.zero.offload_optimizer.device == spec::OffloadDevice::kNone && data_parallel == 1) {
-    // One data rank with its optimizer on the GPU keeps every state there
+  if (training.zero.offload_optimizer.device == spec::OffloadDevice::kNone) {
+    // The optimizer on the GPU keeps every state there
     // (worker/engine/device_model_state.cc): no host copies.
-    bytes.optimizer_states = core::device_optimizer_bytes(psi, mixed, /*staged=*/false);
+    const core::DType precision = spec::training_precision(training);
+    const core::DeviceStateBytes device =
+        core::device_state_bytes({.parameters = psi,
+                                  .ranks = data_parallel,
+                                  .stage = training.zero.stage,
+                                  .mixed = mixed,
+                                  .bucket_elements = training.zero.reduce_bucket_size,
+                                  .narrow_wire = spec::gradient_communication_type(
+                                                     training, precision) != core::DType::kF32});
+    bytes.parameters = device.parameters;
+    bytes.gradients = device.gradients;
+    bytes.optimizer_states = device.optimizer_states;
+    bytes.communication_buffers = device.communication_buffers;
     return bytes;
   }
+  // The host backend multiplies nothing: no 16-bit copy of the weights.
+  const ModelStateBytes host = model_state_bytes(psi, training, data_parallel, spec::Device::kCpu);
+  bytes.parameters = psi * 4;
+  bytes.gradients = psi * 4;
   bytes.offloaded_to_host =
       host.parameters + host.gradients + host.offloaded_to_host + host.swap_buffers;
   bytes.offloaded_to_nvme = host.offloaded_to_nvme;
-  if (training.zero.offload_optimizer.device == spec::OffloadDevice::kNone) {
-    // The optimizer on the GPU: fp32 masters (in fp32 training too, beside
-    // the mirror's parameters), both moments and its staging.
-    const int64_t elements = training.zero.stage >= 1 ? ceil_div(psi, data_parallel) : psi;
-    bytes.optimizer_states = core::device_optimizer_bytes(elements, mixed, /*staged=*/true);
-  } else {
-    bytes.offloaded_to_host += host.optimizer_states;
-  }
+  bytes.offloaded_to_host += host.optimizer_states;
   return bytes;
 }
 

@@ -65,8 +65,12 @@ struct ModelStateBytes {
   // ranks keep where the CPU multiplies bf16 (AVX512_BF16 or AMX) and count
   // here whatever the CPU.
   int64_t weight_copy = 0;
+  // Training on GPUs with every state there (mirrored_state_bytes): the
+  // data group's reduction buffers in GPU memory.
+  int64_t communication_buffers = 0;
   int64_t device_total() const {
-    return parameters + gradients + optimizer_states + swap_buffers + weight_copy;
+    return parameters + gradients + optimizer_states + swap_buffers + weight_copy +
+           communication_buffers;
   }
 };
 
@@ -83,15 +87,17 @@ struct ModelStateBytes {
 ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& training,
                                   int data_parallel, spec::Device device = spec::Device::kCuda);
 
-// What training on a GPU holds today (worker/engine/device_mirror.h), for a
-// job spec::device_training_problem accepts: on the GPU the model's fp32
-// parameters and whole fp32 gradients, 4Ψ + 4Ψ whatever the precision and
-// ZeRO stage, and without offload_optimizer the optimizer's states of this
-// rank's partition (core::device_optimizer_bytes); the other model states in
-// host memory as the CPU engine keeps them (in offloaded_to_host, or
-// offloaded_to_nvme where they go to NVMe, swap buffers included). One data
-// rank without offload_optimizer keeps all of them on the GPU, nothing in
-// host memory.
+// What training on a GPU holds today, for a job
+// spec::device_training_problem accepts. Without offload_optimizer every
+// model state is on the GPU (core::device_state_bytes: fp32 parameters and
+// whole fp32 gradients, 4Ψ + 4Ψ whatever the precision, stage 2's gradient
+// partition, the optimizer's states of this rank's partition, the data
+// group's reduction buffers), nothing in host memory. With
+// offload_optimizer (worker/engine/
+// device_mirror.h) the GPU holds the fp32 parameters and gradients (4Ψ +
+// 4Ψ), and the other model states are in host memory as the CPU engine
+// keeps them (in offloaded_to_host, or offloaded_to_nvme where they go to
+// NVMe, swap buffers included).
 ModelStateBytes mirrored_state_bytes(int64_t psi, const spec::TrainingSpec& training,
                                      int data_parallel);
 

@@ -122,11 +122,11 @@ void write_plan_json(std::ostream& stream, const spec::JobSpec& spec, const JobP
     const ModelStateBytes& bytes = plan.memory_of_rank(rank.rank);
     append(out,
            "{{\"rank\": {}, \"parameters\": {}, \"gradients\": {}, \"optimizer_states\": {}, "
-           "\"swap_buffers\": {}, \"weight_copy\": {}, \"device_total\": {}, "
-           "\"offloaded_to_host\": {}, \"offloaded_to_nvme\": {}}}",
+           "\"swap_buffers\": {}, \"weight_copy\": {}, \"communication_buffers\": {}, "
+           "\"device_total\": {}, \"offloaded_to_host\": {}, \"offloaded_to_nvme\": {}}}",
            rank.rank, bytes.parameters, bytes.gradients, bytes.optimizer_states, bytes.swap_buffers,
-           bytes.weight_copy, bytes.device_total(), bytes.offloaded_to_host,
-           bytes.offloaded_to_nvme);
+           bytes.weight_copy, bytes.communication_buffers, bytes.device_total(),
+           bytes.offloaded_to_host, bytes.offloaded_to_nvme);
   });
   append(out, "  \"device_memory_bytes\": {},\n", plan.device_memory_bytes);
   append(out, "  \"warnings\": [");

@@ -123,8 +123,9 @@ std::string plan_to_text(const spec::JobSpec& spec, const JobPlan& plan, int max
       const bool all_on_gpu = plan.memory_by_stage.front().offloaded_to_host == 0 &&
                               plan.memory_by_stage.front().offloaded_to_nvme == 0;
       out += all_on_gpu
-                 ? "on GPUs with one data rank and the optimizer there every model state stays on "
-                   "the GPU, in fp32 (the 16-bit weights as their fp32 values)\n"
+                 ? "on GPUs with the optimizer there every model state stays on the GPU, in fp32 "
+                   "(the 16-bit weights as their fp32 values); with several data ranks \"on "
+                   "device\" includes the gradient reduction's buffers there\n"
                  : "on GPUs the model states and buffers stay in host memory: the GPU holds the "
                    "model's fp32 parameters and gradients, the activations and, without "
                    "offload_optimizer, the optimizer's states, the total\n";

@@ -168,20 +168,24 @@ TEST_CASE("dslaunch plan --json plans the 2-host example: 16 ranks, a stage per 
   }
 
   // bf16, ZeRO-1 over 2 replicas: Ψ = 51,868,672 on stage 0, 50,822,144 on
-  // stage 1. The GPU holds the fp32 parameters and gradients (4Ψ + 4Ψ), and
-  // its half's optimizer: fp32 masters and both moments (12 bytes a
-  // parameter) and the staging of a chunk's gradients and weights (2 x 4 Mi
-  // floats).
+  // stage 1 (halves of whole multiples of 16 floats). The GPU holds every
+  // state: the fp32 parameters and gradients (4Ψ + 4Ψ), its half's
+  // optimizer (fp32 masters and both moments, 12 bytes a parameter), and the
+  // gradient reduction's buffers for one bucket of the whole stage
+  // (reduce_bucket_size 5e8) in bf16 (8 bytes a parameter over 2 ranks:
+  // the half's fp32 sum, the bucket rounded, both halves received, one
+  // widened).
   const int64_t psi0 = 51'868'672;
   const int64_t psi1 = 50'822'144;
-  const int64_t staging = 2 * 4'194'304 * 4;
   const json& memory = plan["memory"];
   REQUIRE(memory.size() == 16);
   CHECK(memory[0]["parameters"] == 4 * psi0);
-  CHECK(memory[0]["optimizer_states"] == 12 * psi0 / 2 + staging);
-  CHECK(memory[0]["device_total"] == 8 * psi0 + 12 * psi0 / 2 + staging);
+  CHECK(memory[0]["optimizer_states"] == 12 * psi0 / 2);
+  CHECK(memory[0]["communication_buffers"] == 8 * psi0);
+  CHECK(memory[0]["device_total"] == 22 * psi0);
+  CHECK(memory[0]["offloaded_to_host"] == 0);
   CHECK(memory[15]["parameters"] == 4 * psi1);
-  CHECK(memory[15]["device_total"] == 8 * psi1 + 12 * psi1 / 2 + staging);
+  CHECK(memory[15]["device_total"] == 22 * psi1);
 
   const auto warnings = plan["warnings"].get<std::vector<std::string>>();
   REQUIRE(warnings.size() == 1);
@@ -197,8 +201,8 @@ TEST_CASE("dslaunch plan counts a GPU job as training on GPUs holds it, optimize
   CHECK(on_gpu["host_model_states"] == true);
   CHECK(offloaded["host_model_states"] == true);
   // Stage 0's Ψ = 51,868,672: fp32 parameters and whole fp32 gradients on
-  // the GPU; in host memory the fp32 parameters and whole gradients (stage
-  // 1), and offloaded this rank's half of the masters and moments.
+  // the GPU; offloaded, in host memory the fp32 parameters and whole
+  // gradients (stage 1) and this rank's half of the masters and moments.
   const int64_t psi = 51'868'672;
   for (const json* plan : {&on_gpu, &offloaded}) {
     const json& bytes = (*plan)["memory"][0];
@@ -209,11 +213,12 @@ TEST_CASE("dslaunch plan counts a GPU job as training on GPUs holds it, optimize
   CHECK(offloaded["memory"][0]["optimizer_states"] == 0);
   CHECK(offloaded["memory"][0]["device_total"] == 8 * psi);
   CHECK(offloaded["memory"][0]["offloaded_to_host"] == 4 * psi + 4 * psi + 12 * psi / 2);
-  // On the GPU, the optimizer's half and its staging (2 x 4 Mi floats).
-  const int64_t optimizer = 12 * psi / 2 + 2 * 4'194'304 * 4;
-  CHECK(on_gpu["memory"][0]["optimizer_states"] == optimizer);
-  CHECK(on_gpu["memory"][0]["device_total"] == 8 * psi + optimizer);
-  CHECK(on_gpu["memory"][0]["offloaded_to_host"] == 4 * psi + 4 * psi);
+  // Without offload everything is on the GPU: the optimizer's half and the
+  // gradient reduction's buffers beside the parameters and gradients.
+  CHECK(on_gpu["memory"][0]["optimizer_states"] == 12 * psi / 2);
+  CHECK(on_gpu["memory"][0]["communication_buffers"] == 8 * psi);
+  CHECK(on_gpu["memory"][0]["device_total"] == 8 * psi + 12 * psi / 2 + 8 * psi);
+  CHECK(on_gpu["memory"][0]["offloaded_to_host"] == 0);
 }
 
 TEST_CASE("dslaunch plan refuses a resolved spec too large for one controller message") {

@@ -7,12 +7,12 @@
 
 namespace dslaunch::worker::engine {
 
-// Training on a backend whose memory is not the host's (a GPU): the model
-// states stay in host memory, where ZeRO's partitions, swap files, the MPI
-// collectives and the CPU Adam work on them (DeepSpeed's ZeRO-Offload keeps
-// them there too; without offload the optimizer's masters and moments live
-// on the GPU instead, AdamW::place_on_device), and the model reads and
-// writes this mirror of them in the backend's memory:
+// Training on a backend whose memory is not the host's (a GPU) with
+// offload_optimizer: the model states stay in host memory, where ZeRO's
+// partitions, swap files, the MPI collectives and the CPU Adam work on them
+// (DeepSpeed's ZeRO-Offload keeps them there too; without offload every
+// state is on the GPU, worker/engine/device_model_state.cc), and the model
+// reads and writes this mirror of them in the backend's memory:
 // - the parameters, uploaded whole whenever the optimizer has changed them;
 // - the gradient buffer backward accumulates into over a step's
 //   micro-batches, moved to the host a range at a time as the reduction

@@ -1,14 +1,18 @@
-// One data rank training on a GPU with its optimizer there: the parameters,
-// the gradients, the optimizer's masters and moments all live in the GPU's
-// memory, and the whole step runs there, as DeepSpeed trains on one GPU.
-// With one data rank ZeRO has nothing to partition and nothing to reduce at
-// any stage below 3, so no model state needs to cross to the host between
+// Training on GPUs with the optimizer there, as DeepSpeed trains without
+// offload: the parameters, the gradients, the optimizer's masters and
+// moments all live in the GPU's memory, and the whole step runs there. With
+// several data ranks ZeRO stages 0-2 average the gradients over a
+// communicator on the GPU's memory (NCCL's; host staging's on the
+// emulator) with the same buckets and arithmetic as over host memory, and
+// the optimizer updates this rank's partition (stage 1 on) before the
+// partitions are gathered there. No model state crosses to the host between
 // steps; tensor and pipeline groups still pass what they exchange through
 // host copies (the model's and StageLinks' staging, and the tied
 // embedding's).
 #include <algorithm>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +25,8 @@
 #include "worker/engine/moment_resume.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/squared_norm.h"
+#include "worker/parallel/device_gradient_reducer.h"
+#include "worker/parallel/zero_partition.h"
 
 namespace dslaunch::worker::engine {
 namespace {
@@ -30,32 +36,63 @@ class DeviceModelState final : public ModelState {
   explicit DeviceModelState(ModelStateInputs& inputs)
       : table_(*inputs.table),
         layout_(*inputs.layout),
+        training_(*inputs.training),
         device_(*inputs.optimizer_device),
+        comm_(inputs.device_data_comm),
         total_(table_.total()),
         precision_(inputs.precision),
+        ranks_(inputs.data_comm->size()),
+        rank_(inputs.data_comm->rank()),
+        partitioned_grads_(ranks_ > 1 && training_.zero.stage >= 2),
+        partition_(make_zero_partition(total_, training_.zero.stage >= 1 ? ranks_ : 1,
+                                       kZeroPartitionAlignment)),
+        checkpoint_partition_(make_zero_partition(total_, ranks_, kZeroPartitionAlignment)),
+        owner_(partition_.ranks > 1 ? rank_ : 0),
+        own_begin_(partition_.begin(owner_)),
+        own_count_(partition_.end(owner_) - own_begin_),
         norm_ranges_(std::move(inputs.norm_ranges)),
-        optimizer_(inputs.training->optimizer, table_, 0, total_) {}
+        optimizer_(training_.optimizer, table_, own_begin_, own_begin_ + own_count_) {}
 
   core::Status init(ModelStateInputs& inputs) {
+    if (ranks_ > 1 && comm_ == nullptr) {
+      return core::internal_error(
+          "several data ranks on the GPU need a communicator over its memory "
+          "(ModelStateInputs::device_data_comm)");
+    }
     try {
-      params_ = kernels::DeviceBuffer<float>(device_, total_);
+      params_ = kernels::DeviceBuffer<float>(device_, partition_.padded_total());
       grads_ = kernels::DeviceBuffer<float>(device_, total_);
+      if (partitioned_grads_) {
+        partition_grads_ = kernels::DeviceBuffer<float>(device_, own_count_);
+      }
+      if (ranks_ > 1) {
+        reducer_.emplace(*comm_, device_, total_, training_.zero.reduce_bucket_size,
+                         gradient_communication_type(training_, precision_));
+      }
       // In fp32 training the weights are the masters.
-      optimizer_.place_on_device(device_, precision_, AdamW::StepMemory::kDevice,
-                                 mixed() ? nullptr : params_.data());
+      optimizer_.place_on_device(device_, mixed() ? nullptr : params_.data());
     } catch (const std::bad_alloc&) {
       return core::Status(
           core::StatusCode::kResourceExhausted,
-          fmt::format("the GPU has no room for the model states of {} parameters ({:.2f} GiB: "
-                      "fp32 weights and gradients, the optimizer's masters and moments); set "
-                      "zero_optimization.offload_optimizer.device cpu to keep the optimizer's "
-                      "states in host memory, or split the model over tensor or pipeline ranks",
-                      total_, static_cast<double>(state_bytes()) / (int64_t{1} << 30)));
+          fmt::format(
+              "the GPU has no room for the model states of {} parameters ({:.2f} GiB: "
+              "fp32 weights and gradients, the optimizer's masters and moments{}); set "
+              "zero_optimization.offload_optimizer.device cpu to keep the optimizer's "
+              "states in host memory, {}or split the model over tensor or pipeline ranks",
+              total_, static_cast<double>(state_bytes()) / (int64_t{1} << 30),
+              ranks_ > 1 ? " of this rank's partition" : "",
+              ranks_ > 1 && training_.zero.stage == 0 ? "raise zero_optimization.stage, " : ""));
     }
     device_.memset_zero(grads_.data(), grads_.bytes());
-    // The initial parameters through host memory, a piece at a time.
+    device_.memset_zero(params_.data(), params_.bytes());  // the partitions' padding
+    if (partition_grads_.data() != nullptr) {
+      device_.memset_zero(partition_grads_.data(), partition_grads_.bytes());
+    }
+    // The initial parameters through host memory, a piece at a time; the
+    // optimizer's masters of this rank's partition from the same pieces.
     constexpr int64_t kPiece = int64_t{4} << 20;
     std::vector<float> piece(std::min(total_, kPiece));
+    const int64_t own_end = own_begin_ + own_count_;
     for (int64_t begin = 0; begin < total_; begin += kPiece) {
       const int64_t end = std::min(begin + kPiece, total_);
       if (core::Status status = inputs.initial_parameters(begin, end, piece.data()); !status.ok()) {
@@ -63,12 +100,16 @@ class DeviceModelState final : public ModelState {
       }
       device_.copy_host_to_device(params_.data() + begin, piece.data(),
                                   (end - begin) * static_cast<int64_t>(sizeof(float)));
-      if (mixed()) optimizer_.set_masters(begin, end - begin, piece.data());
+      const int64_t from = std::max(begin, own_begin_);
+      const int64_t to = std::min(end, own_end);
+      if (mixed() && from < to) {
+        optimizer_.set_masters(from - own_begin_, to - from, piece.data() + (from - begin));
+      }
     }
     // 16-bit training: the model reads the masters' rounding.
     if (mixed()) device_.round_to(params_.data(), params_.data(), total_, precision_);
     if (inputs.resume_shards == nullptr) return {};
-    return resume_moments(optimizer_, *inputs.resume_shards, layout_, 0, total_,
+    return resume_moments(optimizer_, *inputs.resume_shards, layout_, own_begin_, own_count_,
                           inputs.resume_optimizer_steps);
   }
 
@@ -76,58 +117,105 @@ class DeviceModelState final : public ModelState {
   const float* parameters_for_model() override { return params_.data(); }
   bool parameters_resident() const override { return true; }
   float* gradients_for_backward() override { return grads_.data(); }
-  float* reduced_gradients() override { return grads_.data(); }
+  float* reduced_gradients() override { return partitioned_grads_ ? nullptr : grads_.data(); }
 
-  void begin_step() override { device_.memset_zero(grads_.data(), grads_.bytes()); }
-  // The last micro-batch's backward completes the gradients, as at ZeRO
-  // stages 0-1, which is when 16-bit training rounds them.
+  // Whole gradients start the step at zero; partitioned ones leave backward's
+  // buffer zero after each reduction, and their partition starts at zero.
+  void begin_step() override {
+    if (partitioned_grads_) {
+      device_.memset_zero(partition_grads_.data(), partition_grads_.bytes());
+    } else {
+      device_.memset_zero(grads_.data(), grads_.bytes());
+    }
+  }
+  // As ZeRO's host states: stages 0-1 (and one rank) complete the gradients
+  // in the last micro-batch's backward, which is when 16-bit training rounds
+  // them; stage 2 reduces every micro-batch's.
   bool reduces_micro_batch(int64_t index, int64_t count) const override {
-    return index + 1 == count;
+    return partitioned_grads_ || index + 1 == count;
   }
   void grads_ready(int64_t begin, int64_t end) override {
     if (mixed()) {
       device_.round_to(grads_.data() + begin, grads_.data() + begin, end - begin, precision_);
     }
   }
-  core::Status finish_backward(bool) override { return {}; }
-
-  double norm_share() override { return 0; }
-  double squared_grad_norm(double) override {
-    return sum_of_squares_in(device_, grads_.data(), 0, 0, total_, norm_ranges_);
+  core::Status finish_backward(bool reduced) override {
+    if (!reduced || !reducer_) return {};
+    if (partitioned_grads_) {
+      return reducer_->reduce_scatter_add(grads_.data(), partition_grads_.data());
+    }
+    return reducer_->all_reduce(grads_.data());
   }
-  void clip(float factor) override { device_.scale(grads_.data(), total_, factor); }
+
+  double norm_share() override {
+    if (!partitioned_grads_) return 0;
+    return sum_of_squares_in(device_, partition_grads_.data(), own_begin_, own_begin_,
+                             own_begin_ + own_count_, norm_ranges_);
+  }
+  // Whole gradients: summed partition by partition in rank order, the same
+  // additions a partitioned run makes, so the norm has the same bits at
+  // every stage.
+  double squared_grad_norm(double summed_shares) override {
+    if (partitioned_grads_) return summed_shares;
+    double sum = 0;
+    for (int r = 0; r < checkpoint_partition_.ranks; ++r) {
+      sum += sum_of_squares_in(device_, grads_.data(), 0, checkpoint_partition_.begin(r),
+                               checkpoint_partition_.end(r), norm_ranges_);
+    }
+    return sum;
+  }
+  void clip(float factor) override {
+    if (partitioned_grads_) {
+      device_.scale(partition_grads_.data(), own_count_, factor);
+    } else {
+      device_.scale(grads_.data(), total_, factor);
+    }
+  }
+  // The step over this rank's partition, then the partitions gathered.
   core::Status optimizer_step(double lr) override {
     RoundedCopy rounded;
     if (mixed()) rounded = {params_.data(), precision_};
-    return optimizer_.step(device_, params_.data(), grads_.data(), lr, rounded);
+    const core::Status stepped =
+        partitioned_grads_ ? optimizer_.step_partition(device_, params_.data(),
+                                                       partition_grads_.data(), lr, rounded)
+                           : optimizer_.step(device_, params_.data(), grads_.data(), lr, rounded);
+    if (!stepped.ok() || partition_.ranks == 1) return stepped;
+    return all_gather_partitions(*comm_, partition_, training_.zero.allgather_bucket_size,
+                                 params_.data())
+        .with_context("parameter all-gather on the GPU");
   }
 
   std::function<void()> after_forward_only() override { return {}; }
   core::Status forward_only_status() override { return {}; }
 
-  // Read from the GPU into the shard a piece at a time.
+  // ZeRO's checkpoint partition of this rank (at stage 0 a slice of the
+  // whole optimizer it holds), read from the GPU into the shard a piece at a
+  // time.
   core::StatusOr<CheckpointSlice> checkpoint_slice(int64_t step) override {
     CheckpointSlice slice;
     slice.step = step;
+    slice.rank = rank_;
+    slice.ranks = ranks_;
     slice.total_parameters = total_;
-    slice.begin = 0;
-    slice.end = total_;
+    slice.begin = checkpoint_partition_.begin(rank_);
+    slice.end = checkpoint_partition_.end(rank_);
     slice.optimizer_steps = optimizer_.steps_taken();
     slice.layout = &layout_;
+    const int64_t first = slice.begin - own_begin_;  // of the optimizer's floats
     using core::ShardArrayData;
     slice.arrays = {ShardArrayData::streamed({core::StateKind::kParameter, core::DType::kF32},
-                                             [this](int64_t from, int64_t count, void* out) {
-                                               optimizer_.read_masters(from, count,
+                                             [this, first](int64_t from, int64_t count, void* out) {
+                                               optimizer_.read_masters(first + from, count,
                                                                        static_cast<float*>(out));
                                                return std::string();
                                              }),
                     ShardArrayData::streamed({core::StateKind::kAdamM, core::DType::kF32},
-                                             [this](int64_t from, int64_t count, void* out) {
-                                               return read_moment(false, from, count, out);
+                                             [this, first](int64_t from, int64_t count, void* out) {
+                                               return read_moment(false, first + from, count, out);
                                              }),
                     ShardArrayData::streamed({core::StateKind::kAdamV, core::DType::kF32},
-                                             [this](int64_t from, int64_t count, void* out) {
-                                               return read_moment(true, from, count, out);
+                                             [this, first](int64_t from, int64_t count, void* out) {
+                                               return read_moment(true, first + from, count, out);
                                              })};
     return slice;
   }
@@ -136,22 +224,32 @@ class DeviceModelState final : public ModelState {
   MemoryReport memory_report(int64_t activation_bytes) override {
     MemoryReport memory;
     memory.parameters = params_.bytes();
-    memory.gradients = grads_.bytes();
+    memory.gradients = grads_.bytes() + partition_grads_.bytes();
     memory.optimizer_states = optimizer_.state_bytes();
     memory.activations = activation_bytes;
+    memory.communication_buffers = reducer_ ? reducer_->buffer_bytes() : 0;
     return memory;
   }
 
   core::StatusOr<std::vector<float>> final_parameters() override {
     std::vector<float> whole(total_);
-    device_.copy_device_to_host(whole.data(), params_.data(), params_.bytes());
+    device_.copy_device_to_host(whole.data(), params_.data(),
+                                total_ * static_cast<int64_t>(sizeof(float)));
     return whole;
   }
 
  private:
   bool mixed() const { return precision_ != core::DType::kF32; }
   int64_t state_bytes() const {
-    return 2 * total_ * 4 + core::device_optimizer_bytes(total_, mixed(), /*staged=*/false);
+    return core::device_state_bytes(
+               {.parameters = total_,
+                .ranks = ranks_,
+                .stage = training_.zero.stage,
+                .mixed = mixed(),
+                .bucket_elements = training_.zero.reduce_bucket_size,
+                .narrow_wire =
+                    gradient_communication_type(training_, precision_) != core::DType::kF32})
+        .total();
   }
   std::string read_moment(bool second, int64_t from, int64_t count, void* out) {
     const core::Status status =
@@ -161,13 +259,28 @@ class DeviceModelState final : public ModelState {
 
   const core::ParameterTable& table_;
   const std::vector<core::LayoutTensor>& layout_;
+  const spec::TrainingSpec& training_;
   kernels::Backend& device_;
+  comm::Communicator* const comm_;  // over device memory; null with one rank
   const int64_t total_;
   const core::DType precision_;
+  const int ranks_;
+  const int rank_;
+  // ZeRO stage 2 over several ranks: backward's gradients are reduced into
+  // this rank's partition every micro-batch.
+  const bool partitioned_grads_;
+  // The optimizer's: over the ranks from stage 1, whole at stage 0.
+  const ZeroPartition partition_;
+  const ZeroPartition checkpoint_partition_;
+  const int owner_;
+  const int64_t own_begin_;
+  const int64_t own_count_;
   const std::vector<std::pair<int64_t, int64_t>> norm_ranges_;
   AdamW optimizer_;
-  kernels::DeviceBuffer<float> params_;
-  kernels::DeviceBuffer<float> grads_;
+  kernels::DeviceBuffer<float> params_;           // whole, padded to the partition
+  kernels::DeviceBuffer<float> grads_;            // backward's, whole
+  kernels::DeviceBuffer<float> partition_grads_;  // stage 2 over several ranks
+  std::optional<DeviceGradientReducer> reducer_;  // several ranks
 };
 
 }  // namespace

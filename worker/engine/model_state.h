@@ -10,6 +10,7 @@
 #include "core/checkpoint/shard_file.h"
 #include "core/layout/parameter_table.h"
 #include "core/spec/job_spec.h"
+#include "core/spec/precision.h"
 #include "core/status.h"
 #include "kernels/backend.h"
 #include "worker/comm/communicator.h"
@@ -103,23 +104,7 @@ class ModelState {
   }
 };
 
-// The element type gradients are averaged in over the data group:
-// communication_data_type, or by default the training's precision, as
-// DeepSpeed chooses it.
-inline core::DType gradient_communication_type(const spec::TrainingSpec& training,
-                                               core::DType precision) {
-  switch (training.communication_data_type) {
-    case spec::CommunicationDataType::kFp32:
-      return core::DType::kF32;
-    case spec::CommunicationDataType::kFp16:
-      return core::DType::kF16;
-    case spec::CommunicationDataType::kBf16:
-      return core::DType::kBF16;
-    case spec::CommunicationDataType::kDefault:
-      break;
-  }
-  return precision;
-}
+using spec::gradient_communication_type;
 
 struct ModelStateInputs {
   const spec::TrainingSpec* training = nullptr;
@@ -127,11 +112,14 @@ struct ModelStateInputs {
   const std::vector<core::LayoutTensor>* layout = nullptr;  // of table
   comm::Communicator* data_comm = nullptr;
   kernels::Backend* backend = nullptr;
-  // Training on a GPU without offload_optimizer: the GPU whose memory holds
-  // the optimizer's states (fp32 masters and moments) and whose kernels
-  // take its step (AdamW::place_on_device), while `backend`, the host's,
-  // keeps the rest. Null: the optimizer's states are with the rest.
+  // Training on a GPU without offload_optimizer: the GPU, whose memory then
+  // holds every model state and whose kernels take the whole step
+  // (make_device_model_state). Null: the states are in `backend`'s memory.
   kernels::Backend* optimizer_device = nullptr;
+  // With optimizer_device and several data ranks: the data group's
+  // communicator over that device's memory (NCCL's on a GPU), on which the
+  // gradients are averaged and the partitions gathered there.
+  comm::Communicator* device_data_comm = nullptr;
   model::Gpt2Model* model = nullptr;  // gets stage 3's parameter source
   // The parameters to start from, a range at a time: out[0, end - begin) =
   // floats [begin, end) of the layout (the spec's initialisation, init_from's
@@ -158,10 +146,10 @@ struct ModelStateInputs {
 // The ZeRO stage of training.zero over the data group.
 core::StatusOr<std::unique_ptr<ModelState>> make_zero_model_state(ModelStateInputs inputs);
 
-// One data rank training on a GPU with its optimizer there
-// (ModelStateInputs::optimizer_device, ZeRO stages 0-2, where one rank has
-// nothing to partition): every model state in the GPU's memory, and the
-// whole step there. make_zero_model_state() chooses it.
+// Training on a GPU with its optimizer there (ModelStateInputs::
+// optimizer_device, ZeRO stages 0-2; several data ranks with a
+// device_data_comm): every model state in the GPU's memory, and the whole
+// step there. make_zero_model_state() chooses it.
 core::StatusOr<std::unique_ptr<ModelState>> make_device_model_state(ModelStateInputs inputs);
 
 // ZeRO stage 0 with Lamb or a compressed optimizer (WholeModelOptimizer),

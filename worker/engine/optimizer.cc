@@ -74,15 +74,12 @@ struct AdamW::Swap {
 
 // The optimizer's states in a GPU's memory (place_on_device()): of the
 // floats [begin, end), the fp32 masters (its own, or the device's fp32
-// weights) and both moments, and where the step's gradients and weights are
-// in host memory the staging of one chunk's gradients and (16-bit training)
-// rounded weights.
+// weights) and both moments.
 struct AdamW::OnDevice {
   kernels::Backend* backend = nullptr;
-  StepMemory memory = StepMemory::kHost;
   int64_t chunk = 1;
   float* masters = nullptr;
-  kernels::DeviceBuffer<float> own_masters, m, v, grads, rounded;
+  kernels::DeviceBuffer<float> own_masters, m, v;
 };
 
 AdamW::AdamW(const spec::OptimizerSpec& spec, const core::ParameterTable& table, int64_t begin,
@@ -110,12 +107,10 @@ int64_t AdamW::moment_group() const {
   return std::max<int64_t>(end_ - begin_, 1);
 }
 
-void AdamW::place_on_device(kernels::Backend& device, core::DType precision, StepMemory memory,
-                            float* weights, int64_t chunk) {
+void AdamW::place_on_device(kernels::Backend& device, float* weights, int64_t chunk) {
   const int64_t n = end_ - begin_;
   auto on = std::make_unique<OnDevice>();
   on->backend = &device;
-  on->memory = memory;
   on->chunk = std::max<int64_t>(1, std::min(n, chunk));
   if (weights != nullptr) {
     on->masters = weights + begin_;
@@ -125,13 +120,6 @@ void AdamW::place_on_device(kernels::Backend& device, core::DType precision, Ste
   }
   on->m = kernels::DeviceBuffer<float>(device, n);
   on->v = kernels::DeviceBuffer<float>(device, n);
-  if (memory == StepMemory::kHost) {
-    const int64_t staging = std::min(n, on->chunk);
-    on->grads = kernels::DeviceBuffer<float>(device, staging);
-    if (precision != core::DType::kF32) {
-      on->rounded = kernels::DeviceBuffer<float>(device, staging);
-    }
-  }
   if (n > 0) {
     // The moments as set_moments() left them, else zeros.
     if (m_.empty()) {
@@ -288,7 +276,7 @@ core::Status AdamW::read_moment(bool second, int64_t from, int64_t count, float*
 int64_t AdamW::state_bytes() const {
   if (device_) {
     const OnDevice& d = *device_;
-    return d.own_masters.bytes() + d.m.bytes() + d.v.bytes() + d.grads.bytes() + d.rounded.bytes();
+    return d.own_masters.bytes() + d.m.bytes() + d.v.bytes();
   }
   if (!swap_) return 2 * (end_ - begin_) * static_cast<int64_t>(sizeof(float));
   return static_cast<int64_t>(swap_->buffers.size()) * 2 * swap_->group_bytes;
@@ -339,38 +327,16 @@ void AdamW::update_range(kernels::Backend& backend, float* params, const float* 
   }
 }
 
-core::Status AdamW::update_on_device(float* params, const GroupIo& io,
-                                     const kernels::Backend::AdamWParams& hyper,
+core::Status AdamW::update_on_device(const GroupIo& io, const kernels::Backend::AdamWParams& hyper,
                                      const RoundedCopy& rounded) {
   OnDevice& d = *device_;
-  const bool staged = d.memory == StepMemory::kHost;
-  if (staged && rounded.weights != nullptr && begin_ < end_ && d.rounded.data() == nullptr) {
-    return core::internal_error("the optimizer was placed on the device for fp32 training");
-  }
   for (int64_t from = begin_; from < end_; from += d.chunk) {
     const int64_t to = std::min(from + d.chunk, end_);
-    const int64_t bytes = (to - from) * static_cast<int64_t>(sizeof(float));
     core::StatusOr<const float*> loaded = io.load(from, to);
     if (!loaded.ok()) return loaded.status();
-    const float* grads = *loaded;
-    if (staged) {
-      d.backend->copy_host_to_device(d.grads.data(), grads, bytes);
-      grads = d.grads.data();
-    }
-    float* masters = d.masters + (from - begin_);
-    float* rounded_weights = rounded.weights == nullptr ? nullptr
-                             : staged                   ? d.rounded.data()
-                                                        : rounded.weights + from;
-    update_range(*d.backend, masters, grads, d.m.data() + (from - begin_),
-                 d.v.data() + (from - begin_), rounded_weights, hyper, from, to);
-    // What the model reads next: the masters' rounding, or the masters.
-    const float* updated = rounded_weights != nullptr ? rounded_weights : masters;
-    if (staged) {
-      d.backend->copy_device_to_host(
-          rounded.weights != nullptr ? rounded.weights + from : params + from, updated, bytes);
-    } else if (rounded_weights == nullptr && updated != params + from) {
-      d.backend->copy_device_to_device(params + from, updated, bytes);
-    }
+    update_range(*d.backend, d.masters + (from - begin_), *loaded, d.m.data() + (from - begin_),
+                 d.v.data() + (from - begin_),
+                 rounded.weights == nullptr ? nullptr : rounded.weights + from, hyper, from, to);
     if (core::Status status = io.store(from, to); !status.ok()) return status;
   }
   return {};
@@ -387,7 +353,7 @@ core::Status AdamW::update(kernels::Backend& backend, float* params, const Group
   hyper.decoupled = spec_.decoupled_weight_decay;
   hyper.step = step_;
   hyper.rounded_dtype = rounded.dtype;
-  if (device_) return update_on_device(params, io, hyper, rounded);
+  if (device_) return update_on_device(io, hyper, rounded);
   // A group's update between bringing in its parameters and gradients and
   // writing them back.
   const auto update_group = [&](int64_t from, int64_t to, float* m, float* v) -> core::Status {

@@ -58,24 +58,20 @@ class AdamW {
   // bit: only where the moments wait between steps changes.
   core::Status swap_moments(const MomentSwap& swap);
 
-  // Where a step on the device finds the gradients and puts the updated
-  // weights: host memory (the GPU path's copies of the model states, staged
-  // a chunk at a time, core::kDeviceOptimizerChunk), or the device's own.
-  enum class StepMemory { kHost, kDevice };
   // The optimizer on a GPU (training on one without offload_optimizer): the
   // fp32 masters of [begin, end) and both moments live in `device`'s memory,
-  // and every step runs there with the device's kernels, writing the
-  // updated weights (in 16-bit training, `precision` bf16 or fp16, the
-  // RoundedCopy's: the masters' rounding; else `params`) where `memory`
-  // says. `weights`: with StepMemory::kDevice in fp32 training, the
-  // device's weights (addressed from the layout's start), which then are
-  // the masters, updated in place; otherwise null, and the masters are the
-  // optimizer's own, set by set_masters(). The moments start as
-  // set_moments() left them, else zero. `chunk`: the floats a step stages
-  // at a time (and moment_group()). Before the first step, not with
+  // and every step runs there with the device's kernels on the device's
+  // gradients and weights, writing the updated weights (in 16-bit training
+  // the RoundedCopy's: the masters' rounding). `weights`: in fp32 training,
+  // the device's weights (addressed from the layout's start), which then are
+  // the masters, updated in place; in 16-bit training null, and the masters
+  // are the optimizer's own, set by set_masters(). The moments start as
+  // set_moments() left them, else zero. `chunk`: the floats a step updates
+  // at a time (and moment_group(), what a checkpoint or a resume moves
+  // through host memory at a time). Before the first step, not with
   // swap_moments(); throws std::bad_alloc when the device lacks the memory.
-  void place_on_device(kernels::Backend& device, core::DType precision, StepMemory memory,
-                       float* weights = nullptr, int64_t chunk = core::kDeviceOptimizerChunk);
+  void place_on_device(kernels::Backend& device, float* weights = nullptr,
+                       int64_t chunk = core::kDeviceOptimizerChunk);
   bool on_device() const { return device_ != nullptr; }
   // On the device: the fp32 masters of the floats [from, from + count) of
   // [begin, end) from host floats `masters`, or into host floats `out`.
@@ -149,9 +145,8 @@ class AdamW {
   void update_range(kernels::Backend& backend, float* params, const float* grads, float* m,
                     float* v, float* rounded, const kernels::Backend::AdamWParams& hyper,
                     int64_t from, int64_t to) const;
-  // update() on the device, with the host's gradients from io.
-  core::Status update_on_device(float* params, const GroupIo& io,
-                                const kernels::Backend::AdamWParams& hyper,
+  // update() on the device, with the device's gradients from io.
+  core::Status update_on_device(const GroupIo& io, const kernels::Backend::AdamWParams& hyper,
                                 const RoundedCopy& rounded);
 
   spec::OptimizerSpec spec_;

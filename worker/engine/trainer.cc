@@ -18,6 +18,7 @@
 #include "core/spec/elasticity.h"
 #include "core/spec/training_support.h"
 #include "core/weights/initial_weights.h"
+#include "worker/comm/host_staged_communicator.h"
 #include "worker/data/blended_sampler.h"
 #include "worker/data/consecutive_batch.h"
 #include "worker/data/window_sampler.h"
@@ -80,12 +81,6 @@ std::string data_problem(const spec::JobSpec& spec, const data::TrainingData& da
         data.valid.size(), available, micro, T, spec.training.eval_batches);
   }
   return "";
-}
-
-core::DType training_precision(const spec::TrainingSpec& training) {
-  if (training.bf16) return core::DType::kBF16;
-  if (training.fp16.enabled) return core::DType::kF16;
-  return core::DType::kF32;
 }
 
 // Sets the backend's matrix products to the training's precision for the
@@ -186,9 +181,10 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   };
   comm::Communicator* tensor_comm = several(options.tensor_comm);
   comm::Communicator* pipeline_comm = several(options.pipeline_comm);
-  // A backend whose memory is not the host's computes on a mirror of the
-  // model states, which stay in host memory with the host backend's math
-  // (but for the optimizer's, on the GPU without offload_optimizer).
+  // A backend whose memory is not the host's (a GPU) keeps every model
+  // state in its memory without offload_optimizer; with it, the states stay
+  // in host memory with the host backend's math, and the model computes on
+  // a mirror of them.
   const bool mirrored = !backend.memory_is_host();
   if (mirrored) {
     if (std::string problem = spec::device_training_problem(spec); !problem.empty()) {
@@ -333,7 +329,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     };
   }
   state_inputs.precision = precision;
-  // Without offload_optimizer, a GPU's optimizer runs there.
+  // Without offload_optimizer, a GPU holds every model state.
   if (mirrored && training.zero.offload_optimizer.device == spec::OffloadDevice::kNone) {
     state_inputs.optimizer_device = &backend;
   }
@@ -343,6 +339,19 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     state_inputs.resume_optimizer_steps = optimizer_steps;
   }
   state_inputs.notice = options.on_notice;
+  // Several data ranks with the optimizer on the GPU average their gradients
+  // there, over a communicator on its memory. It outlives the state.
+  std::unique_ptr<comm::Communicator> device_data_comm;
+  if (state_inputs.optimizer_device != nullptr && dp_size > 1) {
+    core::StatusOr<std::unique_ptr<comm::Communicator>> made_comm =
+        options.device_communicator ? options.device_communicator(data_comm)
+                                    : comm::make_host_staged_communicator(data_comm, backend);
+    if (!made_comm.ok()) {
+      return failed(made_comm.status().with_context("the data group's communicator on the GPU"));
+    }
+    device_data_comm = std::move(*made_comm);
+    state_inputs.device_data_comm = device_data_comm.get();
+  }
   core::StatusOr<std::unique_ptr<ModelState>> made =
       training.optimizer.type == spec::OptimizerType::kLamb ||
               spec::compresses_communication(training.optimizer.type)
@@ -358,19 +367,16 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   ModelState& state = **made;
   std::optional<DeviceMirror> mirror;
   if (mirrored && !state.in_backend_memory()) {
-    const bool on_gpu = training.zero.offload_optimizer.device == spec::OffloadDevice::kNone;
     try {
       mirror.emplace(backend, table.total());
     } catch (const std::bad_alloc&) {
       return failed(core::Status(
           core::StatusCode::kResourceExhausted,
           fmt::format("{} has no room for the model's fp32 parameters and gradients ({} "
-                      "parameters, {:.2f} GiB){}; {}split the model over more tensor or "
-                      "pipeline ranks",
+                      "parameters, {:.2f} GiB); split the model over more tensor or pipeline "
+                      "ranks",
                       backend.name(), table.total(),
-                      static_cast<double>(table.total()) * 8 / (int64_t{1} << 30),
-                      on_gpu ? " beside the optimizer's states" : "",
-                      on_gpu ? "offload the optimizer (offload_optimizer device cpu), or " : "")));
+                      static_cast<double>(table.total()) * 8 / (int64_t{1} << 30))));
     }
     mirror->upload_parameters(state.parameters_for_model());
   }

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "core/layout/gpt2_config.h"
 #include "core/layout/model_config.h"
 #include "core/spec/job_spec.h"
+#include "core/status.h"
 #include "core/weights/hf_gpt2.h"
 #include "kernels/backend.h"
 #include "worker/comm/communicator.h"
@@ -158,6 +160,13 @@ struct TrainerOptions {
   // the GPU (DeepSpeed's ZeRO-Offload; spec::device_training_problem says
   // what that path does not cover). Required then; unused otherwise.
   kernels::Backend* host_backend = nullptr;
+  // Training on a GPU with several data ranks and the optimizer there: makes
+  // the data group's communicator over the GPU's memory from data_comm
+  // (collective over it; the worker's is NCCL's), on which the gradients are
+  // averaged and the partitions gathered there. Unset: host staging over
+  // data_comm (comm/host_staged_communicator.h).
+  std::function<core::StatusOr<std::unique_ptr<comm::Communicator>>(comm::Communicator& data)>
+      device_communicator;
   // The tensor-parallel group (Megatron's tensor parallelism over its
   // ranks); null or of one rank: none.
   comm::Communicator* tensor_comm = nullptr;

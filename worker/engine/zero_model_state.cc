@@ -93,10 +93,6 @@ class ZeroStateBase : public ModelState {
       initial_parameters_ = nullptr;  // may hold init_from's weights
       if (!init_status_.ok()) return;
     }
-    if (inputs.optimizer_device != nullptr) {
-      place_optimizer_on_device(*inputs.optimizer_device, whole_parameters);
-      return;
-    }
     if (precision_ == core::DType::kF32) return;
     // 16-bit training: the optimizer updates fp32 masters of this rank's
     // partition (a mapping of the whole layout, of which only the
@@ -138,33 +134,6 @@ class ZeroStateBase : public ModelState {
     }
   }
 
-  // The optimizer on the GPU (ModelStateInputs::optimizer_device): the
-  // masters of this rank's partition start there as the parameters, which
-  // host memory then keeps as the model reads them (in 16-bit training
-  // rounded); no masters in host memory.
-  void place_optimizer_on_device(kernels::Backend& device, bool whole_parameters) {
-    if (!whole_parameters) {
-      init_status_ = core::internal_error("the optimizer on the GPU takes ZeRO stages 0-2");
-      return;
-    }
-    try {
-      optimizer_.place_on_device(device, precision_, AdamW::StepMemory::kHost);
-      optimizer_.set_masters(0, own_count_, params_.data() + own_begin_);
-    } catch (const std::bad_alloc&) {
-      init_status_ = core::Status(
-          core::StatusCode::kResourceExhausted,
-          fmt::format("the GPU has no room for the optimizer's states of {} parameters (fp32 "
-                      "masters and both moments); set zero_optimization.offload_optimizer."
-                      "device cpu to keep them in host memory, or a higher ZeRO stage or more "
-                      "data-parallel ranks to partition them",
-                      own_count_));
-      return;
-    }
-    if (precision_ != core::DType::kF32) {
-      backend_.round_to(params_.data(), params_.data(), table_.total(), precision_);
-    }
-  }
-
   core::Status init_status() const {
     if (!init_status_.ok()) return init_status_;
     if (masters_ && !masters_->status().ok()) {
@@ -201,10 +170,9 @@ class ZeroStateBase : public ModelState {
     slice.end = checkpoint_partition_.end(comm_.rank());
     slice.optimizer_steps = optimizer_.steps_taken();
     slice.layout = &layout_;
-    if (optimizer_.swapped() || parameters_swapped() || optimizer_.on_device()) {
+    if (optimizer_.swapped() || parameters_swapped()) {
       // State on NVMe streams from its swap files into the shard, which is
       // then written at once: a copy would bring it all back into memory.
-      // State on the GPU streams from there the same way.
       const auto text = [](const core::Status& status) {
         return status.ok() ? std::string() : status.message();
       };
@@ -260,10 +228,6 @@ class ZeroStateBase : public ModelState {
   // floats [from, to) of them (of the layout) into out.
   virtual bool parameters_swapped() const { return master_swap_ != nullptr; }
   virtual core::Status read_parameters(int64_t from, int64_t to, float* out) {
-    if (optimizer_.on_device()) {
-      optimizer_.read_masters(from - own_begin_, to - from, out);
-      return {};
-    }
     if (master_swap_) return master_swap_->load(from, to, out).with_context("the fp32 masters");
     std::copy(master() + from, master() + to, out);
     return {};
@@ -272,8 +236,7 @@ class ZeroStateBase : public ModelState {
   // others gather), addressed from the layout's start.
   virtual float* model_weights() = 0;
   // The fp32 weights the optimizer updates (and checkpoints keep): the
-  // model's own in fp32 training, the masters in 16-bit training (in host
-  // memory: with the optimizer on the GPU, the masters are there).
+  // model's own in fp32 training, the masters in 16-bit training.
   float* master() { return masters_ ? masters_->data() : model_weights(); }
   bool mixed() const { return precision_ != core::DType::kF32; }
 
@@ -725,8 +688,8 @@ class PartitionedGradients final : public ZeroStateBase, public model::OutputGra
 
 core::StatusOr<std::unique_ptr<ModelState>> make_zero_model_state(ModelStateInputs inputs) {
   const spec::ZeroSpec& zero = inputs.training->zero;
-  // One data rank on a GPU with its optimizer there keeps everything there.
-  if (inputs.optimizer_device != nullptr && inputs.data_comm->size() == 1 && zero.stage < 3) {
+  // A GPU with its optimizer there keeps everything there.
+  if (inputs.optimizer_device != nullptr) {
     return make_device_model_state(std::move(inputs));
   }
   // One rank needs no partitions, unless its parameters go to NVMe (a

@@ -6,6 +6,7 @@
 
 #include "kernels/half_precision.h"
 #include "worker/parallel/block_quantizer.h"
+#include "worker/parallel/gradient_buckets.h"
 
 #if defined(__SSE2__)
 #include <pmmintrin.h>
@@ -105,12 +106,9 @@ void GradientReducer::start(comm::Communicator& comm, int64_t bucket_elements) {
         std::to_string(n) + ", bucket size " + std::to_string(bucket_elements) + ")");
     return;
   }
-  // Capped so that a quantized bucket's bytes still count in an int.
-  bucket_elements_ =
-      std::min<int64_t>({bucket_elements, kMaxQuantizableCount, std::max<int64_t>(n, 1)});
-  for (int64_t end = n; end > 0; end -= bucket_elements_) {
-    const int64_t begin = std::max<int64_t>(0, end - bucket_elements_);
-    buckets_.push_back({begin, end, end - begin});
+  bucket_elements_ = capped_bucket_elements(n, bucket_elements);
+  for (const GradientBucket& bucket : gradient_buckets(n, bucket_elements)) {
+    buckets_.push_back({bucket.begin, bucket.end, bucket.end - bucket.begin});
   }
 
   size_ = comm.size();
@@ -348,17 +346,7 @@ core::Status GradientReducer::reduce(const Bucket& bucket) {
 }
 
 void GradientReducer::cut(const Bucket& bucket) {
-  // Partitions are consecutive, so rank r's share of the bucket is the r-th
-  // consecutive block of it, as a reduce-scatter lays them out.
-  const ZeroPartition& partition = shares_.partition;
-  int64_t displacement = 0;
-  for (int r = 0; r < size_; ++r) {
-    const int64_t count = std::max<int64_t>(
-        0, std::min(bucket.end, partition.end(r)) - std::max(bucket.begin, partition.begin(r)));
-    shares_.blocks.counts[r] = count;
-    shares_.blocks.displacements[r] = displacement;
-    displacement += count;
-  }
+  shares_.blocks = bucket_shares(shares_.partition, bucket.begin, bucket.end);
 }
 
 std::unique_ptr<comm::Work> GradientReducer::start_sum(const Bucket& bucket) {

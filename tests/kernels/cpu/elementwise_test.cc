@@ -53,5 +53,18 @@ TEST_CASE("scale multiplies in place") {
   for (int64_t i = 0; i < kCount; ++i) REQUIRE(scaled[i] == x[i] * 0.25f);
 }
 
+TEST_CASE("divide divides in place, unlike a product with the reciprocal") {
+  const auto x = random_floats(kCount, 2);
+  auto divided = x;
+  cpu_backend().divide(divided.data(), kCount, 3.0f);
+  int64_t unlike_product = 0;
+  for (int64_t i = 0; i < kCount; ++i) {
+    REQUIRE(divided[i] == x[i] / 3.0f);
+    if (divided[i] != x[i] * (1.0f / 3.0f)) ++unlike_product;
+  }
+  // One in three or so quotients differs from the product in its last bit.
+  CHECK(unlike_product > kCount / 10);
+}
+
 }  // namespace
 }  // namespace dslaunch::kernels::testing

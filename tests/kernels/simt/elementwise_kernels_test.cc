@@ -41,7 +41,7 @@ TEST_CASE("GELU forward and backward match the CPU backend") {
   CHECK(relative_error(added(dinp, dinp0), added(expected_d, dinp0)) < 1e-6);
 }
 
-TEST_CASE("residual, scale and fill match the CPU backend bit for bit") {
+TEST_CASE("residual, scale, divide and fill match the CPU backend bit for bit") {
   const auto a = random_floats(kN, 4), b = random_floats(kN, 5), dout = random_floats(kN, 6);
   std::vector<float> expected(kN), out(kN);
   cpu_backend().residual_forward(expected.data(), a.data(), b.data(), kN);
@@ -57,6 +57,10 @@ TEST_CASE("residual, scale and fill match the CPU backend bit for bit") {
   auto x = a, expected_x = a;
   cpu_backend().scale(expected_x.data(), kN, 0.37f);
   emulate(Scale{x.data(), kN, 0.37f});
+  CHECK(x == expected_x);
+
+  cpu_backend().divide(expected_x.data(), kN, 3.0f);
+  emulate(Divide{x.data(), kN, 3.0f});
   CHECK(x == expected_x);
 
   emulate(Fill{x.data(), kN, -2.5f});

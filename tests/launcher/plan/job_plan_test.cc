@@ -547,23 +547,28 @@ TEST_CASE("two 8-GPU hosts with tensor 4 and pipeline 2 put each stage on its ow
         Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}});
 
   // bf16, ZeRO-1 over 2 replicas; Ψ = 21,171,072 on stage 0 and 20,386,176
-  // on stage 1. On the GPU path: fp32 parameters and gradients, and the
-  // optimizer of this rank's half (fp32 masters and both moments, 12 bytes
-  // a parameter) with its staging (2 x 4 Mi floats).
+  // on stage 1 (both halves whole multiples of 16). On the GPU path every
+  // state is on the GPU: fp32 parameters and gradients, the optimizer of
+  // this rank's half (fp32 masters and both moments, 12 bytes a parameter),
+  // and the gradient reduction's buffers for one bucket of the whole model
+  // (reduce_bucket_size 5e8) travelling in bf16: the fp32 sum of this
+  // rank's half (2Ψ), the bucket rounded (2Ψ), both ranks' halves for this
+  // one (2Ψ) and one half widened (2Ψ).
   const int64_t psi0 = 21'171'072;
   const int64_t psi1 = 20'386'176;
-  const int64_t staging = 2 * 4'194'304 * 4;
   CHECK(plan.padded_vocab_size == 50'688);
   REQUIRE(plan.memory_by_stage.size() == 2);
   CHECK(plan.host_model_states);
   CHECK(plan.memory_by_stage[0].parameters == 4 * psi0);
   CHECK(plan.memory_by_stage[0].gradients == 4 * psi0);
-  CHECK(plan.memory_by_stage[0].optimizer_states == 6 * psi0 + staging);
+  CHECK(plan.memory_by_stage[0].optimizer_states == 6 * psi0);
+  CHECK(plan.memory_by_stage[0].communication_buffers == 8 * psi0);
+  CHECK(plan.memory_by_stage[0].offloaded_to_host == 0);
   CHECK(plan.memory_by_stage[1].parameters == 4 * psi1);
   CHECK(plan.memory_by_stage[1].gradients == 4 * psi1);
-  CHECK(plan.memory_by_stage[1].optimizer_states == 6 * psi1 + staging);
-  CHECK(plan.memory_of_rank(7).device_total() == 14 * psi0 + staging);
-  CHECK(plan.memory_of_rank(8).device_total() == 14 * psi1 + staging);
+  CHECK(plan.memory_by_stage[1].optimizer_states == 6 * psi1);
+  CHECK(plan.memory_of_rank(7).device_total() == 22 * psi0);
+  CHECK(plan.memory_of_rank(8).device_total() == 22 * psi1);
   CHECK(plan.device_memory_bytes == 80 * kGiB);
   CHECK(plan.warnings == std::vector<std::string>{kPlaintextWarning});
 }

@@ -129,12 +129,12 @@ inline void check_gpu_path_matches_host_memory(spec::JobSpec spec, const GpuPath
   auto guarded = kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded);
   auto accessible = kernels::simt::make_emulated_backend();
   REQUIRE_FALSE(guarded->memory_is_host());
-  const OffloadRun mirrored = train_offloaded(*guarded, spec, c.layout, host.get(), poison);
+  const OffloadRun on_device = train_offloaded(*guarded, spec, c.layout, host.get(), poison);
   const OffloadRun expected = train_offloaded(*accessible, spec, c.layout, nullptr, poison);
-  REQUIRE(mirrored.reports.size() == 6);
+  REQUIRE(on_device.reports.size() == 6);
   REQUIRE(expected.reports.size() == 6);
-  for (size_t i = 0; i < mirrored.reports.size(); ++i) {
-    const StepReport& got = mirrored.reports[i];
+  for (size_t i = 0; i < on_device.reports.size(); ++i) {
+    const StepReport& got = on_device.reports[i];
     const StepReport& want = expected.reports[i];
     INFO("step " << got.step);
     CHECK(got.loss == want.loss);
@@ -144,14 +144,14 @@ inline void check_gpu_path_matches_host_memory(spec::JobSpec spec, const GpuPath
   }
   // The poisoned step was skipped on every rank, and training went on.
   if (poison) {
-    CHECK(mirrored.reports[2].skipped);
-    CHECK(mirrored.reports.back().skipped_steps == 1);
+    CHECK(on_device.reports[2].skipped);
+    CHECK(on_device.reports.back().skipped_steps == 1);
   }
-  CHECK(mirrored.params == expected.params);
-  // The device holds the model's mirror and its activations, as the plan
-  // counts them, and a little more: the backend's own partial sums (2 KB
-  // here) and the model's loss; the host backend's memory is not the
-  // device's.
+  CHECK(on_device.params == expected.params);
+  // The device holds the model states (with offload, their mirror), the
+  // reduction's buffers and the activations, as the plan counts them, and a
+  // little more: the backend's own partial sums (2 KB here) and the model's
+  // loss; the host backend's memory is not the device's.
   const int stage = comm::testing::groups_of({c.layout.pipeline, c.layout.data, c.layout.tensor})
                         .pipeline()
                         .rank();
@@ -163,9 +163,9 @@ inline void check_gpu_path_matches_host_memory(spec::JobSpec spec, const GpuPath
                                       spec::Device::kCuda);
   // (The plan rounds partitions as DeepSpeed does, the engine to 16 floats.)
   CHECK(expected.memory.device_peak == 0);
-  CHECK(std::abs(mirrored.memory.device_peak - planned) <= 4096);
+  CHECK(std::abs(on_device.memory.device_peak - planned) <= 4096);
   // It learned.
-  CHECK(*mirrored.reports.back().eval_loss < *mirrored.reports[2].eval_loss);
+  CHECK(*on_device.reports.back().eval_loss < *on_device.reports[2].eval_loss);
 }
 
 }  // namespace dslaunch::worker::engine::testing

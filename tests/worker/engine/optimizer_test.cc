@@ -1,7 +1,7 @@
 // AdamW with its states on a device (AdamW::place_on_device) takes the steps
-// the same optimizer takes in host memory, bit for bit: staged a chunk at a
-// time from host memory or reading the device's own, on a slice of the
-// layout that starts mid-tensor, with resumed moments. The device is the
+// the same optimizer takes in host memory, bit for bit: a chunk at a time,
+// on whole or partitioned gradients, on a slice of the layout that starts
+// mid-tensor, with resumed moments. The device is the
 // emulator's guarded memory, which faults on any host access to it.
 #include "worker/engine/optimizer.h"
 
@@ -54,7 +54,28 @@ std::vector<float> moments_of(AdamW& optimizer, int64_t n) {
   return both;
 }
 
-TEST_CASE("AdamW on a device steps as in host memory, staged a chunk at a time or not") {
+// A device's weights and (16-bit training) the optimizer's own masters,
+// from `initial`.
+struct OnDevice {
+  OnDevice(kernels::Backend& device, const core::ParameterTable& table, int64_t begin, int64_t end,
+           const std::vector<float>& initial, core::DType precision, int64_t chunk)
+      : optimizer(adamw_spec(), table, begin, end),
+        weights(device, table.total()),
+        mixed(precision != core::DType::kF32),
+        precision(precision) {
+    device.copy_host_to_device(weights.data(), initial.data(), weights.bytes());
+    optimizer.place_on_device(device, mixed ? nullptr : weights.data(), chunk);
+    optimizer.set_masters(0, end - begin, initial.data() + begin);
+  }
+  RoundedCopy rounded() { return mixed ? RoundedCopy{weights.data(), precision} : RoundedCopy{}; }
+
+  AdamW optimizer;
+  kernels::DeviceBuffer<float> weights;
+  bool mixed;
+  core::DType precision;
+};
+
+TEST_CASE("AdamW on a device steps as in host memory, on whole or partitioned gradients") {
   const core::ParameterTable table = small_table();
   const int64_t total = table.total();
   // A slice that starts and ends inside tensors, weight-decayed or not.
@@ -66,6 +87,11 @@ TEST_CASE("AdamW on a device steps as in host memory, staged a chunk at a time o
   const std::vector<float> initial = random_floats(total, 1, 0.5f);
   auto cpu = kernels::make_cpu_backend(1);
   auto device = kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded);
+  const auto to_host = [&](const float* data, int64_t count) {
+    std::vector<float> host(count);
+    device->copy_device_to_host(host.data(), data, count * 4);
+    return host;
+  };
 
   for (const core::DType precision : {core::DType::kF32, core::DType::kBF16}) {
     INFO(core::dtype_name(precision));
@@ -75,87 +101,75 @@ TEST_CASE("AdamW on a device steps as in host memory, staged a chunk at a time o
     AdamW host(adamw_spec(), table, begin, end);
     std::vector<float> host_masters = initial;
     std::vector<float> host_weights(total, 0.0f);
-    // On the device, staged: the host's weights receive the update.
-    AdamW staged(adamw_spec(), table, begin, end);
-    staged.place_on_device(*device, precision, AdamW::StepMemory::kHost, nullptr, kChunk);
-    CHECK(staged.moment_group() == kChunk);
-    staged.set_masters(0, n, initial.data() + begin);
-    std::vector<float> staged_weights(total, 0.0f);
-    // On the device, its own memory: the gradients there, the weights
-    // updated there (in fp32 they are the masters).
-    AdamW resident(adamw_spec(), table, begin, end);
-    kernels::DeviceBuffer<float> device_weights(*device, total);
-    kernels::DeviceBuffer<float> device_grads(*device, total);
-    device->copy_host_to_device(device_weights.data(), initial.data(), total * 4);
-    resident.place_on_device(*device, precision, AdamW::StepMemory::kDevice,
-                             mixed ? nullptr : device_weights.data(), kChunk);
-    if (mixed) resident.set_masters(0, n, initial.data() + begin);
-
-    const auto rounded = [&](std::vector<float>& weights) {
-      return mixed ? RoundedCopy{weights.data(), precision} : RoundedCopy{};
+    const auto host_rounded = [&] {
+      return mixed ? RoundedCopy{host_weights.data(), precision} : RoundedCopy{};
     };
+    // On the device: one reading the whole layout's gradients (ZeRO stages
+    // 0-1), one its partition's only (stage 2).
+    OnDevice whole(*device, table, begin, end, initial, precision, kChunk);
+    OnDevice partition(*device, table, begin, end, initial, precision, kChunk);
+    CHECK(whole.optimizer.moment_group() == kChunk);
+    kernels::DeviceBuffer<float> device_grads(*device, total);
+
     for (int step = 0; step < 3; ++step) {
       INFO("step " << step);
       const std::vector<float> grads = random_floats(total, 10 + step, 0.1f);
-      REQUIRE(host.step(*cpu, host_masters.data(), grads.data(), 1e-2, rounded(host_weights)).ok());
-      // The partition's gradients alone, as ZeRO stage 2 holds them.
-      REQUIRE(staged
-                  .step_partition(*device, staged_weights.data(), grads.data() + begin, 1e-2,
-                                  rounded(staged_weights))
-                  .ok());
+      REQUIRE(host.step(*cpu, host_masters.data(), grads.data(), 1e-2, host_rounded()).ok());
       device->copy_host_to_device(device_grads.data(), grads.data(), total * 4);
-      REQUIRE(resident
-                  .step(*device, device_weights.data(), device_grads.data(), 1e-2,
-                        mixed ? RoundedCopy{device_weights.data(), precision} : RoundedCopy{})
+      REQUIRE(whole.optimizer
+                  .step(*device, whole.weights.data(), device_grads.data(), 1e-2, whole.rounded())
+                  .ok());
+      device->copy_host_to_device(device_grads.data(), grads.data() + begin, n * 4);
+      REQUIRE(partition.optimizer
+                  .step_partition(*device, partition.weights.data(), device_grads.data(), 1e-2,
+                                  partition.rounded())
                   .ok());
     }
-    // What the model reads next, over the slice.
+    // What the model reads next, over the slice; outside it the device
+    // wrote nothing.
     const std::vector<float>& expected = mixed ? host_weights : host_masters;
-    std::vector<float> from_device(total);
-    device->copy_device_to_host(from_device.data(), device_weights.data(), total * 4);
-    for (int64_t i = begin; i < end; ++i) {
-      if (staged_weights[i] != expected[i] || from_device[i] != expected[i]) {
-        FAIL("weight " << i << ": " << staged_weights[i] << " and " << from_device[i]
-                       << " on the device, " << expected[i] << " in host memory");
+    for (OnDevice* on : {&whole, &partition}) {
+      const std::vector<float> weights = to_host(on->weights.data(), total);
+      for (int64_t i = begin; i < end; ++i) {
+        if (weights[i] != expected[i]) {
+          FAIL("weight " << i << ": " << weights[i] << " on the device, " << expected[i]
+                         << " in host memory");
+        }
       }
-    }
-    // Outside the slice the device wrote nothing.
-    CHECK(staged_weights[begin - 1] == 0.0f);
-    CHECK(staged_weights[end] == 0.0f);
-    CHECK(from_device[begin - 1] == initial[begin - 1]);
-    // The masters and moments a checkpoint reads.
-    std::vector<float> masters(n);
-    for (AdamW* optimizer : {&staged, &resident}) {
-      optimizer->read_masters(0, n, masters.data());
+      CHECK(weights[begin - 1] == initial[begin - 1]);
+      CHECK(weights[end] == initial[end]);
+      // The masters and moments a checkpoint reads.
+      std::vector<float> masters(n);
+      on->optimizer.read_masters(0, n, masters.data());
       CHECK(masters ==
             std::vector<float>(host_masters.begin() + begin, host_masters.begin() + end));
-      CHECK(moments_of(*optimizer, n) == moments_of(host, n));
+      CHECK(moments_of(on->optimizer, n) == moments_of(host, n));
     }
 
-    // Resumed: the moments set a chunk at a time, the masters from the
-    // checkpoint's; one more step matches.
-    AdamW resumed(adamw_spec(), table, begin, end);
-    resumed.place_on_device(*device, precision, AdamW::StepMemory::kHost, nullptr, kChunk);
-    resumed.set_masters(0, n, host_masters.data() + begin);
+    // Resumed: the masters from the checkpoint's, the moments set a chunk
+    // at a time; one more step matches.
+    OnDevice resumed(*device, table, begin, end, host_masters, precision, kChunk);
     const std::vector<float> moments = moments_of(host, n);
-    for (int64_t from = 0; from < n; from += resumed.moment_group()) {
-      const int64_t count = std::min(resumed.moment_group(), n - from);
-      REQUIRE(
-          resumed.set_moments(from, count, moments.data() + from, moments.data() + n + from).ok());
+    for (int64_t from = 0; from < n; from += resumed.optimizer.moment_group()) {
+      const int64_t count = std::min(resumed.optimizer.moment_group(), n - from);
+      REQUIRE(resumed.optimizer
+                  .set_moments(from, count, moments.data() + from, moments.data() + n + from)
+                  .ok());
     }
-    resumed.set_steps_taken(host.steps_taken());
-    std::vector<float> resumed_weights(total, 0.0f);
+    resumed.optimizer.set_steps_taken(host.steps_taken());
     const std::vector<float> grads = random_floats(total, 20, 0.1f);
-    REQUIRE(host.step(*cpu, host_masters.data(), grads.data(), 1e-2, rounded(host_weights)).ok());
-    REQUIRE(
-        resumed.step(*device, resumed_weights.data(), grads.data(), 1e-2, rounded(resumed_weights))
-            .ok());
-    const std::vector<float>& after = mixed ? host_weights : host_masters;
+    REQUIRE(host.step(*cpu, host_masters.data(), grads.data(), 1e-2, host_rounded()).ok());
+    device->copy_host_to_device(device_grads.data(), grads.data(), total * 4);
+    REQUIRE(resumed.optimizer
+                .step(*device, resumed.weights.data(), device_grads.data(), 1e-2, resumed.rounded())
+                .ok());
+    const std::vector<float> resumed_weights = to_host(resumed.weights.data(), total);
     CHECK(std::vector<float>(resumed_weights.begin() + begin, resumed_weights.begin() + end) ==
-          std::vector<float>(after.begin() + begin, after.begin() + end));
-    CHECK(moments_of(resumed, n) == moments_of(host, n));
-    // What it holds on the device: masters, moments and a chunk's staging.
-    CHECK(resumed.state_bytes() == (3 * n + (mixed ? 2 : 1) * kChunk) * 4);
+          std::vector<float>(expected.begin() + begin, expected.begin() + end));
+    CHECK(moments_of(resumed.optimizer, n) == moments_of(host, n));
+    // What it holds on the device: the moments, and in 16-bit training the
+    // masters (in fp32 they are the weights).
+    CHECK(resumed.optimizer.state_bytes() == (mixed ? 3 : 2) * n * 4);
   }
 }
 

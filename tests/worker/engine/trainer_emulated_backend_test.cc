@@ -75,14 +75,15 @@ TEST_CASE("20 steps on the CUDA backend's kernels match the CPU backend's, fp32 
 }
 
 // Guarded device memory faults on any host access between the backend's
-// calls, as a GPU's addresses would: the trainer keeps the model states in
-// host memory, worked on by a CPU backend, the model computes on a mirror
-// in the device's memory, and the tensor and pipeline groups pass
-// activations through host copies; without offload the optimizer's states
-// are on the device, and with one data rank every state is. The reference
-// is the same kernels on the emulator's host memory, where the states live
-// in the backend's own memory and its kernels update them: where the bytes
-// are changes, not the results.
+// calls, as a GPU's addresses would. With offload the trainer keeps the
+// model states in host memory, worked on by a CPU backend, and the model
+// computes on a mirror in the device's memory; without it every state is
+// on the device, and several data ranks average their gradients and gather
+// their partitions there (through host staging, where a GPU has NCCL).
+// The tensor and pipeline groups pass activations through host copies. The
+// reference is the same kernels on the emulator's host memory, where the
+// states live in the backend's own memory and its kernels update them:
+// where the bytes are changes, not the results.
 TEST_CASE("on memory the host cannot touch, ZeRO stages 0-2 train as in host memory") {
   comm::Communicator& world = comm::testing::world_data();
   const std::string dir = testing::shared_token_files(world);
@@ -90,8 +91,8 @@ TEST_CASE("on memory the host cannot touch, ZeRO stages 0-2 train as in host mem
   const std::string nvme = dir + "/nvme-" + std::to_string(world.rank());
   std::filesystem::create_directories(nvme);
   const int n = world.size();
-  // ZeRO-Offload (the optimizer in host memory or on NVMe), and the
-  // optimizer on the GPU, its masters and moments in the device's memory.
+  // ZeRO-Offload (the optimizer in host memory or on NVMe), and every state
+  // on the GPU at stages 0, 1 and 2.
   std::vector<GpuPathCase> cases = {{{1, n, 1}, 1, spec::OffloadDevice::kCpu, core::DType::kF32},
                                     {{1, n, 1}, 2, spec::OffloadDevice::kCpu, core::DType::kBF16},
                                     {{1, n, 1}, 2, spec::OffloadDevice::kNvme, core::DType::kF16},
@@ -123,11 +124,11 @@ TEST_CASE("a GPU-path run resumed from its checkpoint continues bit for bit") {
   auto host = kernels::make_cpu_backend(1);
   auto guarded = kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded);
   const Layout data_parallel{1, world.size(), 1};
-  // The optimizer's states in host memory, and on the device (read back
-  // for the checkpoint, written there again to resume): with one data rank
-  // every state there, in fp32 the weights being the masters; with two the
-  // optimizer of a partition, or at stage 0 of the whole model, of which
-  // each rank's checkpoint takes its partition.
+  // The optimizer's states in host memory, and every state on the device
+  // (read back for the checkpoint, written there again to resume), in fp32
+  // the weights being the masters; with two data ranks the optimizer of a
+  // partition, or at stage 0 of the whole model, of which each rank's
+  // checkpoint takes its partition.
   struct Case {
     spec::OffloadDevice offload;
     int stage;

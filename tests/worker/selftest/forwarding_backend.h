@@ -133,6 +133,7 @@ class ForwardingBackend : public Backend {
   }
   double sum_of_squares(const float* x, int64_t n) override { return inner_->sum_of_squares(x, n); }
   void scale(float* x, int64_t n, float factor) override { inner_->scale(x, n, factor); }
+  void divide(float* x, int64_t n, float divisor) override { inner_->divide(x, n, divisor); }
 
  protected:
   Backend& inner() { return *inner_; }

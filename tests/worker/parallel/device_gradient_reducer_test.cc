@@ -1,0 +1,169 @@
+// The data group's gradient mean over device memory (DeviceGradientReducer)
+// on the CUDA backend's kernels in guarded memory, through the host-staged
+// communicator: the same bits as GradientReducer's over host memory, in
+// both modes and every communication type. Runs under mpirun (see
+// mpi_test); every rank executes every test case.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "core/dtype.h"
+#include "core/layout/device_optimizer_bytes.h"
+#include "kernels/simt/emulated_backend.h"
+#include "tests/worker/parallel/test_groups.h"
+#include "worker/comm/host_staged_communicator.h"
+#include "worker/parallel/device_gradient_reducer.h"
+#include "worker/parallel/gradient_reducer.h"
+#include "worker/parallel/releasable_buffer.h"
+
+namespace dslaunch::worker {
+namespace {
+
+using comm::testing::world_data;
+using comm::testing::world_rank;
+
+kernels::Backend& device() {
+  static const std::unique_ptr<kernels::Backend> backend =
+      kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded);
+  return *backend;
+}
+
+// Different on every rank and pass, not exact in 16 bits nor in their sums.
+std::vector<float> gradients(int64_t n, int pass) {
+  std::mt19937 random(1000 * world_rank() + pass);
+  std::normal_distribution<float> normal(0.0f, 1e-3f);
+  std::vector<float> values(n);
+  for (float& value : values) value = normal(random);
+  return values;
+}
+
+std::vector<float> to_host(const float* data, int64_t n) {
+  std::vector<float> host(n);
+  device().copy_device_to_host(host.data(), data, n * static_cast<int64_t>(sizeof(float)));
+  return host;
+}
+
+float* to_device(kernels::DeviceBuffer<float>& buffer, const std::vector<float>& host) {
+  device().copy_host_to_device(buffer.data(), host.data(), buffer.bytes());
+  return buffer.data();
+}
+
+struct Case {
+  int64_t n;
+  int64_t bucket;
+  core::DType wire;
+};
+
+// 10,007 floats in buckets of 1,000 cut shares at odd places; 20 floats
+// leave the last ranks' partitions empty; one bucket of everything.
+const Case kCases[] = {
+    {10'007, 1'000, core::DType::kF32}, {10'007, 1'000, core::DType::kBF16},
+    {10'007, 1'000, core::DType::kF16}, {20, 3, core::DType::kF32},
+    {20, 3, core::DType::kBF16},        {4'099, int64_t{1} << 40, core::DType::kF16}};
+
+TEST_CASE("the device's all-reduce equals the host reducer's bit for bit") {
+  const auto staged = comm::make_host_staged_communicator(world_data(), device());
+  for (const Case& c : kCases) {
+    INFO("n " << c.n << ", bucket " << c.bucket << ", " << core::dtype_name(c.wire));
+    std::vector<float> expected = gradients(c.n, 0);
+    {
+      GradientReducer host(world_data(), expected.data(), c.n, c.bucket);
+      host.set_communication_type(c.wire);
+      host.ready(0, c.n);
+      REQUIRE(host.finish().ok());
+    }
+    DeviceGradientReducer reducer(*staged, device(), c.n, c.bucket, c.wire);
+    kernels::DeviceBuffer<float> grads(device(), c.n);
+    REQUIRE(reducer.all_reduce(to_device(grads, gradients(c.n, 0))).ok());
+    CHECK(to_host(grads.data(), c.n) == expected);
+    // As the plan counts it.
+    CHECK(reducer.buffer_bytes() ==
+          core::device_state_bytes({.parameters = c.n,
+                                    .ranks = world_data().size(),
+                                    .bucket_elements = c.bucket,
+                                    .narrow_wire = c.wire != core::DType::kF32})
+              .communication_buffers);
+  }
+}
+
+TEST_CASE("the device's reduce-scatter adds the host reducer's means to the partition") {
+  const auto staged = comm::make_host_staged_communicator(world_data(), device());
+  for (const Case& c : kCases) {
+    INFO("n " << c.n << ", bucket " << c.bucket << ", " << core::dtype_name(c.wire));
+    const ZeroPartition partition =
+        make_zero_partition(c.n, world_data().size(), kZeroPartitionAlignment);
+    const int rank = world_data().rank();
+    const int64_t own = partition.end(rank) - partition.begin(rank);
+    // Two backward passes accumulate into the partition.
+    std::vector<float> expected(own, 0.0f);
+    {
+      ReleasableBuffer workspace(c.n);
+      GradientReducer host(world_data(), workspace, c.bucket, partition, expected.data());
+      host.set_communication_type(c.wire);
+      for (int pass = 0; pass < 2; ++pass) {
+        const std::vector<float> values = gradients(c.n, pass);
+        std::copy(values.begin(), values.end(), workspace.data());
+        host.ready(0, c.n);
+        REQUIRE(host.finish().ok());
+      }
+    }
+    DeviceGradientReducer reducer(*staged, device(), c.n, c.bucket, c.wire);
+    kernels::DeviceBuffer<float> grads(device(), c.n);
+    kernels::DeviceBuffer<float> partition_grads(device(), std::max<int64_t>(own, 1));
+    device().memset_zero(partition_grads.data(), partition_grads.bytes());
+    for (int pass = 0; pass < 2; ++pass) {
+      REQUIRE(
+          reducer.reduce_scatter_add(to_device(grads, gradients(c.n, pass)), partition_grads.data())
+              .ok());
+      CHECK(to_host(grads.data(), c.n) == std::vector<float>(c.n, 0.0f));
+    }
+    std::vector<float> got = to_host(partition_grads.data(), own);
+    CHECK(got == expected);
+  }
+}
+
+TEST_CASE("the host-staged communicator lands only the blocks it receives") {
+  comm::Communicator& host = world_data();
+  const auto staged = comm::make_host_staged_communicator(host, device());
+  const int rank = host.rank();
+  const int size = host.size();
+  // Each rank gathers 2 floats (its rank, twice) into every third slot pair
+  // of a buffer of 3 floats a rank whose third float is -1 on the device.
+  kernels::DeviceBuffer<float> out(device(), 3 * size);
+  std::vector<float> initial(3 * size, -1.0f);
+  to_device(out, initial);
+  comm::Blocks blocks;
+  for (int r = 0; r < size; ++r) {
+    blocks.counts.push_back(2);
+    blocks.displacements.push_back(3 * r);
+  }
+  kernels::DeviceBuffer<float> in(device(), 2);
+  to_device(in, {static_cast<float>(rank), static_cast<float>(rank)});
+  REQUIRE(
+      staged
+          ->all_gather(comm::buffer_of(in.data(), 2), comm::buffer_of(out.data(), 3 * size), blocks)
+          ->wait()
+          .ok());
+  std::vector<float> expected;
+  for (int r = 0; r < size; ++r) expected.insert(expected.end(), {1.0f * r, 1.0f * r, -1.0f});
+  CHECK(to_host(out.data(), 3 * size) == expected);
+
+  // An all-reduce and a broadcast on device memory, and a refused send.
+  kernels::DeviceBuffer<float> value(device(), 1);
+  to_device(value, {static_cast<float>(rank + 1)});
+  REQUIRE(staged->all_reduce(comm::buffer_of(value.data(), 1), comm::ReduceOp::kSum)->wait().ok());
+  CHECK(to_host(value.data(), 1)[0] == static_cast<float>(size * (size + 1) / 2));
+  to_device(value, {static_cast<float>(rank == size - 1 ? 42 : 0)});
+  REQUIRE(staged->broadcast(comm::buffer_of(value.data(), 1), size - 1)->wait().ok());
+  CHECK(to_host(value.data(), 1)[0] == 42.0f);
+  const core::Status send = staged->send(comm::buffer_of(value.data(), 1), 0)->wait();
+  CHECK(send.code() == core::StatusCode::kFailedPrecondition);
+  CHECK(staged->axis() == host.axis());
+}
+
+}  // namespace
+}  // namespace dslaunch::worker
