@@ -61,8 +61,9 @@ class Backend {
   virtual std::string name() const = 0;
   // Whether the backend's memory is the host's own, which host code may
   // read and write between kernels (the CPU backend's). Where it is not (a
-  // GPU's), the trainer keeps the model states in host memory and mirrors
-  // the parameters and gradients the model needs (worker/engine/device_mirror.h).
+  // GPU's), the trainer keeps the model states there, or with offload in
+  // host memory, mirroring the parameters and gradients the model needs
+  // (worker/engine/device_mirror.h).
   virtual bool memory_is_host() const = 0;
 
   // Memory: `bytes` of the backend's memory, aligned to 64 bytes, not

@@ -212,10 +212,13 @@ int run_train_workload(const TrainWorkloadContext& context) {
     return 1;
   }
   kernels::Backend& backend = **made_backend;
-  // On a GPU the model states stay in host memory, with their own CPU backend
-  // (engine::TrainerOptions::host_backend).
+  // On a GPU with offload_optimizer the model states stay in host memory,
+  // with their own CPU backend (engine::TrainerOptions::host_backend).
   std::unique_ptr<kernels::Backend> host_backend;
-  if (!backend.memory_is_host()) host_backend = kernels::make_cpu_backend(context.compute_threads);
+  if (!backend.memory_is_host() &&
+      spec.training.zero.offload_optimizer.device != spec::OffloadDevice::kNone) {
+    host_backend = kernels::make_cpu_backend(context.compute_threads);
+  }
   if (reporter && (spec.training.bf16 || spec.training.fp16.enabled)) {
     // Which kernel runs this precision's products here (the trainer sets it
     // for the run).

@@ -226,7 +226,7 @@ void add_host_memory_warnings(const LocalMachine& machine, JobPlan& plan) {
   }
   const int64_t share = machine.memory_bytes / busiest;
   for (size_t stage = 0; stage < plan.memory_by_stage.size(); ++stage) {
-    // One data rank with its optimizer on the GPU holds nothing here.
+    // With the optimizer on the GPU nothing is here.
     const ModelStateBytes& bytes = plan.memory_by_stage[stage];
     if (bytes.offloaded_to_host == 0 && bytes.offloaded_to_nvme == 0) continue;
     const int64_t need = bytes.offloaded_to_host + plan.workspace_by_stage[stage].total();
@@ -418,6 +418,10 @@ std::optional<JobPlan> plan_on_device(const spec::JobSpec& spec, const spec::Sou
   // as DeepSpeed would hold it.
   plan.host_model_states =
       spec.cluster.device == spec::Device::kCuda && spec::device_training_problem(spec).empty();
+  // That path without offload keeps every state on the GPU, with its
+  // reduction's buffers (communication_buffers) and no ZeRO workspace.
+  const bool all_on_gpu = plan.host_model_states &&
+                          spec.training.zero.offload_optimizer.device == spec::OffloadDevice::kNone;
   for (int stage = 0; stage < pipeline; ++stage) {
     plan.stage_layers.push_back(core::rank_chunks(virtual_stages, pipeline, stage));
     const int64_t psi = parameters_per_rank(spec.model, spec.parallelism, stage);
@@ -427,8 +431,10 @@ std::optional<JobPlan> plan_on_device(const spec::JobSpec& spec, const spec::Sou
     plan.activation_bytes_by_stage.push_back(activation_bytes_per_rank(
         spec.model, spec.parallelism, spec.training, plan.batch.micro_batch_per_gpu,
         plan.batch.gradient_accumulation_steps, stage, spec.cluster.device));
-    plan.workspace_by_stage.push_back(workspace_bytes_per_rank(
-        spec.model, spec.parallelism, spec.training, data, plan.batch.micro_batch_per_gpu, stage));
+    plan.workspace_by_stage.push_back(
+        all_on_gpu ? WorkspaceBytes{}
+                   : workspace_bytes_per_rank(spec.model, spec.parallelism, spec.training, data,
+                                              plan.batch.micro_batch_per_gpu, stage));
   }
   plan.device_memory_bytes = device_memory(spec, inputs.machine, plan.placement);
   add_memory_warnings(spec, plan);

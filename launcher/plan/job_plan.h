@@ -44,9 +44,10 @@ struct JobPlan {
   std::vector<int64_t> activation_bytes_by_stage;  // per rank; empty likewise
   std::vector<WorkspaceBytes> workspace_by_stage;  // per rank; empty likewise
   // Training on GPUs as it runs today (spec::device_training_problem
-  // accepts the job): the model states and ZeRO's buffers live in host
-  // memory, and the GPU holds the model's mirror (mirrored_state_bytes), its
-  // activations and, without offload_optimizer, the optimizer's states.
+  // accepts the job), counted by mirrored_state_bytes: without
+  // offload_optimizer every model state on the GPU; with it the model
+  // states and ZeRO's buffers in host memory, and on the GPU the model's
+  // mirror. The activations are on the GPU either way.
   bool host_model_states = false;
   int64_t device_memory_bytes = 0;               // per rank; 0 when unknown
   int64_t padded_vocab_size = 0;

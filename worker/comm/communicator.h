@@ -23,8 +23,9 @@ using core::dtype_name;
 
 enum class ReduceOp { kSum, kMax, kMin };
 
-// Memory a collective reads or writes: `count` elements of `dtype`. Host
-// memory for now; a device field comes with the CUDA communicator.
+// Memory a collective reads or writes: `count` elements of `dtype`, in the
+// memory the communicator works on (host memory for MPI's, a GPU's for
+// NCCL's and the host-staged one's).
 struct BufferRef {
   void* data = nullptr;
   int64_t count = 0;

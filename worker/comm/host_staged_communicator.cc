@@ -1,5 +1,6 @@
 #include "worker/comm/host_staged_communicator.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <mutex>
 #include <string>
@@ -53,17 +54,20 @@ class HostStagedCommunicator final : public Communicator {
                                        ReduceOp op) override {
     std::lock_guard lock(mutex_);
     const BufferRef staged_in = download(in, sent_);
-    const BufferRef staged_out = staging(out, received_);
+    // Only this rank's block lands.
+    const size_t rank = static_cast<size_t>(host_.rank());
+    const BufferRef own = {out.data, rank < counts.size() ? counts[rank] : 0, out.dtype};
+    const BufferRef staged_out = staging(own, received_);
     return finish(host_.reduce_scatter(staged_in, staged_out, counts, op),
-                  [&] { upload(out, staged_out); });
+                  [&] { upload(own, staged_out); });
   }
   std::unique_ptr<Work> all_gather(BufferRef in, BufferRef out, const Blocks& blocks) override {
     std::lock_guard lock(mutex_);
     // `in` may be this rank's block of `out`: it is read before anything lands.
     const BufferRef staged_in = download(in, sent_);
-    const BufferRef staged_out = staging(out, received_);
-    return finish(host_.all_gather(staged_in, staged_out, blocks),
-                  [&] { upload_blocks(out, staged_out, blocks); });
+    const Packed packed = pack(out, blocks);
+    return finish(host_.all_gather(staged_in, packed.buffer, packed.blocks),
+                  [&] { unpack(out, packed, blocks); });
   }
   std::unique_ptr<Work> broadcast(BufferRef buffer, int root) override {
     std::lock_guard lock(mutex_);
@@ -80,9 +84,9 @@ class HostStagedCommunicator final : public Communicator {
                                    const Blocks& received) override {
     std::lock_guard lock(mutex_);
     const BufferRef staged_in = download(in, sent_);
-    const BufferRef staged_out = staging(out, received_);
-    return finish(host_.all_to_all(staged_in, sent, staged_out, received),
-                  [&] { upload_blocks(out, staged_out, received); });
+    const Packed packed = pack(out, received);
+    return finish(host_.all_to_all(staged_in, sent, packed.buffer, packed.blocks),
+                  [&] { unpack(out, packed, received); });
   }
   std::unique_ptr<Work> send(BufferRef, int) override { return refused("send"); }
   std::unique_ptr<Work> recv(BufferRef, int) override { return refused("recv"); }
@@ -137,14 +141,29 @@ class HostStagedCommunicator final : public Communicator {
   void upload(const BufferRef& buffer, const BufferRef& staged) {
     if (buffer.bytes() > 0) device_.copy_host_to_device(buffer.data, staged.data, buffer.bytes());
   }
-  void upload_blocks(const BufferRef& buffer, const BufferRef& staged, const Blocks& blocks) {
-    const int64_t element = dtype_bytes(buffer.dtype);
+  // The blocks an operation writes into `out`, received back to back in
+  // host memory: staging only what arrives, not the span `out` covers.
+  struct Packed {
+    BufferRef buffer;
+    Blocks blocks;
+  };
+  Packed pack(const BufferRef& out, const Blocks& blocks) {
+    Packed packed;
+    packed.blocks = Blocks::consecutive(blocks.counts);
+    int64_t total = 0;
+    for (const int64_t count : blocks.counts) total += std::max<int64_t>(count, 0);
+    packed.buffer = staging({out.data, total, out.dtype}, received_);
+    return packed;
+  }
+  void unpack(const BufferRef& out, const Packed& packed, const Blocks& blocks) {
+    const int64_t element = dtype_bytes(out.dtype);
     for (size_t r = 0; r < blocks.counts.size(); ++r) {
-      const int64_t offset = blocks.displacements[r] * element;
       const int64_t bytes = blocks.counts[r] * element;
       if (bytes <= 0) continue;
-      device_.copy_host_to_device(static_cast<std::byte*>(buffer.data) + offset,
-                                  static_cast<std::byte*>(staged.data) + offset, bytes);
+      device_.copy_host_to_device(
+          static_cast<std::byte*>(out.data) + blocks.displacements[r] * element,
+          static_cast<std::byte*>(packed.buffer.data) + packed.blocks.displacements[r] * element,
+          bytes);
     }
   }
   // Waits for the host's operation and, when it succeeded, lands what it

@@ -12,9 +12,10 @@ namespace dslaunch::worker::comm {
 // each operation copies what it sends to the host, runs `host`'s collective
 // and waits for it, and copies what it received back into device memory
 // (only the blocks it received: the rest of an output buffer stays as it
-// was). What MPI without CUDA support does for a GPU, and how the engine's
-// device-resident data parallelism runs on the CUDA emulator, where NCCL
-// cannot.
+// was). Host memory holds what one operation sends and receives, kept for
+// the next. What MPI without CUDA support does for a GPU, and how the
+// engine's device-resident data parallelism runs on the CUDA emulator,
+// where NCCL cannot.
 //
 // Every call returns once its operation is complete (a Work already done),
 // so nothing overlaps: a collective past `host`'s timeout ends in its

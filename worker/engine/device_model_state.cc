@@ -54,6 +54,9 @@ class DeviceModelState final : public ModelState {
         optimizer_(training_.optimizer, table_, own_begin_, own_begin_ + own_count_) {}
 
   core::Status init(ModelStateInputs& inputs) {
+    if (training_.zero.stage > 2) {
+      return core::internal_error("every model state on the GPU takes ZeRO stages 0-2");
+    }
     if (ranks_ > 1 && comm_ == nullptr) {
       return core::internal_error(
           "several data ranks on the GPU need a communicator over its memory "
@@ -113,7 +116,6 @@ class DeviceModelState final : public ModelState {
                           inputs.resume_optimizer_steps);
   }
 
-  bool in_backend_memory() const override { return true; }
   const float* parameters_for_model() override { return params_.data(); }
   bool parameters_resident() const override { return true; }
   float* gradients_for_backward() override { return grads_.data(); }

@@ -82,11 +82,6 @@ class ModelState {
   // partition over the data group gives it, whatever the stage.
   // Offloaded moments are read back into memory held until the next step.
   virtual core::StatusOr<CheckpointSlice> checkpoint_slice(int64_t step) = 0;
-  // Whether the state lives in the memory of the backend the model runs on
-  // (parameters_for_model() and gradients_for_backward() included), which
-  // then needs no mirror (worker/engine/device_mirror.h) where that memory
-  // is not the host's.
-  virtual bool in_backend_memory() const { return false; }
 
   // What this rank holds, by kind (the models' activations as given).
   virtual MemoryReport memory_report(int64_t activation_bytes) = 0;

@@ -330,6 +330,12 @@ void AdamW::update_range(kernels::Backend& backend, float* params, const float* 
 core::Status AdamW::update_on_device(const GroupIo& io, const kernels::Backend::AdamWParams& hyper,
                                      const RoundedCopy& rounded) {
   OnDevice& d = *device_;
+  // Masters of its own in fp32 training would leave the model's weights
+  // behind: there the weights are the masters (place_on_device()).
+  if (rounded.weights == nullptr && d.own_masters.data() != nullptr) {
+    return core::internal_error(
+        "the optimizer on the device updates masters of its own in fp32 training");
+  }
   for (int64_t from = begin_; from < end_; from += d.chunk) {
     const int64_t to = std::min(from + d.chunk, end_);
     core::StatusOr<const float*> loaded = io.load(from, to);

@@ -72,7 +72,6 @@ class AdamW {
   // swap_moments(); throws std::bad_alloc when the device lacks the memory.
   void place_on_device(kernels::Backend& device, float* weights = nullptr,
                        int64_t chunk = core::kDeviceOptimizerChunk);
-  bool on_device() const { return device_ != nullptr; }
   // On the device: the fp32 masters of the floats [from, from + count) of
   // [begin, end) from host floats `masters`, or into host floats `out`.
   void set_masters(int64_t from, int64_t count, const float* masters);
@@ -125,8 +124,8 @@ class AdamW {
   int64_t moment_group() const;
 
   // Bytes the moments hold in memory (the swap buffers, once swapped), or
-  // on the device what the optimizer holds there: its own masters, the
-  // moments and the staging.
+  // on the device what the optimizer holds there: the moments and its own
+  // masters.
   int64_t state_bytes() const;
   bool swapped() const { return swap_ != nullptr; }
 

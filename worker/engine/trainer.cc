@@ -185,18 +185,21 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   // state in its memory without offload_optimizer; with it, the states stay
   // in host memory with the host backend's math, and the model computes on
   // a mirror of them.
-  const bool mirrored = !backend.memory_is_host();
-  if (mirrored) {
+  const bool on_device = !backend.memory_is_host();
+  const bool mirrored =
+      on_device && training.zero.offload_optimizer.device != spec::OffloadDevice::kNone;
+  if (on_device) {
     if (std::string problem = spec::device_training_problem(spec); !problem.empty()) {
       result.error = problem;
       return result;
     }
-    if (options.host_backend == nullptr || !options.host_backend->memory_is_host()) {
-      result.error = fmt::format(
-          "training on {} needs a host backend for the model states (TrainerOptions::host_backend)",
-          backend.name());
-      return result;
-    }
+  }
+  if (mirrored && (options.host_backend == nullptr || !options.host_backend->memory_is_host())) {
+    result.error = fmt::format(
+        "training on {} with offload_optimizer needs a host backend for the model states "
+        "(TrainerOptions::host_backend)",
+        backend.name());
+    return result;
   }
   kernels::Backend& state_backend = mirrored ? *options.host_backend : backend;
   const int tensor_size = tensor_comm != nullptr ? tensor_comm->size() : 1;
@@ -330,7 +333,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   }
   state_inputs.precision = precision;
   // Without offload_optimizer, a GPU holds every model state.
-  if (mirrored && training.zero.offload_optimizer.device == spec::OffloadDevice::kNone) {
+  if (on_device && !mirrored) {
     state_inputs.optimizer_device = &backend;
   }
   state_inputs.norm_ranges = norm_ranges(table);
@@ -366,7 +369,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   }
   ModelState& state = **made;
   std::optional<DeviceMirror> mirror;
-  if (mirrored && !state.in_backend_memory()) {
+  if (mirrored) {
     try {
       mirror.emplace(backend, table.total());
     } catch (const std::bad_alloc&) {
@@ -472,9 +475,8 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
             core::Status(core::StatusCode::kInternal,
                          "pipeline parallelism needs whole gradients (ZeRO stage 0 or 1)"));
       }
-      if (core::Status status = sum_tied_embedding_gradients(
-              *pipeline_comm, table, state.in_backend_memory() ? backend : state_backend, reduced,
-              tied_embedding);
+      if (core::Status status = sum_tied_embedding_gradients(*pipeline_comm, table, state_backend,
+                                                             reduced, tied_embedding);
           !status.ok()) {
         return failed(status);
       }
@@ -569,7 +571,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     if (step == first_step && options.on_memory) {
       MemoryReport memory = state.memory_report(activation_bytes());
       memory.weight_copy = backend.weight_copy_bytes();
-      if (mirrored) memory.device_peak = backend.peak_allocated_bytes();
+      if (on_device) memory.device_peak = backend.peak_allocated_bytes();
       options.on_memory(memory);
     }
 

@@ -154,11 +154,12 @@ struct ResumePoint {
 
 struct TrainerOptions {
   comm::Communicator* data_comm = nullptr;  // the data-parallel group; required
-  // Where train()'s backend's memory is not the host's (a GPU): a backend
-  // whose memory is (the CPU backend), which computes on the model states
-  // in host memory (norms, clipping, the CPU Adam) while the model runs on
-  // the GPU (DeepSpeed's ZeRO-Offload; spec::device_training_problem says
-  // what that path does not cover). Required then; unused otherwise.
+  // Where train()'s backend's memory is not the host's (a GPU) and the
+  // optimizer is offloaded: a backend whose memory is (the CPU backend),
+  // which computes on the model states in host memory (norms, clipping, the
+  // CPU Adam) while the model runs on the GPU (DeepSpeed's ZeRO-Offload;
+  // spec::device_training_problem says what that path does not cover).
+  // Required then; unused otherwise.
   kernels::Backend* host_backend = nullptr;
   // Training on a GPU with several data ranks and the optimizer there: makes
   // the data group's communicator over the GPU's memory from data_comm

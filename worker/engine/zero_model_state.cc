@@ -8,11 +8,8 @@
 #include <cmath>
 #include <functional>
 #include <limits>
-#include <new>
 #include <optional>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "worker/engine/model_state.h"
 #include "worker/engine/moment_resume.h"

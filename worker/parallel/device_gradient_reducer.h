@@ -45,7 +45,6 @@ class DeviceGradientReducer {
   // the mean of grads over ranks; grads becomes zero.
   core::Status reduce_scatter_add(float* grads, float* partition_grads);
 
-  const ZeroPartition& partition() const { return partition_; }
   // Device bytes its buffers hold (core::device_state_bytes()'
   // communication_buffers).
   int64_t buffer_bytes() const;

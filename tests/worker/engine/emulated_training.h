@@ -129,7 +129,10 @@ inline void check_gpu_path_matches_host_memory(spec::JobSpec spec, const GpuPath
   auto guarded = kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded);
   auto accessible = kernels::simt::make_emulated_backend();
   REQUIRE_FALSE(guarded->memory_is_host());
-  const OffloadRun on_device = train_offloaded(*guarded, spec, c.layout, host.get(), poison);
+  // Every state on the GPU needs no host backend.
+  const bool offloaded = c.offload != spec::OffloadDevice::kNone;
+  const OffloadRun on_device =
+      train_offloaded(*guarded, spec, c.layout, offloaded ? host.get() : nullptr, poison);
   const OffloadRun expected = train_offloaded(*accessible, spec, c.layout, nullptr, poison);
   REQUIRE(on_device.reports.size() == 6);
   REQUIRE(expected.reports.size() == 6);

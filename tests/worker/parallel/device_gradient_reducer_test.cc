@@ -152,6 +152,23 @@ TEST_CASE("the host-staged communicator lands only the blocks it receives") {
   for (int r = 0; r < size; ++r) expected.insert(expected.end(), {1.0f * r, 1.0f * r, -1.0f});
   CHECK(to_host(out.data(), 3 * size) == expected);
 
+  // A reduce-scatter of one float a rank into a larger buffer lands that
+  // float alone.
+  kernels::DeviceBuffer<float> values(device(), size);
+  std::vector<float> mine(size);
+  for (int r = 0; r < size; ++r) mine[r] = static_cast<float>(10 * r + rank);
+  to_device(values, mine);
+  to_device(out, initial);
+  const std::vector<int64_t> ones(size, 1);
+  REQUIRE(staged
+              ->reduce_scatter(comm::buffer_of(values.data(), size),
+                               comm::buffer_of(out.data(), 3 * size), ones, comm::ReduceOp::kSum)
+              ->wait()
+              .ok());
+  std::vector<float> scattered(3 * size, -1.0f);
+  scattered[0] = static_cast<float>(10 * rank * size + size * (size - 1) / 2);
+  CHECK(to_host(out.data(), 3 * size) == scattered);
+
   // An all-reduce and a broadcast on device memory, and a refused send.
   kernels::DeviceBuffer<float> value(device(), 1);
   to_device(value, {static_cast<float>(rank + 1)});
