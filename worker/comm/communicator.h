@@ -227,6 +227,13 @@ class Transport {
   // never entered its next collective; the rest of the process (heartbeats)
   // goes on.
   virtual void stall_from_next_collective() = 0;
+  // A communicator over the same ranks made outside this transport (NCCL's,
+  // on a GPU's memory): counted with the live ones (progress(),
+  // stats_by_axis()) and its operations' wire bytes with its axis's, those
+  // before the call included, until detach(), after which its bytes so far
+  // still count. It must stay alive until detach(). Thread-safe.
+  virtual void attach(const Communicator* communicator) = 0;
+  virtual void detach(const Communicator* communicator) = 0;
 };
 
 // Waits for `work` with its communicator's timeout: ok, or the failure with

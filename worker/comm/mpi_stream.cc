@@ -59,16 +59,54 @@ std::map<std::string, CommStats> MpiTransport::stats_by_axis() const {
   return all;
 }
 
+namespace {
+
+// Whether a communicator of axis `name` counts in `axis`'s bytes: the axis
+// itself and those made from it ("data/gradients" in "data"); "" all.
+bool within(std::string_view name, std::string_view axis) {
+  return axis.empty() || name == axis ||
+         (name.size() > axis.size() && name.compare(0, axis.size(), axis) == 0 &&
+          name[axis.size()] == '/');
+}
+
+}  // namespace
+
+// Locks mutex_ before wire_mutex_, as detach() does.
 int64_t MpiTransport::wire_bytes(std::string_view axis) const {
-  std::lock_guard lock(wire_mutex_);
   int64_t total = 0;
+  std::lock_guard lock(mutex_);
+  for (const Communicator* communicator : attached_) {
+    if (within(communicator->axis(), axis)) total += wire_bytes_of(*communicator);
+  }
+  std::lock_guard wire_lock(wire_mutex_);
   for (const auto& [name, bytes] : wire_bytes_) {
-    const bool within = axis.empty() || name == axis ||
-                        (name.size() > axis.size() && name.compare(0, axis.size(), axis) == 0 &&
-                         name[axis.size()] == '/');
-    if (within) total += bytes;
+    if (within(name, axis)) total += bytes;
   }
   return total;
+}
+
+int64_t MpiTransport::wire_bytes_of(const Communicator& communicator) {
+  const CommStats stats = communicator.stats();
+  int64_t total = 0;
+  for (const CommStats::Op& op : stats.ops) total += op.wire_bytes;
+  return total;
+}
+
+void MpiTransport::attach(const Communicator* communicator) {
+  std::lock_guard lock(mutex_);
+  communicators_.push_back(communicator);
+  attached_.push_back(communicator);
+}
+
+// Its bytes move to the counts of communicators gone, under both locks so
+// that wire_bytes() never sees them twice or not at all.
+void MpiTransport::detach(const Communicator* communicator) {
+  std::lock_guard lock(mutex_);
+  if (std::erase(attached_, communicator) == 0) return;
+  std::erase(communicators_, communicator);
+  std::lock_guard wire_lock(wire_mutex_);
+  const std::string axis(communicator->axis());
+  wire_bytes_[axis] += wire_bytes_of(*communicator);
 }
 
 void MpiTransport::count_wire_bytes(std::string_view axis, int64_t bytes) {

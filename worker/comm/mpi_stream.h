@@ -41,13 +41,19 @@ class MpiTransport final : public Transport {
   void count_wire_bytes(std::string_view axis, int64_t bytes);
   void add(const Communicator* communicator);
   void remove(const Communicator* communicator);
+  void attach(const Communicator* communicator) override;
+  void detach(const Communicator* communicator) override;
 
  private:
+  // An attached communicator's wire bytes, from its statistics.
+  static int64_t wire_bytes_of(const Communicator& communicator);
+
   std::atomic<bool> stall_{false};
   mutable std::mutex wire_mutex_;
   std::map<std::string, int64_t, std::less<>> wire_bytes_;  // by communicator axis
   mutable std::mutex mutex_;
   std::vector<const Communicator*> communicators_;
+  std::vector<const Communicator*> attached_;  // under mutex_, also in communicators_
 };
 
 // The thread that makes one communicator's MPI calls, in the order they were

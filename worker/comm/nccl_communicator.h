@@ -22,8 +22,9 @@ bool nccl_built();
 // host's with "/nccl" after it; its ranks and timeout are the host's. Lone
 // send() and recv() are refused (one NCCL stream would hold a send until
 // its receive runs: exchange through all_to_all), and then()'s function
-// runs on CUDA's thread, where it must not call CUDA. It is not registered
-// with the process's Transport: heartbeats do not count its collectives.
+// runs on CUDA's thread, where it must not call CUDA. Heartbeats count its
+// collectives once it is attached to the process's Transport
+// (Transport::attach; the trainer does so).
 // Collective over `host`, which must outlive the result (duplicate() and
 // split() make NCCL communicators over the host's duplicates and splits).
 // kFailedPrecondition in a build without NCCL.

@@ -98,6 +98,26 @@ class MatmulPrecision {
   kernels::Backend& backend_;
 };
 
+// Counts a communicator the caller made (NCCL's) with the transport's while
+// it lives: heartbeats' progress, hang reports' peers and comm_bytes see its
+// collectives.
+class AttachedCommunicator {
+ public:
+  AttachedCommunicator(comm::Transport* transport, const comm::Communicator* communicator)
+      : transport_(transport), communicator_(communicator) {
+    if (transport_ != nullptr && communicator_ != nullptr) transport_->attach(communicator_);
+  }
+  ~AttachedCommunicator() {
+    if (transport_ != nullptr && communicator_ != nullptr) transport_->detach(communicator_);
+  }
+  AttachedCommunicator(const AttachedCommunicator&) = delete;
+  AttachedCommunicator& operator=(const AttachedCommunicator&) = delete;
+
+ private:
+  comm::Transport* const transport_;
+  const comm::Communicator* const communicator_;
+};
+
 // Lets whatever reads an in-place checkpoint slice finish before train()
 // returns and the model state it points into goes.
 class UpdateFence {
@@ -355,6 +375,9 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     device_data_comm = std::move(*made_comm);
     state_inputs.device_data_comm = device_data_comm.get();
   }
+  // Host staging counts through data_comm already.
+  const AttachedCommunicator attached(
+      options.transport, options.device_communicator ? device_data_comm.get() : nullptr);
   core::StatusOr<std::unique_ptr<ModelState>> made =
       training.optimizer.type == spec::OptimizerType::kLamb ||
               spec::compresses_communication(training.optimizer.type)

@@ -189,8 +189,9 @@ struct TrainerOptions {
   std::function<bool(int64_t)> poison_gradients;
   // Once, after the first step, when the gradient workspace's peak is measured.
   std::function<void(const MemoryReport&)> on_memory;
-  // Where comm_bytes are counted; null: not counted.
-  const comm::Transport* transport = nullptr;
+  // Where comm_bytes are counted, and device_communicator's communicator
+  // attached while it lives; null: not counted.
+  comm::Transport* transport = nullptr;
   // Unset: start from the spec's initialisation at step 0.
   std::optional<ResumePoint> resume;
   // Checked during every step like stop_requested: when it is true on any

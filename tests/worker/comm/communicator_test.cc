@@ -926,3 +926,35 @@ TEST_CASE("then() runs host work in the communicator's order, between the collec
   CHECK(world.collectives_started() == 2);
   CHECK(world.stats().calls() == 2);
 }
+
+TEST_CASE("a communicator attached to a transport counts with its groups until detached") {
+  auto groups = make_world_groups();
+  auto others = make_world_groups();
+  Transport& transport = groups->transport();
+  Communicator& outside = others->data();  // made elsewhere, as NCCL's is
+  const int size = outside.size();
+  std::vector<float> values(1000, 1.0f);
+  const int64_t per_sum = wire_bytes(OpKind::kAllReduce, 4000, size);
+  const auto data_groups = [&] {
+    int count = 0;
+    for (const GroupProgress& progress : transport.progress()) count += progress.group == "data";
+    return count;
+  };
+  CHECK_OK(outside.all_reduce(buffer_of(values.data(), 1000), ReduceOp::kSum)->wait());
+  const int64_t before = transport.wire_bytes("data");
+  transport.attach(&outside);
+  // Its bytes so far count, and so does it in the progress heartbeats carry.
+  CHECK(transport.wire_bytes("data") == before + per_sum);
+  CHECK(transport.wire_bytes("") >= before + per_sum);
+  CHECK(data_groups() == 2);
+  CHECK(transport.stats_by_axis()["data"].calls() == groups->data().stats().calls() + 1);
+  CHECK_OK(outside.all_reduce(buffer_of(values.data(), 1000), ReduceOp::kSum)->wait());
+  CHECK(transport.wire_bytes("data") == before + 2 * per_sum);
+  // Detached, it leaves the live groups; its bytes stay counted, once.
+  transport.detach(&outside);
+  transport.detach(&outside);
+  CHECK(data_groups() == 1);
+  CHECK(transport.wire_bytes("data") == before + 2 * per_sum);
+  CHECK_OK(outside.all_reduce(buffer_of(values.data(), 1000), ReduceOp::kSum)->wait());
+  CHECK(transport.wire_bytes("data") == before + 2 * per_sum);
+}
