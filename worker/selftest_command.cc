@@ -1,11 +1,14 @@
 #include "worker/selftest_command.h"
 
+#include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "kernels/make_backend.h"
@@ -13,6 +16,7 @@
 #include "worker/comm/mpi_process_groups.h"
 #include "worker/comm/mpi_runtime.h"
 #include "worker/comm/nccl_communicator.h"
+#include "worker/rank_environment.h"
 #include "worker/selftest/engine_check.h"
 #include "worker/selftest/kernel_checks.h"
 #include "worker/selftest/nccl_check.h"
@@ -33,9 +37,10 @@ struct Row {
   std::string result;  // "pass", "FAIL", or why it was skipped
 };
 
+// `gpu`: the GPU a CUDA device is (the rank's local index under mpirun).
 core::StatusOr<std::unique_ptr<kernels::Backend>> device_backend(const std::string& device,
-                                                                 int threads) {
-  if (device == "cuda") return kernels::make_backend(kernels::DeviceKind::kCuda, threads);
+                                                                 int threads, int gpu) {
+  if (device == "cuda") return kernels::make_backend(kernels::DeviceKind::kCuda, threads, gpu);
   // Guarded: the host cannot touch the emulated device's memory between its
   // calls, as on a GPU.
   if (device == "emulated") {
@@ -58,9 +63,12 @@ std::vector<Row> training_rows(kernels::Backend& device, kernels::Backend& refer
 }
 
 std::vector<Row> engine_rows(kernels::Backend& device, kernels::Backend& cpu,
-                             comm::Communicator& solo, int steps) {
+                             const SelftestOptions& options, comm::Communicator& data) {
   std::vector<Row> rows;
-  for (const selftest::EngineCheck& check : selftest::check_engine(device, cpu, solo, steps)) {
+  // On GPUs several data ranks average through NCCL, as training does.
+  const bool nccl = comm::nccl_built() && options.device == "cuda";
+  for (const selftest::EngineCheck& check :
+       selftest::check_engine(device, cpu, data, options.steps, nccl)) {
     const std::string name = fmt::format("engine, {}, {} steps", check.optimizer, check.steps);
     if (!check.failure.empty()) {
       rows.push_back({name, check.precision, 0, check.tolerance, "FAIL: " + check.failure});
@@ -79,7 +87,7 @@ std::vector<Row> engine_rows(kernels::Backend& device, kernels::Backend& cpu,
 constexpr const char* kNcclRow = "NCCL collectives against MPI";
 
 std::vector<Row> nccl_rows(kernels::Backend& device, const SelftestOptions& options,
-                           comm::Communicator& solo) {
+                           comm::Communicator& world) {
   if (!comm::nccl_built()) {
     return {{kNcclRow, "-", 0, 0, "skipped: this build has no NCCL communicator (--config=cuda)"}};
   }
@@ -87,7 +95,7 @@ std::vector<Row> nccl_rows(kernels::Backend& device, const SelftestOptions& opti
     return {{kNcclRow, "-", 0, 0, "skipped: NCCL runs on GPUs (--device cuda)"}};
   }
   std::vector<Row> rows;
-  for (const selftest::NcclCheck& check : selftest::check_nccl(device, solo, options.seed)) {
+  for (const selftest::NcclCheck& check : selftest::check_nccl(device, world, options.seed)) {
     rows.push_back(
         {fmt::format("NCCL {} against MPI", check.collective), "fp32", check.error, check.tolerance,
          check.failure.empty() ? (check.passed() ? "pass" : "FAIL") : "FAIL: " + check.failure});
@@ -95,29 +103,60 @@ std::vector<Row> nccl_rows(kernels::Backend& device, const SelftestOptions& opti
   return rows;
 }
 
-// What needs MPI: the engine's run on the device and NCCL against MPI, in
-// a group of this process alone (MPI started as a singleton, without
-// mpirun).
-std::vector<Row> mpi_rows(kernels::Backend& device, kernels::Backend& cpu,
-                          const SelftestOptions& options) {
+int failed_in(const std::vector<Row>& rows) {
+  int failed = 0;
+  for (const Row& row : rows) failed += row.result.rfind("FAIL", 0) == 0;
+  return failed;
+}
+
+// What needs MPI: the engine's run on the device and NCCL against MPI, over
+// every rank mpirun started (one data group; each rank on its own GPU), or
+// this process alone (MPI started as a singleton). Appends them to `rows`
+// and returns every rank's count of failed rows, by rank: what each found
+// on its own device is its own.
+std::vector<int64_t> add_mpi_rows(kernels::Backend& device, kernels::Backend& cpu,
+                                  const SelftestOptions& options, int world_size,
+                                  std::vector<Row>& rows) {
   const std::string engine = fmt::format("engine, {} steps", options.steps);
   if (core::Status started = comm::mpi_init(); !started.ok()) {
     const std::string skipped = "skipped: MPI did not start: " + started.message();
-    return {{engine, "-", 0, 0, skipped}, {kNcclRow, "-", 0, 0, skipped}};
+    rows.push_back({engine, "-", 0, 0, skipped});
+    rows.push_back({kNcclRow, "-", 0, 0, skipped});
+    return {failed_in(rows)};
   }
-  std::vector<Row> rows;
+  std::vector<int64_t> failed_by_rank = {0};
   {
-    auto groups = comm::create_mpi_process_groups({1, 1, 1}, comm::CommOptions{});
+    // A rank that stops answering fails the others' checks instead of
+    // hanging them.
+    comm::CommOptions comm_options;
+    comm_options.wait.timeout = std::chrono::minutes(5);
+    auto groups = comm::create_mpi_process_groups({1, world_size, 1}, comm_options);
     if (!groups.ok()) {
       const std::string skipped = "skipped: " + groups.status().message();
-      rows = {{engine, "-", 0, 0, skipped}, {kNcclRow, "-", 0, 0, skipped}};
+      rows.push_back({engine, "-", 0, 0, skipped});
+      rows.push_back({kNcclRow, "-", 0, 0, skipped});
+      failed_by_rank = {failed_in(rows)};
     } else {
-      rows = engine_rows(device, cpu, (*groups)->data(), options.steps);
-      for (Row& row : nccl_rows(device, options, (*groups)->world())) rows.push_back(row);
+      comm::Communicator& world = (*groups)->world();
+      for (Row& row : engine_rows(device, cpu, options, (*groups)->data())) rows.push_back(row);
+      for (Row& row : nccl_rows(device, options, world)) rows.push_back(row);
+      int64_t mine = failed_in(rows);
+      failed_by_rank.assign(world.size(), 0);
+      const core::Status gathered =
+          world
+              .all_gather(comm::buffer_of(&mine, 1),
+                          comm::buffer_of(failed_by_rank.data(), world.size()),
+                          comm::Blocks::consecutive(std::vector<int64_t>(world.size(), 1)))
+              ->wait();
+      if (!gathered.ok()) {
+        rows.push_back({"failed checks by rank", "-", 0, 0, "FAIL: " + gathered.message()});
+        failed_by_rank.assign(world.size(), 0);
+        failed_by_rank[world.rank()] = failed_in(rows);
+      }
     }
   }
   comm::mpi_finalize();
-  return rows;
+  return failed_by_rank;
 }
 
 void print_table(const std::string& device_name, const std::vector<Row>& rows) {
@@ -138,10 +177,18 @@ void print_table(const std::string& device_name, const std::vector<Row>& rows) {
 }  // namespace
 
 int run_selftest_command(const SelftestOptions& options) {
-  const int threads = options.threads > 0
-                          ? options.threads
-                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  auto device = device_backend(options.device, threads);
+  // Under mpirun (or srun, torchrun) every rank checks its own GPU, the
+  // engine and NCCL checks run over all of them, and rank 0 prints.
+  const auto getenv = [](const char* name) { return std::getenv(name); };
+  std::string not_launched;
+  const RankEnvironment where =
+      read_rank_environment(getenv, not_launched).value_or(RankEnvironment{});
+  const int threads =
+      options.threads > 0
+          ? options.threads
+          : compute_threads(getenv, 0, static_cast<int>(std::thread::hardware_concurrency()),
+                            where.local_world_size);
+  auto device = device_backend(options.device, threads, where.local_rank);
   if (!device.ok()) {
     std::cerr << "dslaunch selftest: --device " << options.device << ": "
               << device.status().message()
@@ -157,8 +204,13 @@ int run_selftest_command(const SelftestOptions& options) {
                     check.passed() ? "pass" : "FAIL"});
   }
   for (Row& row : training_rows(**device, *reference, options.steps)) rows.push_back(row);
-  for (Row& row : mpi_rows(**device, *reference, options)) rows.push_back(row);
+  const std::vector<int64_t> failed_by_rank =
+      add_mpi_rows(**device, *reference, options, where.world_size, rows);
 
+  int64_t failed_anywhere = 0;
+  for (const int64_t failed : failed_by_rank) failed_anywhere += failed;
+  const int exit_code = failed_anywhere == 0 ? 0 : kFailed;
+  if (where.rank != 0) return exit_code;
   int failed = 0, passed = 0;
   for (const Row& row : rows) {
     if (row.result.rfind("pass", 0) == 0) ++passed;
@@ -176,14 +228,22 @@ int run_selftest_command(const SelftestOptions& options) {
     std::cout << nlohmann::json{{"device", (*device)->name()},
                                 {"passed", passed},
                                 {"failed", failed},
+                                {"ranks", failed_by_rank.size()},
+                                {"failed_by_rank", failed_by_rank},
                                 {"checks", checks}}
                      .dump(2)
               << "\n";
   } else {
     print_table((*device)->name(), rows);
     std::cout << fmt::format("\n{} passed, {} failed\n", passed, failed);
+    if (failed_by_rank.size() > 1) {
+      std::cout << fmt::format(
+          "{} ranks, each checking its own device (this table is rank 0's); failed checks by "
+          "rank: {}\n",
+          failed_by_rank.size(), fmt::join(failed_by_rank, ", "));
+    }
   }
-  return failed == 0 ? 0 : kFailed;
+  return exit_code;
 }
 
 }  // namespace dslaunch::worker

@@ -26,6 +26,7 @@ TEST_CASE("selftest on the emulated CUDA kernels passes every check and reports 
   const auto report = nlohmann::json::parse(result.output.substr(result.output.find('{')));
   CHECK(report["device"].get<std::string>().find("emulated") != std::string::npos);
   CHECK(report["failed"] == 0);
+  CHECK(report["ranks"] == 1);
   int passed = 0, training = 0, engine = 0, skipped = 0;
   for (const auto& check : report["checks"]) {
     const std::string outcome = check["result"];
@@ -47,6 +48,33 @@ TEST_CASE("selftest on the emulated CUDA kernels passes every check and reports 
   CHECK(engine == 8);    // losses and weights, fp32 and bf16, optimizer on the GPU or offloaded
   CHECK(skipped == 1);   // NCCL, not built: listed, not counted as passed
   CHECK(passed + skipped == static_cast<int>(report["checks"].size()));
+}
+
+// Under mpirun every rank checks its device, the engine trains over both as
+// one data group (averaging on the device), and rank 0 reports for all.
+TEST_CASE("selftest under mpirun compares the engine over every rank and counts each rank's") {
+  const auto result = run_command(fmt::format(
+      "DSLAUNCH_WORKER='{}' mpirun --allow-run-as-root --oversubscribe -np 2 {} selftest "
+      "--device emulated --steps 2 --threads 1 --json 2>&1",
+      runfile("worker/dsworker"), runfile("launcher/dslaunch")));
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  // One report, rank 0's.
+  const size_t first = result.output.find('{');
+  REQUIRE(first != std::string::npos);
+  CHECK(result.output.find("\"checks\"", result.output.find("\"checks\"") + 1) ==
+        std::string::npos);
+  const auto report = nlohmann::json::parse(result.output.substr(first));
+  CHECK(report["ranks"] == 2);
+  CHECK(report["failed_by_rank"] == nlohmann::json::array({0, 0}));
+  int engine = 0;
+  for (const auto& check : report["checks"]) {
+    const std::string name = check["check"];
+    if (name.rfind("engine, ", 0) != 0) continue;
+    ++engine;
+    CHECK(check["result"].get<std::string>().rfind("pass", 0) == 0);
+  }
+  CHECK(engine == 8);
 }
 
 TEST_CASE("selftest names what it cannot run on and exits 2") {

@@ -8,9 +8,11 @@
 // offloaded (the states in host memory on a CPU backend, the model on a
 // mirror: ZeRO-Offload), and the CPU engine trains it alone, from the same
 // spec and tokens; the step losses, the final evaluation loss and the final
-// parameters are compared, in fp32 and in bf16. (Several data ranks with
-// the optimizer on the device, which stage through host memory, are not
-// run here: the check's data group is this process alone.)
+// parameters are compared, in fp32 and in bf16. Over several data ranks
+// (dslaunch selftest under mpirun) both average over the data group, the
+// device's run on the device (through NCCL where asked), and each rank
+// compares its part of the parameters; every rank then reports the
+// group's worst.
 
 #include <string>
 #include <vector>
@@ -44,9 +46,11 @@ struct EngineCheck {
 
 // `device` must be a backend whose memory is not the host's (a GPU, or the
 // emulator's guarded memory); `cpu` a CPU backend, which runs the reference
-// and, in the device's run, the model states' math; `solo` a data group of
-// this process alone.
+// and, in the device's offloaded run, the model states' math; `data_comm`
+// the data group (MPI's), collective over it; `nccl`: the device's run
+// averages its gradients over an NCCL communicator made from it (on GPUs),
+// else through host staging.
 std::vector<EngineCheck> check_engine(kernels::Backend& device, kernels::Backend& cpu,
-                                      comm::Communicator& solo, int steps);
+                                      comm::Communicator& data_comm, int steps, bool nccl = false);
 
 }  // namespace dslaunch::worker::selftest
