@@ -24,14 +24,16 @@ TEST_CASE("the GPU path trains combined layouts of four ranks as in host memory"
   const spec::JobSpec spec = testing::gpu_path_job(dir);
   const std::string nvme = dir + "/nvme-" + std::to_string(world.rank());
   std::filesystem::create_directories(nvme);
-  // {pipeline, data, tensor}: two data ranks of two tensor ranks, the
-  // optimizer's partition on the GPU; two data ranks of two pipeline stages
-  // offloaded (the tied embedding summed between the stages); and two
-  // stages of two model chunks each over two tensor ranks, one data rank,
-  // every state on the GPU, in fp16 with one rank overflowing.
+  // {pipeline, data, tensor}: two data ranks of two tensor ranks, every
+  // state on the GPU (ZeRO 2); two data ranks of two pipeline stages,
+  // offloaded and with every state on the GPU (the tied embedding summed
+  // between the stages after the data group's mean); and two stages of two
+  // model chunks each over two tensor ranks, one data rank, every state on
+  // the GPU, in fp16 with one rank overflowing.
   for (const GpuPathCase& c :
        {GpuPathCase{{1, 2, 2}, 2, spec::OffloadDevice::kNone, core::DType::kBF16},
         GpuPathCase{{2, 2, 1}, 1, spec::OffloadDevice::kCpu, core::DType::kF32},
+        GpuPathCase{{2, 2, 1}, 1, spec::OffloadDevice::kNone, core::DType::kBF16},
         GpuPathCase{{2, 1, 2}, 1, spec::OffloadDevice::kNone, core::DType::kF16, 2}}) {
     testing::check_gpu_path_matches_host_memory(spec, c, nvme);
   }
