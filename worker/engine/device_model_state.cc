@@ -25,6 +25,7 @@
 #include "worker/engine/moment_resume.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/squared_norm.h"
+#include "worker/engine/streamed_state_arrays.h"
 #include "worker/parallel/device_gradient_reducer.h"
 #include "worker/parallel/zero_partition.h"
 
@@ -154,17 +155,9 @@ class DeviceModelState final : public ModelState {
     return sum_of_squares_in(device_, partition_grads_.data(), own_begin_, own_begin_,
                              own_begin_ + own_count_, norm_ranges_);
   }
-  // Whole gradients: summed partition by partition in rank order, the same
-  // additions a partitioned run makes, so the norm has the same bits at
-  // every stage.
   double squared_grad_norm(double summed_shares) override {
     if (partitioned_grads_) return summed_shares;
-    double sum = 0;
-    for (int r = 0; r < checkpoint_partition_.ranks; ++r) {
-      sum += sum_of_squares_in(device_, grads_.data(), 0, checkpoint_partition_.begin(r),
-                               checkpoint_partition_.end(r), norm_ranges_);
-    }
-    return sum;
+    return sum_of_squares_by_partition(device_, grads_.data(), checkpoint_partition_, norm_ranges_);
   }
   void clip(float factor) override {
     if (partitioned_grads_) {
@@ -204,21 +197,12 @@ class DeviceModelState final : public ModelState {
     slice.optimizer_steps = optimizer_.steps_taken();
     slice.layout = &layout_;
     const int64_t first = slice.begin - own_begin_;  // of the optimizer's floats
-    using core::ShardArrayData;
-    slice.arrays = {ShardArrayData::streamed({core::StateKind::kParameter, core::DType::kF32},
-                                             [this, first](int64_t from, int64_t count, void* out) {
-                                               optimizer_.read_masters(first + from, count,
-                                                                       static_cast<float*>(out));
-                                               return std::string();
-                                             }),
-                    ShardArrayData::streamed({core::StateKind::kAdamM, core::DType::kF32},
-                                             [this, first](int64_t from, int64_t count, void* out) {
-                                               return read_moment(false, first + from, count, out);
-                                             }),
-                    ShardArrayData::streamed({core::StateKind::kAdamV, core::DType::kF32},
-                                             [this, first](int64_t from, int64_t count, void* out) {
-                                               return read_moment(true, first + from, count, out);
-                                             })};
+    slice.arrays = streamed_state_arrays(
+        [this, first](int64_t from, int64_t count, float* out) {
+          optimizer_.read_masters(first + from, count, out);
+          return core::Status();
+        },
+        optimizer_, first);
     return slice;
   }
 
@@ -252,11 +236,6 @@ class DeviceModelState final : public ModelState {
                 .narrow_wire =
                     gradient_communication_type(training_, precision_) != core::DType::kF32})
         .total();
-  }
-  std::string read_moment(bool second, int64_t from, int64_t count, void* out) {
-    const core::Status status =
-        optimizer_.read_moment(second, from, count, static_cast<float*>(out));
-    return status.ok() ? std::string() : status.message();
   }
 
   const core::ParameterTable& table_;

@@ -16,4 +16,14 @@ double sum_of_squares_in(kernels::Backend& backend, const float* grads, int64_t 
   return sum;
 }
 
+double sum_of_squares_by_partition(kernels::Backend& backend, const float* grads,
+                                   const ZeroPartition& partition,
+                                   const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  double sum = 0;
+  for (int r = 0; r < partition.ranks; ++r) {
+    sum += sum_of_squares_in(backend, grads, 0, partition.begin(r), partition.end(r), ranges);
+  }
+  return sum;
+}
+
 }  // namespace dslaunch::worker::engine

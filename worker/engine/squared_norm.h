@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "worker/parallel/zero_partition.h"
 
 namespace dslaunch::worker::engine {
 
@@ -15,5 +16,13 @@ namespace dslaunch::worker::engine {
 // buffers get the same bits from it.
 double sum_of_squares_in(kernels::Backend& backend, const float* grads, int64_t base, int64_t begin,
                          int64_t end, const std::vector<std::pair<int64_t, int64_t>>& ranges);
+
+// The same over whole gradients (the layout from its start), summed
+// partition by partition of `partition` in rank order: the additions a
+// partitioned run makes (each rank's share, summed over the data group in
+// rank order), so the norm has the same bits at every ZeRO stage.
+double sum_of_squares_by_partition(kernels::Backend& backend, const float* grads,
+                                   const ZeroPartition& partition,
+                                   const std::vector<std::pair<int64_t, int64_t>>& ranges);
 
 }  // namespace dslaunch::worker::engine

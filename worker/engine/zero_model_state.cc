@@ -15,6 +15,7 @@
 #include "worker/engine/moment_resume.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/squared_norm.h"
+#include "worker/engine/streamed_state_arrays.h"
 #include "worker/engine/zero3_parameters.h"
 #include "worker/parallel/gradient_partition.h"
 #include "worker/parallel/gradient_reducer.h"
@@ -170,31 +171,12 @@ class ZeroStateBase : public ModelState {
     if (optimizer_.swapped() || parameters_swapped()) {
       // State on NVMe streams from its swap files into the shard, which is
       // then written at once: a copy would bring it all back into memory.
-      const auto text = [](const core::Status& status) {
-        return status.ok() ? std::string() : status.message();
-      };
       const int64_t begin = slice.begin;
-      const int64_t moment_begin = slice.begin - own_begin_;
-      using core::ShardArrayData;
-      slice.arrays = {
-          ShardArrayData::streamed(
-              {core::StateKind::kParameter, core::DType::kF32},
-              [this, begin, text](int64_t from, int64_t count, void* out) {
-                return text(read_parameters(begin + from, begin + from + count,
-                                            static_cast<float*>(out)));
-              }),
-          ShardArrayData::streamed(
-              {core::StateKind::kAdamM, core::DType::kF32},
-              [this, moment_begin, text](int64_t from, int64_t count, void* out) {
-                return text(optimizer_.read_moment(false, moment_begin + from, count,
-                                                   static_cast<float*>(out)));
-              }),
-          ShardArrayData::streamed(
-              {core::StateKind::kAdamV, core::DType::kF32},
-              [this, moment_begin, text](int64_t from, int64_t count, void* out) {
-                return text(optimizer_.read_moment(true, moment_begin + from, count,
-                                                   static_cast<float*>(out)));
-              })};
+      slice.arrays = streamed_state_arrays(
+          [this, begin](int64_t from, int64_t count, float* out) {
+            return read_parameters(begin + from, begin + from + count, out);
+          },
+          optimizer_, slice.begin - own_begin_);
       return slice;
     }
     if (core::Status status = prepare_checkpoint(); !status.ok()) return status;
@@ -309,15 +291,9 @@ class ReplicatedGradients final : public ZeroStateBase {
   }
 
   double norm_share() override { return 0; }
-  // Summed partition by partition in rank order: the same additions a
-  // partitioned run makes, so the norm has the same bits at every stage.
   double squared_grad_norm(double) override {
-    double sum = 0;
-    for (int r = 0; r < checkpoint_partition_.ranks; ++r) {
-      sum += sum_of_squares_in(backend_, grads_.data(), 0, checkpoint_partition_.begin(r),
-                               checkpoint_partition_.end(r), norm_ranges_);
-    }
-    return sum;
+    return sum_of_squares_by_partition(backend_, grads_.data(), checkpoint_partition_,
+                                       norm_ranges_);
   }
   void clip(float factor) override {
     backend_.scale(grads_.data(), static_cast<int64_t>(grads_.size()), factor);
