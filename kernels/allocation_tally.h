@@ -28,6 +28,13 @@ class AllocationTally {
     current_ -= it->second;
     sizes_.erase(it);
   }
+  // Memory held outside allocate() (a SparseMemory's pages): +bytes when
+  // they come, -bytes when they go.
+  void adjust(int64_t bytes) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    current_ += bytes;
+    peak_ = std::max(peak_, current_);
+  }
   int64_t peak() const {
     const std::lock_guard<std::mutex> lock(mutex_);
     return peak_;

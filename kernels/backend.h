@@ -38,6 +38,7 @@
 
 #include "core/dtype.h"
 #include "core/layout/attention_scratch.h"
+#include "kernels/sparse_memory.h"
 
 namespace dslaunch::kernels {
 
@@ -82,6 +83,11 @@ class Backend {
   // The most bytes the backend's allocations held at once since it was
   // made, as allocate() was asked for them (kernels/allocation_tally.h).
   virtual int64_t peak_allocated_bytes() const = 0;
+  // `bytes` of the backend's addresses of which only committed ranges hold
+  // memory (sparse_memory.h), counted in peak_allocated_bytes() while they
+  // do; throws std::bad_alloc when they cannot be reserved. The backend
+  // must outlive it.
+  virtual std::unique_ptr<SparseMemory> reserve_sparse(int64_t bytes) = 0;
 
   // Streams and events. The stream set is the one kernels and copies run on
   // until the next set_stream(); it must outlive its use. record() marks the

@@ -15,6 +15,7 @@
 #include "kernels/cpu/blas_setup.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/rounded_gemm.h"
+#include "kernels/host_sparse_memory.h"
 
 namespace dslaunch::kernels {
 namespace {
@@ -48,6 +49,9 @@ class CpuBackend final : public Backend {
     std::free(data);
   }
   int64_t peak_allocated_bytes() const override { return tally_.peak(); }
+  std::unique_ptr<SparseMemory> reserve_sparse(int64_t bytes) override {
+    return make_host_sparse_memory(bytes, tally_);
+  }
   void copy_host_to_device(void* device, const void* host, int64_t bytes) override {
     if (bytes > 0) std::memcpy(device, host, static_cast<size_t>(bytes));
   }

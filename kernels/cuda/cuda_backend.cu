@@ -12,6 +12,7 @@
 
 #include "kernels/allocation_tally.h"
 #include "kernels/cuda/cublas_gemm.h"
+#include "kernels/cuda/cuda_sparse_memory.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_thread.cuh"
 #include "kernels/simt/simt_backend.h"
@@ -88,6 +89,9 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
     if (data != nullptr) cudaFree(data);
   }
   int64_t peak_allocated_bytes() const override { return tally_.peak(); }
+  std::unique_ptr<SparseMemory> reserve_sparse(int64_t bytes) override {
+    return make_cuda_sparse_memory(bytes, tally_);
+  }
   void copy_host_to_device(void* device, const void* host, int64_t bytes) override {
     if (bytes > 0) {
       check_cuda(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_), "copy");

@@ -10,6 +10,7 @@
 #include "kernels/allocation_tally.h"
 #include "kernels/cpu/rounded_gemm.h"
 #include "kernels/cpu/sgemm.h"
+#include "kernels/host_sparse_memory.h"
 #include "kernels/simt/guarded_memory.h"
 #include "kernels/simt/simt_backend.h"
 
@@ -52,6 +53,10 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend> {
     }
   }
   int64_t peak_allocated_bytes() const override { return tally_.peak(); }
+  std::unique_ptr<SparseMemory> reserve_sparse(int64_t bytes) override {
+    return guarded_ ? guarded_->reserve_sparse(bytes, tally_)
+                    : make_host_sparse_memory(bytes, tally_);
+  }
   void copy_host_to_device(void* device, const void* host, int64_t bytes) override {
     if (bytes <= 0) return;
     require_device(device, bytes, "copy_host_to_device's destination");

@@ -31,6 +31,52 @@ void protect(const char* start, int64_t bytes, bool open) {
 
 }  // namespace
 
+// Pages of one PROT_NONE mapping made accessible as they are committed,
+// while a scope is open; their memory goes back to the OS on release.
+class GuardedMemory::Sparse final : public SparseMemory {
+ public:
+  Sparse(GuardedMemory& memory, int64_t bytes, AllocationTally& tally)
+      : SparseMemory(reserve(bytes), bytes, sysconf(_SC_PAGESIZE), tally), memory_(memory) {
+    memory_.sparse_.insert(this);
+  }
+  ~Sparse() override {
+    memory_.sparse_.erase(this);
+    munmap(data(), static_cast<size_t>(page_rounded(bytes())));
+  }
+
+  bool holds(const char* start, int64_t length) const {
+    const auto* base = static_cast<const char*>(data());
+    return start >= base && start + length <= base + bytes() &&
+           committed(start - base, start - base + length);
+  }
+  void set_access(bool open) const {
+    for_mapped_runs(
+        [&](int64_t first, int64_t count) { protect(page(first), count * page_bytes(), open); });
+  }
+
+ private:
+  static void* reserve(int64_t bytes) {
+    void* base = mmap(nullptr, static_cast<size_t>(page_rounded(bytes)), PROT_NONE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) throw std::bad_alloc();
+    return base;
+  }
+  char* page(int64_t index) const { return static_cast<char*>(data()) + index * page_bytes(); }
+  void map(int64_t first, int64_t count) override {
+    if (memory_.open_depth_ > 0) protect(page(first), count * page_bytes(), true);
+  }
+  void unmap(int64_t first, int64_t count) override {
+    madvise(page(first), static_cast<size_t>(count * page_bytes()), MADV_DONTNEED);
+    if (memory_.open_depth_ > 0) protect(page(first), count * page_bytes(), false);
+  }
+
+  GuardedMemory& memory_;
+};
+
+std::unique_ptr<SparseMemory> GuardedMemory::reserve_sparse(int64_t bytes, AllocationTally& tally) {
+  return std::make_unique<Sparse>(*this, bytes, tally);
+}
+
 GuardedMemory::~GuardedMemory() {
   for (const auto& [start, bytes] : regions_) {
     munmap(const_cast<char*>(start), static_cast<size_t>(bytes));
@@ -59,6 +105,9 @@ void GuardedMemory::deallocate(void* data) {
 
 bool GuardedMemory::holds(const void* data, int64_t bytes) const {
   const auto* start = static_cast<const char*>(data);
+  for (const Sparse* sparse : sparse_) {
+    if (sparse->holds(start, bytes)) return true;
+  }
   auto after = regions_.upper_bound(start);
   if (after == regions_.begin()) return false;
   const auto region = std::prev(after);
@@ -67,6 +116,7 @@ bool GuardedMemory::holds(const void* data, int64_t bytes) const {
 
 void GuardedMemory::set_access(bool open) {
   for (const auto& [start, bytes] : regions_) protect(start, bytes, open);
+  for (const Sparse* sparse : sparse_) sparse->set_access(open);
 }
 
 GuardedMemory::Scope::Scope(GuardedMemory& memory) : memory_(memory) {

@@ -9,6 +9,11 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <set>
+
+#include "kernels/allocation_tally.h"
+#include "kernels/sparse_memory.h"
 
 namespace dslaunch::kernels::simt {
 
@@ -24,7 +29,12 @@ class GuardedMemory {
   void* allocate(int64_t bytes);
   // Takes what allocate() returned, or nullptr.
   void deallocate(void* data);
-  // Whether [data, data + bytes) lies inside one allocation.
+  // `bytes` of sparse memory whose committed pages are guarded as the
+  // allocations are (and the rest always inaccessible); it must not outlive
+  // this object. Throws std::bad_alloc when the mapping fails.
+  std::unique_ptr<SparseMemory> reserve_sparse(int64_t bytes, AllocationTally& tally);
+  // Whether [data, data + bytes) lies inside one allocation, or in the
+  // committed pages of one sparse reservation.
   bool holds(const void* data, int64_t bytes) const;
 
   // Opens every allocation for reading and writing while it lives; scopes
@@ -41,9 +51,11 @@ class GuardedMemory {
   };
 
  private:
+  class Sparse;
   void set_access(bool open);
 
   std::map<const char*, int64_t> regions_;  // start -> mapped bytes
+  std::set<const Sparse*> sparse_;          // live sparse reservations
   int open_depth_ = 0;
 };
 

@@ -71,5 +71,43 @@ TEST_CASE("guarded memory knows its allocations' bounds") {
   memory.deallocate(b);
 }
 
+TEST_CASE("guarded sparse memory opens its committed pages only, inside a scope") {
+  GuardedMemory memory;
+  AllocationTally tally;
+  auto sparse = memory.reserve_sparse(8 * 4096, tally);
+  const int64_t page = sparse->page_bytes();
+  auto* bytes = static_cast<volatile char*>(sparse->data());
+  sparse->commit(page, 3 * page);
+  CHECK(memory.holds(const_cast<char*>(bytes) + page, 2 * page));
+  CHECK_FALSE(memory.holds(const_cast<char*>(bytes) + page, 2 * page + 1));
+  CHECK_FALSE(memory.holds(const_cast<char*>(bytes), 1));
+  {
+    const GuardedMemory::Scope open(memory);
+    bytes[page] = 4;
+    bytes[3 * page - 1] = 5;
+    // Committed inside a scope: open at once.
+    sparse->commit(5 * page, 6 * page);
+    bytes[5 * page] = 6;
+  }
+  CHECK(signal_of([&] { (void)bytes[page]; }) == SIGSEGV);  // the scope closed it
+  CHECK(signal_of([&] {
+          const GuardedMemory::Scope open(memory);
+          if (bytes[page] != 4 || bytes[3 * page - 1] != 5 || bytes[5 * page] != 6) _exit(3);
+        }) == 0);
+  // Never committed, or released: closed inside a scope too.
+  sparse->release(5 * page, 6 * page);
+  CHECK(signal_of([&] {
+          const GuardedMemory::Scope open(memory);
+          (void)bytes[0];
+        }) == SIGSEGV);
+  CHECK(signal_of([&] {
+          const GuardedMemory::Scope open(memory);
+          (void)bytes[5 * page];
+        }) == SIGSEGV);
+  CHECK(tally.peak() == 3 * page);
+  sparse.reset();
+  CHECK_FALSE(memory.holds(const_cast<char*>(bytes) + page, 1));
+}
+
 }  // namespace
 }  // namespace dslaunch::kernels::simt

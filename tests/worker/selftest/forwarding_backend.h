@@ -32,6 +32,9 @@ class ForwardingBackend : public Backend {
   }
   void memset_zero(void* d, int64_t bytes) override { inner_->memset_zero(d, bytes); }
   int64_t peak_allocated_bytes() const override { return inner_->peak_allocated_bytes(); }
+  std::unique_ptr<kernels::SparseMemory> reserve_sparse(int64_t bytes) override {
+    return inner_->reserve_sparse(bytes);
+  }
   std::unique_ptr<kernels::Stream> create_stream() override { return inner_->create_stream(); }
   std::unique_ptr<kernels::Event> create_event() override { return inner_->create_event(); }
   void set_stream(kernels::Stream* s) override { inner_->set_stream(s); }

@@ -1,0 +1,149 @@
+#include "kernels/cuda/cuda_sparse_memory.h"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+namespace dslaunch::kernels::cuda {
+namespace {
+
+// The driver's virtual memory functions, looked up once.
+struct DriverMemoryApi {
+  PFN_cuMemAddressReserve_v10020 address_reserve = nullptr;
+  PFN_cuMemAddressFree_v10020 address_free = nullptr;
+  PFN_cuMemCreate_v10020 create = nullptr;
+  PFN_cuMemRelease_v10020 release = nullptr;
+  PFN_cuMemMap_v10020 map = nullptr;
+  PFN_cuMemUnmap_v10020 unmap = nullptr;
+  PFN_cuMemSetAccess_v10020 set_access = nullptr;
+  PFN_cuMemGetAllocationGranularity_v10020 granularity = nullptr;
+};
+
+template <typename Fn>
+void look_up(const char* symbol, Fn& fn) {
+  void* found = nullptr;
+  cudaDriverEntryPointQueryResult result{};
+  if (cudaGetDriverEntryPointByVersion(symbol, &found, 10020, cudaEnableDefault, &result) !=
+          cudaSuccess ||
+      result != cudaDriverEntryPointSuccess || found == nullptr) {
+    throw std::runtime_error(std::string("the CUDA driver has no ") + symbol);
+  }
+  fn = reinterpret_cast<Fn>(found);
+}
+
+const DriverMemoryApi& driver() {
+  static const DriverMemoryApi api = [] {
+    DriverMemoryApi loaded;
+    look_up("cuMemAddressReserve", loaded.address_reserve);
+    look_up("cuMemAddressFree", loaded.address_free);
+    look_up("cuMemCreate", loaded.create);
+    look_up("cuMemRelease", loaded.release);
+    look_up("cuMemMap", loaded.map);
+    look_up("cuMemUnmap", loaded.unmap);
+    look_up("cuMemSetAccess", loaded.set_access);
+    look_up("cuMemGetAllocationGranularity", loaded.granularity);
+    return loaded;
+  }();
+  return api;
+}
+
+void check_driver(CUresult result, const char* what) {
+  if (result == CUDA_ERROR_OUT_OF_MEMORY) throw std::bad_alloc();
+  if (result != CUDA_SUCCESS) {
+    throw std::runtime_error(std::string("CUDA virtual memory: ") + what + " failed (error " +
+                             std::to_string(static_cast<int>(result)) + ")");
+  }
+}
+
+CUmemAllocationProp device_memory() {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    throw std::runtime_error("CUDA virtual memory: no current device");
+  }
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  return prop;
+}
+
+int64_t page_bytes(const CUmemAllocationProp& prop) {
+  size_t granularity = 0;
+  check_driver(driver().granularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+               "cuMemGetAllocationGranularity");
+  return static_cast<int64_t>(granularity);
+}
+
+int64_t rounded(int64_t bytes, int64_t page) {
+  return (std::max<int64_t>(bytes, 1) + page - 1) / page * page;
+}
+
+void* reserve(int64_t bytes, int64_t page) {
+  CUdeviceptr base = 0;
+  check_driver(driver().address_reserve(&base, static_cast<size_t>(rounded(bytes, page)),
+                                        static_cast<size_t>(page), 0, 0),
+               "cuMemAddressReserve");
+  return reinterpret_cast<void*>(base);
+}
+
+class CudaSparseMemory final : public SparseMemory {
+ public:
+  CudaSparseMemory(int64_t bytes, AllocationTally& tally, const CUmemAllocationProp& prop,
+                   int64_t page)
+      : SparseMemory(reserve(bytes, page), bytes, page, tally), prop_(prop) {}
+  ~CudaSparseMemory() override {
+    for_mapped_runs([this](int64_t first, int64_t count) { unmap(first, count); });
+    driver().address_free(address(0), static_cast<size_t>(rounded(bytes(), page_bytes())));
+  }
+
+ private:
+  CUdeviceptr address(int64_t page) const {
+    return reinterpret_cast<CUdeviceptr>(data()) + static_cast<CUdeviceptr>(page * page_bytes());
+  }
+  // Each page its own allocation, so that any page can go on its own.
+  void map(int64_t first, int64_t count) override {
+    const auto page = static_cast<size_t>(page_bytes());
+    int64_t mapped = 0;
+    try {
+      for (; mapped < count; ++mapped) {
+        CUmemGenericAllocationHandle handle{};
+        check_driver(driver().create(&handle, page, &prop_, 0), "cuMemCreate");
+        const CUresult result = driver().map(address(first + mapped), page, 0, handle, 0);
+        driver().release(handle);  // the mapping keeps the memory
+        check_driver(result, "cuMemMap");
+      }
+      CUmemAccessDesc access{};
+      access.location = prop_.location;
+      access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+      check_driver(
+          driver().set_access(address(first), page * static_cast<size_t>(count), &access, 1),
+          "cuMemSetAccess");
+    } catch (...) {
+      for (int64_t p = 0; p < mapped; ++p) driver().unmap(address(first + p), page);
+      throw;
+    }
+  }
+  // Work queued on the pages must finish before their memory goes.
+  void unmap(int64_t first, int64_t count) override {
+    cudaDeviceSynchronize();
+    for (int64_t p = first; p < first + count; ++p) {
+      driver().unmap(address(p), static_cast<size_t>(page_bytes()));
+    }
+  }
+
+  CUmemAllocationProp prop_;
+};
+
+}  // namespace
+
+std::unique_ptr<SparseMemory> make_cuda_sparse_memory(int64_t bytes, AllocationTally& tally) {
+  const CUmemAllocationProp prop = device_memory();
+  return std::make_unique<CudaSparseMemory>(bytes, tally, prop, page_bytes(prop));
+}
+
+}  // namespace dslaunch::kernels::cuda

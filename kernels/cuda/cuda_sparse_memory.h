@@ -1,0 +1,19 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "kernels/allocation_tally.h"
+#include "kernels/sparse_memory.h"
+
+namespace dslaunch::kernels::cuda {
+
+// SparseMemory on the current GPU through CUDA's virtual memory management:
+// one reserved address range, each page (the driver's recommended
+// granularity, 2 MiB on current GPUs) backed by its own physical allocation
+// while committed. The driver's functions come through the runtime's entry
+// point query, so nothing links against libcuda. Throws std::bad_alloc when
+// the GPU has no room, std::runtime_error when the driver refuses.
+std::unique_ptr<SparseMemory> make_cuda_sparse_memory(int64_t bytes, AllocationTally& tally);
+
+}  // namespace dslaunch::kernels::cuda
