@@ -164,11 +164,11 @@ void print_table(const std::string& device_name, const std::vector<Row>& rows) {
       "{} against the CPU backend (errors: largest difference over the "
       "largest reference value)\n\n",
       device_name);
-  std::cout << fmt::format("{:<42} {:<14} {:>10} {:>10}  {}\n", "check", "precision", "error",
+  std::cout << fmt::format("{:<44} {:<14} {:>10} {:>10}  {}\n", "check", "precision", "error",
                            "tolerance", "result");
   for (const Row& row : rows) {
     const bool skipped = row.result.rfind("skipped", 0) == 0;
-    std::cout << fmt::format("{:<42} {:<14} {:>10} {:>10}  {}\n", row.check, row.precision,
+    std::cout << fmt::format("{:<44} {:<14} {:>10} {:>10}  {}\n", row.check, row.precision,
                              skipped ? "-" : fmt::format("{:.2e}", row.error),
                              skipped ? "-" : fmt::format("{:.0e}", row.tolerance), row.result);
   }

@@ -19,8 +19,10 @@ inline int64_t device_optimizer_bytes(int64_t elements, bool mixed) {
 }
 
 // Every model state on the GPU (worker/engine/device_model_state.cc: the
-// optimizer there, ZeRO stages 0-2): what one rank of a data group of
-// `ranks` holds for `parameters` floats.
+// optimizer there, ZeRO stages 0-3): what one rank of a data group of
+// `ranks` holds for `parameters` floats. At stage 3 the weights are this
+// rank's partition; what is gathered around each use is apart
+// (core::device_gathered_bytes, zero3_regions.h).
 struct DeviceStateShape {
   int64_t parameters = 0;
   int ranks = 1;
@@ -33,8 +35,8 @@ struct DeviceStateShape {
 };
 
 struct DeviceStateBytes {
-  int64_t parameters = 0;        // fp32 weights, whole (padded to the partitions)
-  int64_t gradients = 0;         // backward's, whole; at stage 2 this rank's partition too
+  int64_t parameters = 0;  // fp32 weights, whole (padded to the partitions); stage 3: a partition
+  int64_t gradients = 0;   // backward's, whole; at stages 2-3 this rank's partition too
   int64_t optimizer_states = 0;  // device_optimizer_bytes() of this rank's partition
   // The data group's reduction (worker/parallel/device_gradient_reducer.h):
   // one bucket's share summed in fp32, and in 16-bit communication a
@@ -54,7 +56,8 @@ inline DeviceStateBytes device_state_bytes(const DeviceStateShape& shape) {
   const int64_t optimizer_part = partition_size(shape.stage >= 1 ? ranks : 1);
   const int64_t owned = std::min(optimizer_part, n);  // rank 0's, the largest
   DeviceStateBytes bytes;
-  bytes.parameters = optimizer_part * (shape.stage >= 1 ? ranks : 1) * 4;
+  bytes.parameters =
+      shape.stage >= 3 ? optimizer_part * 4 : optimizer_part * (shape.stage >= 1 ? ranks : 1) * 4;
   bytes.gradients = n * 4 + (ranks > 1 && shape.stage >= 2 ? owned * 4 : 0);
   bytes.optimizer_states = device_optimizer_bytes(owned, shape.mixed);
   if (ranks > 1) {

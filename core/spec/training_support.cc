@@ -33,9 +33,19 @@ std::string device_training_problem(const spec::JobSpec& spec) {
     return "training on GPUs takes Adam or AdamW; use cluster.device: cpu for Lamb and the "
            "1-bit optimizers";
   }
-  if (zero.stage == 3) {
-    return "ZeRO stage 3 on GPUs gathers the parameters into GPU memory, not built yet; use "
-           "zero_optimization.stage 0, 1 or 2, or cluster.device: cpu";
+  if (zero.stage == 3 && zero.offload_optimizer.device != spec::OffloadDevice::kNone) {
+    return "ZeRO stage 3 on GPUs keeps the optimizer there; offload_optimizer with stage 3 is "
+           "not built yet: remove offload_optimizer, use zero_optimization.stage 2, or "
+           "cluster.device: cpu";
+  }
+  if (zero.offload_param.device != spec::OffloadDevice::kNone) {
+    return "offload_param on GPUs (the parameters' partitions in host memory or on NVMe, "
+           "gathered into the GPU around their use) is not built yet: remove offload_param, or "
+           "use cluster.device: cpu";
+  }
+  if (zero.quantized_weights || zero.quantized_gradients || zero.hpz_partition_size > 1) {
+    return "ZeRO++ (zero_quantized_weights, zero_quantized_gradients, zero_hpz_partition_size) "
+           "is not built for GPUs yet: remove those keys, or use cluster.device: cpu";
   }
   if (zero.offload_optimizer.device != spec::OffloadDevice::kNone &&
       zero.offload_optimizer.ratio < 1) {

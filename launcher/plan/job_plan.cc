@@ -419,7 +419,8 @@ std::optional<JobPlan> plan_on_device(const spec::JobSpec& spec, const spec::Sou
   plan.host_model_states =
       spec.cluster.device == spec::Device::kCuda && spec::device_training_problem(spec).empty();
   // That path without offload keeps every state on the GPU, with its
-  // reduction's buffers (communication_buffers) and no ZeRO workspace.
+  // reduction's buffers (communication_buffers) and no ZeRO workspace but
+  // stage 3's gathered parameters.
   const bool all_on_gpu = plan.host_model_states &&
                           spec.training.zero.offload_optimizer.device == spec::OffloadDevice::kNone;
   for (int stage = 0; stage < pipeline; ++stage) {
@@ -432,9 +433,10 @@ std::optional<JobPlan> plan_on_device(const spec::JobSpec& spec, const spec::Sou
         spec.model, spec.parallelism, spec.training, plan.batch.micro_batch_per_gpu,
         plan.batch.gradient_accumulation_steps, stage, spec.cluster.device));
     plan.workspace_by_stage.push_back(
-        all_on_gpu ? WorkspaceBytes{}
-                   : workspace_bytes_per_rank(spec.model, spec.parallelism, spec.training, data,
-                                              plan.batch.micro_batch_per_gpu, stage));
+        all_on_gpu
+            ? device_workspace_bytes_per_rank(spec.model, spec.parallelism, spec.training, stage)
+            : workspace_bytes_per_rank(spec.model, spec.parallelism, spec.training, data,
+                                       plan.batch.micro_batch_per_gpu, stage));
   }
   plan.device_memory_bytes = device_memory(spec, inputs.machine, plan.placement);
   add_memory_warnings(spec, plan);

@@ -19,14 +19,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // 4-byte scale per block of 64.
 int64_t quantized_bytes(int64_t floats) { return floats + 4 * ceil_div(floats, 64); }
 
-// Bytes of the whole pages `ranges` (floats of a page-aligned buffer)
-// touch: what they make resident.
 int64_t page_span_bytes(const std::vector<core::Zero3Regions::Range>& ranges) {
-  int64_t bytes = 0;
-  for (const auto& [begin, end] : ranges) {
-    bytes += (ceil_div(end * kFloat, kPage) - begin * kFloat / kPage) * kPage;
-  }
-  return bytes;
+  return core::page_span_bytes(ranges, kPage);
 }
 
 // Stage 3's resident gathered bytes at most (Zero3Parameters' prefetch and
@@ -167,6 +161,17 @@ WorkspaceBytes workspace_bytes_per_rank(const spec::ModelSpec& model,
     const int64_t partition = ceil_div(total, data_parallel) * kFloat;
     bytes.communication += std::min(kSwapPieceBytes, ceil_div(partition, kPage) * kPage);
   }
+  return bytes;
+}
+
+WorkspaceBytes device_workspace_bytes_per_rank(const spec::ModelSpec& model,
+                                               const spec::ParallelismSpec& parallel,
+                                               const spec::TrainingSpec& training, int stage) {
+  WorkspaceBytes bytes;
+  if (training.zero.stage < 3) return bytes;
+  const core::ParameterTable table = stage_parameter_table(model, parallel, stage);
+  bytes.parameter_workspace = core::device_gathered_bytes(
+      core::Zero3Regions(table, training.zero.param_persistence_threshold), kGpuPageBytes);
   return bytes;
 }
 

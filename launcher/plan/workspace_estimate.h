@@ -10,6 +10,10 @@ namespace dslaunch::plan {
 // its communication thread before backward waits (kBucketsInFlight).
 inline constexpr int64_t kGradientBucketsInFlight = 2;
 
+// The granularity of CUDA's virtual memory on current GPUs (the driver's
+// recommended granularity), in which a GPU's sparse workspace takes memory.
+inline constexpr int64_t kGpuPageBytes = int64_t{2} << 20;
+
 // The memory a rank holds beside its model states and activations: ZeRO's
 // working buffers, as the worker's MemoryReport measures them.
 struct WorkspaceBytes {
@@ -46,5 +50,13 @@ WorkspaceBytes workspace_bytes_per_rank(const spec::ModelSpec& model,
                                         const spec::ParallelismSpec& parallel,
                                         const spec::TrainingSpec& training, int data_parallel,
                                         int64_t micro_batch, int stage);
+
+// Training with every model state on a GPU (worker/engine/
+// device_model_state.cc): no ZeRO workspace in host memory, and at stage 3
+// the GPU's gathered parameters (core::device_gathered_bytes) as the
+// parameter workspace, in pages of kGpuPageBytes.
+WorkspaceBytes device_workspace_bytes_per_rank(const spec::ModelSpec& model,
+                                               const spec::ParallelismSpec& parallel,
+                                               const spec::TrainingSpec& training, int stage);
 
 }  // namespace dslaunch::plan

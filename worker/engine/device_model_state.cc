@@ -1,14 +1,14 @@
 // Training on GPUs with the optimizer there, as DeepSpeed trains without
 // offload: the parameters, the gradients, the optimizer's masters and
 // moments all live in the GPU's memory, and the whole step runs there. With
-// several data ranks ZeRO stages 0-2 average the gradients over a
+// several data ranks ZeRO stages 0-3 average the gradients over a
 // communicator on the GPU's memory (NCCL's; host staging's on the
 // emulator) with the same buckets and arithmetic as over host memory, and
 // the optimizer updates this rank's partition (stage 1 on) before the
-// partitions are gathered there. No model state crosses to the host between
-// steps; tensor and pipeline groups still pass what they exchange through
-// host copies (the model's and StageLinks' staging, and the tied
-// embedding's).
+// partitions are gathered there (stages 1-2), or gathered a region at a
+// time around the model's use of it (stage 3, device_zero3_parameters.h). No model state crosses to
+// the host between steps; tensor and pipeline groups still pass what they exchange through host
+// copies (the model's and StageLinks' staging, and the tied embedding's).
 #include <algorithm>
 #include <memory>
 #include <new>
@@ -21,6 +21,7 @@
 
 #include "core/layout/device_optimizer_bytes.h"
 #include "kernels/device_buffer.h"
+#include "worker/engine/device_zero3_parameters.h"
 #include "worker/engine/model_state.h"
 #include "worker/engine/moment_resume.h"
 #include "worker/engine/optimizer.h"
@@ -45,6 +46,7 @@ class DeviceModelState final : public ModelState {
         ranks_(inputs.data_comm->size()),
         rank_(inputs.data_comm->rank()),
         partitioned_grads_(ranks_ > 1 && training_.zero.stage >= 2),
+        stage3_(training_.zero.stage == 3),
         partition_(make_zero_partition(total_, training_.zero.stage >= 1 ? ranks_ : 1,
                                        kZeroPartitionAlignment)),
         checkpoint_partition_(make_zero_partition(total_, ranks_, kZeroPartitionAlignment)),
@@ -55,16 +57,18 @@ class DeviceModelState final : public ModelState {
         optimizer_(training_.optimizer, table_, own_begin_, own_begin_ + own_count_) {}
 
   core::Status init(ModelStateInputs& inputs) {
-    if (training_.zero.stage > 2) {
-      return core::internal_error("every model state on the GPU takes ZeRO stages 0-2");
-    }
     if (ranks_ > 1 && comm_ == nullptr) {
       return core::internal_error(
           "several data ranks on the GPU need a communicator over its memory "
           "(ModelStateInputs::device_data_comm)");
     }
     try {
-      params_ = kernels::DeviceBuffer<float>(device_, partition_.padded_total());
+      if (stage3_) {
+        zero3_.emplace(comm_, device_, table_, partition_,
+                       training_.zero.param_persistence_threshold);
+      } else {
+        params_ = kernels::DeviceBuffer<float>(device_, partition_.padded_total());
+      }
       grads_ = kernels::DeviceBuffer<float>(device_, total_);
       if (partitioned_grads_) {
         partition_grads_ = kernels::DeviceBuffer<float>(device_, own_count_);
@@ -74,7 +78,7 @@ class DeviceModelState final : public ModelState {
                          gradient_communication_type(training_, precision_));
       }
       // In fp32 training the weights are the masters.
-      optimizer_.place_on_device(device_, mixed() ? nullptr : params_.data());
+      optimizer_.place_on_device(device_, mixed() ? nullptr : weights());
     } catch (const std::bad_alloc&) {
       return core::Status(
           core::StatusCode::kResourceExhausted,
@@ -88,21 +92,29 @@ class DeviceModelState final : public ModelState {
               ranks_ > 1 && training_.zero.stage == 0 ? "raise zero_optimization.stage, " : ""));
     }
     device_.memset_zero(grads_.data(), grads_.bytes());
-    device_.memset_zero(params_.data(), params_.bytes());  // the partitions' padding
+    // The partitions' padding.
+    if (stage3_) {
+      device_.memset_zero(weights() + own_begin_, own_count_ * static_cast<int64_t>(sizeof(float)));
+    } else {
+      device_.memset_zero(params_.data(), params_.bytes());
+    }
     if (partition_grads_.data() != nullptr) {
       device_.memset_zero(partition_grads_.data(), partition_grads_.bytes());
     }
-    // The initial parameters through host memory, a piece at a time; the
-    // optimizer's masters of this rank's partition from the same pieces.
+    // The initial parameters through host memory, a piece at a time (stage
+    // 3: this rank's partition only); the optimizer's masters of this
+    // rank's partition from the same pieces.
     constexpr int64_t kPiece = int64_t{4} << 20;
-    std::vector<float> piece(std::min(total_, kPiece));
     const int64_t own_end = own_begin_ + own_count_;
-    for (int64_t begin = 0; begin < total_; begin += kPiece) {
-      const int64_t end = std::min(begin + kPiece, total_);
+    const int64_t first = stage3_ ? own_begin_ : 0;
+    const int64_t last = stage3_ ? std::min(own_end, total_) : total_;
+    std::vector<float> piece(std::clamp<int64_t>(last - first, 0, kPiece));
+    for (int64_t begin = first; begin < last; begin += kPiece) {
+      const int64_t end = std::min(begin + kPiece, last);
       if (core::Status status = inputs.initial_parameters(begin, end, piece.data()); !status.ok()) {
         return status;
       }
-      device_.copy_host_to_device(params_.data() + begin, piece.data(),
+      device_.copy_host_to_device(weights() + begin, piece.data(),
                                   (end - begin) * static_cast<int64_t>(sizeof(float)));
       const int64_t from = std::max(begin, own_begin_);
       const int64_t to = std::min(end, own_end);
@@ -111,14 +123,20 @@ class DeviceModelState final : public ModelState {
       }
     }
     // 16-bit training: the model reads the masters' rounding.
-    if (mixed()) device_.round_to(params_.data(), params_.data(), total_, precision_);
+    if (mixed()) device_.round_to(weights() + first, weights() + first, last - first, precision_);
+    if (stage3_) {
+      inputs.model->set_parameter_source(&*zero3_);
+      if (core::Status status = zero3_->refresh_persistent(); !status.ok()) return status;
+    }
     if (inputs.resume_shards == nullptr) return {};
     return resume_moments(optimizer_, *inputs.resume_shards, layout_, own_begin_, own_count_,
                           inputs.resume_optimizer_steps);
   }
 
-  const float* parameters_for_model() override { return params_.data(); }
-  bool parameters_resident() const override { return true; }
+  const float* parameters_for_model() override {
+    return stage3_ ? zero3_->workspace() : params_.data();
+  }
+  bool parameters_resident() const override { return !stage3_; }
   float* gradients_for_backward() override { return grads_.data(); }
   float* reduced_gradients() override { return partitioned_grads_ ? nullptr : grads_.data(); }
 
@@ -143,6 +161,7 @@ class DeviceModelState final : public ModelState {
     }
   }
   core::Status finish_backward(bool reduced) override {
+    if (core::Status gathered = forward_only_status(); !gathered.ok()) return gathered;
     if (!reduced || !reducer_) return {};
     if (partitioned_grads_) {
       return reducer_->reduce_scatter_add(grads_.data(), partition_grads_.data());
@@ -166,22 +185,30 @@ class DeviceModelState final : public ModelState {
       device_.scale(grads_.data(), total_, factor);
     }
   }
-  // The step over this rank's partition, then the partitions gathered.
+  // The step over this rank's partition, then the partitions gathered
+  // (stage 3: only the persistent tensors' now).
   core::Status optimizer_step(double lr) override {
     RoundedCopy rounded;
-    if (mixed()) rounded = {params_.data(), precision_};
+    if (mixed()) rounded = {weights(), precision_};
     const core::Status stepped =
-        partitioned_grads_ ? optimizer_.step_partition(device_, params_.data(),
-                                                       partition_grads_.data(), lr, rounded)
-                           : optimizer_.step(device_, params_.data(), grads_.data(), lr, rounded);
-    if (!stepped.ok() || partition_.ranks == 1) return stepped;
+        partitioned_grads_
+            ? optimizer_.step_partition(device_, weights(), partition_grads_.data(), lr, rounded)
+            : optimizer_.step(device_, weights(), grads_.data(), lr, rounded);
+    if (!stepped.ok()) return stepped;
+    if (stage3_) return zero3_->refresh_persistent();
+    if (partition_.ranks == 1) return stepped;
     return all_gather_partitions(*comm_, partition_, training_.zero.allgather_bucket_size,
                                  params_.data())
         .with_context("parameter all-gather on the GPU");
   }
 
-  std::function<void()> after_forward_only() override { return {}; }
-  core::Status forward_only_status() override { return {}; }
+  std::function<void()> after_forward_only() override {
+    if (!stage3_) return {};
+    return [this] { zero3_->end_forward_only(); };
+  }
+  core::Status forward_only_status() override {
+    return stage3_ ? zero3_->status() : core::Status();
+  }
 
   // ZeRO's checkpoint partition of this rank (at stage 0 a slice of the
   // whole optimizer it holds), read from the GPU into the shard a piece at a
@@ -209,7 +236,9 @@ class DeviceModelState final : public ModelState {
   // In the GPU's memory, all of it.
   MemoryReport memory_report(int64_t activation_bytes) override {
     MemoryReport memory;
-    memory.parameters = params_.bytes();
+    memory.parameters = stage3_ ? zero3_->partition_bytes() : params_.bytes();
+    // The persistent tensors' pages included.
+    if (stage3_) memory.parameter_workspace_peak = zero3_->workspace_peak_bytes();
     memory.gradients = grads_.bytes() + partition_grads_.bytes();
     memory.optimizer_states = optimizer_.state_bytes();
     memory.activations = activation_bytes;
@@ -219,13 +248,26 @@ class DeviceModelState final : public ModelState {
 
   core::StatusOr<std::vector<float>> final_parameters() override {
     std::vector<float> whole(total_);
+    if (stage3_) {
+      if (core::Status status = zero3_->read_whole(0, total_, whole.data()); !status.ok()) {
+        return status;
+      }
+      return whole;
+    }
     device_.copy_device_to_host(whole.data(), params_.data(),
                                 total_ * static_cast<int64_t>(sizeof(float)));
     return whole;
   }
+  bool streams_final_parameters() const override { return stage3_; }
+  core::Status read_final_parameters(int64_t from, int64_t to, float* out) override {
+    return zero3_->read_whole(from, to, out);
+  }
 
  private:
   bool mixed() const { return precision_ != core::DType::kF32; }
+  // The weights the optimizer writes, addressed from the layout's start
+  // (stage 3: only this rank's partition holds memory).
+  float* weights() { return stage3_ ? zero3_->master() : params_.data(); }
   int64_t state_bytes() const {
     return core::device_state_bytes(
                {.parameters = total_,
@@ -247,9 +289,10 @@ class DeviceModelState final : public ModelState {
   const core::DType precision_;
   const int ranks_;
   const int rank_;
-  // ZeRO stage 2 over several ranks: backward's gradients are reduced into
-  // this rank's partition every micro-batch.
+  // ZeRO stages 2-3 over several ranks: backward's gradients are reduced
+  // into this rank's partition every micro-batch.
   const bool partitioned_grads_;
+  const bool stage3_;
   // The optimizer's: over the ranks from stage 1, whole at stage 0.
   const ZeroPartition partition_;
   const ZeroPartition checkpoint_partition_;
@@ -258,7 +301,8 @@ class DeviceModelState final : public ModelState {
   const int64_t own_count_;
   const std::vector<std::pair<int64_t, int64_t>> norm_ranges_;
   AdamW optimizer_;
-  kernels::DeviceBuffer<float> params_;           // whole, padded to the partition
+  kernels::DeviceBuffer<float> params_;           // whole, padded to the partition (stages 0-2)
+  std::optional<DeviceZero3Parameters> zero3_;    // stage 3
   kernels::DeviceBuffer<float> grads_;            // backward's, whole
   kernels::DeviceBuffer<float> partition_grads_;  // stage 2 over several ranks
   std::optional<DeviceGradientReducer> reducer_;  // several ranks

@@ -35,8 +35,15 @@ data::TrainingData selftest_data() {
   return data;
 }
 
+// Where the device's run keeps its optimizer, at which ZeRO stage.
+struct Placement {
+  spec::OffloadDevice offload = spec::OffloadDevice::kNone;
+  int stage = 2;
+  const char* name = "";
+};
+
 // Each data rank takes 2 micro-batches of 2 sequences a step.
-spec::JobSpec selftest_job(bool bf16, spec::OffloadDevice offload, int steps, int data_ranks) {
+spec::JobSpec selftest_job(bool bf16, Placement placement, int steps, int data_ranks) {
   spec::JobSpec spec;
   spec.kind = spec::JobKind::kTrain;
   spec.cluster.device = spec::Device::kCuda;
@@ -59,9 +66,12 @@ spec::JobSpec selftest_job(bool bf16, spec::OffloadDevice offload, int steps, in
   spec.training.eval_interval = 0;
   spec.training.eval_batches = 4;
   spec.training.bf16 = bf16;
-  spec.training.zero.stage = 2;
+  spec.training.zero.stage = placement.stage;
   spec.training.zero.reduce_bucket_size = 20000;  // several buckets for this model
-  spec.training.zero.offload_optimizer.device = offload;
+  // Stage 3 gathers each block's weights (over 4,000 floats) around their
+  // use and keeps the smaller tensors whole.
+  spec.training.zero.param_persistence_threshold = 1000;
+  spec.training.zero.offload_optimizer.device = placement.offload;
   return spec;
 }
 
@@ -166,16 +176,17 @@ std::vector<EngineCheck> check_engine(kernels::Backend& device, kernels::Backend
   const int ranks = data_comm.size();
   std::vector<EngineCheck> checks;
   for (const bool bf16 : {false, true}) {
-    // The CPU engine's run is the same whichever placement the device's
-    // optimizer takes.
+    // The CPU engine's run (ZeRO 2) is the reference for every placement of
+    // the device's optimizer: ZeRO 3 gathers the same weights.
     const Losses expected =
-        train_on(cpu, nullptr, selftest_job(bf16, spec::OffloadDevice::kNone, steps, ranks), data,
-                 data_comm);
-    for (const spec::OffloadDevice offload :
-         {spec::OffloadDevice::kNone, spec::OffloadDevice::kCpu}) {
+        train_on(cpu, nullptr, selftest_job(bf16, {}, steps, ranks), data, data_comm);
+    for (const Placement& placement :
+         {Placement{spec::OffloadDevice::kNone, 2, "GPU Adam"},
+          Placement{spec::OffloadDevice::kCpu, 2, "ZeRO-Offload"},
+          Placement{spec::OffloadDevice::kNone, 3, "GPU Adam, ZeRO 3"}}) {
       EngineCheck check;
       check.precision = bf16 ? "bf16" : "fp32";
-      check.optimizer = offload == spec::OffloadDevice::kNone ? "GPU Adam" : "ZeRO-Offload";
+      check.optimizer = placement.name;
       check.steps = steps;
       // As check_training's: sums in other orders drift apart slowly.
       check.tolerance = bf16 ? 2e-3 : 1e-4;
@@ -185,8 +196,8 @@ std::vector<EngineCheck> check_engine(kernels::Backend& device, kernels::Backend
       // on the emulator part by 3.1e-3 of the largest weight over 20 steps,
       // in some ten weights of 110k (one rank by 5.3e-4).
       check.parameter_tolerance = bf16 ? 8e-3 : 2e-4;
-      const Losses actual =
-          train_on(device, &cpu, selftest_job(bf16, offload, steps, ranks), data, data_comm, nccl);
+      const Losses actual = train_on(device, &cpu, selftest_job(bf16, placement, steps, ranks),
+                                     data, data_comm, nccl);
       if (!expected.error.empty()) check.failure = "the CPU engine: " + expected.error;
       if (!actual.error.empty()) check.failure = "the device: " + actual.error;
       ParameterDifference mine;

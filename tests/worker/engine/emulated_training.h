@@ -8,6 +8,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/layout/zero3_regions.h"
 #include "core/spec/training_support.h"
 #include "kernels/backend.h"
 #include "kernels/simt/emulated_backend.h"
@@ -169,6 +172,64 @@ inline void check_gpu_path_matches_host_memory(spec::JobSpec spec, const GpuPath
   CHECK(std::abs(on_device.memory.device_peak - planned) <= 4096);
   // It learned.
   CHECK(*on_device.reports.back().eval_loss < *on_device.reports[2].eval_loss);
+}
+
+// ZeRO stage 3 with every state on the GPU (guarded memory, where reading
+// a block not gathered faults) against stage 2 there: the same reductions
+// and steps, so the same losses, norms, skipped steps, evaluation losses
+// and final parameters, bit for bit. The device holds what the plan counts,
+// its gathered parameters in whole pages of the emulator's (the host's)
+// size; tensors under 1,000 floats stay whole (persistent), the others are
+// gathered around their use.
+inline void check_stage3_matches_stage2_on_device(spec::JobSpec spec, Layout layout,
+                                                  core::DType precision) {
+  INFO("data " << layout.data << ", tensor " << layout.tensor << ", "
+               << core::dtype_name(precision));
+  spec.parallelism.tensor = layout.tensor;
+  spec.training.batch.micro_batch_per_gpu = 2;
+  spec.training.batch.gradient_accumulation_steps = 2;
+  spec.training.batch.train_batch_size = 4 * layout.data;
+  spec.training.zero.param_persistence_threshold = 1000;
+  spec.training.bf16 = precision == core::DType::kBF16;
+  spec.training.fp16.enabled = precision == core::DType::kF16;
+  spec.training.fp16.initial_scale_power = 8;
+  const bool poison = spec.training.fp16.enabled;
+  auto guarded = kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded);
+  spec.training.zero.stage = 2;
+  const OffloadRun stage2 = train_offloaded(*guarded, spec, layout, nullptr, poison);
+  spec.training.zero.stage = 3;
+  REQUIRE(spec::device_training_problem(spec) == "");
+  const OffloadRun stage3 = train_offloaded(*guarded, spec, layout, nullptr, poison);
+  REQUIRE(stage3.reports.size() == 6);
+  REQUIRE(stage2.reports.size() == 6);
+  for (size_t i = 0; i < stage3.reports.size(); ++i) {
+    const StepReport& got = stage3.reports[i];
+    const StepReport& want = stage2.reports[i];
+    INFO("step " << got.step);
+    CHECK(got.loss == want.loss);
+    CHECK(got.grad_norm == want.grad_norm);
+    CHECK(got.skipped == want.skipped);
+    CHECK(got.eval_loss == want.eval_loss);
+  }
+  if (poison) CHECK(stage3.reports.back().skipped_steps == 1);
+  CHECK(stage3.params == stage2.params);
+  // The partition and the gathered blocks, not the whole weights.
+  const int64_t psi = plan::parameters_per_rank(spec.model, spec.parallelism, 0);
+  const core::Zero3Regions regions(plan::stage_parameter_table(spec.model, spec.parallelism, 0),
+                                   spec.training.zero.param_persistence_threshold);
+  REQUIRE(regions.layers == 2);
+  REQUIRE(regions.region_size(1) > 0);  // the blocks' weights are gathered
+  REQUIRE(regions.persistent_floats() > 0);
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  const int64_t gathered = core::device_gathered_bytes(regions, page);
+  CHECK(stage3.memory.parameter_workspace_peak == gathered);
+  const int64_t planned =
+      plan::mirrored_state_bytes(psi, spec.training, layout.data).device_total() + gathered +
+      plan::activation_bytes_per_rank(spec.model, spec.parallelism, spec.training, 2, 2, 0,
+                                      spec::Device::kCuda);
+  // The partition's pages round up too (at most two more).
+  CHECK(stage3.memory.device_peak <= planned + 2 * page + 4096);
+  CHECK(stage3.memory.device_peak >= planned - 4 * page);
 }
 
 }  // namespace dslaunch::worker::engine::testing

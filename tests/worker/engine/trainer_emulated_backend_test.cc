@@ -112,6 +112,20 @@ TEST_CASE("on memory the host cannot touch, ZeRO stages 0-2 train as in host mem
   if (world.rank() == 0) std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("ZeRO stage 3 on the GPU gathers around each use and trains as stage 2 there") {
+  comm::Communicator& world = comm::testing::world_data();
+  const std::string dir = testing::shared_token_files(world);
+  const spec::JobSpec spec = testing::gpu_path_job(dir);
+  const int n = world.size();
+  for (const core::DType precision : {core::DType::kF32, core::DType::kBF16, core::DType::kF16}) {
+    testing::check_stage3_matches_stage2_on_device(spec, {1, n, 1}, precision);
+  }
+  // One data rank: its partition is the whole model, gathered by copies.
+  if (n == 2) testing::check_stage3_matches_stage2_on_device(spec, {1, 1, 2}, core::DType::kBF16);
+  REQUIRE_OK(comm::testing::world_barrier());
+  if (world.rank() == 0) std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("a GPU-path run resumed from its checkpoint continues bit for bit") {
   comm::Communicator& world = comm::testing::world_data();
   const std::string dir = testing::shared_token_files(world);
@@ -128,7 +142,8 @@ TEST_CASE("a GPU-path run resumed from its checkpoint continues bit for bit") {
   // (read back for the checkpoint, written there again to resume), in fp32
   // the weights being the masters; with two data ranks the optimizer of a
   // partition, or at stage 0 of the whole model, of which each rank's
-  // checkpoint takes its partition.
+  // checkpoint takes its partition; at stage 3 the weights are gathered
+  // from the partitions again after the resume.
   struct Case {
     spec::OffloadDevice offload;
     int stage;
@@ -136,7 +151,7 @@ TEST_CASE("a GPU-path run resumed from its checkpoint continues bit for bit") {
   };
   for (const Case& c :
        {Case{spec::OffloadDevice::kCpu, 2, true}, Case{spec::OffloadDevice::kNone, 2, true},
-        Case{spec::OffloadDevice::kNone, 0, false}}) {
+        Case{spec::OffloadDevice::kNone, 0, false}, Case{spec::OffloadDevice::kNone, 3, true}}) {
     INFO("offload " << static_cast<int>(c.offload) << ", ZeRO stage " << c.stage
                     << (c.bf16 ? ", bf16" : ", fp32"));
     spec.training.zero.offload_optimizer.device = c.offload;
@@ -181,7 +196,8 @@ TEST_CASE("training on memory the host cannot touch refuses what its path lacks,
   options.host_backend = host.get();
   spec.training.zero.stage = 3;
   spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kCpu;
-  CHECK_THAT(train(spec, data, *guarded, options).error, Catch::StartsWith("ZeRO stage 3 on GPUs"));
+  CHECK_THAT(train(spec, data, *guarded, options).error,
+             Catch::StartsWith("ZeRO stage 3 on GPUs keeps the optimizer there"));
   spec.training.zero.stage = 2;
   options.host_backend = nullptr;
   CHECK_THAT(train(spec, data, *guarded, options).error,

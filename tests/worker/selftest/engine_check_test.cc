@@ -1,6 +1,6 @@
 // The selftest's engine comparison: the engine's GPU path (every state on
-// the device, or the model states in host memory and the model on a
-// mirror) on the emulated CUDA kernels with guarded memory matches the CPU
+// the device at ZeRO 2 and 3, or the model states in host memory and the
+// model on a mirror) on the emulated CUDA kernels with guarded memory matches the CPU
 // engine, on one data rank and two; a device whose device-to-host copies
 // drop their last float fails it.
 #include "worker/selftest/engine_check.h"
@@ -34,13 +34,15 @@ TEST_CASE("the engine comparison passes on guarded device memory and fails a bro
   auto cpu = kernels::make_cpu_backend(1);
   auto device = kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded);
   const auto checks = check_engine(*device, *cpu, data, 4);
-  REQUIRE(checks.size() == 4);
+  REQUIRE(checks.size() == 6);
   CHECK(checks[0].precision == "fp32");
   CHECK(checks[0].optimizer == "GPU Adam");
   CHECK(checks[1].precision == "fp32");
   CHECK(checks[1].optimizer == "ZeRO-Offload");
-  CHECK(checks[2].precision == "bf16");
-  CHECK(checks[3].optimizer == "ZeRO-Offload");
+  CHECK(checks[2].optimizer == "GPU Adam, ZeRO 3");
+  CHECK(checks[3].precision == "bf16");
+  CHECK(checks[4].optimizer == "ZeRO-Offload");
+  CHECK(checks[5].optimizer == "GPU Adam, ZeRO 3");
   for (const EngineCheck& check : checks) {
     INFO(check.precision << ", " << check.optimizer << ": " << check.failure << " error "
                          << check.error << ", parameter error " << check.parameter_error);

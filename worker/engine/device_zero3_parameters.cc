@@ -1,0 +1,137 @@
+#include "worker/engine/device_zero3_parameters.h"
+
+#include <algorithm>
+
+#include "core/layout/zero3_regions.h"
+#include "kernels/device_buffer.h"
+
+namespace dslaunch::worker::engine {
+namespace {
+
+constexpr int64_t kFloat = sizeof(float);
+
+}  // namespace
+
+DeviceZero3Parameters::DeviceZero3Parameters(comm::Communicator* comm, kernels::Backend& device,
+                                             const core::ParameterTable& table,
+                                             const ZeroPartition& partition,
+                                             int64_t persistence_threshold)
+    : comm_(comm),
+      device_(device),
+      partition_(partition),
+      rank_(comm != nullptr ? comm->rank() : 0),
+      master_(device.reserve_sparse(partition.padded_total() * kFloat)),
+      workspace_(device.reserve_sparse(partition.padded_total() * kFloat)) {
+  core::Zero3Regions layout(table, persistence_threshold);
+  persistent_ = std::move(layout.persistent);
+  regions_ = std::move(layout.regions);
+  layers_ = layout.layers;
+  chunks_ = layout.chunks;
+  live_.assign(regions_.size(), false);
+  master_->commit(partition.begin(rank_) * kFloat, partition.end(rank_) * kFloat);
+  commit(persistent_);
+}
+
+int64_t DeviceZero3Parameters::persistent_floats() const {
+  int64_t floats = 0;
+  for (const auto& [begin, end] : persistent_) floats += end - begin;
+  return floats;
+}
+
+void DeviceZero3Parameters::commit(const std::vector<Range>& ranges) {
+  for (const auto& [begin, end] : ranges) workspace_->commit(begin * kFloat, end * kFloat);
+}
+
+void DeviceZero3Parameters::release_pages(const std::vector<Range>& ranges) {
+  for (const auto& [begin, end] : ranges) workspace_->release(begin * kFloat, end * kFloat);
+}
+
+core::Status DeviceZero3Parameters::gather(const std::vector<Range>& ranges, float* into,
+                                           int64_t from) {
+  for (const auto& [begin, end] : ranges) {
+    if (comm_ == nullptr) {
+      device_.copy_device_to_device(into + (begin - from), master() + begin,
+                                    (end - begin) * kFloat);
+      continue;
+    }
+    // Rank r gives the range's floats in its partition, straight from it.
+    comm::Blocks blocks;
+    for (int r = 0; r < partition_.ranks; ++r) {
+      const int64_t first = std::clamp(partition_.begin(r), begin, end);
+      const int64_t last = std::clamp(partition_.end(r), begin, end);
+      blocks.displacements.push_back(first - begin);
+      blocks.counts.push_back(last - first);
+    }
+    const float* mine = master() + begin + blocks.displacements[rank_];
+    auto work = comm_->all_gather(comm::buffer_of(mine, blocks.counts[rank_]),
+                                  comm::buffer_of(into + (begin - from), end - begin), blocks);
+    if (core::Status status = work->wait(); !status.ok()) {
+      return status.with_context("parameter all-gather on the GPU");
+    }
+  }
+  return {};
+}
+
+core::Status DeviceZero3Parameters::refresh_persistent() {
+  if (!status_.ok()) return status_;
+  status_ = gather(persistent_, static_cast<float*>(workspace_->data()));
+  return status_;
+}
+
+void DeviceZero3Parameters::acquire(int region) {
+  if (region < 0 || live_[region] || !status_.ok()) return;
+  try {
+    commit(regions_[region]);
+  } catch (const std::bad_alloc&) {
+    // The ranks go on making the same calls; this one gathers no more.
+    status_ = core::Status(core::StatusCode::kResourceExhausted,
+                           "the GPU has no room for ZeRO stage 3's gathered parameters; lower "
+                           "the model's size per rank or add data ranks");
+    return;
+  }
+  live_[region] = true;
+  status_ = gather(regions_[region], static_cast<float*>(workspace_->data()));
+}
+
+void DeviceZero3Parameters::release(int region) {
+  if (region < 0 || !live_[region]) return;
+  release_pages(regions_[region]);
+  live_[region] = false;
+}
+
+void DeviceZero3Parameters::end_forward_only() {
+  release(layers_);  // the last block's region
+  release(0);        // the embeddings
+}
+
+void DeviceZero3Parameters::acquire_vocab_chunk(int chunk, VocabUse) {
+  if (chunks_ > 0) acquire(1 + layers_ + chunk);
+}
+
+void DeviceZero3Parameters::release_vocab_chunk(int chunk, VocabUse) {
+  if (chunks_ > 0) release(1 + layers_ + chunk);
+}
+
+void DeviceZero3Parameters::acquire_block(int layer, Pass) { acquire(1 + layer); }
+
+// The last block's forward is followed by its backward: it stays.
+void DeviceZero3Parameters::release_block(int layer, Pass pass) {
+  if (pass == Pass::kForward && layer == layers_ - 1) return;
+  release(1 + layer);
+}
+
+core::Status DeviceZero3Parameters::read_whole(int64_t from, int64_t to, float* out) {
+  if (!status_.ok()) return status_;
+  constexpr int64_t kPiece = int64_t{4} << 20;
+  kernels::DeviceBuffer<float> piece(device_, std::min(kPiece, std::max<int64_t>(to - from, 1)));
+  for (int64_t begin = from; begin < to; begin += kPiece) {
+    const int64_t end = std::min(begin + kPiece, to);
+    if (core::Status status = gather({{begin, end}}, piece.data(), begin); !status.ok()) {
+      return status;
+    }
+    device_.copy_device_to_host(out + (begin - from), piece.data(), (end - begin) * kFloat);
+  }
+  return {};
+}
+
+}  // namespace dslaunch::worker::engine

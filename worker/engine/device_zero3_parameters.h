@@ -1,0 +1,108 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "core/layout/parameter_table.h"
+#include "core/status.h"
+#include "kernels/backend.h"
+#include "kernels/sparse_memory.h"
+#include "worker/comm/communicator.h"
+#include "worker/model/gpt2_model.h"
+#include "worker/parallel/zero_partition.h"
+
+namespace dslaunch::worker::engine {
+
+// ZeRO stage 3's parameters on a GPU, every one in its memory: this rank's
+// partition of the weights the model reads (fp32; in 16-bit training the
+// masters' rounding), and the workspace the model reads them from, both
+// sparse (kernels/sparse_memory.h) over the whole layout's addresses, so a
+// tensor is where the model expects it but only what is gathered takes
+// memory. The workspace is cut as on the host (core::Zero3Regions): the
+// persistent tensors stay whole, all-gathered after every optimizer step,
+// and each region (wpe and ln_f, a block, a vocabulary chunk of wte) is
+// committed and all-gathered over the data group's device communicator
+// just before its use and released after, in the order the host's
+// Zero3Parameters keeps (the last block stays from its forward to its
+// backward; the embeddings from the start of forward to the end of
+// backward).
+//
+// Gathers run on the calling thread, one region at a time, each waited for
+// before the model goes on: no prefetch yet, so stage3_prefetch_bucket_size
+// and stage3_max_live_parameters change nothing here (at most the
+// embeddings, the last block and one block or chunk are live). With one
+// data rank (`comm` null) a gather is a copy from the partition, which then
+// is the whole model.
+//
+// Every rank of the group must make the same calls in the same order. A
+// gather's failure sticks: status() says it, and no more collectives start.
+class DeviceZero3Parameters final : public model::ParameterSource {
+ public:
+  using Range = std::pair<int64_t, int64_t>;
+
+  // Throws std::bad_alloc when the device has no room for the partition or
+  // the persistent tensors. `comm` (may be null for one rank), `device` and
+  // `table` must outlive it.
+  DeviceZero3Parameters(comm::Communicator* comm, kernels::Backend& device,
+                        const core::ParameterTable& table, const ZeroPartition& partition,
+                        int64_t persistence_threshold);
+
+  // The whole layout's address space (padded_total() floats) of which this
+  // rank's partition holds memory: its weights, which the optimizer updates.
+  float* master() { return static_cast<float*>(master_->data()); }
+  // What the model reads (forward()/backward()'s params).
+  const float* workspace() const { return static_cast<const float*>(workspace_->data()); }
+
+  // Once the partition holds the initial parameters and after every
+  // optimizer step: every rank's persistent floats gathered into the
+  // workspace. Collective.
+  core::Status refresh_persistent();
+  // Releases what a forward pass leaves gathered for its backward (the
+  // embeddings and the last block), after one that has no backward.
+  void end_forward_only();
+  // The whole parameters' floats [from, to) into host memory `out`, a piece
+  // at a time through a device buffer. Collective.
+  core::Status read_whole(int64_t from, int64_t to, float* out);
+  // "" or the first failure of a gather.
+  const core::Status& status() const { return status_; }
+
+  // Device bytes: the partition's pages, the persistent tensors' and the
+  // workspace's most at once (persistent pages included).
+  int64_t partition_bytes() const { return master_->resident_bytes(); }
+  int64_t workspace_peak_bytes() const { return workspace_->peak_resident_bytes(); }
+  int64_t persistent_floats() const;
+
+  void acquire_embeddings() override { acquire(0); }
+  void release_embeddings() override { release(0); }
+  void acquire_vocab_chunk(int chunk, VocabUse use) override;
+  void release_vocab_chunk(int chunk, VocabUse use) override;
+  void acquire_block(int layer, Pass pass) override;
+  void release_block(int layer, Pass pass) override;
+
+ private:
+  // Commits and gathers `region` unless it is live.
+  void acquire(int region);
+  void release(int region);
+  // Every rank's floats of each range all-gathered from the partitions into
+  // `into` (addressed from the layout's start, or from `from` below).
+  core::Status gather(const std::vector<Range>& ranges, float* into, int64_t from = 0);
+  void commit(const std::vector<Range>& ranges);
+  void release_pages(const std::vector<Range>& ranges);
+
+  comm::Communicator* comm_;
+  kernels::Backend& device_;
+  const ZeroPartition partition_;
+  const int rank_;
+  int layers_ = 0;
+  int chunks_ = 0;  // wte's vocabulary chunks (0: wte is persistent)
+  std::vector<Range> persistent_;
+  std::vector<std::vector<Range>> regions_;
+  std::vector<bool> live_;
+  std::unique_ptr<kernels::SparseMemory> master_;
+  std::unique_ptr<kernels::SparseMemory> workspace_;
+  core::Status status_;
+};
+
+}  // namespace dslaunch::worker::engine
