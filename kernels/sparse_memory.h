@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <new>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "kernels/allocation_tally.h"
@@ -147,5 +148,30 @@ class SparseMemory {
   int64_t peak_pages_ = 0;
   AllocationTally& tally_;
 };
+
+// Commits every range [begin, end) of floats of `memory`, all or none: on a
+// failure it releases those it committed and throws what commit() threw.
+inline void commit_floats(SparseMemory& memory,
+                          const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  constexpr int64_t kFloat = sizeof(float);
+  size_t done = 0;
+  try {
+    for (; done < ranges.size(); ++done) {
+      memory.commit(ranges[done].first * kFloat, ranges[done].second * kFloat);
+    }
+  } catch (...) {
+    for (size_t i = 0; i < done; ++i) {
+      memory.release(ranges[i].first * kFloat, ranges[i].second * kFloat);
+    }
+    throw;
+  }
+}
+
+// Undoes commit_floats(memory, ranges).
+inline void release_floats(SparseMemory& memory,
+                           const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  constexpr int64_t kFloat = sizeof(float);
+  for (const auto& [begin, end] : ranges) memory.release(begin * kFloat, end * kFloat);
+}
 
 }  // namespace dslaunch::kernels

@@ -33,19 +33,19 @@ std::string device_training_problem(const spec::JobSpec& spec) {
     return "training on GPUs takes Adam or AdamW; use cluster.device: cpu for Lamb and the "
            "1-bit optimizers";
   }
-  if (zero.stage == 3 && zero.offload_optimizer.device != spec::OffloadDevice::kNone) {
-    return "ZeRO stage 3 on GPUs keeps the optimizer there; offload_optimizer with stage 3 is "
-           "not built yet: remove offload_optimizer, use zero_optimization.stage 2, or "
-           "cluster.device: cpu";
+  // Offloaded, the model states are the host engine's, and so are the
+  // parameters' partitions and ZeRO++'s collectives (gathered_mirror.h).
+  const bool offloaded = zero.offload_optimizer.device != spec::OffloadDevice::kNone;
+  if (zero.offload_param.device != spec::OffloadDevice::kNone && !offloaded) {
+    return "offload_param on GPUs takes offload_optimizer too (the parameters' partitions are "
+           "updated where the optimizer's states live): add zero_optimization.offload_optimizer "
+           "with device cpu or nvme, or remove offload_param";
   }
-  if (zero.offload_param.device != spec::OffloadDevice::kNone) {
-    return "offload_param on GPUs (the parameters' partitions in host memory or on NVMe, "
-           "gathered into the GPU around their use) is not built yet: remove offload_param, or "
-           "use cluster.device: cpu";
-  }
-  if (zero.quantized_weights || zero.quantized_gradients || zero.hpz_partition_size > 1) {
+  if (!offloaded &&
+      (zero.quantized_weights || zero.quantized_gradients || zero.hpz_partition_size > 1)) {
     return "ZeRO++ (zero_quantized_weights, zero_quantized_gradients, zero_hpz_partition_size) "
-           "is not built for GPUs yet: remove those keys, or use cluster.device: cpu";
+           "with the optimizer on the GPU is not built yet: remove those keys, add "
+           "offload_optimizer, or use cluster.device: cpu";
   }
   if (zero.offload_optimizer.device != spec::OffloadDevice::kNone &&
       zero.offload_optimizer.ratio < 1) {
@@ -74,8 +74,8 @@ std::string training_support_problem(const spec::JobSpec& spec) {
     }
     if (training.zero.offload_param.device == spec::OffloadDevice::kCpu) {
       return "offload_param device cpu: on the CPU engine the parameters already live in host "
-             "memory; it means something on GPUs with ZeRO stage 3, not built yet. Use device "
-             "nvme to take them out of memory, or remove offload_param";
+             "memory; it means something on GPUs (cluster.device: cuda). Use device nvme to take "
+             "them out of memory, or remove offload_param";
     }
   }
   if (spec.model.dropout != 0) {

@@ -252,22 +252,25 @@ void add_memory_warnings(const spec::JobSpec& spec, JobPlan& plan) {
   for (size_t stage = 0; stage < plan.memory_by_stage.size(); ++stage) {
     // On the GPU path ZeRO's buffers are in host memory with the model states.
     const int64_t need = plan.memory_by_stage[stage].device_total() +
-                         plan.activation_bytes_by_stage[stage] +
-                         (plan.host_model_states ? 0 : plan.workspace_by_stage[stage].total());
+                         plan.activation_bytes_by_stage[stage] + plan.workspace_on_device(stage);
     if (need <= plan.device_memory_bytes) continue;
     if (plan.host_model_states) {
       // The GPU holds the model's fp32 parameters and gradients (8 bytes a
-      // parameter at any stage), the activations, and without offload the
+      // parameter at stages 0-2), the activations, and without offload the
       // optimizer's states and the gradient reduction's buffers.
       const ModelStateBytes& bytes = plan.memory_by_stage[stage];
       const bool optimizer_on_gpu = bytes.optimizer_states > 0;
-      // Stage 1 partitions the optimizer's states over the data ranks;
-      // higher stages free no GPU memory on this path (the gradients
-      // backward writes are whole).
-      const bool partitions_more = spec.training.zero.stage == 0 && plan.grid.shape().data > 1;
+      // Stage 1 partitions the optimizer's states over the data ranks,
+      // stage 3 the parameters too; stage 2 frees no GPU memory on this
+      // path (the gradients backward writes are whole).
+      const int zero_stage = spec.training.zero.stage;
+      const bool partitions_more = zero_stage != 3 && plan.grid.shape().data > 1;
       std::string remedies;
       if (optimizer_on_gpu) remedies += "offload the optimizer (offload_optimizer device cpu), ";
-      if (optimizer_on_gpu && partitions_more) remedies += "raise zero_optimization.stage to 1, ";
+      if (optimizer_on_gpu && partitions_more) {
+        remedies += zero_stage == 0 ? "raise zero_optimization.stage to 1 or 3, "
+                                    : "raise zero_optimization.stage to 3, ";
+      }
       if (bytes.communication_buffers > 0) {
         remedies += fmt::format(
             "lower zero_optimization.reduce_bucket_size (its buffers take "
@@ -427,8 +430,11 @@ std::optional<JobPlan> plan_on_device(const spec::JobSpec& spec, const spec::Sou
     plan.stage_layers.push_back(core::rank_chunks(virtual_stages, pipeline, stage));
     const int64_t psi = parameters_per_rank(spec.model, spec.parallelism, stage);
     plan.memory_by_stage.push_back(
-        plan.host_model_states ? mirrored_state_bytes(psi, spec.training, data)
-                               : model_state_bytes(psi, spec.training, data, spec.cluster.device));
+        plan.host_model_states
+            ? mirrored_state_bytes(psi, spec.training, data,
+                                   gathered_mirror_bytes(spec.model, spec.parallelism,
+                                                         spec.training, data, stage, kGpuPageBytes))
+            : model_state_bytes(psi, spec.training, data, spec.cluster.device));
     plan.activation_bytes_by_stage.push_back(activation_bytes_per_rank(
         spec.model, spec.parallelism, spec.training, plan.batch.micro_batch_per_gpu,
         plan.batch.gradient_accumulation_steps, stage, spec.cluster.device));
@@ -445,6 +451,12 @@ std::optional<JobPlan> plan_on_device(const spec::JobSpec& spec, const spec::Sou
 }
 
 }  // namespace
+
+int64_t JobPlan::workspace_on_device(size_t stage) const {
+  const ModelStateBytes& bytes = memory_by_stage[stage];
+  const bool states_in_host_memory = bytes.offloaded_to_host > 0 || bytes.offloaded_to_nvme > 0;
+  return host_model_states && states_in_host_memory ? 0 : workspace_by_stage[stage].total();
+}
 
 std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMap& locations,
                                  const PlanInputs& inputs, spec::Diagnostics& diagnostics) {

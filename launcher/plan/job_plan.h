@@ -58,6 +58,11 @@ struct JobPlan {
   bool all_hosts_local = true;
 
   int world_size() const { return grid.world_size(); }
+  // What of pipeline stage `stage`'s workspace is in the device's memory:
+  // all of it on the CPU engine and with every model state on a GPU (ZeRO
+  // stage 3's gathered parameters there), none where the model states are
+  // in host memory (offload on GPUs).
+  int64_t workspace_on_device(size_t stage) const;
   // Precondition: memory_by_stage is not empty (a training job).
   const ModelStateBytes& memory_of_rank(int rank) const {
     return memory_by_stage[grid.coord_of(rank).pipeline];

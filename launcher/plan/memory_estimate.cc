@@ -9,6 +9,7 @@
 #include "core/layout/parameter_table.h"
 #include "core/layout/pipeline_partition.h"
 #include "core/layout/pipeline_schedule.h"
+#include "core/layout/zero3_regions.h"
 #include "core/spec/precision.h"
 
 namespace dslaunch::plan {
@@ -155,7 +156,7 @@ ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& trainin
 }
 
 ModelStateBytes mirrored_state_bytes(int64_t psi, const spec::TrainingSpec& training,
-                                     int data_parallel) {
+                                     int data_parallel, int64_t gathered_parameters) {
   const bool mixed = training.bf16 || training.fp16.enabled;
   ModelStateBytes bytes;
   if (training.zero.offload_optimizer.device == spec::OffloadDevice::kNone) {
@@ -178,13 +179,27 @@ ModelStateBytes mirrored_state_bytes(int64_t psi, const spec::TrainingSpec& trai
   }
   // The host backend multiplies nothing: no 16-bit copy of the weights.
   const ModelStateBytes host = model_state_bytes(psi, training, data_parallel, spec::Device::kCpu);
-  bytes.parameters = psi * 4;
+  bytes.parameters = gathered_parameters >= 0 ? gathered_parameters : psi * 4;
   bytes.gradients = psi * 4;
   bytes.offloaded_to_host =
       host.parameters + host.gradients + host.offloaded_to_host + host.swap_buffers;
   bytes.offloaded_to_nvme = host.offloaded_to_nvme;
   bytes.offloaded_to_host += host.optimizer_states;
   return bytes;
+}
+
+int64_t gathered_mirror_bytes(const spec::ModelSpec& model, const spec::ParallelismSpec& parallel,
+                              const spec::TrainingSpec& training, int data_parallel, int stage,
+                              int64_t page_bytes) {
+  const spec::ZeroSpec& zero = training.zero;
+  // As worker/engine/zero_model_state.cc partitions them.
+  const bool gathers = zero.stage >= 3 && (data_parallel > 1 ||
+                                           zero.offload_param.device == spec::OffloadDevice::kNvme);
+  if (!gathers || zero.offload_optimizer.device == spec::OffloadDevice::kNone) return -1;
+  return core::device_gathered_bytes(
+      core::Zero3Regions(stage_parameter_table(model, parallel, stage),
+                         zero.param_persistence_threshold),
+      page_bytes);
 }
 
 }  // namespace dslaunch::plan

@@ -93,12 +93,23 @@ ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& trainin
 // whole fp32 gradients, 4Ψ + 4Ψ whatever the precision, stage 2's gradient
 // partition, the optimizer's states of this rank's partition, the data
 // group's reduction buffers), nothing in host memory. With
-// offload_optimizer (worker/engine/
-// device_mirror.h) the GPU holds the fp32 parameters and gradients (4Ψ +
-// 4Ψ), and the other model states are in host memory as the CPU engine
-// keeps them (in offloaded_to_host, or offloaded_to_nvme where they go to
-// NVMe, swap buffers included).
+// offload_optimizer (worker/engine/device_mirror.h) the GPU holds the fp32
+// gradients (4Ψ) and parameters: whole (4Ψ), or `gathered_parameters`
+// bytes (gathered_mirror_bytes()) where the host state never holds them
+// whole; the other model states are in host memory as the CPU engine keeps
+// them (in offloaded_to_host, or offloaded_to_nvme where they go to NVMe,
+// swap buffers included).
 ModelStateBytes mirrored_state_bytes(int64_t psi, const spec::TrainingSpec& training,
-                                     int data_parallel);
+                                     int data_parallel, int64_t gathered_parameters = -1);
+
+// Training on GPUs with offload at ZeRO stage 3 where the host state
+// gathers the parameters around their use (several data ranks, or
+// offload_param nvme): what the GPU's mirror of them holds at most
+// (worker/engine/gathered_mirror.h, core::device_gathered_bytes) for
+// pipeline stage `stage`, in pages of `page_bytes`; -1 where the mirror
+// holds them whole.
+int64_t gathered_mirror_bytes(const spec::ModelSpec& model, const spec::ParallelismSpec& parallel,
+                              const spec::TrainingSpec& training, int data_parallel, int stage,
+                              int64_t page_bytes);
 
 }  // namespace dslaunch::plan

@@ -108,8 +108,7 @@ std::string plan_to_text(const spec::JobSpec& spec, const JobPlan& plan, int max
       }
       const int64_t activations = plan.activation_bytes_by_stage[stage];
       const int64_t buffers = plan.workspace_by_stage[stage].total();
-      const int64_t total =
-          bytes.device_total() + activations + (plan.host_model_states ? 0 : buffers);
+      const int64_t total = bytes.device_total() + activations + plan.workspace_on_device(stage);
       out += fmt::format("{:>6}  {:>9}  {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n",
                          stage, blocks, gib(bytes.parameters), gib(bytes.gradients),
                          gib(bytes.optimizer_states), gib(bytes.device_total()),

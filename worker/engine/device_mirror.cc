@@ -2,8 +2,8 @@
 
 namespace dslaunch::worker::engine {
 
-DeviceMirror::DeviceMirror(kernels::Backend& device, int64_t n)
-    : device_(device), parameters_(device, n), gradients_(device, n) {
+DeviceMirror::DeviceMirror(kernels::Backend& device, int64_t n, bool parameters)
+    : device_(device), parameters_(device, parameters ? n : 0), gradients_(device, n) {
   device_.memset_zero(gradients_.data(), gradients_.bytes());
 }
 

@@ -13,7 +13,10 @@ namespace dslaunch::worker::engine {
 // (DeepSpeed's ZeRO-Offload keeps them there too; without offload every
 // state is on the GPU, worker/engine/device_model_state.cc), and the model
 // reads and writes this mirror of them in the backend's memory:
-// - the parameters, uploaded whole whenever the optimizer has changed them;
+// - the parameters, uploaded whole whenever the optimizer has changed them
+//   (at ZeRO stage 3 over several ranks, or with offload_param nvme, the
+//   host state never holds them whole: gathered_mirror.h uploads each region
+//   around its use instead);
 // - the gradient buffer backward accumulates into over a step's
 //   micro-batches, moved to the host a range at a time as the reduction
 //   takes them, and left zero behind, so the next micro-batch accumulates
@@ -27,8 +30,10 @@ namespace dslaunch::worker::engine {
 // every range in the step's last micro-batch (stage 2 in every one).
 class DeviceMirror {
  public:
-  // n floats of parameters and of gradients, the gradients zero.
-  DeviceMirror(kernels::Backend& device, int64_t n);
+  // n floats of gradients, zero, and of parameters unless `parameters` is
+  // false (gathered_mirror.h's). Throws std::bad_alloc when the device has
+  // no room.
+  DeviceMirror(kernels::Backend& device, int64_t n, bool parameters = true);
 
   // The parameters from host floats [0, n).
   void upload_parameters(const float* host);

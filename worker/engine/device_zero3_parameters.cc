@@ -1,6 +1,9 @@
 #include "worker/engine/device_zero3_parameters.h"
 
 #include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
 
 #include "core/layout/zero3_regions.h"
 #include "kernels/device_buffer.h"
@@ -29,21 +32,13 @@ DeviceZero3Parameters::DeviceZero3Parameters(comm::Communicator* comm, kernels::
   chunks_ = layout.chunks;
   live_.assign(regions_.size(), false);
   master_->commit(partition.begin(rank_) * kFloat, partition.end(rank_) * kFloat);
-  commit(persistent_);
+  kernels::commit_floats(*workspace_, persistent_);
 }
 
-int64_t DeviceZero3Parameters::persistent_floats() const {
+int64_t DeviceZero3Parameters::region_floats(int region) const {
   int64_t floats = 0;
-  for (const auto& [begin, end] : persistent_) floats += end - begin;
+  for (const auto& [begin, end] : regions_[region]) floats += end - begin;
   return floats;
-}
-
-void DeviceZero3Parameters::commit(const std::vector<Range>& ranges) {
-  for (const auto& [begin, end] : ranges) workspace_->commit(begin * kFloat, end * kFloat);
-}
-
-void DeviceZero3Parameters::release_pages(const std::vector<Range>& ranges) {
-  for (const auto& [begin, end] : ranges) workspace_->release(begin * kFloat, end * kFloat);
 }
 
 core::Status DeviceZero3Parameters::gather(const std::vector<Range>& ranges, float* into,
@@ -78,24 +73,30 @@ core::Status DeviceZero3Parameters::refresh_persistent() {
   return status_;
 }
 
+// The model reads what it acquires, so a region that cannot be gathered
+// stops this rank: the exception reaches the worker, which reports it; the
+// other ranks' collectives then fail as the job stops.
 void DeviceZero3Parameters::acquire(int region) {
-  if (region < 0 || live_[region] || !status_.ok()) return;
+  if (region < 0 || live_[region]) return;
+  if (!status_.ok()) throw std::runtime_error(status_.message());
   try {
-    commit(regions_[region]);
+    kernels::commit_floats(*workspace_, regions_[region]);
   } catch (const std::bad_alloc&) {
-    // The ranks go on making the same calls; this one gathers no more.
-    status_ = core::Status(core::StatusCode::kResourceExhausted,
-                           "the GPU has no room for ZeRO stage 3's gathered parameters; lower "
-                           "the model's size per rank or add data ranks");
-    return;
+    status_ =
+        core::Status(core::StatusCode::kResourceExhausted,
+                     fmt::format("the GPU has no room for ZeRO stage 3's gathered parameters "
+                                 "({:.1f} MiB more); lower the model's size per rank",
+                                 static_cast<double>(region_floats(region)) * kFloat / (1 << 20)));
+    throw std::runtime_error(status_.message());
   }
   live_[region] = true;
   status_ = gather(regions_[region], static_cast<float*>(workspace_->data()));
+  if (!status_.ok()) throw std::runtime_error(status_.message());
 }
 
 void DeviceZero3Parameters::release(int region) {
   if (region < 0 || !live_[region]) return;
-  release_pages(regions_[region]);
+  kernels::release_floats(*workspace_, regions_[region]);
   live_[region] = false;
 }
 

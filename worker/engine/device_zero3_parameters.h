@@ -37,7 +37,9 @@ namespace dslaunch::worker::engine {
 // is the whole model.
 //
 // Every rank of the group must make the same calls in the same order. A
-// gather's failure sticks: status() says it, and no more collectives start.
+// gather that fails (or finds no room) throws from the hook, since the
+// model would read what was not gathered; the failure sticks (status()),
+// and no more collectives start.
 class DeviceZero3Parameters final : public model::ParameterSource {
  public:
   using Range = std::pair<int64_t, int64_t>;
@@ -72,7 +74,6 @@ class DeviceZero3Parameters final : public model::ParameterSource {
   // workspace's most at once (persistent pages included).
   int64_t partition_bytes() const { return master_->resident_bytes(); }
   int64_t workspace_peak_bytes() const { return workspace_->peak_resident_bytes(); }
-  int64_t persistent_floats() const;
 
   void acquire_embeddings() override { acquire(0); }
   void release_embeddings() override { release(0); }
@@ -82,14 +83,14 @@ class DeviceZero3Parameters final : public model::ParameterSource {
   void release_block(int layer, Pass pass) override;
 
  private:
-  // Commits and gathers `region` unless it is live.
+  // Commits and gathers `region` unless it is live; throws
+  // std::runtime_error when it cannot (no room, or a failed gather).
   void acquire(int region);
   void release(int region);
+  int64_t region_floats(int region) const;
   // Every rank's floats of each range all-gathered from the partitions into
   // `into` (addressed from the layout's start, or from `from` below).
   core::Status gather(const std::vector<Range>& ranges, float* into, int64_t from = 0);
-  void commit(const std::vector<Range>& ranges);
-  void release_pages(const std::vector<Range>& ranges);
 
   comm::Communicator* comm_;
   kernels::Backend& device_;

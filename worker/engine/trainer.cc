@@ -24,6 +24,7 @@
 #include "worker/data/window_sampler.h"
 #include "worker/engine/device_mirror.h"
 #include "worker/engine/evaluation.h"
+#include "worker/engine/gathered_mirror.h"
 #include "worker/engine/loss_scaler.h"
 #include "worker/engine/lr_schedule.h"
 #include "worker/engine/model_parallel.h"
@@ -392,22 +393,37 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   }
   ModelState& state = **made;
   std::optional<DeviceMirror> mirror;
+  // ZeRO stage 3's host state gathers the parameters around their use (it
+  // never holds them whole): the GPU mirrors each region it gathers.
+  std::optional<GatheredMirror> gathered;
   if (mirrored) {
+    const bool whole = state.parameters_resident();
     try {
-      mirror.emplace(backend, table.total());
+      mirror.emplace(backend, table.total(), whole);
+      if (!whole) {  // stage 3, which runs no pipeline: one model
+        gathered.emplace(backend, table, training.zero.param_persistence_threshold,
+                         *model.parameter_source(), *model.output_gradient_sink(),
+                         state.parameters_for_model(), *mirror, state.gradients_for_backward());
+        model.set_parameter_source(&*gathered);
+        model.set_output_gradient_sink(&*gathered);
+      }
     } catch (const std::bad_alloc&) {
       return failed(core::Status(
           core::StatusCode::kResourceExhausted,
-          fmt::format("{} has no room for the model's fp32 parameters and gradients ({} "
-                      "parameters, {:.2f} GiB); split the model over more tensor or pipeline "
-                      "ranks",
-                      backend.name(), table.total(),
-                      static_cast<double>(table.total()) * 8 / (int64_t{1} << 30))));
+          fmt::format("{} has no room for the model's fp32 {}gradients ({} parameters, {:.2f} "
+                      "GiB); split the model over more tensor or pipeline ranks",
+                      backend.name(), whole ? "parameters and " : "", table.total(),
+                      static_cast<double>(table.total()) * (whole ? 8 : 4) / (int64_t{1} << 30))));
     }
-    mirror->upload_parameters(state.parameters_for_model());
+    if (whole) {
+      mirror->upload_parameters(state.parameters_for_model());
+    } else {
+      gathered->upload_persistent();
+    }
   }
   // What the model reads and where its backward accumulates.
   const auto model_weights = [&]() -> const float* {
+    if (gathered) return gathered->workspace();
     return mirror ? mirror->parameters() : state.parameters_for_model();
   };
   float* const model_gradients = mirror ? mirror->gradients() : state.gradients_for_backward();
@@ -587,7 +603,11 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
         result.error = status.message();
         return result;
       }
-      if (mirror) mirror->upload_parameters(state.parameters_for_model());
+      if (gathered) {
+        gathered->upload_persistent();
+      } else if (mirror) {
+        mirror->upload_parameters(state.parameters_for_model());
+      }
     }
     report.optimizer_seconds = seconds_since(passes_end);
     result.steps = step + 1;
@@ -627,9 +647,18 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     const bool eval_step = last_step || stop_after_step ||
                            (training.eval_interval > 0 && (step + 1) % training.eval_interval == 0);
     if (eval_step) {
+      // After each forward-only pass, the GPU's mirror of what it leaves
+      // gathered goes with the host state's.
+      std::function<void()> after_forward_only = state.after_forward_only();
+      if (gathered) {
+        after_forward_only = [&gathered, host = std::move(after_forward_only)] {
+          gathered->end_forward_only();
+          if (host) host();
+        };
+      }
       double sum =
           sum_of_batch_losses(models, model_weights(), data.valid, micro, training.eval_batches,
-                              dp_rank, dp_size, state.after_forward_only(), &links);
+                              dp_rank, dp_size, after_forward_only, &links);
       if (!links.status().ok()) return failed(links.status());
       if (core::Status status = state.forward_only_status(); !status.ok()) {
         result.error = status.message();

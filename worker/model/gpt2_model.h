@@ -162,6 +162,8 @@ class Gpt2Model {
   // The same for an OutputGradientSink; only a model with both the
   // embeddings and the head (no pipeline) calls it.
   void set_output_gradient_sink(OutputGradientSink* sink) { sink_ = sink; }
+  ParameterSource* parameter_source() const { return source_; }
+  OutputGradientSink* output_gradient_sink() const { return sink_; }
 
   int64_t seq_len() const { return seq_len_; }
   // Its slots' activations and token ids, and the scratch when this model

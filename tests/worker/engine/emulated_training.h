@@ -98,6 +98,7 @@ struct GpuPathCase {
   spec::OffloadDevice offload = spec::OffloadDevice::kNone;
   core::DType precision = core::DType::kF32;
   int virtual_stages = 1;
+  spec::OffloadDevice offload_param = spec::OffloadDevice::kNone;
 };
 
 // Six steps of `spec` (a tiny_job on the GPU path, evaluating every 3
@@ -111,7 +112,8 @@ inline void check_gpu_path_matches_host_memory(spec::JobSpec spec, const GpuPath
   INFO("pipeline " << c.layout.pipeline << " (virtual stages " << c.virtual_stages << "), data "
                    << c.layout.data << ", tensor " << c.layout.tensor << ", ZeRO stage " << c.stage
                    << ", " << core::dtype_name(c.precision) << ", offload "
-                   << static_cast<int>(c.offload));
+                   << static_cast<int>(c.offload) << ", parameters offloaded "
+                   << static_cast<int>(c.offload_param));
   spec.parallelism.tensor = c.layout.tensor;
   spec.parallelism.pipeline = c.layout.pipeline;
   spec.parallelism.virtual_stages = c.virtual_stages;
@@ -123,6 +125,11 @@ inline void check_gpu_path_matches_host_memory(spec::JobSpec spec, const GpuPath
   spec.training.zero.stage = c.stage;
   spec.training.zero.offload_optimizer.device = c.offload;
   spec.training.zero.offload_optimizer.nvme_path = nvme;
+  spec.training.zero.offload_param.device = c.offload_param;
+  spec.training.zero.offload_param.nvme_path = nvme;
+  // At stage 3, tensors under 1,000 floats stay whole; the blocks' weights
+  // and the token embedding are gathered around their use.
+  spec.training.zero.param_persistence_threshold = 1000;
   spec.training.bf16 = c.precision == core::DType::kBF16;
   spec.training.fp16.enabled = c.precision == core::DType::kF16;
   spec.training.fp16.initial_scale_power = 8;
@@ -162,8 +169,11 @@ inline void check_gpu_path_matches_host_memory(spec::JobSpec spec, const GpuPath
                         .pipeline()
                         .rank();
   const int64_t planned =
-      plan::mirrored_state_bytes(plan::parameters_per_rank(spec.model, spec.parallelism, stage),
-                                 spec.training, c.layout.data)
+      plan::mirrored_state_bytes(
+          plan::parameters_per_rank(spec.model, spec.parallelism, stage), spec.training,
+          c.layout.data,
+          plan::gathered_mirror_bytes(spec.model, spec.parallelism, spec.training, c.layout.data,
+                                      stage, sysconf(_SC_PAGESIZE)))
           .device_total() +
       plan::activation_bytes_per_rank(spec.model, spec.parallelism, spec.training, 2, 2, stage,
                                       spec::Device::kCuda);

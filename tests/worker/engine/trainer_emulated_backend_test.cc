@@ -84,7 +84,7 @@ TEST_CASE("20 steps on the CUDA backend's kernels match the CPU backend's, fp32 
 // reference is the same kernels on the emulator's host memory, where the
 // states live in the backend's own memory and its kernels update them:
 // where the bytes are changes, not the results.
-TEST_CASE("on memory the host cannot touch, ZeRO stages 0-2 train as in host memory") {
+TEST_CASE("on memory the host cannot touch, ZeRO stages 0-3 train as in host memory") {
   comm::Communicator& world = comm::testing::world_data();
   const std::string dir = testing::shared_token_files(world);
   const spec::JobSpec spec = testing::gpu_path_job(dir);
@@ -92,7 +92,7 @@ TEST_CASE("on memory the host cannot touch, ZeRO stages 0-2 train as in host mem
   std::filesystem::create_directories(nvme);
   const int n = world.size();
   // ZeRO-Offload (the optimizer in host memory or on NVMe), and every state
-  // on the GPU at stages 0, 1 and 2.
+  // on the GPU at stages 0, 1 and 2 (stage 3 below, against stage 2).
   std::vector<GpuPathCase> cases = {{{1, n, 1}, 1, spec::OffloadDevice::kCpu, core::DType::kF32},
                                     {{1, n, 1}, 2, spec::OffloadDevice::kCpu, core::DType::kBF16},
                                     {{1, n, 1}, 2, spec::OffloadDevice::kNvme, core::DType::kF16},
@@ -106,7 +106,24 @@ TEST_CASE("on memory the host cannot touch, ZeRO stages 0-2 train as in host mem
     // One data rank with its optimizer on the GPU: every state there.
     cases.push_back({{1, 1, 2}, 1, spec::OffloadDevice::kNone, core::DType::kF16});
     cases.push_back({{2, 1, 1}, 0, spec::OffloadDevice::kNone, core::DType::kBF16});
+    // ZeRO-Infinity on one data rank: the partition (the whole model) on
+    // NVMe, gathered into host memory and mirrored on the GPU a block at a
+    // time.
+    cases.push_back({{1, 1, 2},
+                     3,
+                     spec::OffloadDevice::kCpu,
+                     core::DType::kF32,
+                     1,
+                     spec::OffloadDevice::kNvme});
   }
+  // ZeRO stage 3 offloaded: the host state gathers each block, the GPU
+  // mirrors it around its use; the parameters' partitions in host memory
+  // (offload_param cpu, or none said) or on NVMe.
+  cases.push_back({{1, n, 1}, 3, spec::OffloadDevice::kCpu, core::DType::kBF16});
+  cases.push_back(
+      {{1, n, 1}, 3, spec::OffloadDevice::kCpu, core::DType::kF32, 1, spec::OffloadDevice::kCpu});
+  cases.push_back(
+      {{1, n, 1}, 3, spec::OffloadDevice::kNvme, core::DType::kF16, 1, spec::OffloadDevice::kNvme});
   for (const GpuPathCase& c : cases) testing::check_gpu_path_matches_host_memory(spec, c, nvme);
   REQUIRE_OK(comm::testing::world_barrier());
   if (world.rank() == 0) std::filesystem::remove_all(dir);
@@ -135,6 +152,7 @@ TEST_CASE("a GPU-path run resumed from its checkpoint continues bit for bit") {
   spec.training.batch.micro_batch_per_gpu = 2;
   spec.training.batch.gradient_accumulation_steps = 2;
   spec.training.batch.train_batch_size = 4 * world.size();
+  spec.training.zero.param_persistence_threshold = 1000;  // stage 3 gathers the blocks
   auto host = kernels::make_cpu_backend(1);
   auto guarded = kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded);
   const Layout data_parallel{1, world.size(), 1};
@@ -151,7 +169,8 @@ TEST_CASE("a GPU-path run resumed from its checkpoint continues bit for bit") {
   };
   for (const Case& c :
        {Case{spec::OffloadDevice::kCpu, 2, true}, Case{spec::OffloadDevice::kNone, 2, true},
-        Case{spec::OffloadDevice::kNone, 0, false}, Case{spec::OffloadDevice::kNone, 3, true}}) {
+        Case{spec::OffloadDevice::kNone, 0, false}, Case{spec::OffloadDevice::kNone, 3, true},
+        Case{spec::OffloadDevice::kCpu, 3, false}}) {
     INFO("offload " << static_cast<int>(c.offload) << ", ZeRO stage " << c.stage
                     << (c.bf16 ? ", bf16" : ", fp32"));
     spec.training.zero.offload_optimizer.device = c.offload;
@@ -195,9 +214,11 @@ TEST_CASE("training on memory the host cannot touch refuses what its path lacks,
   options.data_comm = &world;
   options.host_backend = host.get();
   spec.training.zero.stage = 3;
-  spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kCpu;
+  spec.training.zero.offload_param.device = spec::OffloadDevice::kNvme;
   CHECK_THAT(train(spec, data, *guarded, options).error,
-             Catch::StartsWith("ZeRO stage 3 on GPUs keeps the optimizer there"));
+             Catch::StartsWith("offload_param on GPUs takes offload_optimizer too"));
+  spec.training.zero.offload_param.device = spec::OffloadDevice::kNone;
+  spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kCpu;
   spec.training.zero.stage = 2;
   options.host_backend = nullptr;
   CHECK_THAT(train(spec, data, *guarded, options).error,

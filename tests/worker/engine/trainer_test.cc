@@ -134,19 +134,25 @@ TEST_CASE("training on GPUs takes Adam at ZeRO stages 0-2, its optimizer on the 
   CHECK_THAT(device_training_problem(spec), Catch::StartsWith("offload_optimizer.ratio 0.5"));
   spec.training.zero.offload_optimizer.ratio = 1;
   spec.training.zero.stage = 3;
-  CHECK_THAT(device_training_problem(spec), Catch::StartsWith("ZeRO stage 3 on GPUs keeps"));
-  // Stage 3 with every state on the GPU, without offload or ZeRO++.
-  spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kNone;
-  CHECK(device_training_problem(spec) == "");
-  spec.training.zero.offload_param.device = spec::OffloadDevice::kCpu;
-  CHECK_THAT(device_training_problem(spec), Catch::StartsWith("offload_param on GPUs"));
-  spec.training.zero.offload_param.device = spec::OffloadDevice::kNone;
+  // Stage 3 offloaded, the parameters' partitions in host memory or on
+  // NVMe, ZeRO++ on the host state's collectives.
+  for (const auto device :
+       {spec::OffloadDevice::kNone, spec::OffloadDevice::kCpu, spec::OffloadDevice::kNvme}) {
+    spec.training.zero.offload_param.device = device;
+    CHECK(device_training_problem(spec) == "");
+  }
   spec.training.zero.hpz_partition_size = 2;
+  spec.training.zero.quantized_weights = true;
+  CHECK(device_training_problem(spec) == "");
+  // With every state on the GPU: no offload_param, no ZeRO++.
+  spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kNone;
+  CHECK_THAT(device_training_problem(spec), Catch::StartsWith("offload_param on GPUs takes"));
+  spec.training.zero.offload_param.device = spec::OffloadDevice::kNone;
   CHECK_THAT(device_training_problem(spec), Catch::StartsWith("ZeRO++"));
   spec.training.zero.hpz_partition_size = 1;
-  spec.training.zero.quantized_weights = true;
   CHECK_THAT(device_training_problem(spec), Catch::StartsWith("ZeRO++"));
   spec.training.zero.quantized_weights = false;
+  CHECK(device_training_problem(spec) == "");
   spec.training.zero.stage = 1;
   spec.parallelism.tensor = 2;
   spec.parallelism.pipeline = 2;
