@@ -439,10 +439,10 @@ std::optional<JobPlan> plan_on_device(const spec::JobSpec& spec, const spec::Sou
         spec.model, spec.parallelism, spec.training, plan.batch.micro_batch_per_gpu,
         plan.batch.gradient_accumulation_steps, stage, spec.cluster.device));
     plan.workspace_by_stage.push_back(
-        all_on_gpu
-            ? device_workspace_bytes_per_rank(spec.model, spec.parallelism, spec.training, stage)
-            : workspace_bytes_per_rank(spec.model, spec.parallelism, spec.training, data,
-                                       plan.batch.micro_batch_per_gpu, stage));
+        all_on_gpu ? device_workspace_bytes_per_rank(spec.model, spec.parallelism, spec.training,
+                                                     data, stage)
+                   : workspace_bytes_per_rank(spec.model, spec.parallelism, spec.training, data,
+                                              plan.batch.micro_batch_per_gpu, stage));
   }
   plan.device_memory_bytes = device_memory(spec, inputs.machine, plan.placement);
   add_memory_warnings(spec, plan);

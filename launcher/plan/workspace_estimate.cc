@@ -166,12 +166,15 @@ WorkspaceBytes workspace_bytes_per_rank(const spec::ModelSpec& model,
 
 WorkspaceBytes device_workspace_bytes_per_rank(const spec::ModelSpec& model,
                                                const spec::ParallelismSpec& parallel,
-                                               const spec::TrainingSpec& training, int stage) {
+                                               const spec::TrainingSpec& training,
+                                               int data_parallel, int stage) {
   WorkspaceBytes bytes;
   if (training.zero.stage < 3) return bytes;
   const core::ParameterTable table = stage_parameter_table(model, parallel, stage);
-  bytes.parameter_workspace = core::device_gathered_bytes(
-      core::Zero3Regions(table, training.zero.param_persistence_threshold), kGpuPageBytes);
+  const core::Zero3Regions regions(table, training.zero.param_persistence_threshold);
+  bytes.parameter_workspace = core::device_gathered_bytes(regions, kGpuPageBytes);
+  // Over several ranks, the persistent tensors' packed copy.
+  if (data_parallel > 1) bytes.communication = regions.persistent_floats() * kFloat;
   return bytes;
 }
 

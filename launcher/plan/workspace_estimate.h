@@ -54,9 +54,11 @@ WorkspaceBytes workspace_bytes_per_rank(const spec::ModelSpec& model,
 // Training with every model state on a GPU (worker/engine/
 // device_model_state.cc): no ZeRO workspace in host memory, and at stage 3
 // the GPU's gathered parameters (core::device_gathered_bytes) as the
-// parameter workspace, in pages of kGpuPageBytes.
+// parameter workspace, in pages of kGpuPageBytes, and over several data
+// ranks the persistent tensors' packed copy as communication buffers.
 WorkspaceBytes device_workspace_bytes_per_rank(const spec::ModelSpec& model,
                                                const spec::ParallelismSpec& parallel,
-                                               const spec::TrainingSpec& training, int stage);
+                                               const spec::TrainingSpec& training,
+                                               int data_parallel, int stage);
 
 }  // namespace dslaunch::plan

@@ -242,7 +242,8 @@ class DeviceModelState final : public ModelState {
     memory.gradients = grads_.bytes() + partition_grads_.bytes();
     memory.optimizer_states = optimizer_.state_bytes();
     memory.activations = activation_bytes;
-    memory.communication_buffers = reducer_ ? reducer_->buffer_bytes() : 0;
+    memory.communication_buffers =
+        (reducer_ ? reducer_->buffer_bytes() : 0) + (stage3_ ? zero3_->buffer_bytes() : 0);
     return memory;
   }
 

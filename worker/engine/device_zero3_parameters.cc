@@ -33,6 +33,21 @@ DeviceZero3Parameters::DeviceZero3Parameters(comm::Communicator* comm, kernels::
   live_.assign(regions_.size(), false);
   master_->commit(partition.begin(rank_) * kFloat, partition.end(rank_) * kFloat);
   kernels::commit_floats(*workspace_, persistent_);
+  if (comm_ == nullptr) return;
+  // Each rank's floats of the persistent tensors, packed in layout order:
+  // one all-gather refreshes them all.
+  int64_t packed = 0;
+  for (int r = 0; r < partition.ranks; ++r) {
+    int64_t count = 0;
+    for (const auto& [begin, end] : persistent_) {
+      count += std::max<int64_t>(
+          0, std::min(end, partition.end(r)) - std::max(begin, partition.begin(r)));
+    }
+    packed_blocks_.displacements.push_back(packed);
+    packed_blocks_.counts.push_back(count);
+    packed += count;
+  }
+  packed_ = kernels::DeviceBuffer<float>(device, packed);
 }
 
 int64_t DeviceZero3Parameters::region_floats(int region) const {
@@ -69,8 +84,35 @@ core::Status DeviceZero3Parameters::gather(const std::vector<Range>& ranges, flo
 
 core::Status DeviceZero3Parameters::refresh_persistent() {
   if (!status_.ok()) return status_;
-  status_ = gather(persistent_, static_cast<float*>(workspace_->data()));
-  return status_;
+  auto* workspace = static_cast<float*>(workspace_->data());
+  if (comm_ == nullptr) {
+    status_ = gather(persistent_, workspace);
+    return status_;
+  }
+  const int64_t own_begin = partition_.begin(rank_);
+  const int64_t own_end = partition_.end(rank_);
+  float* mine = packed_.data() + packed_blocks_.displacements[rank_];
+  for (const auto& [begin, end] : persistent_) {
+    const int64_t from = std::max(begin, own_begin);
+    const int64_t to = std::min(end, own_end);
+    if (from >= to) continue;
+    device_.copy_device_to_device(mine, master() + from, (to - from) * kFloat);
+    mine += to - from;
+  }
+  auto work =
+      comm_->all_gather(comm::buffer_of(packed_.data() + packed_blocks_.displacements[rank_],
+                                        packed_blocks_.counts[rank_]),
+                        comm::buffer_of(packed_.data(), packed_.size()), packed_blocks_);
+  if (core::Status status = work->wait(); !status.ok()) {
+    status_ = status.with_context("persistent parameters' all-gather on the GPU");
+    return status_;
+  }
+  const float* from = packed_.data();
+  for (const auto& [begin, end] : persistent_) {
+    device_.copy_device_to_device(workspace + begin, from, (end - begin) * kFloat);
+    from += end - begin;
+  }
+  return {};
 }
 
 // The model reads what it acquires, so a region that cannot be gathered

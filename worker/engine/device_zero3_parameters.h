@@ -8,6 +8,7 @@
 #include "core/layout/parameter_table.h"
 #include "core/status.h"
 #include "kernels/backend.h"
+#include "kernels/device_buffer.h"
 #include "kernels/sparse_memory.h"
 #include "worker/comm/communicator.h"
 #include "worker/model/gpt2_model.h"
@@ -29,9 +30,10 @@ namespace dslaunch::worker::engine {
 // backward; the embeddings from the start of forward to the end of
 // backward).
 //
-// Gathers run on the calling thread, one region at a time, each waited for
-// before the model goes on: no prefetch yet, so stage3_prefetch_bucket_size
-// and stage3_max_live_parameters change nothing here (at most the
+// The persistent tensors are refreshed by one all-gather of every rank's
+// floats of them, packed (as on the host). Gathers run on the calling
+// thread, one region at a time, each waited for before the model goes on: no prefetch yet, so
+// stage3_prefetch_bucket_size and stage3_max_live_parameters change nothing here (at most the
 // embeddings, the last block and one block or chunk are live). With one
 // data rank (`comm` null) a gather is a copy from the partition, which then
 // is the whole model.
@@ -74,6 +76,8 @@ class DeviceZero3Parameters final : public model::ParameterSource {
   // workspace's most at once (persistent pages included).
   int64_t partition_bytes() const { return master_->resident_bytes(); }
   int64_t workspace_peak_bytes() const { return workspace_->peak_resident_bytes(); }
+  // Over several ranks, the persistent tensors' packed copy.
+  int64_t buffer_bytes() const { return packed_.bytes(); }
 
   void acquire_embeddings() override { acquire(0); }
   void release_embeddings() override { release(0); }
@@ -103,6 +107,10 @@ class DeviceZero3Parameters final : public model::ParameterSource {
   std::vector<bool> live_;
   std::unique_ptr<kernels::SparseMemory> master_;
   std::unique_ptr<kernels::SparseMemory> workspace_;
+  // Every rank's floats of the persistent tensors, packed in layout order
+  // (block r: rank r's), over several ranks.
+  kernels::DeviceBuffer<float> packed_;
+  comm::Blocks packed_blocks_;
   core::Status status_;
 };
 

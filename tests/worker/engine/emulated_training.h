@@ -233,8 +233,11 @@ inline void check_stage3_matches_stage2_on_device(spec::JobSpec spec, Layout lay
   const int64_t page = sysconf(_SC_PAGESIZE);
   const int64_t gathered = core::device_gathered_bytes(regions, page);
   CHECK(stage3.memory.parameter_workspace_peak == gathered);
+  CHECK(stage3.memory.communication_buffers - stage2.memory.communication_buffers ==
+        (layout.data > 1 ? regions.persistent_floats() * 4 : 0));
   const int64_t planned =
       plan::mirrored_state_bytes(psi, spec.training, layout.data).device_total() + gathered +
+      (layout.data > 1 ? regions.persistent_floats() * 4 : 0) +  // the packed persistent tensors
       plan::activation_bytes_per_rank(spec.model, spec.parallelism, spec.training, 2, 2, 0,
                                       spec::Device::kCuda);
   // The partition's pages round up too (at most two more).
