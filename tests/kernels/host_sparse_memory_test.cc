@@ -3,7 +3,6 @@
 // never committed (or was released) faults when read.
 #include "kernels/host_sparse_memory.h"
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -12,21 +11,12 @@
 #include <new>
 #include <stdexcept>
 
+#include "tests/support/signal_of.h"
+
 namespace dslaunch::kernels {
 namespace {
 
-template <class Touch>
-int signal_of(const Touch& touch) {
-  const pid_t child = fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    touch();
-    _exit(0);
-  }
-  int status = 0;
-  REQUIRE(waitpid(child, &status, 0) == child);
-  return WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-}
+using dslaunch::testing::signal_of;
 
 TEST_CASE("sparse memory holds the pages committed ranges touch, counted by users") {
   AllocationTally tally;

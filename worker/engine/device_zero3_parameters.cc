@@ -1,6 +1,7 @@
 #include "worker/engine/device_zero3_parameters.h"
 
 #include <algorithm>
+#include <climits>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -36,16 +37,13 @@ DeviceZero3Parameters::DeviceZero3Parameters(comm::Communicator* comm, kernels::
   if (comm_ == nullptr) return;
   // Each rank's floats of the persistent tensors, packed in layout order:
   // one all-gather refreshes them all.
-  int64_t packed = 0;
-  for (int r = 0; r < partition.ranks; ++r) {
-    int64_t count = 0;
-    for (const auto& [begin, end] : persistent_) {
-      count += std::max<int64_t>(
-          0, std::min(end, partition.end(r)) - std::max(begin, partition.begin(r)));
-    }
-    packed_blocks_.displacements.push_back(packed);
-    packed_blocks_.counts.push_back(count);
-    packed += count;
+  packed_blocks_ = packed_range_blocks(persistent_, partition);
+  const int64_t packed = packed_blocks_.displacements.back() + packed_blocks_.counts.back();
+  if (packed > INT_MAX) {  // MPI (host staging) counts in ints
+    status_ = core::Status(core::StatusCode::kInvalidArgument,
+                           "ZeRO stage 3: more than INT_MAX persistent floats; lower "
+                           "stage3_param_persistence_threshold");
+    return;
   }
   packed_ = kernels::DeviceBuffer<float>(device, packed);
 }

@@ -11,6 +11,10 @@ namespace {
 
 using Range = ParameterGatherer::Range;
 
+// MPI counts in ints.
+constexpr const char* kTooManyPersistent =
+    "ZeRO stage 3: more than INT_MAX persistent floats; lower stage3_param_persistence_threshold";
+
 }  // namespace
 
 Zero3Parameters::Zero3Parameters(comm::Communicator& comm, const core::ParameterTable& table,
@@ -39,24 +43,11 @@ Zero3Parameters::Zero3Parameters(comm::Communicator& comm, const core::Parameter
     if (!initial(begin, end, workspace_.data() + begin).ok()) return;
   }
 
-  packed_blocks_.counts.assign(partition.ranks, 0);
-  packed_blocks_.displacements.assign(partition.ranks, 0);
-  int64_t packed = 0;
-  for (int r = 0; r < partition.ranks; ++r) {
-    int64_t count = 0;
-    for (const auto& [begin, end] : persistent_) {
-      count += std::max<int64_t>(
-          0, std::min(end, partition.end(r)) - std::max(begin, partition.begin(r)));
-    }
-    if (packed + count > INT_MAX) {
-      setup_error_ =
-          "ZeRO stage 3: more than INT_MAX persistent floats; lower "
-          "stage3_param_persistence_threshold";
-      return;
-    }
-    packed_blocks_.displacements[r] = packed;
-    packed_blocks_.counts[r] = count;
-    packed += count;
+  packed_blocks_ = packed_range_blocks(persistent_, partition);
+  const int64_t packed = packed_blocks_.displacements.back() + packed_blocks_.counts.back();
+  if (packed > INT_MAX) {
+    setup_error_ = kTooManyPersistent;
+    return;
   }
   packed_.resize(packed);
   regions_ = regions;

@@ -45,4 +45,21 @@ core::Status all_gather_partitions(comm::Communicator& comm, const ZeroPartition
   return {};
 }
 
+comm::Blocks packed_range_blocks(const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                                 const ZeroPartition& partition) {
+  comm::Blocks blocks;
+  int64_t packed = 0;
+  for (int r = 0; r < partition.ranks; ++r) {
+    int64_t count = 0;
+    for (const auto& [begin, end] : ranges) {
+      count += std::max<int64_t>(
+          0, std::min(end, partition.end(r)) - std::max(begin, partition.begin(r)));
+    }
+    blocks.displacements.push_back(packed);
+    blocks.counts.push_back(count);
+    packed += count;
+  }
+  return blocks;
+}
+
 }  // namespace dslaunch::worker

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 #include "worker/comm/communicator.h"
@@ -43,5 +45,12 @@ ZeroPartition make_zero_partition(int64_t total, int ranks, int64_t alignment);
 // buffer, which holds at most INT_MAX floats past each round's start).
 core::Status all_gather_partitions(comm::Communicator& comm, const ZeroPartition& partition,
                                    int64_t bucket_size, float* buffer);
+
+// Every rank's floats of `ranges` (floats [begin, end) of the layout, in
+// increasing order) packed rank after rank: block r holds rank r's
+// partition's part of each range in turn (ZeRO stage 3's persistent
+// tensors, all-gathered in one collective).
+comm::Blocks packed_range_blocks(const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                                 const ZeroPartition& partition);
 
 }  // namespace dslaunch::worker

@@ -2,31 +2,17 @@
 // a read is a segmentation fault (checked in a child process).
 #include "kernels/simt/guarded_memory.h"
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 
 #include <csignal>
 #include <cstring>
 
+#include "tests/support/signal_of.h"
+
 namespace dslaunch::kernels::simt {
 namespace {
 
-// Runs touch() in a child process; returns the signal that ended it, or 0
-// when it exited normally.
-template <class Touch>
-int signal_of(const Touch& touch) {
-  const pid_t child = fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    touch();
-    _exit(0);
-  }
-  int status = 0;
-  REQUIRE(waitpid(child, &status, 0) == child);
-  return WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-}
+using dslaunch::testing::signal_of;
 
 TEST_CASE("guarded memory is reachable inside a scope only, and scopes nest") {
   GuardedMemory memory;
