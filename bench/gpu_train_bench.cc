@@ -3,7 +3,10 @@
 // tensor cores, fp32 masters, AdamW writing the bf16-rounded weights in the
 // same pass) and in fp32; tokens/s and MFU against the cuBLAS bf16 GEMM rate
 // measured in the same run, beside PyTorch training the same model on the
-// same GPU (bf16 autocast) when it is installed there.
+// same GPU (bf16 autocast) when it is installed there; and the engine's
+// one-rank job at ZeRO stage 0 beside the same job at stage 3, whose
+// parameters are gathered into a sparse workspace (CUDA's virtual memory)
+// around each block's use: what stage 3's mapping and gathers cost.
 //
 //   bazel run --config=cuda //bench:gpu_train_bench [-- --batch B --seq T --steps S]
 //
@@ -111,12 +114,14 @@ Throughput ours(kernels::Backend& backend, const Shape& shape, DType precision, 
 // The engine training the same model as a one-rank job on this GPU does
 // (engine::train: every model state on the GPU, worker/engine/
 // device_model_state.cc; the sampler, the loss and the norm back to the
-// host, clipping, the loss scaler's check), on random tokens held in memory,
-// in a data group of this process alone (MPI started as a singleton).
+// host, clipping, the loss scaler's check) at ZeRO stage `stage`, on random
+// tokens held in memory, in a data group of this process alone (MPI
+// started as a singleton, once: MPI cannot start again after it ends).
 std::optional<Throughput> engine(kernels::Backend& backend, const Shape& shape, bool bf16,
-                                 int warmup, int steps, std::string& error) {
-  if (core::Status started = worker::comm::mpi_init(); !started.ok()) {
-    error = "the engine did not run: MPI did not start: " + started.message();
+                                 int stage, int warmup, int steps, const core::Status& mpi,
+                                 std::string& error) {
+  if (!mpi.ok()) {
+    error = "the engine did not run: MPI did not start: " + mpi.message();
     return std::nullopt;
   }
   std::optional<Throughput> t;
@@ -143,6 +148,7 @@ std::optional<Throughput> engine(kernels::Backend& backend, const Shape& shape, 
       spec.training.eval_interval = 0;
       spec.training.eval_batches = 1;
       spec.training.bf16 = bf16;
+      spec.training.zero.stage = stage;
       worker::data::TrainingData data;
       std::mt19937 random(7);
       std::vector<int32_t> tokens((warmup + steps + 2) * shape.batch * (shape.seq + 1));
@@ -174,7 +180,6 @@ std::optional<Throughput> engine(kernels::Backend& backend, const Shape& shape, 
       }
     }
   }
-  worker::comm::mpi_finalize();
   return t;
 }
 
@@ -227,36 +232,45 @@ int main(int argc, char** argv) {
       "{:.1f} TFLOP/s\nGPT-2 124M, batch {} x {} tokens, median of {} steps\n\n",
       (*backend)->name(), accelerators.cuda_runtime_version, accelerators.cublas_version, bf16_peak,
       fp32_peak, shape.batch, shape.seq, steps);
-  std::cout << fmt::format("{:<6} {:>12} {:>10} {:>14} {:>12} {:>14} {:>10} {:>13} {:>10}\n", "",
-                           "ours tok/s", "ours MFU", "engine tok/s", "engine MFU", "PyTorch tok/s",
-                           "PyTorch MFU", "ours/PyTorch", "loss");
+  std::cout << fmt::format(
+      "{:<6} {:>12} {:>10} {:>14} {:>12} {:>14} {:>15} {:>14} {:>10} {:>13} {:>10}\n", "",
+      "ours tok/s", "ours MFU", "engine tok/s", "engine MFU", "ZeRO 3 tok/s", "ZeRO 3/ZeRO 0",
+      "PyTorch tok/s", "PyTorch MFU", "ours/PyTorch", "loss");
   const std::string script = bench::runfile(argv[0], "tools/reference/gpt2_reference.py");
+  const core::Status mpi = worker::comm::mpi_init();
   for (const DType precision : {DType::kBF16, DType::kF32}) {
     const bool bf16 = precision == DType::kBF16;
     const double peak = bf16 ? bf16_peak : fp32_peak;
     const Throughput mine = ours(**backend, shape, precision, warmup, steps);
-    std::string engine_error, error;
+    std::string engine_error, stage3_error, error;
     const std::optional<Throughput> job =
-        engine(**backend, shape, bf16, warmup, steps, engine_error);
+        engine(**backend, shape, bf16, 0, warmup, steps, mpi, engine_error);
+    const std::optional<Throughput> stage3 =
+        engine(**backend, shape, bf16, 3, warmup, steps, mpi, stage3_error);
     std::optional<Throughput> theirs;
     if (!skip_pytorch) theirs = pytorch(shape, bf16, warmup, steps, script, error);
     std::cout << fmt::format(
-        "{:<6} {:>12.0f} {:>9.1f}% {:>14} {:>12} {:>14} {:>10} {:>13} {:>10.4f}\n",
+        "{:<6} {:>12.0f} {:>9.1f}% {:>14} {:>12} {:>14} {:>15} {:>14} {:>10} {:>13} {:>10.4f}\n",
         bf16 ? "bf16" : "fp32", mine.tokens_per_second, 100 * mine.tflops / peak,
         job ? fmt::format("{:.0f}", job->tokens_per_second) : "-",
         job ? fmt::format("{:.1f}%", 100 * job->tflops / peak) : "-",
+        stage3 ? fmt::format("{:.0f}", stage3->tokens_per_second) : "-",
+        job && stage3 ? fmt::format("{:.2f}x", stage3->tokens_per_second / job->tokens_per_second)
+                      : "-",
         theirs ? fmt::format("{:.0f}", theirs->tokens_per_second) : "-",
         theirs ? fmt::format("{:.1f}%", 100 * theirs->tflops / peak) : "-",
         theirs ? fmt::format("{:.2f}x", mine.tokens_per_second / theirs->tokens_per_second) : "-",
         mine.last_loss);
-    for (const std::string& e : {engine_error, error}) {
+    for (const std::string& e : {engine_error, stage3_error, error}) {
       if (!e.empty()) std::cout << "  " << e << "\n";
     }
   }
   std::cout << "\nours: the model's forward, backward and AdamW alone; engine: a one-rank "
-               "job's steps through engine::train (every state on the GPU).\n";
+               "job's steps through engine::train (every state on the GPU), at ZeRO stage 0 and "
+               "at stage 3 (each block gathered into mapped pages around its use).\n";
   std::cout << "MFU: the model's matrix-product FLOPs per second (6 per parameter of the "
                "matrices plus attention's, per token) over the cuBLAS peak of the same "
                "precision measured above.\n";
+  if (mpi.ok()) worker::comm::mpi_finalize();
   return 0;
 }
