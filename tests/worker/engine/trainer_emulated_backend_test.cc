@@ -2,22 +2,31 @@
 // (kernels/simt/simt_backend.h) — trains the tiny GPT as the CPU backend
 // does, run here on the CPU emulator of CUDA's thread model: the same
 // per-step losses and gradient norms over 20 steps, in fp32 and in bf16.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
+#include <memory>
+#include <new>
 #include <optional>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/layout/parameter_table.h"
+#include "core/layout/zero3_regions.h"
 #include "core/spec/training_support.h"
 #include "kernels/backend.h"
 #include "kernels/simt/emulated_backend.h"
 #include "tests/worker/engine/emulated_training.h"
 #include "tests/worker/engine/trainer_test_support.h"
 #include "tests/worker/parallel/test_groups.h"
+#include "tests/worker/selftest/forwarding_backend.h"
 #include "worker/comm/communicator.h"
 #include "worker/data/training_data.h"
 #include "worker/engine/trainer.h"
+#include "worker/parallel/zero_partition.h"
 
 namespace dslaunch::worker::engine {
 namespace {
@@ -141,6 +150,95 @@ TEST_CASE("ZeRO stage 3 on the GPU gathers around each use and trains as stage 2
   if (n == 2) testing::check_stage3_matches_stage2_on_device(spec, {1, 1, 2}, core::DType::kBF16);
   REQUIRE_OK(comm::testing::world_barrier());
   if (world.rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// Sparse memory that refuses to hold more than `limit` bytes at once, on
+// top of another backend's (whose pages it commits as its own are mapped).
+class LimitedSparseMemory final : public kernels::SparseMemory {
+ public:
+  LimitedSparseMemory(std::unique_ptr<kernels::SparseMemory> inner, kernels::AllocationTally& tally,
+                      int64_t& held, int64_t limit)
+      : SparseMemory(inner->data(), inner->bytes(), inner->page_bytes(), tally),
+        inner_(std::move(inner)),
+        held_(held),
+        limit_(limit) {}
+  ~LimitedSparseMemory() override {
+    for_mapped_runs([this](int64_t first, int64_t count) { unmap(first, count); });
+  }
+
+ private:
+  void map(int64_t first, int64_t count) override {
+    if (held_ + count * page_bytes() > limit_) throw std::bad_alloc();
+    inner_->commit(first * page_bytes(), end_of(first + count));
+    held_ += count * page_bytes();
+  }
+  void unmap(int64_t first, int64_t count) override {
+    inner_->release(first * page_bytes(), end_of(first + count));
+    held_ -= count * page_bytes();
+  }
+
+  int64_t end_of(int64_t page) const { return std::min(page * page_bytes(), bytes()); }
+
+  std::unique_ptr<kernels::SparseMemory> inner_;
+  int64_t& held_;
+  const int64_t limit_;
+};
+
+// A GPU whose sparse memory holds at most `limit` bytes in all.
+class SparseLimitedBackend final : public dslaunch::testing::ForwardingBackend {
+ public:
+  explicit SparseLimitedBackend(int64_t limit)
+      : ForwardingBackend(
+            kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded)),
+        limit_(limit) {}
+  std::unique_ptr<kernels::SparseMemory> reserve_sparse(int64_t bytes) override {
+    return std::make_unique<LimitedSparseMemory>(inner().reserve_sparse(bytes), tally_, held_,
+                                                 limit_);
+  }
+
+ private:
+  kernels::AllocationTally tally_;  // the inner backend counts the pages
+  int64_t held_ = 0;
+  const int64_t limit_;
+};
+
+// Bytes of the distinct pages `ranges` (floats, in increasing order) touch.
+int64_t distinct_page_bytes(const std::vector<core::Zero3Regions::Range>& ranges, int64_t page) {
+  int64_t pages = 0, covered = 0;
+  for (const auto& [begin, end] : ranges) {
+    const int64_t last = (end * 4 + page - 1) / page;
+    pages += std::max<int64_t>(0, last - std::max(begin * 4 / page, covered));
+    covered = std::max(covered, last);
+  }
+  return pages * page;
+}
+
+// With room for the partition and the persistent tensors but not for a
+// block, the first gather stops the run with a message, not a read of
+// memory that was never mapped.
+TEST_CASE("ZeRO stage 3 on a GPU with no room to gather a block says so") {
+  const std::string dir = testing::shared_token_files(comm::testing::solo_data_comm());
+  spec::JobSpec spec = testing::gpu_path_job(dir);
+  spec.training.zero.stage = 3;
+  spec.training.zero.param_persistence_threshold = 1000;
+  spec.training.batch.micro_batch_per_gpu = 2;
+  spec.training.batch.gradient_accumulation_steps = 1;
+  spec.training.batch.train_batch_size = 2;
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  const core::ParameterTable table = plan::stage_parameter_table(spec.model, spec.parallelism, 0);
+  const core::Zero3Regions regions(table, spec.training.zero.param_persistence_threshold);
+  REQUIRE(regions.region_size(1) > 0);
+  const ZeroPartition whole = make_zero_partition(table.total(), 1, kZeroPartitionAlignment);
+  const int64_t partition = (whole.padded_total() * 4 + page - 1) / page * page;
+  SparseLimitedBackend device(partition + distinct_page_bytes(regions.persistent, page));
+  const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
+  REQUIRE(data.error == "");
+  TrainerOptions options;
+  options.data_comm = &comm::testing::solo_data_comm();
+  CHECK_THROWS_WITH(
+      train(spec, data, device, options),
+      Catch::StartsWith("the GPU has no room for ZeRO stage 3's gathered parameters"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a GPU-path run resumed from its checkpoint continues bit for bit") {
