@@ -128,7 +128,11 @@ class CudaSparseMemory final : public SparseMemory {
       throw;
     }
   }
-  // Work queued on the pages must finish before their memory goes.
+  // Work queued on the pages must finish before their memory goes. Unmapping
+  // pages this object mapped fails only in a context already broken by a
+  // fault, which is sticky: the next kernel or copy reports it, so the
+  // results here (also in the destructor and the rollback above, which must
+  // not throw) are not checked.
   void unmap(int64_t first, int64_t count) override {
     cudaDeviceSynchronize();
     for (int64_t p = first; p < first + count; ++p) {
