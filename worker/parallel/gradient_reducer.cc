@@ -107,9 +107,7 @@ void GradientReducer::start(comm::Communicator& comm, int64_t bucket_elements) {
     return;
   }
   bucket_elements_ = capped_bucket_elements(n, bucket_elements);
-  for (const GradientBucket& bucket : gradient_buckets(n, bucket_elements)) {
-    buckets_.push_back({bucket.begin, bucket.end, bucket.end - bucket.begin});
-  }
+  progress_.emplace(n, bucket_elements);
 
   size_ = comm.size();
   shares_.rank = comm.rank();
@@ -168,7 +166,7 @@ core::Status GradientReducer::setup_shares() {
   // floats of it.
   int64_t largest = std::max<int64_t>(
       1, std::min(bucket_elements_, partition.end(rank) - partition.begin(rank)));
-  for (const Bucket& bucket : buckets_) {
+  for (const GradientBucket& bucket : progress_->buckets()) {
     largest = std::max(largest, std::min(bucket.end, partition.end(rank)) -
                                     std::max(bucket.begin, partition.begin(rank)));
   }
@@ -176,46 +174,19 @@ core::Status GradientReducer::setup_shares() {
   return {};
 }
 
-core::Status GradientReducer::check_range(int64_t begin, int64_t end) const {
-  if (begin < 0 || end > n_ || begin > end) {
-    return core::invalid_argument(std::string(kWhat) + ": ready" + range_text(begin, end) + " is not a range inside " +
-           range_text(0, n_));
-  }
-  const int64_t first = (n_ - end) / bucket_elements_;
-  const int64_t last = (n_ - 1 - begin) / bucket_elements_;
-  for (int64_t k = first; k <= last; ++k) {
-    const Bucket& bucket = buckets_[k];
-    const int64_t covered = std::min(end, bucket.end) - std::max(begin, bucket.begin);
-    if (covered > bucket.unreported) {
-      return core::invalid_argument(std::string(kWhat) + ": ready" + range_text(begin, end) +
-                                    " reports floats already reported this step (bucket " +
-                                    range_text(bucket.begin, bucket.end) + ")");
-    }
-  }
-  return {};
-}
-
 void GradientReducer::ready(int64_t begin, int64_t end) {
   if (!setup_error_.ok() || begin == end) return;
-  if (core::Status error = check_range(begin, end); !error.ok()) {
+  if (core::Status error = progress_->report(begin, end, kWhat); !error.ok()) {
     if (usage_error_.ok()) usage_error_ = std::move(error);
     return;
   }
-  const int64_t first = (n_ - end) / bucket_elements_;
-  const int64_t last = (n_ - 1 - begin) / bucket_elements_;
-  for (int64_t k = first; k <= last; ++k) {
-    Bucket& bucket = buckets_[k];
-    bucket.unreported -= std::min(end, bucket.end) - std::max(begin, bucket.begin);
+  const auto [first, last] = progress_->take_complete();
+  if (first == last) return;
+  std::vector<Bucket> complete;
+  for (int64_t k = first; k < last; ++k) {
+    complete.push_back({progress_->buckets()[k].begin, progress_->buckets()[k].end});
   }
-  launch_complete_buckets();
-}
-
-void GradientReducer::launch_complete_buckets() {
-  int64_t launch_end = launched_;
-  while (launch_end < bucket_count() && buckets_[launch_end].unreported == 0) ++launch_end;
-  if (launch_end == launched_) return;
-  launch(buckets_.begin() + launched_, buckets_.begin() + launch_end);
-  launched_ = launch_end;
+  launch(complete.begin(), complete.end());
 }
 
 void GradientReducer::launch(std::vector<Bucket>::const_iterator first,
@@ -247,7 +218,7 @@ void GradientReducer::ready_part(int64_t begin, int64_t end) {
   if (!scatter_ || begin < 0 || end > n_ || begin > end) {
     if (usage_error_.ok()) {
       usage_error_ = core::invalid_argument(
-          std::string(kWhat) + ": ready_part" + range_text(begin, end) +
+          std::string(kWhat) + ": ready_part " + range_text(begin, end) +
           (scatter_ ? " is not a range inside " + range_text(0, n_)
                     : " in all-reduce mode, which reduces whole buckets only"));
     }
@@ -255,7 +226,7 @@ void GradientReducer::ready_part(int64_t begin, int64_t end) {
   }
   std::vector<Bucket> pieces;
   for (int64_t from = begin; from < end; from += bucket_elements_) {
-    pieces.push_back({from, std::min(end, from + bucket_elements_), 0, /*part=*/true});
+    pieces.push_back({from, std::min(end, from + bucket_elements_), /*part=*/true});
   }
   launch(pieces.begin(), pieces.end());
   std::lock_guard lock(mutex_);
@@ -272,28 +243,21 @@ core::Status GradientReducer::finish() {
   core::Status error = std::move(usage_error_);
   usage_error_ = {};
   std::unique_lock lock(mutex_);
-  if (error.ok() && launched_ < bucket_count()) {
-    const Bucket& bucket = buckets_[launched_];
-    error = core::invalid_argument(
-        std::string(kWhat) + ": finish() before all gradients were reported: " +
-        std::to_string(bucket.unreported) + " floats of bucket " +
-        range_text(bucket.begin, bucket.end) + " were never passed to ready()");
-  }
+  if (error.ok()) error = progress_->all_taken(kWhat);
   bucket_reduced_.wait(lock, [this] { return reduced_ == static_cast<int64_t>(jobs_.size()); });
   if (error.ok()) error = communication_error_;
   if (error.ok()) error = add_error_;
   add_error_ = {};
   jobs_.clear();
-  launched_ = 0;
   parts_end_ = 0;
   reduced_ = 0;
   lock.unlock();
-  for (Bucket& bucket : buckets_) bucket.unreported = bucket.end - bucket.begin;
+  progress_->reset();
   return error;
 }
 
 int64_t GradientReducer::buffer_bytes() const {
-  int64_t bytes = static_cast<int64_t>(buckets_.capacity() * sizeof(Bucket));
+  int64_t bytes = static_cast<int64_t>(bucket_count() * (sizeof(GradientBucket) + sizeof(int64_t)));
   {
     std::lock_guard lock(mutex_);
     bytes += static_cast<int64_t>(jobs_.capacity() * sizeof(Bucket));

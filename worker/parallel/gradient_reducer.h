@@ -13,6 +13,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "worker/comm/communicator.h"
+#include "worker/parallel/gradient_buckets.h"
 #include "worker/parallel/releasable_buffer.h"
 #include "worker/parallel/zero_partition.h"
 
@@ -176,7 +177,9 @@ class GradientReducer {
   // own while a bucket is reduced, not counted here.
   int64_t buffer_bytes() const;
 
-  int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
+  int64_t bucket_count() const {
+    return progress_ ? static_cast<int64_t>(progress_->buckets().size()) : 0;
+  }
   // Buckets (and parts) reduced since the last finish(); thread-safe.
   int64_t reduced_buckets() const;
 
@@ -184,8 +187,7 @@ class GradientReducer {
   struct Bucket {
     int64_t begin = 0;
     int64_t end = 0;
-    int64_t unreported = 0;  // floats not yet passed to ready() this step
-    bool part = false;       // a ready_part() piece, not one of buckets_
+    bool part = false;  // a ready_part() piece, not one of the buckets
   };
 
   // Partitioned gradients (reduce-scatter mode).
@@ -214,8 +216,6 @@ class GradientReducer {
   // failed add is kept for finish(); the communication goes on, so that
   // every rank still runs the same collectives.
   void add_share(const Bucket& bucket, const float* summed);
-  core::Status check_range(int64_t begin, int64_t end) const;
-  void launch_complete_buckets();
   // Queues jobs [first, last) for the communication thread (with one rank,
   // reduces them here).
   void launch(std::vector<Bucket>::const_iterator first, std::vector<Bucket>::const_iterator last);
@@ -254,20 +254,21 @@ class GradientReducer {
   };
   Quantized quantized_buffers_;
   int64_t bucket_elements_ = 1;
-  std::vector<Bucket> buckets_;    // in launch order; buckets_[0] ends at n_
+  // The buckets (in launch order, the first ending at n_) and which are
+  // complete; set by start() (compute thread only).
+  std::optional<BucketProgress> progress_;
   std::unique_ptr<comm::Communicator> comm_;  // our duplicate; none on one rank
   int size_ = 1;
   core::Status setup_error_;
   core::Status usage_error_;  // compute thread only
 
   // What is reduced, in launch order since the last finish(): buckets (a
-  // prefix of buckets_, in index order) and parts; the communication
+  // prefix of the buckets, in index order) and parts; the communication
   // thread's queue is jobs_[reduced_, end).
   mutable std::mutex mutex_;
   std::condition_variable launched_or_stopping_;
   std::condition_variable bucket_reduced_;
   std::vector<Bucket> jobs_;         // appended by the compute thread only, under mutex_
-  int64_t launched_ = 0;             // buckets_ launched (compute thread only)
   int64_t parts_end_ = 0;            // jobs_ up to the last part (compute thread only)
   int64_t reduced_ = 0;
   core::Status communication_error_;

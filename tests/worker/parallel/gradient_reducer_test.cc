@@ -266,14 +266,14 @@ TEST_CASE("misreported ranges make finish fail and the next step still works") {
     reducer.ready(0, n);
     const Status error = reducer.finish();
     CHECK(error.code() == StatusCode::kInvalidArgument);
-    CHECK_THAT(error.message(), Catch::Contains("ready[150, 201)") && Catch::Contains("[0, 200)"));
+    CHECK_THAT(error.message(), Catch::Contains("ready [150, 201)") && Catch::Contains("[0, 200)"));
   }
   SECTION("a reversed range") {
     reducer.ready(10, 5);
     reducer.ready(0, n);
     const Status error = reducer.finish();
     CHECK(error.code() == StatusCode::kInvalidArgument);
-    CHECK_THAT(error.message(), Catch::Contains("ready[10, 5)"));
+    CHECK_THAT(error.message(), Catch::Contains("ready [10, 5)"));
   }
   SECTION("a float reported twice") {
     reducer.ready(0, n);
