@@ -22,7 +22,9 @@ inline int64_t device_optimizer_bytes(int64_t elements, bool mixed) {
 // optimizer there, ZeRO stages 0-3): what one rank of a data group of
 // `ranks` holds for `parameters` floats. At stage 3 the weights are this
 // rank's partition; what is gathered around each use is apart
-// (core::device_gathered_bytes, zero3_regions.h).
+// (core::device_gathered_bytes, zero3_regions.h), as is backward's
+// gradient buffer at stages 2-3 over several ranks, resident a range at a
+// time (core::backward_gradient_peak_bytes).
 struct DeviceStateShape {
   int64_t parameters = 0;
   int ranks = 1;
@@ -36,7 +38,9 @@ struct DeviceStateShape {
 
 struct DeviceStateBytes {
   int64_t parameters = 0;  // fp32 weights, whole (padded to the partitions); stage 3: a partition
-  int64_t gradients = 0;   // backward's, whole; at stages 2-3 this rank's partition too
+  // Backward's, whole; at stages 2-3 over several ranks this rank's
+  // partition of the means only.
+  int64_t gradients = 0;
   int64_t optimizer_states = 0;  // device_optimizer_bytes() of this rank's partition
   // The data group's reduction (worker/parallel/device_gradient_reducer.h):
   // one bucket's share summed in fp32, and in 16-bit communication a
@@ -58,7 +62,7 @@ inline DeviceStateBytes device_state_bytes(const DeviceStateShape& shape) {
   DeviceStateBytes bytes;
   bytes.parameters =
       shape.stage >= 3 ? optimizer_part * 4 : optimizer_part * (shape.stage >= 1 ? ranks : 1) * 4;
-  bytes.gradients = n * 4 + (ranks > 1 && shape.stage >= 2 ? owned * 4 : 0);
+  bytes.gradients = ranks > 1 && shape.stage >= 2 ? owned * 4 : n * 4;
   bytes.optimizer_states = device_optimizer_bytes(owned, shape.mixed);
   if (ranks > 1) {
     // Buckets are capped at the buffer (and at about 2^31 floats, which no

@@ -260,16 +260,14 @@ void add_memory_warnings(const spec::JobSpec& spec, JobPlan& plan) {
       // optimizer's states and the gradient reduction's buffers.
       const ModelStateBytes& bytes = plan.memory_by_stage[stage];
       const bool optimizer_on_gpu = bytes.optimizer_states > 0;
-      // Stage 1 partitions the optimizer's states over the data ranks,
-      // stage 3 the parameters too; stage 2 frees no GPU memory on this
-      // path (the gradients backward writes are whole).
+      // Over several data ranks stage 1 partitions the optimizer's states,
+      // stage 2 the gradients too, stage 3 the parameters too.
       const int zero_stage = spec.training.zero.stage;
       const bool partitions_more = zero_stage != 3 && plan.grid.shape().data > 1;
       std::string remedies;
       if (optimizer_on_gpu) remedies += "offload the optimizer (offload_optimizer device cpu), ";
       if (optimizer_on_gpu && partitions_more) {
-        remedies += zero_stage == 0 ? "raise zero_optimization.stage to 1 or 3, "
-                                    : "raise zero_optimization.stage to 3, ";
+        remedies += fmt::format("raise zero_optimization.stage ({}) up to 3, ", zero_stage);
       }
       if (bytes.communication_buffers > 0) {
         remedies += fmt::format(
@@ -432,8 +430,8 @@ std::optional<JobPlan> plan_on_device(const spec::JobSpec& spec, const spec::Sou
     plan.memory_by_stage.push_back(
         plan.host_model_states
             ? mirrored_state_bytes(psi, spec.training, data,
-                                   gathered_mirror_bytes(spec.model, spec.parallelism,
-                                                         spec.training, data, stage, kGpuPageBytes))
+                                   mirror_bytes(spec.model, spec.parallelism, spec.training, data,
+                                                stage, kGpuPageBytes))
             : model_state_bytes(psi, spec.training, data, spec.cluster.device));
     plan.activation_bytes_by_stage.push_back(activation_bytes_per_rank(
         spec.model, spec.parallelism, spec.training, plan.batch.micro_batch_per_gpu,

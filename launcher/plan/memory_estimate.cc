@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/layout/activation_layout.h"
+#include "core/layout/backward_gradient_pages.h"
 #include "core/layout/device_optimizer_bytes.h"
 #include "core/layout/model_config.h"
 #include "core/layout/parameter_table.h"
@@ -156,7 +157,7 @@ ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& trainin
 }
 
 ModelStateBytes mirrored_state_bytes(int64_t psi, const spec::TrainingSpec& training,
-                                     int data_parallel, int64_t gathered_parameters) {
+                                     int data_parallel, const MirrorBytes& mirror) {
   const bool mixed = training.bf16 || training.fp16.enabled;
   ModelStateBytes bytes;
   if (training.zero.offload_optimizer.device == spec::OffloadDevice::kNone) {
@@ -179,8 +180,8 @@ ModelStateBytes mirrored_state_bytes(int64_t psi, const spec::TrainingSpec& trai
   }
   // The host backend multiplies nothing: no 16-bit copy of the weights.
   const ModelStateBytes host = model_state_bytes(psi, training, data_parallel, spec::Device::kCpu);
-  bytes.parameters = gathered_parameters >= 0 ? gathered_parameters : psi * 4;
-  bytes.gradients = psi * 4;
+  bytes.parameters = mirror.parameters >= 0 ? mirror.parameters : psi * 4;
+  bytes.gradients = mirror.gradients >= 0 ? mirror.gradients : psi * 4;
   bytes.offloaded_to_host =
       host.parameters + host.gradients + host.offloaded_to_host + host.swap_buffers;
   bytes.offloaded_to_nvme = host.offloaded_to_nvme;
@@ -188,18 +189,25 @@ ModelStateBytes mirrored_state_bytes(int64_t psi, const spec::TrainingSpec& trai
   return bytes;
 }
 
-int64_t gathered_mirror_bytes(const spec::ModelSpec& model, const spec::ParallelismSpec& parallel,
-                              const spec::TrainingSpec& training, int data_parallel, int stage,
-                              int64_t page_bytes) {
+MirrorBytes mirror_bytes(const spec::ModelSpec& model, const spec::ParallelismSpec& parallel,
+                         const spec::TrainingSpec& training, int data_parallel, int stage,
+                         int64_t page_bytes) {
   const spec::ZeroSpec& zero = training.zero;
-  // As worker/engine/zero_model_state.cc partitions them.
-  const bool gathers = zero.stage >= 3 && (data_parallel > 1 ||
-                                           zero.offload_param.device == spec::OffloadDevice::kNvme);
-  if (!gathers || zero.offload_optimizer.device == spec::OffloadDevice::kNone) return -1;
-  return core::device_gathered_bytes(
-      core::Zero3Regions(stage_parameter_table(model, parallel, stage),
-                         zero.param_persistence_threshold),
-      page_bytes);
+  MirrorBytes bytes;
+  if (zero.offload_optimizer.device == spec::OffloadDevice::kNone) return bytes;
+  // As worker/engine/zero_model_state.cc partitions them: then the host
+  // state reduces every micro-batch, and at stage 3 gathers the parameters.
+  const bool partitioned = zero.stage >= 2 && (data_parallel > 1 || zero.offload_param.device ==
+                                                                        spec::OffloadDevice::kNvme);
+  if (!partitioned) return bytes;
+  const core::ParameterTable table = stage_parameter_table(model, parallel, stage);
+  // The host takes each range as backward reports it.
+  bytes.gradients = core::backward_gradient_peak_bytes(table, 1, page_bytes);
+  if (zero.stage >= 3) {
+    bytes.parameters = core::device_gathered_bytes(
+        core::Zero3Regions(table, zero.param_persistence_threshold), page_bytes);
+  }
+  return bytes;
 }
 
 }  // namespace dslaunch::plan

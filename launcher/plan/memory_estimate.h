@@ -87,29 +87,39 @@ struct ModelStateBytes {
 ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& training,
                                   int data_parallel, spec::Device device = spec::Device::kCuda);
 
+// What the GPU's mirror of host-held model states holds (training on GPUs
+// with offload_optimizer; worker/engine/device_mirror.h), where it holds
+// less than whole fp32 buffers; -1: whole (4Ψ).
+struct MirrorBytes {
+  // ZeRO stage 3 where the host state gathers the parameters around their
+  // use (gathered_mirror.h, core::device_gathered_bytes).
+  int64_t parameters = -1;
+  // Where the host state reduces every micro-batch (stages 2-3 over several
+  // ranks, or with offload_param nvme): backward's gradient pages, each
+  // given back once the host has taken its floats
+  // (core::backward_gradient_peak_bytes, a bucket of one float).
+  int64_t gradients = -1;
+};
+
 // What training on a GPU holds today, for a job
 // spec::device_training_problem accepts. Without offload_optimizer every
 // model state is on the GPU (core::device_state_bytes: fp32 parameters and
-// whole fp32 gradients, 4Ψ + 4Ψ whatever the precision, stage 2's gradient
-// partition, the optimizer's states of this rank's partition, the data
-// group's reduction buffers), nothing in host memory. With
-// offload_optimizer (worker/engine/device_mirror.h) the GPU holds the fp32
-// gradients (4Ψ) and parameters: whole (4Ψ), or `gathered_parameters`
-// bytes (gathered_mirror_bytes()) where the host state never holds them
-// whole; the other model states are in host memory as the CPU engine keeps
-// them (in offloaded_to_host, or offloaded_to_nvme where they go to NVMe,
-// swap buffers included).
+// whole fp32 gradients, 4Ψ + 4Ψ whatever the precision, where stages 2-3
+// over several ranks keep only their partition of the gradients (backward's
+// buffer is a workspace: device_workspace_bytes_per_rank), the optimizer's
+// states of this rank's partition, the data group's reduction buffers),
+// nothing in host memory. With offload_optimizer (worker/engine/
+// device_mirror.h) the GPU holds the fp32 parameters and gradients, whole
+// or as `mirror` says; the other model states are in host memory as the
+// CPU engine keeps them (in offloaded_to_host, or offloaded_to_nvme where
+// they go to NVMe, swap buffers included).
 ModelStateBytes mirrored_state_bytes(int64_t psi, const spec::TrainingSpec& training,
-                                     int data_parallel, int64_t gathered_parameters = -1);
+                                     int data_parallel, const MirrorBytes& mirror = {});
 
-// Training on GPUs with offload at ZeRO stage 3 where the host state
-// gathers the parameters around their use (several data ranks, or
-// offload_param nvme): what the GPU's mirror of them holds at most
-// (worker/engine/gathered_mirror.h, core::device_gathered_bytes) for
-// pipeline stage `stage`, in pages of `page_bytes`; -1 where the mirror
-// holds them whole.
-int64_t gathered_mirror_bytes(const spec::ModelSpec& model, const spec::ParallelismSpec& parallel,
-                              const spec::TrainingSpec& training, int data_parallel, int stage,
-                              int64_t page_bytes);
+// The mirror's bytes for pipeline stage `stage`, in pages of `page_bytes`
+// (all -1 without offload_optimizer).
+MirrorBytes mirror_bytes(const spec::ModelSpec& model, const spec::ParallelismSpec& parallel,
+                         const spec::TrainingSpec& training, int data_parallel, int stage,
+                         int64_t page_bytes);
 
 }  // namespace dslaunch::plan

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/layout/backward_gradient_pages.h"
 #include "core/layout/vocab_chunks.h"
 #include "core/layout/zero3_regions.h"
 #include "launcher/plan/memory_estimate.h"
@@ -169,8 +170,16 @@ WorkspaceBytes device_workspace_bytes_per_rank(const spec::ModelSpec& model,
                                                const spec::TrainingSpec& training,
                                                int data_parallel, int stage) {
   WorkspaceBytes bytes;
-  if (training.zero.stage < 3) return bytes;
+  // Over several ranks stages 2-3 give backward's buffer back a bucket at
+  // a time (worker/engine/device_gradient_pages.h).
+  const bool sparse_gradients = training.zero.stage >= 2 && data_parallel > 1;
+  if (!sparse_gradients && training.zero.stage < 3) return bytes;
   const core::ParameterTable table = stage_parameter_table(model, parallel, stage);
+  if (sparse_gradients) {
+    bytes.gradient_workspace =
+        core::backward_gradient_peak_bytes(table, training.zero.reduce_bucket_size, kGpuPageBytes);
+  }
+  if (training.zero.stage < 3) return bytes;
   const core::Zero3Regions regions(table, training.zero.param_persistence_threshold);
   bytes.parameter_workspace = core::device_gathered_bytes(regions, kGpuPageBytes);
   // Over several ranks, the persistent tensors' packed copy.

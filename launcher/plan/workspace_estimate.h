@@ -52,10 +52,13 @@ WorkspaceBytes workspace_bytes_per_rank(const spec::ModelSpec& model,
                                         int64_t micro_batch, int stage);
 
 // Training with every model state on a GPU (worker/engine/
-// device_model_state.cc): no ZeRO workspace in host memory, and at stage 3
-// the GPU's gathered parameters (core::device_gathered_bytes) as the
-// parameter workspace, in pages of kGpuPageBytes, and over several data
-// ranks the persistent tensors' packed copy as communication buffers.
+// device_model_state.cc): no ZeRO workspace in host memory. In pages of
+// kGpuPageBytes: at stages 2-3 over several data ranks backward's sparse
+// gradient buffer (core::backward_gradient_peak_bytes) as the gradient
+// workspace; at stage 3 the GPU's gathered parameters
+// (core::device_gathered_bytes) as the parameter workspace, and over
+// several data ranks the persistent tensors' packed copy as communication
+// buffers.
 WorkspaceBytes device_workspace_bytes_per_rank(const spec::ModelSpec& model,
                                                const spec::ParallelismSpec& parallel,
                                                const spec::TrainingSpec& training,

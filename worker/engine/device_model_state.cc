@@ -21,6 +21,7 @@
 
 #include "core/layout/device_optimizer_bytes.h"
 #include "kernels/device_buffer.h"
+#include "worker/engine/device_gradient_pages.h"
 #include "worker/engine/device_zero3_parameters.h"
 #include "worker/engine/model_state.h"
 #include "worker/engine/moment_resume.h"
@@ -69,13 +70,21 @@ class DeviceModelState final : public ModelState {
       } else {
         params_ = kernels::DeviceBuffer<float>(device_, partition_.padded_total());
       }
-      grads_ = kernels::DeviceBuffer<float>(device_, total_);
       if (partitioned_grads_) {
+        grad_pages_.emplace(device_, total_);
         partition_grads_ = kernels::DeviceBuffer<float>(device_, own_count_);
+      } else {
+        grads_ = kernels::DeviceBuffer<float>(device_, total_);
       }
       if (ranks_ > 1) {
         reducer_.emplace(*comm_, device_, total_, training_.zero.reduce_bucket_size,
                          gradient_communication_type(training_, precision_));
+      }
+      if (partitioned_grads_) {
+        reducer_->scatter_into(
+            {grad_pages_->data(), partition_grads_.data(),
+             [this](int64_t begin, int64_t end) { grad_pages_->consumed(begin, end); }});
+        inputs.model->set_gradient_space(&*grad_pages_);
       }
       // In fp32 training the weights are the masters.
       optimizer_.place_on_device(device_, mixed() ? nullptr : weights());
@@ -91,7 +100,7 @@ class DeviceModelState final : public ModelState {
               ranks_ > 1 ? " of this rank's partition" : "",
               ranks_ > 1 && training_.zero.stage == 0 ? "raise zero_optimization.stage, " : ""));
     }
-    device_.memset_zero(grads_.data(), grads_.bytes());
+    if (!partitioned_grads_) device_.memset_zero(grads_.data(), grads_.bytes());
     // The partitions' padding.
     if (stage3_) {
       device_.memset_zero(weights() + own_begin_, own_count_ * static_cast<int64_t>(sizeof(float)));
@@ -137,11 +146,11 @@ class DeviceModelState final : public ModelState {
     return stage3_ ? zero3_->workspace() : params_.data();
   }
   bool parameters_resident() const override { return !stage3_; }
-  float* gradients_for_backward() override { return grads_.data(); }
+  float* gradients_for_backward() override { return gradients(); }
   float* reduced_gradients() override { return partitioned_grads_ ? nullptr : grads_.data(); }
 
-  // Whole gradients start the step at zero; partitioned ones leave backward's
-  // buffer zero after each reduction, and their partition starts at zero.
+  // Whole gradients start the step at zero; partitioned ones start their
+  // partition at zero (backward's pages are zeroed as they are prepared).
   void begin_step() override {
     if (partitioned_grads_) {
       device_.memset_zero(partition_grads_.data(), partition_grads_.bytes());
@@ -155,17 +164,18 @@ class DeviceModelState final : public ModelState {
   bool reduces_micro_batch(int64_t index, int64_t count) const override {
     return partitioned_grads_ || index + 1 == count;
   }
+  // Partitioned gradients are reduced a bucket at a time as backward
+  // completes them (DeviceGradientReducer::ready()).
   void grads_ready(int64_t begin, int64_t end) override {
     if (mixed()) {
-      device_.round_to(grads_.data() + begin, grads_.data() + begin, end - begin, precision_);
+      device_.round_to(gradients() + begin, gradients() + begin, end - begin, precision_);
     }
+    if (partitioned_grads_) reducer_->ready(begin, end);
   }
   core::Status finish_backward(bool reduced) override {
     if (core::Status gathered = forward_only_status(); !gathered.ok()) return gathered;
+    if (partitioned_grads_) return reducer_->finish();
     if (!reduced || !reducer_) return {};
-    if (partitioned_grads_) {
-      return reducer_->reduce_scatter_add(grads_.data(), partition_grads_.data());
-    }
     return reducer_->all_reduce(grads_.data());
   }
 
@@ -240,6 +250,8 @@ class DeviceModelState final : public ModelState {
     // The persistent tensors' pages included.
     if (stage3_) memory.parameter_workspace_peak = zero3_->workspace_peak_bytes();
     memory.gradients = grads_.bytes() + partition_grads_.bytes();
+    // Backward's buffer at stages 2-3: its most resident, as on the host.
+    if (grad_pages_) memory.gradient_workspace_peak = grad_pages_->peak_resident_bytes();
     memory.optimizer_states = optimizer_.state_bytes();
     memory.activations = activation_bytes;
     memory.communication_buffers =
@@ -269,6 +281,8 @@ class DeviceModelState final : public ModelState {
   // The weights the optimizer writes, addressed from the layout's start
   // (stage 3: only this rank's partition holds memory).
   float* weights() { return stage3_ ? zero3_->master() : params_.data(); }
+  // Where backward writes.
+  float* gradients() { return grad_pages_ ? grad_pages_->data() : grads_.data(); }
   int64_t state_bytes() const {
     return core::device_state_bytes(
                {.parameters = total_,
@@ -304,9 +318,14 @@ class DeviceModelState final : public ModelState {
   AdamW optimizer_;
   kernels::DeviceBuffer<float> params_;           // whole, padded to the partition (stages 0-2)
   std::optional<DeviceZero3Parameters> zero3_;    // stage 3
-  kernels::DeviceBuffer<float> grads_;            // backward's, whole
-  kernels::DeviceBuffer<float> partition_grads_;  // stage 2 over several ranks
-  std::optional<DeviceGradientReducer> reducer_;  // several ranks
+  kernels::DeviceBuffer<float> grads_;            // backward's, whole (stages 0-1, one rank)
+  // Stages 2-3 over several ranks: backward's, a range at a time, and
+  // this rank's partition of the means.
+  std::optional<DeviceGradientPages> grad_pages_;
+  kernels::DeviceBuffer<float> partition_grads_;
+  // Several ranks. Declared last: it refers to grad_pages_ and
+  // partition_grads_.
+  std::optional<DeviceGradientReducer> reducer_;
 };
 
 }  // namespace

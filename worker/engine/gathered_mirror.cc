@@ -93,7 +93,7 @@ void GatheredMirror::end_forward_only() {
 }
 
 void GatheredMirror::output_part_ready(int64_t begin, int64_t end) {
-  gradients_.take_gradients(begin, end, host_gradients_);
+  gradients_.take_gradient_part(begin, end, host_gradients_);
   host_sink_.output_part_ready(begin, end);
 }
 

@@ -28,7 +28,7 @@ namespace dslaunch::worker::engine {
 //
 // It is the model's gradient sink too: the output layer's part of the
 // token embedding's gradient, a vocabulary chunk at a time, is taken from
-// the GPU's gradient buffer (DeviceMirror::take_gradients(), which leaves
+// the GPU's gradient buffer (DeviceMirror::take_gradient_part(), which leaves
 // it zero) into the host's before the host state's sink reduces it, as the
 // host engine takes it from its own buffer.
 class GatheredMirror final : public model::ParameterSource, public model::OutputGradientSink {

@@ -398,8 +398,12 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   std::optional<GatheredMirror> gathered;
   if (mirrored) {
     const bool whole = state.parameters_resident();
+    // A state that reduces every micro-batch takes each range of the
+    // gradients as backward finishes it: the GPU need not keep them all.
+    const bool sparse_gradients = state.reduces_micro_batch(0, 2);
     try {
-      mirror.emplace(backend, table.total(), whole);
+      mirror.emplace(backend, table.total(), whole, sparse_gradients);
+      for (model::Gpt2Model* chunk : models) chunk->set_gradient_space(mirror->gradient_space());
       if (!whole) {  // stage 3, which runs no pipeline: one model
         gathered.emplace(backend, table, training.zero.param_persistence_threshold,
                          *model.parameter_source(), *model.output_gradient_sink(),

@@ -387,6 +387,9 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
   auto report = [&](int64_t begin, int64_t end) {
     if (on_ready) on_ready(begin, end);
   };
+  auto prepare = [&](int64_t begin, int64_t end) {
+    if (space_ != nullptr) space_->prepare(begin, end);
+  };
 
   // dresidual carries the gradient of the residual stream: from the head on
   // the last stage, received from the next stage on the others.
@@ -412,6 +415,7 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
     OutputGradientSink* sink = z.first ? sink_ : nullptr;
     for_vocab_chunks(ParameterSource::VocabUse::kOutputBackward, [&](int64_t row, int64_t rows) {
       float* dwte_rows = grads + wte_info.offset + row * C;
+      prepare(wte_info.offset + row * C, wte_info.offset + (row + rows) * C);
       backend_.logits_backward(d + g.dln, dwte_rows, dlogits + row, act + a.lnf,
                                params + wte_info.offset + row * C, N, C, rows, z.Vl);
       if (sink != nullptr) {
@@ -422,6 +426,7 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
     });
     tensor_all_reduce(d + g.dln, N * C, comm::ReduceOp::kSum);
     zero(backend_, dresidual, N * C);
+    prepare(lnfw_info.offset, lnfb_info.offset + lnfb_info.numel);
     backend_.layernorm_backward(dresidual, grads + lnfw_info.offset, grads + lnfb_info.offset,
                                 d + g.dln, act + a.output(), params + lnfw_info.offset,
                                 act + a.lnf_mean, act + a.lnf_rstd, N, C);
@@ -436,6 +441,8 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
   // biases) get the same gradients there.
   for (int l = z.layer_end - 1; l >= z.layer_begin; --l) {
     if (source_ != nullptr) source_->acquire_block(l, ParameterSource::Pass::kBackward);
+    const auto [begin, end] = table_.layer_range(l);
+    prepare(begin, end);
     const BlockTensors<const float> w(table_, l, params);
     const BlockTensors<float> dw(table_, l, grads);
     const BlockView v = block_view(l, act);
@@ -465,7 +472,6 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
     backend_.layernorm_backward(dresidual, dw.ln1w, dw.ln1b, d + g.dln, residual, w.ln1w,
                                 v.ln1_mean, v.ln1_rstd, N, C);
     if (source_ != nullptr) source_->release_block(l, ParameterSource::Pass::kBackward);
-    const auto [begin, end] = table_.layer_range(l);
     report(begin, end);
   }
   if (!z.first) {
@@ -476,6 +482,7 @@ void Gpt2Model::backward(const float* params, float* grads, float loss_scale,
   const core::TensorInfo& wte_info = table_.tensor(core::TensorRole::kWte);
   const core::TensorInfo& wpe_info = table_.tensor(core::TensorRole::kWpe);
   if (sink_ != nullptr && z.last) sink_->wait_output_parts();
+  prepare(wte_info.offset, wpe_info.offset + wpe_info.numel);
   backend_.encoder_backward(grads + wte_info.offset, {z.vocab_begin, z.Vl}, grads + wpe_info.offset,
                             dresidual, slot_inputs, B, T, C);
   if (source_ != nullptr) source_->release_embeddings();

@@ -60,6 +60,17 @@ class OutputGradientSink {
   virtual void wait_output_parts() = 0;
 };
 
+// Where backward's gradient buffer holds memory only around its use (ZeRO
+// stages 2-3 on a GPU, whose memory is not paged in on first touch as the
+// host's is): backward() calls prepare() before it first writes or adds to
+// floats [begin, end) of the buffer in a pass, after which they hold
+// memory, and zeros where they held none. Called on the model's thread.
+class GradientSpace {
+ public:
+  virtual ~GradientSpace() = default;
+  virtual void prepare(int64_t begin, int64_t end) = 0;
+};
+
 // GPT-2's forward and backward passes over flat buffers laid out by a
 // ParameterTable: token and position embeddings, pre-LayerNorm blocks
 // (causal self-attention with a fused QKV projection, a 4x MLP with GELU),
@@ -162,6 +173,8 @@ class Gpt2Model {
   // The same for an OutputGradientSink; only a model with both the
   // embeddings and the head (no pipeline) calls it.
   void set_output_gradient_sink(OutputGradientSink* sink) { sink_ = sink; }
+  // The same for a GradientSpace.
+  void set_gradient_space(GradientSpace* space) { space_ = space; }
   ParameterSource* parameter_source() const { return source_; }
   OutputGradientSink* output_gradient_sink() const { return sink_; }
 
@@ -190,6 +203,7 @@ class Gpt2Model {
   int64_t slot_floats_ = 0;     // activations per slot
   ParameterSource* source_ = nullptr;
   OutputGradientSink* sink_ = nullptr;
+  GradientSpace* space_ = nullptr;
   comm::Communicator* tensor_comm_;  // null without tensor parallelism
   core::Status tensor_status_;
   double tensor_comm_seconds_ = 0;

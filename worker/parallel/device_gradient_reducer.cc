@@ -18,7 +18,8 @@ DeviceGradientReducer::DeviceGradientReducer(comm::Communicator& comm, kernels::
       rank_(comm.rank()),
       ranks_(comm.size()),
       largest_share_(std::max<int64_t>(1, std::min(bucket_elements_, partition_.partition_size))),
-      summed_(device, largest_share_) {
+      summed_(device, largest_share_),
+      progress_(n, bucket_elements) {
   if (narrow()) {
     sent_ = kernels::DeviceBuffer<uint16_t>(device, bucket_elements_);
     received_ = kernels::DeviceBuffer<uint16_t>(device, ranks_ * largest_share_);
@@ -89,27 +90,45 @@ core::Status DeviceGradientReducer::all_reduce(float* grads) {
   return {};
 }
 
-core::Status DeviceGradientReducer::reduce_scatter_add(float* grads, float* partition_grads) {
-  const int64_t own_begin = partition_.begin(rank_);
-  for (const GradientBucket& bucket : gradient_buckets(n_, bucket_elements_)) {
-    const comm::Blocks shares = bucket_shares(partition_, bucket.begin, bucket.end);
-    const int64_t own = shares.counts[rank_];
-    if (core::Status status = sum_share(grads + bucket.begin, shares); !status.ok()) {
-      return status.with_context(fmt::format(
+void DeviceGradientReducer::ready(int64_t begin, int64_t end) {
+  if (!error_.ok()) return;
+  error_ = progress_.report(begin, end, "gradient reduce-scatter on the device");
+  if (!error_.ok()) return;
+  const auto [first, last] = progress_.take_complete();
+  for (int64_t k = first; k < last; ++k) {
+    const GradientBucket& bucket = progress_.buckets()[k];
+    error_ = add_bucket_mean(bucket.begin, bucket.end);
+    if (!error_.ok()) {
+      error_ = error_.with_context(fmt::format(
           "gradient reduce-scatter on the device: bucket [{}, {})", bucket.begin, bucket.end));
+      return;
     }
-    if (own == 0) continue;
-    // The mean, in 16-bit communication rounded to the wire's type, as the
-    // all-reduce rounds the mean it gathers.
-    device_.divide(summed_.data(), own, static_cast<float>(ranks_));
-    if (narrow()) {
-      device_.convert(received_.data(), wire_, summed_.data(), core::DType::kF32, own);
-      device_.convert(summed_.data(), core::DType::kF32, received_.data(), wire_, own);
-    }
-    float* const target = partition_grads + (std::max(bucket.begin, own_begin) - own_begin);
-    device_.residual_forward(target, target, summed_.data(), own);
+    if (target_.consumed) target_.consumed(bucket.begin, bucket.end);
   }
-  device_.memset_zero(grads, n_ * static_cast<int64_t>(sizeof(float)));
+}
+
+core::Status DeviceGradientReducer::finish() {
+  core::Status status = std::exchange(error_, {});
+  if (status.ok()) status = progress_.all_taken("gradient reduce-scatter on the device");
+  progress_.reset();
+  return status;
+}
+
+core::Status DeviceGradientReducer::add_bucket_mean(int64_t begin, int64_t end) {
+  const comm::Blocks shares = bucket_shares(partition_, begin, end);
+  const int64_t own = shares.counts[rank_];
+  if (core::Status status = sum_share(target_.grads + begin, shares); !status.ok()) return status;
+  if (own == 0) return {};
+  // The mean, in 16-bit communication rounded to the wire's type, as the
+  // all-reduce rounds the mean it gathers.
+  device_.divide(summed_.data(), own, static_cast<float>(ranks_));
+  if (narrow()) {
+    device_.convert(received_.data(), wire_, summed_.data(), core::DType::kF32, own);
+    device_.convert(summed_.data(), core::DType::kF32, received_.data(), wire_, own);
+  }
+  const int64_t own_begin = partition_.begin(rank_);
+  float* const target = target_.partition_grads + (std::max(begin, own_begin) - own_begin);
+  device_.residual_forward(target, target, summed_.data(), own);
   return {};
 }
 

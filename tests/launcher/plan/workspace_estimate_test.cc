@@ -94,6 +94,30 @@ TEST_CASE(
         4 * (kBlock + 1'000'000 + kPieceEdges));
 }
 
+TEST_CASE(
+    "on a GPU, stages 2-3 over several ranks hold the token embedding's gradient, a block and a "
+    "bucket not yet complete, in 2 MiB pages") {
+  const spec::ParallelismSpec parallel;
+  constexpr int64_t kPage = int64_t{2} << 20;
+  for (const int stage : {2, 3}) {
+    INFO("stage " << stage);
+    const int64_t held =
+        device_workspace_bytes_per_rank(gpt2_small(), parallel, zero(stage, 1'000'000), 2, 0)
+            .gradient_workspace;
+    // Each bucket is reduced the moment it is complete: none waits.
+    CHECK(held >= 4 * (kWte + kBlock));
+    CHECK(held <= 4 * (kWte + kBlock + 1'000'000) + 3 * kPage);
+    // DeepSpeed's default bucket is the whole model: every page of it.
+    CHECK(device_workspace_bytes_per_rank(gpt2_small(), parallel, zero(stage, 500'000'000), 2, 0)
+              .gradient_workspace == (4 * kTotal + kPage - 1) / kPage * kPage);
+    // One rank keeps the whole buffer, a model state.
+    CHECK(device_workspace_bytes_per_rank(gpt2_small(), parallel, zero(stage, 1'000'000), 1, 0)
+              .gradient_workspace == 0);
+  }
+  CHECK(device_workspace_bytes_per_rank(gpt2_small(), parallel, zero(1, 1'000'000), 2, 0).total() ==
+        0);
+}
+
 TEST_CASE("stage 3's memory-bound settings: one block, one vocabulary chunk, small buckets") {
   // What the README's memory-bound run sets: 1M live parameters, below what
   // one step of a pass needs, so nothing is prefetched.

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/layout/backward_gradient_pages.h"
 #include "core/layout/zero3_regions.h"
 #include "core/spec/training_support.h"
 #include "kernels/backend.h"
@@ -168,13 +169,25 @@ inline void check_gpu_path_matches_host_memory(spec::JobSpec spec, const GpuPath
   const int stage = comm::testing::groups_of({c.layout.pipeline, c.layout.data, c.layout.tensor})
                         .pipeline()
                         .rank();
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  // With every state on the GPU, stages 2-3 over several ranks hold
+  // backward's gradients a few buckets at a time, the pages the plan's
+  // replay of backward counts.
+  const int64_t gradient_workspace =
+      !offloaded && c.stage >= 2 && c.layout.data > 1
+          ? core::backward_gradient_peak_bytes(
+                plan::stage_parameter_table(spec.model, spec.parallelism, stage),
+                spec.training.zero.reduce_bucket_size, page)
+          : 0;
+  // (Offloaded, the host state's workspace is in host memory.)
+  if (!offloaded) CHECK(on_device.memory.gradient_workspace_peak == gradient_workspace);
   const int64_t planned =
-      plan::mirrored_state_bytes(
-          plan::parameters_per_rank(spec.model, spec.parallelism, stage), spec.training,
-          c.layout.data,
-          plan::gathered_mirror_bytes(spec.model, spec.parallelism, spec.training, c.layout.data,
-                                      stage, sysconf(_SC_PAGESIZE)))
+      plan::mirrored_state_bytes(plan::parameters_per_rank(spec.model, spec.parallelism, stage),
+                                 spec.training, c.layout.data,
+                                 plan::mirror_bytes(spec.model, spec.parallelism, spec.training,
+                                                    c.layout.data, stage, page))
           .device_total() +
+      gradient_workspace +
       plan::activation_bytes_per_rank(spec.model, spec.parallelism, spec.training, 2, 2, stage,
                                       spec::Device::kCuda);
   // (The plan rounds partitions as DeepSpeed does, the engine to 16 floats.)
@@ -233,10 +246,19 @@ inline void check_stage3_matches_stage2_on_device(spec::JobSpec spec, Layout lay
   const int64_t page = sysconf(_SC_PAGESIZE);
   const int64_t gathered = core::device_gathered_bytes(regions, page);
   CHECK(stage3.memory.parameter_workspace_peak == gathered);
+  // Backward's gradients, a few buckets at a time over several ranks.
+  const int64_t gradient_workspace =
+      layout.data > 1 ? core::backward_gradient_peak_bytes(
+                            plan::stage_parameter_table(spec.model, spec.parallelism, 0),
+                            spec.training.zero.reduce_bucket_size, page)
+                      : 0;
+  CHECK(stage2.memory.gradient_workspace_peak == gradient_workspace);
+  CHECK(stage3.memory.gradient_workspace_peak == gradient_workspace);
   CHECK(stage3.memory.communication_buffers - stage2.memory.communication_buffers ==
         (layout.data > 1 ? regions.persistent_floats() * 4 : 0));
   const int64_t planned =
       plan::mirrored_state_bytes(psi, spec.training, layout.data).device_total() + gathered +
+      gradient_workspace +
       (layout.data > 1 ? regions.persistent_floats() * 4 : 0) +  // the packed persistent tensors
       plan::activation_bytes_per_rank(spec.model, spec.parallelism, spec.training, 2, 2, 0,
                                       spec::Device::kCuda);

@@ -17,6 +17,7 @@
 #include "tests/worker/parallel/test_groups.h"
 #include "worker/comm/host_staged_communicator.h"
 #include "worker/parallel/device_gradient_reducer.h"
+#include "worker/parallel/gradient_buckets.h"
 #include "worker/parallel/gradient_reducer.h"
 #include "worker/parallel/releasable_buffer.h"
 
@@ -115,15 +116,62 @@ TEST_CASE("the device's reduce-scatter adds the host reducer's means to the part
     kernels::DeviceBuffer<float> grads(device(), c.n);
     kernels::DeviceBuffer<float> partition_grads(device(), std::max<int64_t>(own, 1));
     device().memset_zero(partition_grads.data(), partition_grads.bytes());
+    std::vector<GradientBucket> consumed;
+    reducer.scatter_into(
+        {grads.data(), partition_grads.data(), [&consumed](int64_t begin, int64_t end) {
+           consumed.push_back({begin, end});
+         }});
+    const std::vector<GradientBucket> buckets = gradient_buckets(c.n, c.bucket);
     for (int pass = 0; pass < 2; ++pass) {
-      REQUIRE(
-          reducer.reduce_scatter_add(to_device(grads, gradients(c.n, pass)), partition_grads.data())
-              .ok());
-      CHECK(to_host(grads.data(), c.n) == std::vector<float>(c.n, 0.0f));
+      to_device(grads, gradients(c.n, pass));
+      consumed.clear();
+      // Backward's order (from the end), in ranges of 7 floats that cut
+      // buckets anywhere: each bucket is consumed once complete, in order.
+      for (int64_t end = c.n; end > 0; end -= 7) {
+        const int64_t begin = std::max<int64_t>(0, end - 7);
+        const size_t before = consumed.size();
+        reducer.ready(begin, end);
+        for (size_t k = before; k < consumed.size(); ++k) {
+          CHECK(consumed[k].begin >= begin);
+          CHECK(consumed[k].end == buckets[k].end);
+        }
+      }
+      REQUIRE(reducer.finish().ok());
+      REQUIRE(consumed.size() == buckets.size());
+      for (size_t k = 0; k < buckets.size(); ++k) CHECK(consumed[k].begin == buckets[k].begin);
     }
     std::vector<float> got = to_host(partition_grads.data(), own);
     CHECK(got == expected);
   }
+}
+
+TEST_CASE("the device's reduce-scatter names what was reported wrong") {
+  const auto staged = comm::make_host_staged_communicator(world_data(), device());
+  const int64_t n = 200;
+  const ZeroPartition partition = make_zero_partition(n, world_data().size(), 16);
+  const int rank = world_data().rank();
+  kernels::DeviceBuffer<float> grads(device(), n);
+  kernels::DeviceBuffer<float> partition_grads(
+      device(), std::max<int64_t>(1, partition.end(rank) - partition.begin(rank)));
+  device().memset_zero(grads.data(), grads.bytes());
+  DeviceGradientReducer reducer(*staged, device(), n, 64, core::DType::kF32);
+  reducer.scatter_into({grads.data(), partition_grads.data(), {}});
+  // Every rank makes the same calls, so the collectives stay matched.
+  reducer.ready(150, 200);
+  core::Status error = reducer.finish();
+  CHECK(error.code() == core::StatusCode::kInvalidArgument);
+  CHECK_THAT(error.message(), Catch::Contains("14 floats of bucket [136, 200)") &&
+                                  Catch::Contains("never passed to ready()"));
+  reducer.ready(0, 201);
+  error = reducer.finish();
+  CHECK_THAT(error.message(), Catch::Contains("ready [0, 201)") && Catch::Contains("[0, 200)"));
+  reducer.ready(136, 200);
+  reducer.ready(150, 160);
+  error = reducer.finish();
+  CHECK_THAT(error.message(), Catch::Contains("already reported"));
+  // After a misuse the next micro-batch starts afresh.
+  reducer.ready(0, 200);
+  CHECK(reducer.finish().ok());
 }
 
 TEST_CASE("the host-staged communicator lands only the blocks it receives") {
