@@ -10,7 +10,9 @@ def mpi_test(name, srcs, deps = [], ranks = [2], size = "small", **kwargs):
       srcs: test sources (Catch2 TEST_CASEs; main() comes from catch_mpi_main).
       deps: libraries under test.
       ranks: world sizes to run at.
-      size: Bazel test size.
+      size: Bazel test size; runs of more ranks than CI's two cores get at
+        least "medium", as oversubscribed ranks beside other tests can run
+        several times slower than alone.
       **kwargs: passed to each sh_test (tags, timeout).
     """
     binary = name + "_bin"
@@ -29,6 +31,6 @@ def mpi_test(name, srcs, deps = [], ranks = [2], size = "small", **kwargs):
             srcs = ["//tools:mpirun_local.sh"],
             args = [str(n), "$(location :%s)" % binary],
             data = [":" + binary],
-            size = size,
+            size = "medium" if n > 2 and size == "small" else size,
             **kwargs
         )
