@@ -118,8 +118,10 @@ class SharedMemory {
   std::vector<Chunk> chunks_;
 };
 
-// Fiber stacks, kept from block to block of a launch: mapping a fresh
-// guarded stack for every thread costs more than running most kernel bodies.
+// Fiber stacks, kept from block to block and launch to launch on the thread
+// that runs them: mapping a fresh guarded stack for every thread costs more
+// than running most kernel bodies, and unmapping one flushes the TLB of
+// every core the process runs on, which is dear on virtual machines.
 class StackPool {
  public:
   StackPool() = default;
@@ -352,7 +354,7 @@ void run_launch(const LaunchShape& shape, const Schedule& schedule,
   std::iota(blocks.begin(), blocks.end(), 0);
   order.arrange(blocks);
   SharedMemory shared_memory(shape.shared_bytes);
-  StackPool stacks;
+  thread_local StackPool stacks;
   for (int b : blocks) {
     shared_memory.fill();
     BlockRun(shape, b, shared_memory.data(), order, stacks, body).run();

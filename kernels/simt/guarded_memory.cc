@@ -13,6 +13,9 @@
 namespace dslaunch::kernels::simt {
 namespace {
 
+// Address space only: nothing is committed until a page is written.
+constexpr int64_t kArenaBytes = int64_t{1} << 40;
+
 int64_t page_rounded(int64_t bytes) {
   const int64_t page = sysconf(_SC_PAGESIZE);
   return (std::max<int64_t>(bytes, 1) + page - 1) / page * page;
@@ -36,12 +39,12 @@ void protect(const char* start, int64_t bytes, bool open) {
 class GuardedMemory::Sparse final : public SparseMemory {
  public:
   Sparse(GuardedMemory& memory, int64_t bytes, AllocationTally& tally)
-      : SparseMemory(reserve(bytes), bytes, sysconf(_SC_PAGESIZE), tally), memory_(memory) {
+      : SparseMemory(memory.take(bytes), bytes, sysconf(_SC_PAGESIZE), tally), memory_(memory) {
     memory_.sparse_.insert(this);
   }
   ~Sparse() override {
     memory_.sparse_.erase(this);
-    munmap(data(), static_cast<size_t>(page_rounded(bytes())));
+    memory_.give_back(static_cast<char*>(data()), bytes());
   }
 
   bool holds(const char* start, int64_t length) const {
@@ -49,18 +52,13 @@ class GuardedMemory::Sparse final : public SparseMemory {
     return start >= base && start + length <= base + bytes() &&
            committed(start - base, start - base + length);
   }
-  void set_access(bool open) const {
+  // Adds each run of committed pages to `runs` (start -> bytes).
+  void add_mapped_runs(std::map<const char*, int64_t>& runs) const {
     for_mapped_runs(
-        [&](int64_t first, int64_t count) { protect(page(first), count * page_bytes(), open); });
+        [&](int64_t first, int64_t count) { runs[page(first)] = count * page_bytes(); });
   }
 
  private:
-  static void* reserve(int64_t bytes) {
-    void* base = mmap(nullptr, static_cast<size_t>(page_rounded(bytes)), PROT_NONE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (base == MAP_FAILED) throw std::bad_alloc();
-    return base;
-  }
   char* page(int64_t index) const { return static_cast<char*>(data()) + index * page_bytes(); }
   void map(int64_t first, int64_t count) override {
     if (memory_.open_depth_ > 0) protect(page(first), count * page_bytes(), true);
@@ -77,19 +75,55 @@ std::unique_ptr<SparseMemory> GuardedMemory::reserve_sparse(int64_t bytes, Alloc
   return std::make_unique<Sparse>(*this, bytes, tally);
 }
 
-GuardedMemory::~GuardedMemory() {
-  for (const auto& [start, bytes] : regions_) {
-    munmap(const_cast<char*>(start), static_cast<size_t>(bytes));
+GuardedMemory::GuardedMemory() {
+  void* arena = mmap(nullptr, static_cast<size_t>(kArenaBytes), PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (arena == MAP_FAILED) throw std::bad_alloc();
+  arena_ = static_cast<char*>(arena);
+  free_[0] = kArenaBytes;
+}
+
+GuardedMemory::~GuardedMemory() { munmap(arena_, static_cast<size_t>(kArenaBytes)); }
+
+char* GuardedMemory::take(int64_t bytes) {
+  const int64_t rounded = page_rounded(bytes);
+  const auto fits = std::find_if(free_.begin(), free_.end(),
+                                 [&](const auto& range) { return range.second >= rounded; });
+  if (fits == free_.end()) throw std::bad_alloc();
+  const auto [offset, length] = *fits;
+  free_.erase(fits);
+  if (length > rounded) free_[offset + rounded] = length - rounded;
+  return arena_ + offset;
+}
+
+void GuardedMemory::give_back(char* start, int64_t bytes) {
+  const int64_t rounded = page_rounded(bytes);
+  madvise(start, static_cast<size_t>(rounded), MADV_DONTNEED);  // zero when taken again
+  if (open_depth_ > 0) protect(start, rounded, false);
+  int64_t offset = start - arena_;
+  int64_t length = rounded;
+  // Merged with the free ranges either side.
+  const auto after = free_.find(offset + length);
+  if (after != free_.end()) {
+    length += after->second;
+    free_.erase(after);
   }
+  const auto next = free_.upper_bound(offset);
+  if (next != free_.begin()) {
+    const auto before = std::prev(next);
+    if (before->first + before->second == offset) {
+      offset = before->first;
+      length += before->second;
+      free_.erase(before);
+    }
+  }
+  free_[offset] = length;
 }
 
 void* GuardedMemory::allocate(int64_t bytes) {
-  const int64_t mapped = page_rounded(bytes);
-  void* data = mmap(nullptr, static_cast<size_t>(mapped),
-                    open_depth_ > 0 ? PROT_READ | PROT_WRITE : PROT_NONE,
-                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (data == MAP_FAILED) throw std::bad_alloc();
-  regions_[static_cast<const char*>(data)] = mapped;
+  char* data = take(bytes);
+  if (open_depth_ > 0) protect(data, page_rounded(bytes), true);
+  regions_[data] = page_rounded(bytes);
   return data;
 }
 
@@ -99,7 +133,7 @@ void GuardedMemory::deallocate(void* data) {
   if (found == regions_.end()) {
     throw std::logic_error("guarded device memory: deallocate of a pointer it did not allocate");
   }
-  munmap(data, static_cast<size_t>(found->second));
+  give_back(static_cast<char*>(data), found->second);
   regions_.erase(found);
 }
 
@@ -114,9 +148,24 @@ bool GuardedMemory::holds(const void* data, int64_t bytes) const {
   return start + bytes <= region->first + region->second;
 }
 
+// One mprotect for each stretch of adjacent allocations and committed
+// pages: a step opens and closes the memory around each of thousands of
+// backend calls.
 void GuardedMemory::set_access(bool open) {
-  for (const auto& [start, bytes] : regions_) protect(start, bytes, open);
-  for (const Sparse* sparse : sparse_) sparse->set_access(open);
+  std::map<const char*, int64_t> runs = regions_;
+  for (const Sparse* sparse : sparse_) sparse->add_mapped_runs(runs);
+  const char* start = nullptr;
+  int64_t bytes = 0;
+  for (const auto& [run_start, run_bytes] : runs) {
+    if (start != nullptr && start + bytes == run_start) {
+      bytes += run_bytes;
+      continue;
+    }
+    if (start != nullptr) protect(start, bytes, open);
+    start = run_start;
+    bytes = run_bytes;
+  }
+  if (start != nullptr) protect(start, bytes, open);
 }
 
 GuardedMemory::Scope::Scope(GuardedMemory& memory) : memory_(memory) {

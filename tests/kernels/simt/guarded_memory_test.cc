@@ -4,8 +4,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <csignal>
+#include <cstdint>
 #include <cstring>
+#include <new>
 
 #include "tests/support/signal_of.h"
 
@@ -55,6 +59,31 @@ TEST_CASE("guarded memory knows its allocations' bounds") {
   memory.deallocate(a);
   CHECK_FALSE(memory.holds(a, 1));
   memory.deallocate(b);
+}
+
+TEST_CASE("guarded memory hands out its arena first fit, zeroed, and refuses what is past it") {
+  GuardedMemory memory;
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  auto* a = static_cast<char*>(memory.allocate(3 * page));
+  auto* b = static_cast<char*>(memory.allocate(100));
+  CHECK(b == a + 3 * page);  // side by side: a scope opens both with one call
+  {
+    const GuardedMemory::Scope open(memory);
+    std::memset(a, 7, 3 * page);
+  }
+  memory.deallocate(a);
+  // The freed pages come back first, zeroed as fresh memory is.
+  auto* c = static_cast<char*>(memory.allocate(2 * page));
+  CHECK(c == a);
+  CHECK(signal_of([&] {
+          const GuardedMemory::Scope open(memory);
+          for (int i = 0; i < 2 * page; ++i) {
+            if (c[i] != 0) _exit(3);
+          }
+        }) == 0);
+  CHECK_THROWS_AS(memory.allocate(int64_t{1} << 41), std::bad_alloc);
+  memory.deallocate(b);
+  memory.deallocate(c);
 }
 
 TEST_CASE("guarded sparse memory opens its committed pages only, inside a scope") {
