@@ -1,6 +1,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace dslaunch::core {
@@ -10,6 +11,21 @@ namespace dslaunch::core {
 // a resume moves its masters and moments through host memory a piece of
 // this size at a time, whatever the partition's size.
 inline constexpr int64_t kDeviceOptimizerChunk = int64_t{1} << 22;
+
+// offload_optimizer.ratio below 1 on a GPU (DeepSpeed's partial offload):
+// of a partition of `elements` floats, the first this many keep their fp32
+// masters and Adam's moments in host memory, where CPU Adam updates them;
+// the rest stay on the GPU.
+inline int64_t host_optimizer_elements(int64_t elements, double ratio) {
+  return std::clamp<int64_t>(std::llround(ratio * static_cast<double>(elements)), 0, elements);
+}
+
+// Host bytes of that share: masters and both moments in fp32, and the
+// gradients and updated weights of one chunk on their way between the GPU
+// and the host.
+inline int64_t host_optimizer_bytes(int64_t host_elements) {
+  return (3 * host_elements + 2 * std::min(host_elements, kDeviceOptimizerChunk)) * 4;
+}
 
 // GPU bytes that optimizer holds for `elements` parameters: Adam's two
 // moments, and in 16-bit training their fp32 masters (in fp32 training the
@@ -34,6 +50,9 @@ struct DeviceStateShape {
   // 16 bits (communication_data_type).
   int64_t bucket_elements = 500'000'000;
   bool narrow_wire = false;
+  // offload_optimizer.ratio with device cpu: the share of this rank's
+  // optimizer states kept in host memory (host_optimizer_elements()).
+  double host_optimizer_share = 0;
 };
 
 struct DeviceStateBytes {
@@ -41,7 +60,10 @@ struct DeviceStateBytes {
   // Backward's, whole; at stages 2-3 over several ranks this rank's
   // partition of the means only.
   int64_t gradients = 0;
-  int64_t optimizer_states = 0;  // device_optimizer_bytes() of this rank's partition
+  // device_optimizer_bytes() of this rank's partition, but for the share
+  // in host memory, whose host_optimizer_bytes() are apart.
+  int64_t optimizer_states = 0;
+  int64_t host_optimizer_states = 0;  // in host memory, not in total()
   // The data group's reduction (worker/parallel/device_gradient_reducer.h):
   // one bucket's share summed in fp32, and in 16-bit communication a
   // bucket, every rank's share and a share widened.
@@ -63,7 +85,9 @@ inline DeviceStateBytes device_state_bytes(const DeviceStateShape& shape) {
   bytes.parameters =
       shape.stage >= 3 ? optimizer_part * 4 : optimizer_part * (shape.stage >= 1 ? ranks : 1) * 4;
   bytes.gradients = ranks > 1 && shape.stage >= 2 ? owned * 4 : n * 4;
-  bytes.optimizer_states = device_optimizer_bytes(owned, shape.mixed);
+  const int64_t on_host = host_optimizer_elements(owned, shape.host_optimizer_share);
+  bytes.optimizer_states = device_optimizer_bytes(owned - on_host, shape.mixed);
+  if (on_host > 0) bytes.host_optimizer_states = host_optimizer_bytes(on_host);
   if (ranks > 1) {
     // Buckets are capped at the buffer (and at about 2^31 floats, which no
     // bucket size in use reaches).

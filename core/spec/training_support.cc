@@ -33,27 +33,28 @@ std::string device_training_problem(const spec::JobSpec& spec) {
     return "training on GPUs takes Adam or AdamW; use cluster.device: cpu for Lamb and the "
            "1-bit optimizers";
   }
-  // Offloaded, the model states are the host engine's, and so are the
+  // Offloaded whole, the model states are the host engine's, and so are the
   // parameters' partitions and ZeRO++'s collectives (gathered_mirror.h).
+  // Partial offload (device cpu, ratio below 1) keeps them on the GPU.
   const bool offloaded = zero.offload_optimizer.device != spec::OffloadDevice::kNone;
+  const bool partial = partial_optimizer_offload(zero);
   if (zero.offload_param.device != spec::OffloadDevice::kNone && !offloaded) {
     return "offload_param on GPUs takes offload_optimizer too (the parameters' partitions are "
            "updated where the optimizer's states live): add zero_optimization.offload_optimizer "
            "with device cpu or nvme, or remove offload_param";
   }
-  if (!offloaded &&
+  if (zero.offload_param.device != spec::OffloadDevice::kNone && partial) {
+    return fmt::format(
+        "offload_param on GPUs takes every optimizer state offloaded (the parameters' partitions "
+        "are updated where those live), but offload_optimizer.ratio {} keeps some on the GPU: "
+        "remove ratio, or remove offload_param",
+        zero.offload_optimizer.ratio);
+  }
+  if ((!offloaded || partial) &&
       (zero.quantized_weights || zero.quantized_gradients || zero.hpz_partition_size > 1)) {
     return "ZeRO++ (zero_quantized_weights, zero_quantized_gradients, zero_hpz_partition_size) "
            "with the optimizer on the GPU is not built yet: remove those keys, add "
-           "offload_optimizer, or use cluster.device: cpu";
-  }
-  if (zero.offload_optimizer.device != spec::OffloadDevice::kNone &&
-      zero.offload_optimizer.ratio < 1) {
-    return fmt::format(
-        "offload_optimizer.ratio {} keeps part of the optimizer states on the GPU and part in "
-        "host memory, which is not built yet: remove ratio to offload all of them, or remove "
-        "offload_optimizer to keep all of them on the GPU",
-        zero.offload_optimizer.ratio);
+           "offload_optimizer (without ratio), or use cluster.device: cpu";
   }
   return "";
 }

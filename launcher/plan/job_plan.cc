@@ -265,7 +265,12 @@ void add_memory_warnings(const spec::JobSpec& spec, JobPlan& plan) {
       const int zero_stage = spec.training.zero.stage;
       const bool partitions_more = zero_stage != 3 && plan.grid.shape().data > 1;
       std::string remedies;
-      if (optimizer_on_gpu) remedies += "offload the optimizer (offload_optimizer device cpu), ";
+      if (optimizer_on_gpu) {
+        remedies += spec::partial_optimizer_offload(spec.training.zero)
+                        ? fmt::format("raise offload_optimizer.ratio ({}), ",
+                                      spec.training.zero.offload_optimizer.ratio)
+                        : std::string("offload the optimizer (offload_optimizer device cpu), ");
+      }
       if (optimizer_on_gpu && partitions_more) {
         remedies += fmt::format("raise zero_optimization.stage ({}) up to 3, ", zero_stage);
       }
@@ -419,11 +424,13 @@ std::optional<JobPlan> plan_on_device(const spec::JobSpec& spec, const spec::Sou
   // as DeepSpeed would hold it.
   plan.host_model_states =
       spec.cluster.device == spec::Device::kCuda && spec::device_training_problem(spec).empty();
-  // That path without offload keeps every state on the GPU, with its
+  // That path without offload (or with a share offloaded) keeps every state on the GPU, with its
   // reduction's buffers (communication_buffers) and no ZeRO workspace but
   // stage 3's gathered parameters.
-  const bool all_on_gpu = plan.host_model_states &&
-                          spec.training.zero.offload_optimizer.device == spec::OffloadDevice::kNone;
+  const bool all_on_gpu =
+      plan.host_model_states &&
+      (spec.training.zero.offload_optimizer.device == spec::OffloadDevice::kNone ||
+       spec::partial_optimizer_offload(spec.training.zero));
   for (int stage = 0; stage < pipeline; ++stage) {
     plan.stage_layers.push_back(core::rank_chunks(virtual_stages, pipeline, stage));
     const int64_t psi = parameters_per_rank(spec.model, spec.parallelism, stage);

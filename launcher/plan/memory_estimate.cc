@@ -12,6 +12,7 @@
 #include "core/layout/pipeline_schedule.h"
 #include "core/layout/zero3_regions.h"
 #include "core/spec/precision.h"
+#include "core/spec/training_support.h"
 
 namespace dslaunch::plan {
 namespace {
@@ -160,21 +161,24 @@ ModelStateBytes mirrored_state_bytes(int64_t psi, const spec::TrainingSpec& trai
                                      int data_parallel, const MirrorBytes& mirror) {
   const bool mixed = training.bf16 || training.fp16.enabled;
   ModelStateBytes bytes;
-  if (training.zero.offload_optimizer.device == spec::OffloadDevice::kNone) {
+  const bool partial = spec::partial_optimizer_offload(training.zero);
+  if (training.zero.offload_optimizer.device == spec::OffloadDevice::kNone || partial) {
     // The optimizer on the GPU keeps every state there
-    // (worker/engine/device_model_state.cc): no host copies.
+    // (worker/engine/device_model_state.cc): no host copies, but for
+    // partial offload's share of the optimizer's states.
     const core::DType precision = spec::training_precision(training);
-    const core::DeviceStateBytes device =
-        core::device_state_bytes({.parameters = psi,
-                                  .ranks = data_parallel,
-                                  .stage = training.zero.stage,
-                                  .mixed = mixed,
-                                  .bucket_elements = training.zero.reduce_bucket_size,
-                                  .narrow_wire = spec::gradient_communication_type(
-                                                     training, precision) != core::DType::kF32});
+    const core::DeviceStateBytes device = core::device_state_bytes(
+        {.parameters = psi,
+         .ranks = data_parallel,
+         .stage = training.zero.stage,
+         .mixed = mixed,
+         .bucket_elements = training.zero.reduce_bucket_size,
+         .narrow_wire = spec::gradient_communication_type(training, precision) != core::DType::kF32,
+         .host_optimizer_share = partial ? training.zero.offload_optimizer.ratio : 0.0});
     bytes.parameters = device.parameters;
     bytes.gradients = device.gradients;
     bytes.optimizer_states = device.optimizer_states;
+    bytes.offloaded_to_host = device.host_optimizer_states;
     bytes.communication_buffers = device.communication_buffers;
     return bytes;
   }
@@ -194,7 +198,10 @@ MirrorBytes mirror_bytes(const spec::ModelSpec& model, const spec::ParallelismSp
                          int64_t page_bytes) {
   const spec::ZeroSpec& zero = training.zero;
   MirrorBytes bytes;
-  if (zero.offload_optimizer.device == spec::OffloadDevice::kNone) return bytes;
+  if (zero.offload_optimizer.device == spec::OffloadDevice::kNone ||
+      spec::partial_optimizer_offload(zero)) {
+    return bytes;
+  }
   // As worker/engine/zero_model_state.cc partitions them: then the host
   // state reduces every micro-batch, and at stage 3 gathers the parameters.
   const bool partitioned = zero.stage >= 2 && (data_parallel > 1 || zero.offload_param.device ==

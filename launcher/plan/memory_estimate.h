@@ -52,7 +52,8 @@ struct ModelStateBytes {
   int64_t optimizer_states = 0;   // on the device
   // Optimizer states (and stage-3 parameters) moved to CPU memory; on the
   // GPU path (mirrored_state_bytes) every model state in host memory, swap
-  // buffers included.
+  // buffers included, or with partial offload (ratio below 1) that share of
+  // the optimizer's states.
   int64_t offloaded_to_host = 0;
   // Moved to NVMe: optimizer states, stage-3 parameters, partitioned gradients.
   int64_t offloaded_to_nvme = 0;

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/spec/training_support.h"
+
 namespace dslaunch::plan {
 namespace {
 
@@ -118,7 +120,14 @@ std::string plan_to_text(const spec::JobSpec& spec, const JobPlan& plan, int max
     out +=
         "buffers: ZeRO's gathered parameters (stage 3), gradient workspace (stages 2-3) and "
         "communication buffers at their largest\n";
-    if (plan.host_model_states) {
+    if (plan.host_model_states && spec::partial_optimizer_offload(spec.training.zero)) {
+      out += fmt::format(
+          "on GPUs with offload_optimizer ratio {} every model state stays on the GPU, in fp32, "
+          "but that share of the optimizer's states (fp32 masters and moments), which CPU Adam "
+          "updates in host memory (\"offloaded\"); with several data ranks \"on device\" "
+          "includes the gradient reduction's buffers there\n",
+          spec.training.zero.offload_optimizer.ratio);
+    } else if (plan.host_model_states) {
       const bool all_on_gpu = plan.memory_by_stage.front().offloaded_to_host == 0 &&
                               plan.memory_by_stage.front().offloaded_to_nvme == 0;
       out += all_on_gpu

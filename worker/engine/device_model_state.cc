@@ -55,6 +55,11 @@ class DeviceModelState final : public ModelState {
         own_begin_(partition_.begin(owner_)),
         own_count_(partition_.end(owner_) - own_begin_),
         norm_ranges_(std::move(inputs.norm_ranges)),
+        host_optimizer_(inputs.host_optimizer_backend),
+        host_share_(
+            host_optimizer_ != nullptr
+                ? core::host_optimizer_elements(own_count_, training_.zero.offload_optimizer.ratio)
+                : 0),
         optimizer_(training_.optimizer, table_, own_begin_, own_begin_ + own_count_) {}
 
   core::Status init(ModelStateInputs& inputs) {
@@ -87,17 +92,23 @@ class DeviceModelState final : public ModelState {
         inputs.model->set_gradient_space(&*grad_pages_);
       }
       // In fp32 training the weights are the masters.
-      optimizer_.place_on_device(device_, mixed() ? nullptr : weights());
+      optimizer_.place_on_device(device_, mixed() ? nullptr : weights(),
+                                 core::kDeviceOptimizerChunk, host_optimizer_, host_share_);
     } catch (const std::bad_alloc&) {
       return core::Status(
           core::StatusCode::kResourceExhausted,
           fmt::format(
               "the GPU has no room for the model states of {} parameters ({:.2f} GiB: "
-              "fp32 weights and gradients, the optimizer's masters and moments{}); set "
-              "zero_optimization.offload_optimizer.device cpu to keep the optimizer's "
-              "states in host memory, {}or split the model over tensor or pipeline ranks",
+              "fp32 weights and gradients, the optimizer's masters and moments{}); {} "
+              "to keep {} optimizer's states in host memory, {}or split the model over "
+              "tensor or pipeline ranks",
               total_, static_cast<double>(state_bytes()) / (int64_t{1} << 30),
               ranks_ > 1 ? " of this rank's partition" : "",
+              host_optimizer_ != nullptr
+                  ? fmt::format("raise zero_optimization.offload_optimizer.ratio ({})",
+                                training_.zero.offload_optimizer.ratio)
+                  : std::string("set zero_optimization.offload_optimizer.device cpu"),
+              host_optimizer_ != nullptr ? "more of the" : "the",
               ranks_ > 1 && training_.zero.stage == 0 ? "raise zero_optimization.stage, " : ""));
     }
     if (!partitioned_grads_) device_.memset_zero(grads_.data(), grads_.bytes());
@@ -127,7 +138,8 @@ class DeviceModelState final : public ModelState {
                                   (end - begin) * static_cast<int64_t>(sizeof(float)));
       const int64_t from = std::max(begin, own_begin_);
       const int64_t to = std::min(end, own_end);
-      if (mixed() && from < to) {
+      // (The host's share of the optimizer keeps masters in fp32 training too.)
+      if ((mixed() || host_share_ > 0) && from < to) {
         optimizer_.set_masters(from - own_begin_, to - from, piece.data() + (from - begin));
       }
     }
@@ -243,7 +255,8 @@ class DeviceModelState final : public ModelState {
     return slice;
   }
 
-  // In the GPU's memory, all of it.
+  // In the GPU's memory, all of it but the host's share of the optimizer's
+  // states (partial offload), which optimizer_states counts too.
   MemoryReport memory_report(int64_t activation_bytes) override {
     MemoryReport memory;
     memory.parameters = stage3_ ? zero3_->partition_bytes() : params_.bytes();
@@ -252,7 +265,7 @@ class DeviceModelState final : public ModelState {
     memory.gradients = grads_.bytes() + partition_grads_.bytes();
     // Backward's buffer at stages 2-3: its most resident, as on the host.
     if (grad_pages_) memory.gradient_workspace_peak = grad_pages_->peak_resident_bytes();
-    memory.optimizer_states = optimizer_.state_bytes();
+    memory.optimizer_states = optimizer_.state_bytes() + optimizer_.host_state_bytes();
     memory.activations = activation_bytes;
     memory.communication_buffers =
         (reducer_ ? reducer_->buffer_bytes() : 0) + (stage3_ ? zero3_->buffer_bytes() : 0);
@@ -291,7 +304,9 @@ class DeviceModelState final : public ModelState {
                 .mixed = mixed(),
                 .bucket_elements = training_.zero.reduce_bucket_size,
                 .narrow_wire =
-                    gradient_communication_type(training_, precision_) != core::DType::kF32})
+                    gradient_communication_type(training_, precision_) != core::DType::kF32,
+                .host_optimizer_share =
+                    host_optimizer_ != nullptr ? training_.zero.offload_optimizer.ratio : 0.0})
         .total();
   }
 
@@ -315,6 +330,10 @@ class DeviceModelState final : public ModelState {
   const int64_t own_begin_;
   const int64_t own_count_;
   const std::vector<std::pair<int64_t, int64_t>> norm_ranges_;
+  // Partial offload: CPU Adam's backend, and the floats of the partition
+  // whose optimizer states it keeps in host memory.
+  kernels::Backend* const host_optimizer_;
+  const int64_t host_share_;
   AdamW optimizer_;
   kernels::DeviceBuffer<float> params_;           // whole, padded to the partition (stages 0-2)
   std::optional<DeviceZero3Parameters> zero3_;    // stage 3

@@ -111,6 +111,10 @@ struct ModelStateInputs {
   // holds every model state and whose kernels take the whole step
   // (make_device_model_state). Null: the states are in `backend`'s memory.
   kernels::Backend* optimizer_device = nullptr;
+  // With optimizer_device and offload_optimizer.ratio below 1 (device cpu):
+  // the host backend whose CPU Adam updates the share of this rank's
+  // optimizer states kept in host memory (core::host_optimizer_elements()).
+  kernels::Backend* host_optimizer_backend = nullptr;
   // With optimizer_device and several data ranks: the data group's
   // communicator over that device's memory (NCCL's on a GPU), on which the
   // gradients are averaged and the partitions gathered there.

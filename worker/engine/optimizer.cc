@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-
+#include <stdexcept>
+#include <utility>
+#include <vector>
 
 namespace dslaunch::worker::engine {
 namespace {
@@ -72,15 +74,31 @@ struct AdamW::Swap {
   }
 };
 
-// The optimizer's states in a GPU's memory (place_on_device()): of the
-// floats [begin, end), the fp32 masters (its own, or the device's fp32
-// weights) and both moments.
+// The optimizer's states placed on a GPU (place_on_device()). Of the floats
+// [begin, end), the first host_count (the host's share) have their fp32
+// masters and moments in host memory; the rest (the device's share) have
+// them in the GPU's memory, the masters its own or the device's fp32
+// weights.
 struct AdamW::OnDevice {
   kernels::Backend* backend = nullptr;
   int64_t chunk = 1;
-  float* masters = nullptr;
+  float* weights = nullptr;  // fp32 training: the device's, from the layout's start
+  float* masters = nullptr;  // the device's share's
   kernels::DeviceBuffer<float> own_masters, m, v;
+  kernels::Backend* host = nullptr;
+  int64_t host_count = 0;
+  std::vector<float> host_masters, host_m, host_v;
+  // A chunk's gradients and updated weights on their way.
+  std::vector<float> staged_grads, staged_weights;
 };
+
+template <typename Fn>
+void AdamW::split_at_host_share(int64_t from, int64_t count, const Fn& fn) const {
+  const int64_t host_count = device_->host_count;
+  const int64_t split = std::clamp(host_count, from, from + count);
+  if (split > from) fn(true, from, from, split - from);
+  if (from + count > split) fn(false, split - host_count, split, from + count - split);
+}
 
 AdamW::AdamW(const spec::OptimizerSpec& spec, const core::ParameterTable& table, int64_t begin,
              int64_t end)
@@ -107,28 +125,46 @@ int64_t AdamW::moment_group() const {
   return std::max<int64_t>(end_ - begin_, 1);
 }
 
-void AdamW::place_on_device(kernels::Backend& device, float* weights, int64_t chunk) {
+void AdamW::place_on_device(kernels::Backend& device, float* weights, int64_t chunk,
+                            kernels::Backend* host, int64_t host_count) {
   const int64_t n = end_ - begin_;
+  const int64_t on_host = std::clamp<int64_t>(host_count, 0, n);
+  if (on_host > 0 && (host == nullptr || !host->memory_is_host())) {
+    throw std::invalid_argument("AdamW: a share of the states in host memory needs a host backend");
+  }
   auto on = std::make_unique<OnDevice>();
   on->backend = &device;
   on->chunk = std::max<int64_t>(1, std::min(n, chunk));
+  on->weights = weights;
   if (weights != nullptr) {
-    on->masters = weights + begin_;
+    on->masters = weights + begin_ + on_host;
   } else {
-    on->own_masters = kernels::DeviceBuffer<float>(device, n);
+    on->own_masters = kernels::DeviceBuffer<float>(device, n - on_host);
     on->masters = on->own_masters.data();
   }
-  on->m = kernels::DeviceBuffer<float>(device, n);
-  on->v = kernels::DeviceBuffer<float>(device, n);
-  if (n > 0) {
-    // The moments as set_moments() left them, else zeros.
-    if (m_.empty()) {
-      device.memset_zero(on->m.data(), on->m.bytes());
-      device.memset_zero(on->v.data(), on->v.bytes());
-    } else {
-      device.copy_host_to_device(on->m.data(), m_.data(), on->m.bytes());
-      device.copy_host_to_device(on->v.data(), v_.data(), on->v.bytes());
+  on->m = kernels::DeviceBuffer<float>(device, n - on_host);
+  on->v = kernels::DeviceBuffer<float>(device, n - on_host);
+  // The moments as set_moments() left them, else zeros.
+  if (m_.empty()) {
+    device.memset_zero(on->m.data(), on->m.bytes());
+    device.memset_zero(on->v.data(), on->v.bytes());
+  } else {
+    device.copy_host_to_device(on->m.data(), m_.data() + on_host, on->m.bytes());
+    device.copy_host_to_device(on->v.data(), v_.data() + on_host, on->v.bytes());
+  }
+  if (on_host > 0) {
+    on->host = host;
+    on->host_count = on_host;
+    on->host_masters.assign(on_host, 0.0f);
+    on->host_m.assign(on_host, 0.0f);
+    on->host_v.assign(on_host, 0.0f);
+    if (!m_.empty()) {
+      std::copy_n(m_.data(), on_host, on->host_m.data());
+      std::copy_n(v_.data(), on_host, on->host_v.data());
     }
+    const int64_t staged = std::min(on_host, on->chunk);
+    on->staged_grads.resize(staged);
+    on->staged_weights.resize(staged);
   }
   std::vector<float>().swap(m_);
   std::vector<float>().swap(v_);
@@ -136,13 +172,29 @@ void AdamW::place_on_device(kernels::Backend& device, float* weights, int64_t ch
 }
 
 void AdamW::set_masters(int64_t from, int64_t count, const float* masters) {
-  device_->backend->copy_host_to_device(device_->masters + from, masters,
-                                        count * static_cast<int64_t>(sizeof(float)));
+  OnDevice& d = *device_;
+  split_at_host_share(from, count, [&](bool on_host, int64_t at, int64_t piece, int64_t length) {
+    const float* values = masters + (piece - from);
+    if (on_host) {
+      std::copy_n(values, length, d.host_masters.data() + at);
+    } else {
+      d.backend->copy_host_to_device(d.masters + at, values,
+                                     length * static_cast<int64_t>(sizeof(float)));
+    }
+  });
 }
 
 void AdamW::read_masters(int64_t from, int64_t count, float* out) {
-  device_->backend->copy_device_to_host(out, device_->masters + from,
-                                        count * static_cast<int64_t>(sizeof(float)));
+  OnDevice& d = *device_;
+  split_at_host_share(from, count, [&](bool on_host, int64_t at, int64_t piece, int64_t length) {
+    float* to = out + (piece - from);
+    if (on_host) {
+      std::copy_n(d.host_masters.data() + at, length, to);
+    } else {
+      d.backend->copy_device_to_host(to, d.masters + at,
+                                     length * static_cast<int64_t>(sizeof(float)));
+    }
+  });
 }
 
 core::Status AdamW::swap_moments(const MomentSwap& options) {
@@ -195,15 +247,26 @@ core::Status AdamW::set_moments(int64_t from, int64_t count, const float* first,
     }
   };
   if (device_) {
-    const int64_t bytes = count * static_cast<int64_t>(sizeof(float));
-    for (const auto& [to, values] : {std::pair{device_->m.data() + from, first},
-                                     std::pair{device_->v.data() + from, second}}) {
-      if (values != nullptr) {
-        device_->backend->copy_host_to_device(to, values, bytes);
-      } else {
-        device_->backend->memset_zero(to, bytes);
+    OnDevice& d = *device_;
+    split_at_host_share(from, count, [&](bool on_host, int64_t at, int64_t piece, int64_t length) {
+      const int64_t bytes = length * static_cast<int64_t>(sizeof(float));
+      for (const auto& [to, values] :
+           {std::pair{on_host ? d.host_m.data() + at : d.m.data() + at, first},
+            std::pair{on_host ? d.host_v.data() + at : d.v.data() + at, second}}) {
+        const float* piece_values = values != nullptr ? values + (piece - from) : nullptr;
+        if (on_host) {
+          if (piece_values != nullptr) {
+            std::copy_n(piece_values, length, to);
+          } else {
+            std::fill_n(to, length, 0.0f);
+          }
+        } else if (piece_values != nullptr) {
+          d.backend->copy_host_to_device(to, piece_values, bytes);
+        } else {
+          d.backend->memset_zero(to, bytes);
+        }
       }
-    }
+    });
     return {};
   }
   if (!swap_) {
@@ -236,8 +299,16 @@ core::StatusOr<AdamW::Moments> AdamW::moments() {
 
 core::Status AdamW::read_moment(bool second, int64_t from, int64_t count, float* out) {
   if (device_) {
-    device_->backend->copy_device_to_host(out, (second ? device_->v : device_->m).data() + from,
-                                          count * static_cast<int64_t>(sizeof(float)));
+    OnDevice& d = *device_;
+    split_at_host_share(from, count, [&](bool on_host, int64_t at, int64_t piece, int64_t length) {
+      float* to = out + (piece - from);
+      if (on_host) {
+        std::copy_n((second ? d.host_v : d.host_m).data() + at, length, to);
+      } else {
+        d.backend->copy_device_to_host(to, (second ? d.v : d.m).data() + at,
+                                       length * static_cast<int64_t>(sizeof(float)));
+      }
+    });
     return {};
   }
   if (!swap_) {
@@ -280,6 +351,14 @@ int64_t AdamW::state_bytes() const {
   }
   if (!swap_) return 2 * (end_ - begin_) * static_cast<int64_t>(sizeof(float));
   return static_cast<int64_t>(swap_->buffers.size()) * 2 * swap_->group_bytes;
+}
+
+int64_t AdamW::host_state_bytes() const {
+  if (!device_) return 0;
+  const OnDevice& d = *device_;
+  return static_cast<int64_t>(d.host_masters.size() + d.host_m.size() + d.host_v.size() +
+                              d.staged_grads.size() + d.staged_weights.size()) *
+         static_cast<int64_t>(sizeof(float));
 }
 
 namespace {
@@ -336,13 +415,43 @@ core::Status AdamW::update_on_device(const GroupIo& io, const kernels::Backend::
     return core::internal_error(
         "the optimizer on the device updates masters of its own in fp32 training");
   }
-  for (int64_t from = begin_; from < end_; from += d.chunk) {
+  if (core::Status status = update_host_share(io, hyper, rounded); !status.ok()) return status;
+  const int64_t first = begin_ + d.host_count;  // the device's share's
+  for (int64_t from = first; from < end_; from += d.chunk) {
     const int64_t to = std::min(from + d.chunk, end_);
     core::StatusOr<const float*> loaded = io.load(from, to);
     if (!loaded.ok()) return loaded.status();
-    update_range(*d.backend, d.masters + (from - begin_), *loaded, d.m.data() + (from - begin_),
-                 d.v.data() + (from - begin_),
+    update_range(*d.backend, d.masters + (from - first), *loaded, d.m.data() + (from - first),
+                 d.v.data() + (from - first),
                  rounded.weights == nullptr ? nullptr : rounded.weights + from, hyper, from, to);
+    if (core::Status status = io.store(from, to); !status.ok()) return status;
+  }
+  return {};
+}
+
+// CPU Adam on the host's share, a chunk at a time. The updated weights go
+// back to the device: in 16-bit training the masters' rounding, in fp32
+// the masters themselves.
+core::Status AdamW::update_host_share(const GroupIo& io, const kernels::Backend::AdamWParams& hyper,
+                                      const RoundedCopy& rounded) {
+  OnDevice& d = *device_;
+  const int64_t piece = static_cast<int64_t>(d.staged_grads.size());
+  const int64_t last = begin_ + d.host_count;
+  for (int64_t from = begin_; from < last; from += piece) {
+    const int64_t to = std::min(from + piece, last);
+    const int64_t at = from - begin_;
+    const int64_t bytes = (to - from) * static_cast<int64_t>(sizeof(float));
+    core::StatusOr<const float*> loaded = io.load(from, to);
+    if (!loaded.ok()) return loaded.status();
+    d.backend->copy_device_to_host(d.staged_grads.data(), *loaded, bytes);
+    float* rounded_weights = rounded.weights != nullptr ? d.staged_weights.data() : nullptr;
+    update_range(*d.host, d.host_masters.data() + at, d.staged_grads.data(), d.host_m.data() + at,
+                 d.host_v.data() + at, rounded_weights, hyper, from, to);
+    if (rounded_weights != nullptr) {
+      d.backend->copy_host_to_device(rounded.weights + from, rounded_weights, bytes);
+    } else {
+      d.backend->copy_host_to_device(d.weights + from, d.host_masters.data() + at, bytes);
+    }
     if (core::Status status = io.store(from, to); !status.ok()) return status;
   }
   return {};

@@ -70,10 +70,18 @@ class AdamW {
   // at a time (and moment_group(), what a checkpoint or a resume moves
   // through host memory at a time). Before the first step, not with
   // swap_moments(); throws std::bad_alloc when the device lacks the memory.
+  //
+  // Partial offload (offload_optimizer.ratio below 1, DeepSpeed's): the
+  // first `host_count` floats of [begin, end) keep their fp32 masters (in
+  // fp32 training too) and moments in host memory, where `host`'s kernels
+  // (CPU Adam) update them, a chunk at a time: its gradients copied from
+  // the device, its updated weights copied back.
   void place_on_device(kernels::Backend& device, float* weights = nullptr,
-                       int64_t chunk = core::kDeviceOptimizerChunk);
-  // On the device: the fp32 masters of the floats [from, from + count) of
-  // [begin, end) from host floats `masters`, or into host floats `out`.
+                       int64_t chunk = core::kDeviceOptimizerChunk,
+                       kernels::Backend* host = nullptr, int64_t host_count = 0);
+  // Placed on a device: the fp32 masters of the floats [from, from + count)
+  // of [begin, end) from host floats `masters`, or into host floats `out`
+  // (where they are the device's fp32 weights, setting them writes those).
   void set_masters(int64_t from, int64_t count, const float* masters);
   void read_masters(int64_t from, int64_t count, float* out);
 
@@ -127,6 +135,9 @@ class AdamW {
   // on the device what the optimizer holds there: the moments and its own
   // masters.
   int64_t state_bytes() const;
+  // Placed on a device with part of its states in host memory: their bytes
+  // (core::host_optimizer_bytes()); else 0.
+  int64_t host_state_bytes() const;
   bool swapped() const { return swap_ != nullptr; }
 
  private:
@@ -144,9 +155,17 @@ class AdamW {
   void update_range(kernels::Backend& backend, float* params, const float* grads, float* m,
                     float* v, float* rounded, const kernels::Backend::AdamWParams& hyper,
                     int64_t from, int64_t to) const;
-  // update() on the device, with the device's gradients from io.
+  // update() on the device, with the device's gradients from io: the
+  // host's share first, then the device's.
   core::Status update_on_device(const GroupIo& io, const kernels::Backend::AdamWParams& hyper,
                                 const RoundedCopy& rounded);
+  core::Status update_host_share(const GroupIo& io, const kernels::Backend::AdamWParams& hyper,
+                                 const RoundedCopy& rounded);
+  // Calls fn(on_host, at, from, count) for the pieces of floats [from,
+  // from + count) of [begin, end) on each side of the host's share: `at`
+  // indexes that side's arrays, `from` and `count` the caller's floats.
+  template <typename Fn>
+  void split_at_host_share(int64_t from, int64_t count, const Fn& fn) const;
 
   spec::OptimizerSpec spec_;
   int64_t begin_;

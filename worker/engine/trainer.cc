@@ -205,17 +205,22 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   // A backend whose memory is not the host's (a GPU) keeps every model
   // state in its memory without offload_optimizer; with it, the states stay
   // in host memory with the host backend's math, and the model computes on
-  // a mirror of them.
+  // a mirror of them. Partial offload (device cpu, ratio below 1) keeps them
+  // on the GPU but for the host's share of the optimizer's states, which the
+  // host backend's CPU Adam updates.
   const bool on_device = !backend.memory_is_host();
-  const bool mirrored =
-      on_device && training.zero.offload_optimizer.device != spec::OffloadDevice::kNone;
+  const bool partial_offload = on_device && spec::partial_optimizer_offload(training.zero);
+  const bool mirrored = on_device &&
+                        training.zero.offload_optimizer.device != spec::OffloadDevice::kNone &&
+                        !partial_offload;
   if (on_device) {
     if (std::string problem = spec::device_training_problem(spec); !problem.empty()) {
       result.error = problem;
       return result;
     }
   }
-  if (mirrored && (options.host_backend == nullptr || !options.host_backend->memory_is_host())) {
+  if ((mirrored || partial_offload) &&
+      (options.host_backend == nullptr || !options.host_backend->memory_is_host())) {
     result.error = fmt::format(
         "training on {} with offload_optimizer needs a host backend for the model states "
         "(TrainerOptions::host_backend)",
@@ -356,6 +361,7 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
   // Without offload_optimizer, a GPU holds every model state.
   if (on_device && !mirrored) {
     state_inputs.optimizer_device = &backend;
+    if (partial_offload) state_inputs.host_optimizer_backend = options.host_backend;
   }
   state_inputs.norm_ranges = norm_ranges(table);
   if (options.resume) {

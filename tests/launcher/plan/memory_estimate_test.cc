@@ -276,4 +276,31 @@ TEST_CASE("the GPU path holds fp32 parameters and whole gradients on the GPU, th
   }
 }
 
+TEST_CASE("partial offload keeps the rest of the optimizer's states on the GPU") {
+  const int64_t psi = 1'000'000;  // a quarter each over 4 ranks: 250,000 floats
+  for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    const bool mixed = precision != Precision::kFp32;
+    INFO((mixed ? "bf16" : "fp32"));
+    spec::TrainingSpec partial = training(precision, 3);
+    partial.zero.offload_optimizer.device = spec::OffloadDevice::kCpu;
+    partial.zero.offload_optimizer.ratio = 0.4;
+    spec::TrainingSpec on_gpu = training(precision, 3);
+    const ModelStateBytes all = mirrored_state_bytes(psi, on_gpu, 4);
+    const ModelStateBytes bytes = mirrored_state_bytes(psi, partial, 4);
+    // The GPU as without offload, but for the 100,000 floats in host memory:
+    // their fp32 masters and moments, and a chunk's gradients and weights.
+    CHECK(bytes.parameters == all.parameters);
+    CHECK(bytes.gradients == all.gradients);
+    CHECK(bytes.communication_buffers == all.communication_buffers);
+    CHECK(bytes.optimizer_states == (mixed ? 12 : 8) * 150'000);
+    CHECK(all.optimizer_states == (mixed ? 12 : 8) * 250'000);
+    CHECK(bytes.offloaded_to_host == 12 * 100'000 + 8 * 100'000);
+    CHECK(all.offloaded_to_host == 0);
+    CHECK(bytes.offloaded_to_nvme == 0);
+    // Ratio 1 offloads them whole (the mirror): none on the GPU.
+    partial.zero.offload_optimizer.ratio = 1;
+    CHECK(mirrored_state_bytes(psi, partial, 4).optimizer_states == 0);
+  }
+}
+
 }  // namespace dslaunch::plan

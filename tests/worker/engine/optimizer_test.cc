@@ -1,8 +1,9 @@
 // AdamW with its states on a device (AdamW::place_on_device) takes the steps
 // the same optimizer takes in host memory, bit for bit: a chunk at a time,
 // on whole or partitioned gradients, on a slice of the layout that starts
-// mid-tensor, with resumed moments. The device is the
-// emulator's guarded memory, which faults on any host access to it.
+// mid-tensor, with resumed moments, and with a share of its states in host
+// memory (partial offload). The device is the emulator's guarded memory,
+// which faults on any host access to it.
 #include "worker/engine/optimizer.h"
 
 #include <catch2/catch.hpp>
@@ -55,16 +56,17 @@ std::vector<float> moments_of(AdamW& optimizer, int64_t n) {
 }
 
 // A device's weights and (16-bit training) the optimizer's own masters,
-// from `initial`.
+// from `initial`; the first `host_count` floats' states in host memory.
 struct OnDevice {
   OnDevice(kernels::Backend& device, const core::ParameterTable& table, int64_t begin, int64_t end,
-           const std::vector<float>& initial, core::DType precision, int64_t chunk)
+           const std::vector<float>& initial, core::DType precision, int64_t chunk,
+           kernels::Backend* host = nullptr, int64_t host_count = 0)
       : optimizer(adamw_spec(), table, begin, end),
         weights(device, table.total()),
         mixed(precision != core::DType::kF32),
         precision(precision) {
     device.copy_host_to_device(weights.data(), initial.data(), weights.bytes());
-    optimizer.place_on_device(device, mixed ? nullptr : weights.data(), chunk);
+    optimizer.place_on_device(device, mixed ? nullptr : weights.data(), chunk, host, host_count);
     optimizer.set_masters(0, end - begin, initial.data() + begin);
   }
   RoundedCopy rounded() { return mixed ? RoundedCopy{weights.data(), precision} : RoundedCopy{}; }
@@ -105,9 +107,12 @@ TEST_CASE("AdamW on a device steps as in host memory, on whole or partitioned gr
       return mixed ? RoundedCopy{host_weights.data(), precision} : RoundedCopy{};
     };
     // On the device: one reading the whole layout's gradients (ZeRO stages
-    // 0-1), one its partition's only (stage 2).
+    // 0-1), one its partition's only (stage 2); one with the states of its
+    // first 2.5 chunks in host memory, CPU Adam stepping them.
+    const int64_t host_count = 5 * kChunk / 2;
     OnDevice whole(*device, table, begin, end, initial, precision, kChunk);
     OnDevice partition(*device, table, begin, end, initial, precision, kChunk);
+    OnDevice twin(*device, table, begin, end, initial, precision, kChunk, cpu.get(), host_count);
     CHECK(whole.optimizer.moment_group() == kChunk);
     kernels::DeviceBuffer<float> device_grads(*device, total);
 
@@ -124,11 +129,15 @@ TEST_CASE("AdamW on a device steps as in host memory, on whole or partitioned gr
                   .step_partition(*device, partition.weights.data(), device_grads.data(), 1e-2,
                                   partition.rounded())
                   .ok());
+      REQUIRE(twin.optimizer
+                  .step_partition(*device, twin.weights.data(), device_grads.data(), 1e-2,
+                                  twin.rounded())
+                  .ok());
     }
     // What the model reads next, over the slice; outside it the device
     // wrote nothing.
     const std::vector<float>& expected = mixed ? host_weights : host_masters;
-    for (OnDevice* on : {&whole, &partition}) {
+    for (OnDevice* on : {&whole, &partition, &twin}) {
       const std::vector<float> weights = to_host(on->weights.data(), total);
       for (int64_t i = begin; i < end; ++i) {
         if (weights[i] != expected[i]) {
@@ -149,27 +158,38 @@ TEST_CASE("AdamW on a device steps as in host memory, on whole or partitioned gr
     // Resumed: the masters from the checkpoint's, the moments set a chunk
     // at a time; one more step matches.
     OnDevice resumed(*device, table, begin, end, host_masters, precision, kChunk);
+    OnDevice resumed_twin(*device, table, begin, end, host_masters, precision, kChunk, cpu.get(),
+                          host_count);
     const std::vector<float> moments = moments_of(host, n);
-    for (int64_t from = 0; from < n; from += resumed.optimizer.moment_group()) {
-      const int64_t count = std::min(resumed.optimizer.moment_group(), n - from);
-      REQUIRE(resumed.optimizer
-                  .set_moments(from, count, moments.data() + from, moments.data() + n + from)
-                  .ok());
+    for (OnDevice* on : {&resumed, &resumed_twin}) {
+      // (The host's share ends inside a chunk: that piece is set on both sides.)
+      for (int64_t from = 0; from < n; from += on->optimizer.moment_group()) {
+        const int64_t count = std::min(on->optimizer.moment_group(), n - from);
+        REQUIRE(
+            on->optimizer.set_moments(from, count, moments.data() + from, moments.data() + n + from)
+                .ok());
+      }
+      on->optimizer.set_steps_taken(host.steps_taken());
     }
-    resumed.optimizer.set_steps_taken(host.steps_taken());
     const std::vector<float> grads = random_floats(total, 20, 0.1f);
     REQUIRE(host.step(*cpu, host_masters.data(), grads.data(), 1e-2, host_rounded()).ok());
     device->copy_host_to_device(device_grads.data(), grads.data(), total * 4);
-    REQUIRE(resumed.optimizer
-                .step(*device, resumed.weights.data(), device_grads.data(), 1e-2, resumed.rounded())
-                .ok());
-    const std::vector<float> resumed_weights = to_host(resumed.weights.data(), total);
-    CHECK(std::vector<float>(resumed_weights.begin() + begin, resumed_weights.begin() + end) ==
-          std::vector<float>(expected.begin() + begin, expected.begin() + end));
-    CHECK(moments_of(resumed.optimizer, n) == moments_of(host, n));
+    for (OnDevice* on : {&resumed, &resumed_twin}) {
+      REQUIRE(
+          on->optimizer.step(*device, on->weights.data(), device_grads.data(), 1e-2, on->rounded())
+              .ok());
+      const std::vector<float> resumed_weights = to_host(on->weights.data(), total);
+      CHECK(std::vector<float>(resumed_weights.begin() + begin, resumed_weights.begin() + end) ==
+            std::vector<float>(expected.begin() + begin, expected.begin() + end));
+      CHECK(moments_of(on->optimizer, n) == moments_of(host, n));
+    }
     // What it holds on the device: the moments, and in 16-bit training the
-    // masters (in fp32 they are the weights).
+    // masters (in fp32 they are the weights); of the host's share, in host
+    // memory, masters and moments, and a chunk's gradients and weights.
     CHECK(resumed.optimizer.state_bytes() == (mixed ? 3 : 2) * n * 4);
+    CHECK(resumed.optimizer.host_state_bytes() == 0);
+    CHECK(resumed_twin.optimizer.state_bytes() == (mixed ? 3 : 2) * (n - host_count) * 4);
+    CHECK(resumed_twin.optimizer.host_state_bytes() == (3 * host_count + 2 * kChunk) * 4);
   }
 }
 

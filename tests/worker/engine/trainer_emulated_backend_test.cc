@@ -94,7 +94,31 @@ TEST_CASE("on memory the host cannot touch, ZeRO stages 0-3 train as in host mem
                                     {{1, n, 1}, 0, spec::OffloadDevice::kNone, core::DType::kF32},
                                     {{1, n, 1}, 1, spec::OffloadDevice::kNone, core::DType::kBF16},
                                     {{1, n, 1}, 2, spec::OffloadDevice::kNone, core::DType::kF16}};
+  // Partial offload (offload_optimizer cpu, ratio below 1): CPU Adam steps
+  // that share of each rank's optimizer states in host memory, the GPU the
+  // rest.
+  cases.push_back({{1, n, 1},
+                   2,
+                   spec::OffloadDevice::kCpu,
+                   core::DType::kBF16,
+                   1,
+                   spec::OffloadDevice::kNone,
+                   0.5});
+  cases.push_back({{1, 1, n},
+                   3,
+                   spec::OffloadDevice::kCpu,
+                   core::DType::kF32,
+                   1,
+                   spec::OffloadDevice::kNone,
+                   0.3});
   if (n == 2) {
+    cases.push_back({{1, 1, 2},
+                     1,
+                     spec::OffloadDevice::kCpu,
+                     core::DType::kF16,
+                     1,
+                     spec::OffloadDevice::kNone,
+                     0.75});
     // Pipeline parallelism takes ZeRO stage 1 at most.
     cases.push_back({{1, 1, 2}, 2, spec::OffloadDevice::kCpu, core::DType::kBF16});
     cases.push_back({{2, 1, 1}, 1, spec::OffloadDevice::kCpu, core::DType::kF32});

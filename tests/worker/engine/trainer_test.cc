@@ -111,7 +111,8 @@ TEST_CASE("what the engine cannot do yet is refused before training starts") {
              Catch::StartsWith("offload_param device cpu: on the CPU engine"));
 }
 
-TEST_CASE("training on GPUs takes Adam at ZeRO stages 0-2, its optimizer on the GPU or offloaded") {
+TEST_CASE(
+    "training on GPUs takes Adam at ZeRO stages 0-3, its optimizer on the GPU, offloaded or both") {
   spec::JobSpec spec = testing::tiny_job("a", "b");
   spec.cluster.device = spec::Device::kCuda;
   for (const int stage : {0, 1, 2}) {
@@ -130,10 +131,19 @@ TEST_CASE("training on GPUs takes Adam at ZeRO stages 0-2, its optimizer on the 
   CHECK_THAT(device_training_problem(spec), Catch::StartsWith("training on GPUs takes Adam"));
   spec.training.optimizer.type = spec::OptimizerType::kAdamW;
   spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kCpu;
+  // Partial offload: the rest of the states on the GPU, so neither the
+  // parameters offloaded nor ZeRO++ (which the host state's collectives do).
   spec.training.zero.offload_optimizer.ratio = 0.5;
-  CHECK_THAT(device_training_problem(spec), Catch::StartsWith("offload_optimizer.ratio 0.5"));
-  spec.training.zero.offload_optimizer.ratio = 1;
   spec.training.zero.stage = 3;
+  CHECK(device_training_problem(spec) == "");
+  spec.training.zero.offload_param.device = spec::OffloadDevice::kCpu;
+  CHECK_THAT(device_training_problem(spec),
+             Catch::StartsWith("offload_param on GPUs takes every optimizer state offloaded"));
+  spec.training.zero.offload_param.device = spec::OffloadDevice::kNone;
+  spec.training.zero.quantized_gradients = true;
+  CHECK_THAT(device_training_problem(spec), Catch::StartsWith("ZeRO++"));
+  spec.training.zero.quantized_gradients = false;
+  spec.training.zero.offload_optimizer.ratio = 1;
   // Stage 3 offloaded, the parameters' partitions in host memory or on
   // NVMe, ZeRO++ on the host state's collectives.
   for (const auto device :
