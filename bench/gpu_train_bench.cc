@@ -6,7 +6,10 @@
 // same GPU (bf16 autocast) when it is installed there; and the engine's
 // one-rank job at ZeRO stage 0 beside the same job at stage 3, whose
 // parameters are gathered into a sparse workspace (CUDA's virtual memory)
-// around each block's use: what stage 3's mapping and gathers cost.
+// around each block's use: what stage 3's mapping and gathers cost; and at
+// stage 3 with half the optimizer's states offloaded (offload_optimizer cpu,
+// ratio 0.5: CPU Adam steps that half in host memory): what partial offload
+// costs.
 //
 //   bazel run --config=cuda //bench:gpu_train_bench [-- --batch B --seq T --steps S]
 //
@@ -17,6 +20,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -117,9 +121,11 @@ Throughput ours(kernels::Backend& backend, const Shape& shape, DType precision, 
 // host, clipping, the loss scaler's check) at ZeRO stage `stage`, on random
 // tokens held in memory, in a data group of this process alone (MPI
 // started as a singleton, once: MPI cannot start again after it ends).
+// `offload_ratio` below 1: that share of the optimizer's states in host
+// memory, stepped by CPU Adam on every core.
 std::optional<Throughput> engine(kernels::Backend& backend, const Shape& shape, bool bf16,
-                                 int stage, int warmup, int steps, const core::Status& mpi,
-                                 std::string& error) {
+                                 int stage, double offload_ratio, int warmup, int steps,
+                                 const core::Status& mpi, std::string& error) {
   if (!mpi.ok()) {
     error = "the engine did not run: MPI did not start: " + mpi.message();
     return std::nullopt;
@@ -149,6 +155,10 @@ std::optional<Throughput> engine(kernels::Backend& backend, const Shape& shape, 
       spec.training.eval_batches = 1;
       spec.training.bf16 = bf16;
       spec.training.zero.stage = stage;
+      if (offload_ratio < 1) {
+        spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kCpu;
+        spec.training.zero.offload_optimizer.ratio = offload_ratio;
+      }
       worker::data::TrainingData data;
       std::mt19937 random(7);
       std::vector<int32_t> tokens((warmup + steps + 2) * shape.batch * (shape.seq + 1));
@@ -159,7 +169,8 @@ std::optional<Throughput> engine(kernels::Backend& backend, const Shape& shape, 
       data.train = {{&source, 0, source.size() - valid}};
       data.weights = {1.0};
       data.valid = {&source, source.size() - valid, source.size()};
-      auto host = kernels::make_cpu_backend(1);
+      auto host = kernels::make_cpu_backend(
+          static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
       std::vector<worker::engine::StepReport> reports;
       worker::engine::TrainerOptions options;
       options.data_comm = &(*groups)->data();
@@ -233,41 +244,47 @@ int main(int argc, char** argv) {
       (*backend)->name(), accelerators.cuda_runtime_version, accelerators.cublas_version, bf16_peak,
       fp32_peak, shape.batch, shape.seq, steps);
   std::cout << fmt::format(
-      "{:<6} {:>12} {:>10} {:>14} {:>12} {:>14} {:>15} {:>14} {:>10} {:>13} {:>10}\n", "",
+      "{:<6} {:>12} {:>10} {:>14} {:>12} {:>14} {:>15} {:>16} {:>14} {:>10} {:>13} {:>10}\n", "",
       "ours tok/s", "ours MFU", "engine tok/s", "engine MFU", "ZeRO 3 tok/s", "ZeRO 3/ZeRO 0",
-      "PyTorch tok/s", "PyTorch MFU", "ours/PyTorch", "loss");
+      "ratio 0.5 tok/s", "PyTorch tok/s", "PyTorch MFU", "ours/PyTorch", "loss");
   const std::string script = bench::runfile(argv[0], "tools/reference/gpt2_reference.py");
   const core::Status mpi = worker::comm::mpi_init();
   for (const DType precision : {DType::kBF16, DType::kF32}) {
     const bool bf16 = precision == DType::kBF16;
     const double peak = bf16 ? bf16_peak : fp32_peak;
     const Throughput mine = ours(**backend, shape, precision, warmup, steps);
-    std::string engine_error, stage3_error, error;
+    std::string engine_error, stage3_error, partial_error, error;
     const std::optional<Throughput> job =
-        engine(**backend, shape, bf16, 0, warmup, steps, mpi, engine_error);
+        engine(**backend, shape, bf16, 0, 1.0, warmup, steps, mpi, engine_error);
     const std::optional<Throughput> stage3 =
-        engine(**backend, shape, bf16, 3, warmup, steps, mpi, stage3_error);
+        engine(**backend, shape, bf16, 3, 1.0, warmup, steps, mpi, stage3_error);
+    const std::optional<Throughput> partial =
+        engine(**backend, shape, bf16, 3, 0.5, warmup, steps, mpi, partial_error);
     std::optional<Throughput> theirs;
     if (!skip_pytorch) theirs = pytorch(shape, bf16, warmup, steps, script, error);
     std::cout << fmt::format(
-        "{:<6} {:>12.0f} {:>9.1f}% {:>14} {:>12} {:>14} {:>15} {:>14} {:>10} {:>13} {:>10.4f}\n",
+        "{:<6} {:>12.0f} {:>9.1f}% {:>14} {:>12} {:>14} {:>15} {:>16} {:>14} {:>10} {:>13} "
+        "{:>10.4f}\n",
         bf16 ? "bf16" : "fp32", mine.tokens_per_second, 100 * mine.tflops / peak,
         job ? fmt::format("{:.0f}", job->tokens_per_second) : "-",
         job ? fmt::format("{:.1f}%", 100 * job->tflops / peak) : "-",
         stage3 ? fmt::format("{:.0f}", stage3->tokens_per_second) : "-",
         job && stage3 ? fmt::format("{:.2f}x", stage3->tokens_per_second / job->tokens_per_second)
                       : "-",
+        partial ? fmt::format("{:.0f}", partial->tokens_per_second) : "-",
         theirs ? fmt::format("{:.0f}", theirs->tokens_per_second) : "-",
         theirs ? fmt::format("{:.1f}%", 100 * theirs->tflops / peak) : "-",
         theirs ? fmt::format("{:.2f}x", mine.tokens_per_second / theirs->tokens_per_second) : "-",
         mine.last_loss);
-    for (const std::string& e : {engine_error, stage3_error, error}) {
+    for (const std::string& e : {engine_error, stage3_error, partial_error, error}) {
       if (!e.empty()) std::cout << "  " << e << "\n";
     }
   }
   std::cout << "\nours: the model's forward, backward and AdamW alone; engine: a one-rank "
                "job's steps through engine::train (every state on the GPU), at ZeRO stage 0 and "
-               "at stage 3 (each block gathered into mapped pages around its use).\n";
+               "at stage 3 (each block gathered into mapped pages around its use), and at stage 3 "
+               "with half of the optimizer's states in host memory, stepped by CPU Adam "
+               "(offload_optimizer cpu, ratio 0.5).\n";
   std::cout << "MFU: the model's matrix-product FLOPs per second (6 per parameter of the "
                "matrices plus attention's, per token) over the cuBLAS peak of the same "
                "precision measured above.\n";

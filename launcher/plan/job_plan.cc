@@ -229,7 +229,9 @@ void add_host_memory_warnings(const LocalMachine& machine, JobPlan& plan) {
     // With the optimizer on the GPU nothing is here.
     const ModelStateBytes& bytes = plan.memory_by_stage[stage];
     if (bytes.offloaded_to_host == 0 && bytes.offloaded_to_nvme == 0) continue;
-    const int64_t need = bytes.offloaded_to_host + plan.workspace_by_stage[stage].total();
+    const int64_t need =
+        bytes.offloaded_to_host +
+        (plan.workspace_in_host_memory ? plan.workspace_by_stage[stage].total() : 0);
     if (need <= share) continue;
     plan.warnings.push_back(fmt::format(
         "pipeline stage {}: the model states and ZeRO's buffers in host memory need {:.2f} GiB "
@@ -431,6 +433,7 @@ std::optional<JobPlan> plan_on_device(const spec::JobSpec& spec, const spec::Sou
       plan.host_model_states &&
       (spec.training.zero.offload_optimizer.device == spec::OffloadDevice::kNone ||
        spec::partial_optimizer_offload(spec.training.zero));
+  plan.workspace_in_host_memory = plan.host_model_states && !all_on_gpu;
   for (int stage = 0; stage < pipeline; ++stage) {
     plan.stage_layers.push_back(core::rank_chunks(virtual_stages, pipeline, stage));
     const int64_t psi = parameters_per_rank(spec.model, spec.parallelism, stage);
@@ -458,9 +461,7 @@ std::optional<JobPlan> plan_on_device(const spec::JobSpec& spec, const spec::Sou
 }  // namespace
 
 int64_t JobPlan::workspace_on_device(size_t stage) const {
-  const ModelStateBytes& bytes = memory_by_stage[stage];
-  const bool states_in_host_memory = bytes.offloaded_to_host > 0 || bytes.offloaded_to_nvme > 0;
-  return host_model_states && states_in_host_memory ? 0 : workspace_by_stage[stage].total();
+  return workspace_in_host_memory ? 0 : workspace_by_stage[stage].total();
 }
 
 std::optional<JobPlan> make_plan(const spec::JobSpec& spec, const spec::SourceMap& locations,

@@ -45,10 +45,13 @@ struct JobPlan {
   std::vector<WorkspaceBytes> workspace_by_stage;  // per rank; empty likewise
   // Training on GPUs as it runs today (spec::device_training_problem
   // accepts the job), counted by mirrored_state_bytes: without
-  // offload_optimizer every model state on the GPU; with it the model
+  // offload_optimizer every model state on the GPU (with partial offload,
+  // but for a share of the optimizer's states); with it the model
   // states and ZeRO's buffers in host memory, and on the GPU the model's
   // mirror. The activations are on the GPU either way.
   bool host_model_states = false;
+  // The latter: ZeRO's workspaces and buffers are the host state's.
+  bool workspace_in_host_memory = false;
   int64_t device_memory_bytes = 0;               // per rank; 0 when unknown
   int64_t padded_vocab_size = 0;
   int64_t total_parameters = 0;
@@ -59,9 +62,9 @@ struct JobPlan {
 
   int world_size() const { return grid.world_size(); }
   // What of pipeline stage `stage`'s workspace is in the device's memory:
-  // all of it on the CPU engine and with every model state on a GPU (ZeRO
+  // all of it on the CPU engine and with the model states on a GPU (ZeRO
   // stage 3's gathered parameters there), none where the model states are
-  // in host memory (offload on GPUs).
+  // in host memory (workspace_in_host_memory).
   int64_t workspace_on_device(size_t stage) const;
   // Precondition: memory_by_stage is not empty (a training job).
   const ModelStateBytes& memory_of_rank(int rank) const {

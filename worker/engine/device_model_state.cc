@@ -94,6 +94,17 @@ class DeviceModelState final : public ModelState {
       // In fp32 training the weights are the masters.
       optimizer_.place_on_device(device_, mixed() ? nullptr : weights(),
                                  core::kDeviceOptimizerChunk, host_optimizer_, host_share_);
+    } catch (const HostShareNoRoom&) {
+      return core::Status(
+          core::StatusCode::kResourceExhausted,
+          fmt::format(
+              "host memory has no room for offload_optimizer.ratio {}'s share of the "
+              "optimizer's states ({:.2f} GiB: fp32 masters and moments of {} "
+              "parameters); lower zero_optimization.offload_optimizer.ratio, or "
+              "spread the ranks over more hosts",
+              training_.zero.offload_optimizer.ratio,
+              static_cast<double>(core::host_optimizer_bytes(host_share_)) / (int64_t{1} << 30),
+              host_share_));
     } catch (const std::bad_alloc&) {
       return core::Status(
           core::StatusCode::kResourceExhausted,

@@ -155,16 +155,20 @@ void AdamW::place_on_device(kernels::Backend& device, float* weights, int64_t ch
   if (on_host > 0) {
     on->host = host;
     on->host_count = on_host;
-    on->host_masters.assign(on_host, 0.0f);
-    on->host_m.assign(on_host, 0.0f);
-    on->host_v.assign(on_host, 0.0f);
+    try {
+      on->host_masters.assign(on_host, 0.0f);
+      on->host_m.assign(on_host, 0.0f);
+      on->host_v.assign(on_host, 0.0f);
+      const int64_t staged = std::min(on_host, on->chunk);
+      on->staged_grads.resize(staged);
+      on->staged_weights.resize(staged);
+    } catch (const std::bad_alloc&) {
+      throw HostShareNoRoom();
+    }
     if (!m_.empty()) {
       std::copy_n(m_.data(), on_host, on->host_m.data());
       std::copy_n(v_.data(), on_host, on->host_v.data());
     }
-    const int64_t staged = std::min(on_host, on->chunk);
-    on->staged_grads.resize(staged);
-    on->staged_weights.resize(staged);
   }
   std::vector<float>().swap(m_);
   std::vector<float>().swap(v_);
@@ -411,7 +415,7 @@ core::Status AdamW::update_on_device(const GroupIo& io, const kernels::Backend::
   OnDevice& d = *device_;
   // Masters of its own in fp32 training would leave the model's weights
   // behind: there the weights are the masters (place_on_device()).
-  if (rounded.weights == nullptr && d.own_masters.data() != nullptr) {
+  if (rounded.weights == nullptr && (d.own_masters.data() != nullptr || d.weights == nullptr)) {
     return core::internal_error(
         "the optimizer on the device updates masters of its own in fp32 training");
   }

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,15 @@ struct RoundedCopy {
 // groups. Owns the two moment buffers (same layout as the parameters, or a
 // slice of it), in memory, after swap_moments() on a drive, or after
 // place_on_device() on a GPU; not thread-safe.
+// AdamW::place_on_device() found no room in host memory for the share of
+// the states it keeps there (the GPU's own shortage is std::bad_alloc).
+class HostShareNoRoom : public std::bad_alloc {
+ public:
+  const char* what() const noexcept override {
+    return "no room in host memory for the optimizer's host share";
+  }
+};
+
 class AdamW {
  public:
   // Updates the floats [begin, end) of the table's layout: a whole buffer,
@@ -75,7 +85,8 @@ class AdamW {
   // first `host_count` floats of [begin, end) keep their fp32 masters (in
   // fp32 training too) and moments in host memory, where `host`'s kernels
   // (CPU Adam) update them, a chunk at a time: its gradients copied from
-  // the device, its updated weights copied back.
+  // the device, its updated weights copied back. Throws HostShareNoRoom
+  // when host memory lacks the room for that share.
   void place_on_device(kernels::Backend& device, float* weights = nullptr,
                        int64_t chunk = core::kDeviceOptimizerChunk,
                        kernels::Backend* host = nullptr, int64_t host_count = 0);

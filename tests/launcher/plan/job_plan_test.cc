@@ -945,6 +945,44 @@ data:
                                  "hosts, or fewer ranks per host"));
 }
 
+TEST_CASE("a GPU job with a share of its optimizer offloaded counts ZeRO's workspace on the GPU") {
+  Folder folder;
+  const std::string text = R"(
+cluster:
+  device: cuda
+  num_gpus: 2
+  topology:
+    device_memory_gb: 1
+training:
+  train_micro_batch_size_per_gpu: 1
+  steps: 10
+  zero_optimization:
+    stage: 3
+    offload_optimizer:
+      device: cpu
+      ratio: 0.5
+data:
+  train: demo
+)";
+  const Planned planned = plan_file(folder.write("partial.yaml", text));
+  INFO(planned.diagnostics.format());
+  REQUIRE(planned.plan.has_value());
+  const JobPlan& plan = *planned.plan;
+  CHECK(plan.host_model_states);
+  CHECK_FALSE(plan.workspace_in_host_memory);
+  // Half of each rank's optimizer states in host memory, half on the GPU.
+  const ModelStateBytes& bytes = plan.memory_by_stage[0];
+  CHECK(bytes.offloaded_to_host > 0);
+  CHECK(bytes.optimizer_states > 0);
+  // Stage 3's gathered parameters and backward's gradient pages are the
+  // GPU's, as without offload.
+  CHECK(plan.workspace_by_stage[0].total() > 0);
+  CHECK(plan.workspace_on_device(0) == plan.workspace_by_stage[0].total());
+  // Too much for a 1 GiB GPU: raising the ratio comes first.
+  REQUIRE(plan.warnings.size() == 1);
+  CHECK_THAT(plan.warnings[0], Catch::Contains("raise offload_optimizer.ratio (0.5)"));
+}
+
 TEST_CASE("memory needs larger than the device memory are warned about per stage") {
   Folder folder;
   // GPT-2 small in fp32, pipeline 2, one data rank: every model state on

@@ -180,23 +180,29 @@ TEST_CASE("a GPU-path run resumed from its checkpoint continues bit for bit") {
   // the weights being the masters; with two data ranks the optimizer of a
   // partition, or at stage 0 of the whole model, of which each rank's
   // checkpoint takes its partition; at stage 3 the weights are gathered
-  // from the partitions again after the resume.
+  // from the partitions again after the resume. Partial offload: the
+  // checkpoint and the resume cross the split between the host's share
+  // (its own fp32 masters, in fp32 training too) and the GPU's.
   struct Case {
     spec::OffloadDevice offload;
     int stage;
     bool bf16;
+    double ratio = 1;
   };
   for (const Case& c :
        {Case{spec::OffloadDevice::kCpu, 2, true}, Case{spec::OffloadDevice::kNone, 2, true},
         Case{spec::OffloadDevice::kNone, 0, false}, Case{spec::OffloadDevice::kNone, 3, true},
-        Case{spec::OffloadDevice::kCpu, 3, false}}) {
-    INFO("offload " << static_cast<int>(c.offload) << ", ZeRO stage " << c.stage
-                    << (c.bf16 ? ", bf16" : ", fp32"));
+        Case{spec::OffloadDevice::kCpu, 3, false}, Case{spec::OffloadDevice::kCpu, 2, false, 0.5},
+        Case{spec::OffloadDevice::kCpu, 3, true, 0.4}}) {
+    INFO("offload " << static_cast<int>(c.offload) << " (ratio " << c.ratio << "), ZeRO stage "
+                    << c.stage << (c.bf16 ? ", bf16" : ", fp32"));
     spec.training.zero.offload_optimizer.device = c.offload;
+    spec.training.zero.offload_optimizer.ratio = c.ratio;
     spec.training.zero.stage = c.stage;
     spec.training.bf16 = c.bf16;
-    const std::string run =
-        dir + "/" + std::to_string(c.stage) + "-" + std::to_string(static_cast<int>(c.offload));
+    const std::string run = dir + "/" + std::to_string(c.stage) + "-" +
+                            std::to_string(static_cast<int>(c.offload)) + "-" +
+                            std::to_string(c.ratio);
     const OffloadRun whole =
         train_offloaded(*guarded, spec, data_parallel, host.get(), false, run + "/whole");
     REQUIRE_OK(comm::testing::world_barrier());  // every shard is written
