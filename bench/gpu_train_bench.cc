@@ -203,7 +203,10 @@ std::optional<Throughput> pytorch(const Shape& shape, bool bf16, int warmup, int
       script, bf16 ? "--bf16" : "", shape.seq, shape.batch, steps, warmup);
   const std::optional<nlohmann::json> result = bench::last_json_object(command, error);
   if (!result || !result->contains("tokens_per_s")) {
-    error = "PyTorch on this GPU did not run: " + (result ? result->dump() : error).substr(0, 300);
+    // A traceback's end says what went wrong.
+    const std::string said = result ? result->dump() : error;
+    error = "PyTorch on this GPU did not run: ..." +
+            said.substr(said.size() - std::min<size_t>(said.size(), 400));
     return std::nullopt;
   }
   Throughput t;

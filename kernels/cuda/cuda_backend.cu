@@ -1,20 +1,24 @@
 // The CUDA backend: kernels/backend.h on one GPU. The kernels are
 // SimtBackend's (kernels/simt), the same code the emulated backend runs on
-// the CPU in the tests; the products are the shared descriptors on cuBLAS.
+// the CPU in the tests; the products are the shared descriptors on cuBLAS,
+// those with 16-bit operands in staged tiles (kernels/rounded_gemm_tiles.h).
 // Compiled with --fmad=false (BUILD.bazel) so the AdamW element rounds as
 // the CPU backend's does.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/allocation_tally.h"
 #include "kernels/cuda/cublas_gemm.h"
 #include "kernels/cuda/cuda_sparse_memory.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_thread.cuh"
+#include "kernels/rounded_gemm_tiles.h"
 #include "kernels/simt/simt_backend.h"
 
 namespace dslaunch::kernels::cuda {
@@ -65,6 +69,7 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
   }
   ~CudaBackend() override {
     deallocate(scratch_);
+    deallocate(staging_);
     cublasDestroy(cublas_);
   }
 
@@ -130,13 +135,16 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
   void synchronize() override { check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
   void set_matmul_precision(core::DType dtype) override {
-    compute_type_for(dtype);  // refuses what has no compute type
+    if (dtype != core::DType::kF32 && dtype != core::DType::kBF16 && dtype != core::DType::kF16) {
+      throw std::invalid_argument("cuBLAS products: no products in " +
+                                  std::string(core::dtype_name(dtype)));
+    }
     matmul_precision_ = dtype;
   }
   std::string matmul_kernel() const override {
     if (matmul_precision_ == core::DType::kF32) return "cuBLAS fp32";
     return "cuBLAS " + std::string(core::dtype_name(matmul_precision_)) +
-           " tensor cores (fp32 accumulation)";
+           " tensor cores (operands rounded to nearest even, fp32 accumulation)";
   }
 
  private:
@@ -147,7 +155,38 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
     cuda::launch(kernel, stream_);  // not SimtBackend::launch
   }
   void run_gemm(const RowMajorGemm& product, const float* A, const float* B, float* C) {
-    cublas_gemm(cublas_, product, A, B, C, matmul_precision_);
+    if (matmul_precision_ == core::DType::kF32) {
+      cublas_gemm(cublas_, product, A, B, C);
+      return;
+    }
+    const std::vector<GemmTile> tiles = rounded_gemm_tiles(product, kStagingElements);
+    const StagingLayout layout = staging_layout(tiles);
+    uint16_t* staged_a = staging(layout.elements);
+    uint16_t* staged_b = staged_a + layout.b_offset;
+    const GemmTile* previous = nullptr;
+    for (const GemmTile& tile : tiles) {
+      if (previous == nullptr || !(previous->a == tile.a)) pack(tile.a, A, staged_a);
+      if (previous == nullptr || !(previous->b == tile.b)) pack(tile.b, B, staged_b);
+      cublas_gemm_16(cublas_, tile.product, staged_a, staged_b, C + tile.c_offset,
+                     matmul_precision_);
+      previous = &tile;
+    }
+  }
+  void pack(const MatrixBlock& block, const float* matrix, uint16_t* to) {
+    if (block.elements() == 0) return;
+    launch_kernel(simt::PackRounded16{to, matrix + block.offset, block.rows, block.cols, block.ld,
+                                      matmul_precision_});
+  }
+  // Grown like scratch_doubles.
+  uint16_t* staging(int64_t count) {
+    if (count > staging_count_) {
+      deallocate(staging_);
+      staging_ = nullptr;
+      staging_count_ = 0;
+      staging_ = static_cast<uint16_t*>(allocate(count * static_cast<int64_t>(sizeof(uint16_t))));
+      staging_count_ = count;
+    }
+    return staging_;
   }
   // Grows by reallocating: cudaFree waits for the work still using the old
   // memory, so this is stream-ordered like everything else.
@@ -169,6 +208,11 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
   core::DType matmul_precision_ = core::DType::kF32;
   double* scratch_ = nullptr;  // partial sums, grown as needed
   int64_t scratch_count_ = 0;
+  // The 16-bit products' rounded operands: 64 Mi values (128 MiB) hold
+  // GPT-2's largest operands at 8 sequences of 1024 tokens in a few tiles.
+  static constexpr int64_t kStagingElements = int64_t{64} << 20;
+  uint16_t* staging_ = nullptr;
+  int64_t staging_count_ = 0;
   AllocationTally tally_;
 };
 

@@ -64,6 +64,27 @@ struct RoundTo {
   }
 };
 
+// A block of a row-major fp32 matrix (rows x cols, rows `ld` apart) rounded
+// to bf16 or fp16 and packed as 16-bit values (rows `cols` apart): an
+// operand of a 16-bit product on cuBLAS (kernels/rounded_gemm_tiles.h).
+struct PackRounded16 {
+  uint16_t* out;
+  const float* in;
+  int64_t rows;
+  int64_t cols;
+  int64_t ld;
+  core::DType dtype;
+
+  LaunchShape shape() const { return grid_stride_shape(rows * cols); }
+  template <class Thread>
+  DSL_HOST_DEVICE void operator()(Thread& t) const {
+    for (int64_t i = grid_first(t); i < rows * cols; i += grid_stride(t)) {
+      const float value = in[i / cols * ld + i % cols];
+      out[i] = dtype == core::DType::kBF16 ? float_to_bf16(value) : float_to_fp16(value);
+    }
+  }
+};
+
 // Backend::convert between fp32, bf16 and fp16 (the caller checks the
 // dtypes).
 struct Convert {

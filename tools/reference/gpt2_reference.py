@@ -136,7 +136,7 @@ def define_model(torch):
             q, k, v = self.c_attn(x).split(C, dim=2)
             q, k, v = (t.view(B, T, self.heads, hs).transpose(1, 2) for t in (q, k, v))
             scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-            future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+            future = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), diagonal=1)
             scores = scores.masked_fill(future, float("-inf"))
             y = F.softmax(scores, dim=-1) @ v
             return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
@@ -180,7 +180,7 @@ def define_model(torch):
         def forward(self, inputs, targets):
             t = self.transformer
             T = inputs.shape[1]
-            x = t.wte(inputs) + t.wpe(torch.arange(T))
+            x = t.wte(inputs) + t.wpe(torch.arange(T, device=inputs.device))
             for block in t.h:
                 x = block(x)
             logits = t.ln_f(x) @ t.wte.weight.t()  # tied output layer

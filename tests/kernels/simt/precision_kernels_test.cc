@@ -77,5 +77,22 @@ TEST_CASE("round_to and every conversion match the CPU backend bit for bit") {
   }
 }
 
+TEST_CASE("a 16-bit product's operand block is packed as the CPU backend converts it") {
+  // 37 rows of 29 values from a matrix whose rows are 41 apart, after 3.
+  constexpr int64_t kRows = 37, kCols = 29, kLd = 41, kOffset = 3;
+  const auto matrix = random_floats(kOffset + kRows * kLd, 7, -300.0f, 300.0f);
+  std::vector<float> block(kRows * kCols);
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t c = 0; c < kCols; ++c) block[r * kCols + c] = matrix[kOffset + r * kLd + c];
+  }
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    INFO("pack as " << core::dtype_name(dtype));
+    std::vector<uint16_t> out(kRows * kCols + 1, 0xdead), expected(out.size(), 0xdead);
+    cpu_backend().convert(expected.data(), dtype, block.data(), DType::kF32, kRows * kCols);
+    emulate(PackRounded16{out.data(), matrix.data() + kOffset, kRows, kCols, kLd, dtype});
+    CHECK(out == expected);  // the element past the block too
+  }
+}
+
 }  // namespace
 }  // namespace dslaunch::kernels::testing

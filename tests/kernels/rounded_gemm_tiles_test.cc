@@ -1,0 +1,175 @@
+// The tiles of a 16-bit product on a GPU (kernels/rounded_gemm_tiles.h), run
+// here as the CUDA backend runs them: each tile's blocks rounded to bf16 and
+// packed into one staging buffer, then the tile's product through OpenBLAS
+// in the column-major form cuBLAS gets, against the product of the rounded
+// operands written out element by element: every transpose, padded leading
+// dimensions, a batch, and staging buffers from roomy to smaller than K.
+
+#include "kernels/rounded_gemm_tiles.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/sgemm.h"
+#include "kernels/half_precision.h"
+
+namespace dslaunch::kernels {
+namespace {
+
+std::vector<float> random_floats(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> values(n);
+  for (float& v : values) v = uniform(rng);
+  return values;
+}
+
+float bf16(float value) { return bf16_to_float(float_to_bf16(value)); }
+
+// C = alpha · op(round(A)) · op(round(B)) + beta · C from the definition.
+std::vector<double> reference(const RowMajorGemm& g, const std::vector<float>& A,
+                              const std::vector<float>& B, const std::vector<float>& C0) {
+  std::vector<double> C(C0.begin(), C0.end());
+  for (int64_t item = 0; item < g.batch; ++item) {
+    const float* a = A.data() + item * g.stride_a;
+    const float* b = B.data() + item * g.stride_b;
+    double* c = C.data() + item * g.stride_c;
+    for (int64_t i = 0; i < g.M; ++i) {
+      for (int64_t j = 0; j < g.N; ++j) {
+        double sum = 0;
+        for (int64_t k = 0; k < g.K; ++k) {
+          const float a_ik = g.trans_a == Transpose::kYes ? a[k * g.lda + i] : a[i * g.lda + k];
+          const float b_kj = g.trans_b == Transpose::kYes ? b[j * g.ldb + k] : b[k * g.ldb + j];
+          sum += static_cast<double>(bf16(a_ik)) * bf16(b_kj);
+        }
+        c[i * g.ldc + j] = g.alpha * sum + g.beta * c[i * g.ldc + j];
+      }
+    }
+  }
+  return C;
+}
+
+// What the CUDA backend does with the tiles, on the CPU: returns the
+// staged elements it wrote (a block the tile before staged is not staged
+// again).
+int64_t run_tiles(const std::vector<GemmTile>& tiles, const std::vector<float>& A,
+                  const std::vector<float>& B, std::vector<float>& C) {
+  const StagingLayout layout = staging_layout(tiles);
+  std::vector<float> staging(layout.elements, NAN);
+  const auto stage = [](const MatrixBlock& block, const std::vector<float>& from, float* to) {
+    for (int64_t r = 0; r < block.rows; ++r) {
+      for (int64_t c = 0; c < block.cols; ++c) {
+        to[r * block.cols + c] = bf16(from.at(block.offset + r * block.ld + c));
+      }
+    }
+    return block.elements();
+  };
+  int64_t staged = 0;
+  const GemmTile* previous = nullptr;
+  for (const GemmTile& tile : tiles) {
+    float* a = staging.data();
+    float* b = a + layout.b_offset;
+    if (previous == nullptr || !(previous->a == tile.a)) staged += stage(tile.a, A, a);
+    if (previous == nullptr || !(previous->b == tile.b)) staged += stage(tile.b, B, b);
+    cpu::sgemm(tile.product, a, b, C.data() + tile.c_offset);
+    previous = &tile;
+  }
+  return staged;
+}
+
+double relative_error(const std::vector<float>& actual, const std::vector<double>& expected) {
+  REQUIRE(actual.size() == expected.size());
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    worst = std::max(worst, std::abs(actual[i] - expected[i]));
+    scale = std::max(scale, std::abs(expected[i]));
+  }
+  return worst / scale;
+}
+
+TEST_CASE("16-bit products cut into staged tiles match the rounded operands' product") {
+  const int64_t K = 19, pad = 3, batch = 2;
+  for (const auto& [M, N] : {std::pair<int64_t, int64_t>{37, 23}, {23, 37}}) {
+    for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
+      for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
+        RowMajorGemm g{.trans_a = ta,
+                       .trans_b = tb,
+                       .M = M,
+                       .N = N,
+                       .K = K,
+                       .lda = (ta == Transpose::kYes ? M : K) + pad,
+                       .ldb = (tb == Transpose::kYes ? K : N) + pad,
+                       .ldc = N + pad,
+                       .alpha = 0.75f,
+                       .beta = -1.5f,
+                       .batch = batch};
+        g.stride_a = (ta == Transpose::kYes ? K : M) * g.lda;
+        g.stride_b = (tb == Transpose::kYes ? N : K) * g.ldb;
+        g.stride_c = M * g.ldc;
+        const auto A = random_floats(batch * g.stride_a, 1);
+        const auto B = random_floats(batch * g.stride_b, 2);
+        const auto C0 = random_floats(batch * g.stride_c, 3);
+        const auto expected = reference(g, A, B, C0);
+        // Roomy; the smaller operand whole and the other cut; both cut;
+        // less than 2·K.
+        const int64_t one_whole = std::min(M, N) * K + 12 * K;
+        for (const int64_t staging : {int64_t{1} << 20, one_whole, 7 * K + 3, K + 1}) {
+          INFO(M << "x" << N << ", transposed A " << (ta == Transpose::kYes) << ", B "
+                 << (tb == Transpose::kYes) << "; staging " << staging);
+          const std::vector<GemmTile> tiles = rounded_gemm_tiles(g, staging);
+          CHECK(staging_layout(tiles).elements <= std::max(staging, 2 * K));
+          auto C = C0;
+          const int64_t staged = run_tiles(tiles, A, B, C);
+          CHECK(relative_error(C, expected) < 1e-6);
+          if (staging == int64_t{1} << 20) {
+            CHECK(tiles.size() == static_cast<size_t>(batch));
+          } else {
+            CHECK(tiles.size() > static_cast<size_t>(batch));
+          }
+          // With one operand whole, each is staged once an item.
+          if (staging == one_whole) CHECK(staged == batch * (M + N) * K);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("16-bit product tiles: the smaller operand stays whole where it leaves room") {
+  // The logits' weight gradient: dwte (Vp,C) = dlogitsᵀ (Vp,N) · x (N,C).
+  const int64_t N = 8192, C = 768, Vp = 50304;
+  const RowMajorGemm g{.trans_a = Transpose::kYes,
+                       .M = Vp,
+                       .N = C,
+                       .K = N,
+                       .lda = Vp,
+                       .ldb = C,
+                       .ldc = C,
+                       .beta = 1.0f};
+  const int64_t staging = int64_t{64} << 20;
+  const std::vector<GemmTile> tiles = rounded_gemm_tiles(g, staging);
+  // x takes 768 of the buffer's 8192 columns of N floats: 7424 rows of
+  // dlogitsᵀ a tile.
+  REQUIRE(tiles.size() == static_cast<size_t>((Vp + 7423) / 7424));
+  for (const GemmTile& tile : tiles) {
+    CHECK(tile.b == MatrixBlock{0, N, C, C});  // x, whole
+    CHECK(tile.a.rows == N);
+    CHECK(tile.a.elements() + tile.b.elements() <= staging);
+    CHECK(tile.product.beta == 1.0f);
+  }
+  CHECK(tiles.back().c_offset == static_cast<int64_t>(tiles.size() - 1) * 7424 * C);
+}
+
+TEST_CASE("16-bit product tiles: an empty product has none, a malformed one is refused") {
+  CHECK(rounded_gemm_tiles({.M = 0, .N = 3, .K = 2, .lda = 2, .ldb = 3, .ldc = 3}, 100).empty());
+  CHECK_THROWS_AS(rounded_gemm_tiles({.M = 2, .N = 3, .K = 4, .lda = 2, .ldb = 3, .ldc = 3}, 100),
+                  std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace dslaunch::kernels
