@@ -38,6 +38,14 @@ inline constexpr int kChannelsPerLane = 4;
 inline constexpr int kMaxHeadSize = kChannelsPerLane * kWarpSize;
 static_assert(kMaxHeadSize == core::kMaxTiledHeadSize);
 
+// Where one sequence-head's vectors lie in a tensor: position i's at
+// start + i·stride.
+struct PositionRows {
+  int64_t start;
+  int64_t stride;
+  DSL_HOST_DEVICE int64_t operator()(int64_t i) const { return start + i * stride; }
+};
+
 // Where a launch's rows lie: blocks of kAttentionRows rows over B·NH
 // sequence-heads.
 struct AttentionGrid {
@@ -71,6 +79,11 @@ struct AttentionGrid {
   DSL_HOST_DEVICE int64_t out_index(int64_t bh, int64_t i, int64_t d) const {
     return (bh / NH * T + i) * C + bh % NH * hs() + d;
   }
+  // Part `part` of qkv for sequence-head bh; a (B,T,C) tensor's (out, dout).
+  DSL_HOST_DEVICE PositionRows qkv_rows(int64_t bh, int part) const {
+    return {qkv_index(bh, 0, part, 0), 3 * C};
+  }
+  DSL_HOST_DEVICE PositionRows out_rows(int64_t bh) const { return {out_index(bh, 0, 0), C}; }
 };
 
 // Floats of shared memory, laid out one after another. The tiles that lanes
@@ -92,35 +105,27 @@ DSL_HOST_DEVICE inline float dot_product(const float* a, const float* b, int64_t
 }
 
 // rows[r·ld + d] = element d of position first + r (0 past T), for `count`
-// positions, where element(i, d) indexes the source; the block's threads
-// share the work.
-template <class Thread, class Index>
+// positions of the source's `positions`. A warp copies a row, a lane a
+// channel: the reads coalesce, and no thread divides (a 64-bit division is
+// a long instruction sequence on a GPU: dividing per element made staging
+// cost more than the arithmetic).
+template <class Thread>
 DSL_HOST_DEVICE void stage_rows(Thread& t, float* rows, int64_t ld, const float* source,
                                 const AttentionGrid& g, int64_t first, int count,
-                                const Index& element) {
+                                PositionRows positions) {
   const int64_t hs = g.hs();
-  for (int64_t idx = t.thread_index(); idx < count * hs; idx += t.block_size()) {
-    const int64_t r = idx / hs, d = idx % hs;
+  const int warps = t.block_size() / kWarpSize;
+  for (int r = t.warp(); r < count; r += warps) {
     const int64_t i = first + r;
-    rows[r * ld + d] = i < g.T ? source[element(i, d)] : 0.0f;
+    float* to = rows + r * ld;
+    if (i < g.T) {
+      const float* from = source + positions(i);
+      for (int64_t d = t.lane(); d < hs; d += kWarpSize) to[d] = from[d];
+    } else {
+      for (int64_t d = t.lane(); d < hs; d += kWarpSize) to[d] = 0.0f;
+    }
   }
 }
-
-// Part `part` of qkv (0 q, 1 k, 2 v), or a (B,T,C) tensor such as dout,
-// for sequence-head bh: stage_rows' index.
-struct QkvPart {
-  const AttentionGrid& g;
-  int64_t bh;
-  int part;
-  DSL_HOST_DEVICE int64_t operator()(int64_t i, int64_t d) const {
-    return g.qkv_index(bh, i, part, d);
-  }
-};
-struct OutRows {
-  const AttentionGrid& g;
-  int64_t bh;
-  DSL_HOST_DEVICE int64_t operator()(int64_t i, int64_t d) const { return g.out_index(bh, i, d); }
-};
 
 // acc[k] = acc[k]·rescale + Σ_r weights[r]·tile[r·ld + d] for this lane's
 // channels d = k·32 + lane: a tile's weighted rows into a row's sums.
@@ -165,8 +170,8 @@ DSL_HOST_DEVICE void next_key_tile(Thread& t, float* ks, float* vs, const Attent
                                    const float* qkv, const AttentionGrid& g, int64_t bh,
                                    int64_t tile) {
   t.sync_threads();
-  stage_rows(t, ks, s.tile_ld(), qkv, g, tile, kAttentionTile, QkvPart{g, bh, 1});
-  stage_rows(t, vs, s.tile_ld(), qkv, g, tile, kAttentionTile, QkvPart{g, bh, 2});
+  stage_rows(t, ks, s.tile_ld(), qkv, g, tile, kAttentionTile, g.qkv_rows(bh, 1));
+  stage_rows(t, vs, s.tile_ld(), qkv, g, tile, kAttentionTile, g.qkv_rows(bh, 2));
   t.sync_threads();
 }
 
@@ -183,6 +188,7 @@ struct TiledAttentionForward {
   template <class Thread>
   DSL_HOST_DEVICE void operator()(Thread& t) const {
     const int64_t hs = g.hs();
+    const float scale = g.scale();
     const AttentionShared s{hs};
     float* qs = t.template shared_memory<float>();
     float* ks = qs + s.rows_floats();
@@ -191,7 +197,7 @@ struct TiledAttentionForward {
     const int64_t bh = g.bh(t), first = g.first_row(t);
     const int w = t.warp(), lane = t.lane();
     const int64_t i = first + w;
-    stage_rows(t, qs, hs, qkv, g, first, kAttentionRows, QkvPart{g, bh, 0});
+    stage_rows(t, qs, hs, qkv, g, first, kAttentionRows, g.qkv_rows(bh, 0));
     OnlineSoftmax softmax;
     float acc[kChannelsPerLane] = {};
     for (int64_t tile = 0; tile <= g.last_row(first); tile += kAttentionTile) {
@@ -199,7 +205,7 @@ struct TiledAttentionForward {
       const int64_t j = tile + lane;
       const bool visible = i < g.T && j <= i;
       const float score =
-          visible ? g.scale() * dot_product(qs + w * hs, ks + lane * s.tile_ld(), hs) : -INFINITY;
+          visible ? scale * dot_product(qs + w * hs, ks + lane * s.tile_ld(), hs) : -INFINITY;
       float rescale;
       ps[w * kAttentionTile + lane] = softmax.add(t, score, rescale);
       t.sync_threads();
@@ -232,6 +238,7 @@ struct TiledAttentionBackwardQuery {
   template <class Thread>
   DSL_HOST_DEVICE void operator()(Thread& t) const {
     const int64_t hs = g.hs();
+    const float scale = g.scale();
     const AttentionShared s{hs};
     float* qs = t.template shared_memory<float>();
     float* dos = qs + s.rows_floats();
@@ -241,8 +248,8 @@ struct TiledAttentionBackwardQuery {
     const int64_t bh = g.bh(t), first = g.first_row(t);
     const int w = t.warp(), lane = t.lane();
     const int64_t i = first + w;
-    stage_rows(t, qs, hs, qkv, g, first, kAttentionRows, QkvPart{g, bh, 0});
-    stage_rows(t, dos, hs, dout, g, first, kAttentionRows, OutRows{g, bh});
+    stage_rows(t, qs, hs, qkv, g, first, kAttentionRows, g.qkv_rows(bh, 0));
+    stage_rows(t, dos, hs, dout, g, first, kAttentionRows, g.out_rows(bh));
     // First pass: the statistics.
     OnlineSoftmax softmax;
     float weighted = 0;  // Σ exp(s - m)·dP, rescaled with the softmax
@@ -251,7 +258,7 @@ struct TiledAttentionBackwardQuery {
       const int64_t j = tile + lane;
       const bool visible = i < g.T && j <= i;
       const float score =
-          visible ? g.scale() * dot_product(qs + w * hs, ks + lane * s.tile_ld(), hs) : -INFINITY;
+          visible ? scale * dot_product(qs + w * hs, ks + lane * s.tile_ld(), hs) : -INFINITY;
       const float dp = visible ? dot_product(dos + w * hs, vs + lane * s.tile_ld(), hs) : 0.0f;
       float rescale;
       const float p = softmax.add(t, score, rescale);
@@ -267,7 +274,7 @@ struct TiledAttentionBackwardQuery {
       float ds = 0;
       if (i < g.T && j <= i) {
         const float p =
-            expf(g.scale() * dot_product(qs + w * hs, ks + lane * s.tile_ld(), hs) - row_lse);
+            expf(scale * dot_product(qs + w * hs, ks + lane * s.tile_ld(), hs) - row_lse);
         ds = p * (dot_product(dos + w * hs, vs + lane * s.tile_ld(), hs) - row_dsum);
       }
       ds_tile[w * kAttentionTile + lane] = ds;
@@ -277,7 +284,7 @@ struct TiledAttentionBackwardQuery {
     if (i >= g.T) return;
     for (int k = 0; k < kChannelsPerLane; ++k) {
       const int64_t d = k * kWarpSize + lane;
-      if (d < hs) dqkv[g.qkv_index(bh, i, 0, d)] += g.scale() * acc[k];
+      if (d < hs) dqkv[g.qkv_index(bh, i, 0, d)] += scale * acc[k];
     }
     if (lane == 0) {
       lse[bh * g.T + i] = row_lse;
@@ -305,6 +312,7 @@ struct TiledAttentionBackwardKeyValue {
   template <class Thread>
   DSL_HOST_DEVICE void operator()(Thread& t) const {
     const int64_t hs = g.hs();
+    const float scale = g.scale();
     const AttentionShared s{hs};
     float* ks = t.template shared_memory<float>();
     float* vs = ks + s.rows_floats();
@@ -317,15 +325,15 @@ struct TiledAttentionBackwardKeyValue {
     const int64_t bh = g.bh(t), first = g.first_row(t);
     const int w = t.warp(), lane = t.lane();
     const int64_t j = first + w;
-    stage_rows(t, ks, hs, qkv, g, first, kAttentionRows, QkvPart{g, bh, 1});
-    stage_rows(t, vs, hs, qkv, g, first, kAttentionRows, QkvPart{g, bh, 2});
+    stage_rows(t, ks, hs, qkv, g, first, kAttentionRows, g.qkv_rows(bh, 1));
+    stage_rows(t, vs, hs, qkv, g, first, kAttentionRows, g.qkv_rows(bh, 2));
     float dk[kChannelsPerLane] = {};
     float dv[kChannelsPerLane] = {};
     for (int64_t tile = first / kAttentionTile * kAttentionTile; tile < g.T;
          tile += kAttentionTile) {
       t.sync_threads();
-      stage_rows(t, qs, s.tile_ld(), qkv, g, tile, kAttentionTile, QkvPart{g, bh, 0});
-      stage_rows(t, dos, s.tile_ld(), dout, g, tile, kAttentionTile, OutRows{g, bh});
+      stage_rows(t, qs, s.tile_ld(), qkv, g, tile, kAttentionTile, g.qkv_rows(bh, 0));
+      stage_rows(t, dos, s.tile_ld(), dout, g, tile, kAttentionTile, g.out_rows(bh));
       for (int r = t.thread_index(); r < kAttentionTile; r += t.block_size()) {
         const bool in = tile + r < g.T;
         lse_tile[r] = in ? lse[bh * g.T + tile + r] : 0.0f;
@@ -335,8 +343,7 @@ struct TiledAttentionBackwardKeyValue {
       const int64_t i = tile + lane;
       float p = 0, ds = 0;
       if (j < g.T && i >= j && i < g.T) {
-        p = expf(g.scale() * dot_product(qs + lane * s.tile_ld(), ks + w * hs, hs) -
-                 lse_tile[lane]);
+        p = expf(scale * dot_product(qs + lane * s.tile_ld(), ks + w * hs, hs) - lse_tile[lane]);
         ds = p * (dot_product(dos + lane * s.tile_ld(), vs + w * hs, hs) - dsum_tile[lane]);
       }
       p_tile[w * kAttentionTile + lane] = p;
@@ -349,7 +356,7 @@ struct TiledAttentionBackwardKeyValue {
     for (int k = 0; k < kChannelsPerLane; ++k) {
       const int64_t d = k * kWarpSize + lane;
       if (d >= hs) continue;
-      dqkv[g.qkv_index(bh, j, 1, d)] += g.scale() * dk[k];
+      dqkv[g.qkv_index(bh, j, 1, d)] += scale * dk[k];
       dqkv[g.qkv_index(bh, j, 2, d)] += dv[k];
     }
   }
