@@ -4,6 +4,7 @@
 // elementwise_kernels.h for the form), on kernels/math's and
 // kernels/half_precision.h's per-element functions.
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/dtype.h"
@@ -75,12 +76,19 @@ struct PackRounded16 {
   int64_t ld;
   core::DType dtype;
 
-  LaunchShape shape() const { return grid_stride_shape(rows * cols); }
+  // A block a row at a time (no per-element division: a 64-bit one is a
+  // long instruction sequence on a GPU).
+  LaunchShape shape() const {
+    return {static_cast<int>(std::clamp<int64_t>(rows, 1, 8192)), 256, 0};
+  }
   template <class Thread>
   DSL_HOST_DEVICE void operator()(Thread& t) const {
-    for (int64_t i = grid_first(t); i < rows * cols; i += grid_stride(t)) {
-      const float value = in[i / cols * ld + i % cols];
-      out[i] = dtype == core::DType::kBF16 ? float_to_bf16(value) : float_to_fp16(value);
+    for (int64_t r = t.block_index(); r < rows; r += t.grid_size()) {
+      const float* from = in + r * ld;
+      uint16_t* to = out + r * cols;
+      for (int64_t c = t.thread_index(); c < cols; c += t.block_size()) {
+        to[c] = dtype == core::DType::kBF16 ? float_to_bf16(from[c]) : float_to_fp16(from[c]);
+      }
     }
   }
 };
