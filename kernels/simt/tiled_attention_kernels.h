@@ -97,10 +97,13 @@ struct AttentionShared {
   DSL_HOST_DEVICE int64_t broadcast_floats() const { return kAttentionRows * kAttentionTile; }
 };
 
-// a · b over n floats, in order.
+// a · b over n floats, in order. The kernels are compiled without
+// contracting a·b + c (for AdamW's sake), so the sums fuse explicitly: one
+// instruction instead of two on a GPU, and the same correctly rounded fmaf
+// on the CPU's emulator.
 DSL_HOST_DEVICE inline float dot_product(const float* a, const float* b, int64_t n) {
   float sum = 0;
-  for (int64_t d = 0; d < n; ++d) sum += a[d] * b[d];
+  for (int64_t d = 0; d < n; ++d) sum = fmaf(a[d], b[d], sum);
   return sum;
 }
 
@@ -137,7 +140,7 @@ DSL_HOST_DEVICE void accumulate_tile(const Thread& t, float* acc, const float* w
     const int64_t d = k * kWarpSize + t.lane();
     if (d >= hs) continue;
     float sum = 0;
-    for (int r = 0; r < kAttentionTile; ++r) sum += weights[r] * tile[r * ld + d];
+    for (int r = 0; r < kAttentionTile; ++r) sum = fmaf(weights[r], tile[r * ld + d], sum);
     acc[k] = acc[k] * rescale + sum;
   }
 }
