@@ -161,7 +161,7 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
     }
     const std::vector<GemmTile> tiles = rounded_gemm_tiles(product, kStagingElements);
     const StagingLayout layout = staging_layout(tiles);
-    uint16_t* staged_a = staging(layout.elements);
+    uint16_t* staged_a = grown(staging_, staging_count_, layout.elements);
     uint16_t* staged_b = staged_a + layout.b_offset;
     const GemmTile* previous = nullptr;
     for (const GemmTile& tile : tiles) {
@@ -177,28 +177,20 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
     launch_kernel(simt::PackRounded16{to, matrix + block.offset, block.rows, block.cols, block.ld,
                                       matmul_precision_});
   }
-  // Grown like scratch_doubles.
-  uint16_t* staging(int64_t count) {
-    if (count > staging_count_) {
-      deallocate(staging_);
-      staging_ = nullptr;
-      staging_count_ = 0;
-      staging_ = static_cast<uint16_t*>(allocate(count * static_cast<int64_t>(sizeof(uint16_t))));
-      staging_count_ = count;
+  double* scratch_doubles(int64_t count) { return grown(scratch_, scratch_count_, count); }
+  // A scratch buffer of at least `count` Ts: grows by reallocating, and
+  // cudaFree waits for the work still using the old memory, so this is
+  // stream-ordered like everything else.
+  template <class T>
+  T* grown(T*& buffer, int64_t& buffer_count, int64_t count) {
+    if (count > buffer_count) {
+      deallocate(buffer);
+      buffer = nullptr;
+      buffer_count = 0;
+      buffer = static_cast<T*>(allocate(count * static_cast<int64_t>(sizeof(T))));
+      buffer_count = count;
     }
-    return staging_;
-  }
-  // Grows by reallocating: cudaFree waits for the work still using the old
-  // memory, so this is stream-ordered like everything else.
-  double* scratch_doubles(int64_t count) {
-    if (count > scratch_count_) {
-      deallocate(scratch_);
-      scratch_ = nullptr;
-      scratch_count_ = 0;
-      scratch_ = static_cast<double*>(allocate(count * static_cast<int64_t>(sizeof(double))));
-      scratch_count_ = count;
-    }
-    return scratch_;
+    return buffer;
   }
 
   int device_;

@@ -7,61 +7,20 @@
 #include <catch2/catch.hpp>
 
 #include <array>
-#include <cmath>
 #include <cstdint>
 #include <functional>
-#include <random>
 #include <stdexcept>
 #include <vector>
 
 #include "kernels/cpu/sgemm.h"
 #include "kernels/model_gemms.h"
+#include "tests/kernels/gemm_testing.h"
 
 namespace dslaunch::kernels {
 namespace {
 
-std::vector<float> random_floats(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<float> values(n);
-  for (float& v : values) v = uniform(rng);
-  return values;
-}
-
-// max |actual - expected| over the largest |expected|.
-double relative_error(const std::vector<float>& actual, const std::vector<double>& expected) {
-  REQUIRE(actual.size() == expected.size());
-  double worst = 0, scale = 0;
-  for (size_t i = 0; i < actual.size(); ++i) {
-    worst = std::max(worst, std::abs(actual[i] - expected[i]));
-    scale = std::max(scale, std::abs(expected[i]));
-  }
-  return scale == 0 ? worst : worst / scale;
-}
-
-// C = alpha · op(A) · op(B) + beta · C straight from the row-major
-// definition, one batch entry after another.
-std::vector<double> reference(const RowMajorGemm& g, const std::vector<float>& A,
-                              const std::vector<float>& B, const std::vector<float>& C0) {
-  std::vector<double> C(C0.begin(), C0.end());
-  for (int64_t b = 0; b < g.batch; ++b) {
-    const float* a = A.data() + b * g.stride_a;
-    const float* bm = B.data() + b * g.stride_b;
-    double* c = C.data() + b * g.stride_c;
-    for (int64_t i = 0; i < g.M; ++i) {
-      for (int64_t j = 0; j < g.N; ++j) {
-        double sum = 0;
-        for (int64_t k = 0; k < g.K; ++k) {
-          const double a_ik = g.trans_a == Transpose::kYes ? a[k * g.lda + i] : a[i * g.lda + k];
-          const double b_kj = g.trans_b == Transpose::kYes ? bm[j * g.ldb + k] : bm[k * g.ldb + j];
-          sum += a_ik * b_kj;
-        }
-        c[i * g.ldc + j] = g.alpha * sum + g.beta * c[i * g.ldc + j];
-      }
-    }
-  }
-  return C;
-}
+using testing::random_floats;
+using testing::relative_error;
 
 TEST_CASE("the column-major form swaps the operands and the output's dimensions") {
   const RowMajorGemm g{.trans_a = Transpose::kYes,
@@ -90,25 +49,12 @@ TEST_CASE(
     "every transpose, alpha, beta, padded leading dimension and batch matches the definition") {
   for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
     for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
-      const int64_t M = 7, N = 5, K = 9, pad = 3, batch = 3;
-      RowMajorGemm g{.trans_a = ta,
-                     .trans_b = tb,
-                     .M = M,
-                     .N = N,
-                     .K = K,
-                     .lda = (ta == Transpose::kYes ? M : K) + pad,
-                     .ldb = (tb == Transpose::kYes ? K : N) + pad,
-                     .ldc = N + pad,
-                     .alpha = 0.75f,
-                     .beta = -1.5f,
-                     .batch = batch};
-      g.stride_a = (ta == Transpose::kYes ? K : M) * g.lda;
-      g.stride_b = (tb == Transpose::kYes ? N : K) * g.ldb;
-      g.stride_c = M * g.ldc;
+      const int64_t batch = 3;
+      const RowMajorGemm g = testing::padded_gemm(ta, tb, 7, 5, 9, 3, batch, 0.75f, -1.5f);
       const auto A = random_floats(batch * g.stride_a, 1);
       const auto B = random_floats(batch * g.stride_b, 2);
       auto C = random_floats(batch * g.stride_c, 3);
-      const auto expected = reference(g, A, B, C);
+      const auto expected = testing::reference_product(g, A, B, C, [](float x) { return x; });
       cpu::sgemm(g, A.data(), B.data(), C.data());
       INFO("transposed A " << (ta == Transpose::kYes) << ", B " << (tb == Transpose::kYes));
       CHECK(relative_error(C, expected) < 1e-6);

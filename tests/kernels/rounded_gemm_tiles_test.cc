@@ -11,49 +11,21 @@
 
 #include <cmath>
 #include <cstdint>
-#include <random>
 #include <stdexcept>
 #include <utility>
 #include <vector>
 
 #include "kernels/cpu/sgemm.h"
 #include "kernels/half_precision.h"
+#include "tests/kernels/gemm_testing.h"
 
 namespace dslaunch::kernels {
 namespace {
 
-std::vector<float> random_floats(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<float> values(n);
-  for (float& v : values) v = uniform(rng);
-  return values;
-}
+using testing::random_floats;
+using testing::relative_error;
 
 float bf16(float value) { return bf16_to_float(float_to_bf16(value)); }
-
-// C = alpha · op(round(A)) · op(round(B)) + beta · C from the definition.
-std::vector<double> reference(const RowMajorGemm& g, const std::vector<float>& A,
-                              const std::vector<float>& B, const std::vector<float>& C0) {
-  std::vector<double> C(C0.begin(), C0.end());
-  for (int64_t item = 0; item < g.batch; ++item) {
-    const float* a = A.data() + item * g.stride_a;
-    const float* b = B.data() + item * g.stride_b;
-    double* c = C.data() + item * g.stride_c;
-    for (int64_t i = 0; i < g.M; ++i) {
-      for (int64_t j = 0; j < g.N; ++j) {
-        double sum = 0;
-        for (int64_t k = 0; k < g.K; ++k) {
-          const float a_ik = g.trans_a == Transpose::kYes ? a[k * g.lda + i] : a[i * g.lda + k];
-          const float b_kj = g.trans_b == Transpose::kYes ? b[j * g.ldb + k] : b[k * g.ldb + j];
-          sum += static_cast<double>(bf16(a_ik)) * bf16(b_kj);
-        }
-        c[i * g.ldc + j] = g.alpha * sum + g.beta * c[i * g.ldc + j];
-      }
-    }
-  }
-  return C;
-}
 
 // What the CUDA backend does with the tiles, on the CPU: returns the
 // staged elements it wrote (a block the tile before staged is not staged
@@ -83,39 +55,16 @@ int64_t run_tiles(const std::vector<GemmTile>& tiles, const std::vector<float>& 
   return staged;
 }
 
-double relative_error(const std::vector<float>& actual, const std::vector<double>& expected) {
-  REQUIRE(actual.size() == expected.size());
-  double worst = 0, scale = 0;
-  for (size_t i = 0; i < actual.size(); ++i) {
-    worst = std::max(worst, std::abs(actual[i] - expected[i]));
-    scale = std::max(scale, std::abs(expected[i]));
-  }
-  return worst / scale;
-}
-
 TEST_CASE("16-bit products cut into staged tiles match the rounded operands' product") {
   const int64_t K = 19, pad = 3, batch = 2;
   for (const auto& [M, N] : {std::pair<int64_t, int64_t>{37, 23}, {23, 37}}) {
     for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
       for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
-        RowMajorGemm g{.trans_a = ta,
-                       .trans_b = tb,
-                       .M = M,
-                       .N = N,
-                       .K = K,
-                       .lda = (ta == Transpose::kYes ? M : K) + pad,
-                       .ldb = (tb == Transpose::kYes ? K : N) + pad,
-                       .ldc = N + pad,
-                       .alpha = 0.75f,
-                       .beta = -1.5f,
-                       .batch = batch};
-        g.stride_a = (ta == Transpose::kYes ? K : M) * g.lda;
-        g.stride_b = (tb == Transpose::kYes ? N : K) * g.ldb;
-        g.stride_c = M * g.ldc;
+        const RowMajorGemm g = testing::padded_gemm(ta, tb, M, N, K, pad, batch, 0.75f, -1.5f);
         const auto A = random_floats(batch * g.stride_a, 1);
         const auto B = random_floats(batch * g.stride_b, 2);
         const auto C0 = random_floats(batch * g.stride_c, 3);
-        const auto expected = reference(g, A, B, C0);
+        const auto expected = testing::reference_product(g, A, B, C0, bf16);
         // Roomy; the smaller operand whole and the other cut; both cut;
         // less than 2·K.
         const int64_t one_whole = std::min(M, N) * K + 12 * K;
