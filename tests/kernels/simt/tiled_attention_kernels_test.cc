@@ -37,10 +37,12 @@ void tiled_attention(const AttentionGrid& grid, const std::vector<float>& qkv,
 }
 
 TEST_CASE("tiled attention matches the CPU backend, forward and backward") {
-  // Head sizes 8, 32, 128 (the largest) and 16; T past several tiles, one
-  // under a block's eight rows, and one ending a tile exactly.
-  for (const Shape& s :
-       {Shape{2, 70, 16, 2}, Shape{1, 5, 96, 3}, Shape{1, 33, 256, 2}, Shape{2, 64, 64, 4}}) {
+  // Head sizes 8, 32, 128 (the largest) and 16, read 16 bytes at a time
+  // from rows hs + 4 apart; 12, from rows hs + 8 apart; 10, a float at a
+  // time. T past several tiles, under a block's eight rows, and ending a
+  // tile exactly.
+  for (const Shape& s : {Shape{2, 70, 16, 2}, Shape{1, 5, 96, 3}, Shape{1, 33, 256, 2},
+                         Shape{2, 64, 64, 4}, Shape{1, 41, 36, 3}, Shape{2, 19, 30, 3}}) {
     INFO("B " << s.B << ", T " << s.T << ", C " << s.C << ", NH " << s.NH);
     const auto qkv = random_floats(s.B * s.T * 3 * s.C, 1);
     const auto dout = random_floats(s.B * s.T * s.C, 2);
