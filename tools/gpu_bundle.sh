@@ -17,7 +17,8 @@ rm -rf .device && mkdir -p "$stage"/{bin,lib,ompi/bin,ompi/share,pmix/lib/pmix,p
 
 binaries=(bazel-bin/launcher/dslaunch bazel-bin/worker/dsworker bazel-bin/bench/gpu_train_bench)
 for binary in "${binaries[@]}"; do
-  if ! objdump -h "$binary" | grep -q '\.nv_fatbin'; then
+  # grep reads all of objdump's output: -q would stop early and fail the pipe.
+  if ! objdump -h "$binary" | grep '\.nv_fatbin' >/dev/null; then
     echo "$binary has no CUDA code: build it with --config=cuda first" >&2
     exit 1
   fi
