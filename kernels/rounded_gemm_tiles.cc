@@ -5,8 +5,7 @@
 namespace dslaunch::kernels {
 namespace {
 
-// Rows [m0, m0 + m) of op(A) for batch item `item`, and the packed A's
-// leading dimension.
+// Rows [m0, m0 + m) of op(A) for batch item `item`.
 MatrixBlock a_rows(const RowMajorGemm& g, int64_t item, int64_t m0, int64_t m) {
   const int64_t base = item * g.stride_a;
   if (g.trans_a == Transpose::kNo) return {base + m0 * g.lda, m, g.K, g.lda};

@@ -57,4 +57,18 @@ struct StagingLayout {
 };
 StagingLayout staging_layout(const std::vector<GemmTile>& tiles);
 
+// Runs `tiles` in order: stage(block, is_a, staging offset) for each block
+// the tile before did not stage, then multiply(tile).
+template <class Stage, class Multiply>
+void run_staged_tiles(const std::vector<GemmTile>& tiles, const StagingLayout& layout,
+                      const Stage& stage, const Multiply& multiply) {
+  const GemmTile* previous = nullptr;
+  for (const GemmTile& tile : tiles) {
+    if (previous == nullptr || !(previous->a == tile.a)) stage(tile.a, true, int64_t{0});
+    if (previous == nullptr || !(previous->b == tile.b)) stage(tile.b, false, layout.b_offset);
+    multiply(tile);
+    previous = &tile;
+  }
+}
+
 }  // namespace dslaunch::kernels

@@ -161,16 +161,16 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
     }
     const std::vector<GemmTile> tiles = rounded_gemm_tiles(product, kStagingElements);
     const StagingLayout layout = staging_layout(tiles);
-    uint16_t* staged_a = grown(staging_, staging_count_, layout.elements);
-    uint16_t* staged_b = staged_a + layout.b_offset;
-    const GemmTile* previous = nullptr;
-    for (const GemmTile& tile : tiles) {
-      if (previous == nullptr || !(previous->a == tile.a)) pack(tile.a, A, staged_a);
-      if (previous == nullptr || !(previous->b == tile.b)) pack(tile.b, B, staged_b);
-      cublas_gemm_16(cublas_, tile.product, staged_a, staged_b, C + tile.c_offset,
-                     matmul_precision_);
-      previous = &tile;
-    }
+    uint16_t* staging = grown(staging_, staging_count_, layout.elements);
+    run_staged_tiles(
+        tiles, layout,
+        [&](const MatrixBlock& block, bool is_a, int64_t at) {
+          pack(block, is_a ? A : B, staging + at);
+        },
+        [&](const GemmTile& tile) {
+          cublas_gemm_16(cublas_, tile.product, staging, staging + layout.b_offset,
+                         C + tile.c_offset, matmul_precision_);
+        });
   }
   void pack(const MatrixBlock& block, const float* matrix, uint16_t* to) {
     if (block.elements() == 0) return;

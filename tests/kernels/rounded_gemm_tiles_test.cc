@@ -17,6 +17,7 @@
 
 #include "kernels/cpu/sgemm.h"
 #include "kernels/half_precision.h"
+#include "kernels/model_gemms.h"
 #include "tests/kernels/gemm_testing.h"
 
 namespace dslaunch::kernels {
@@ -27,31 +28,28 @@ using testing::relative_error;
 
 float bf16(float value) { return bf16_to_float(float_to_bf16(value)); }
 
-// What the CUDA backend does with the tiles, on the CPU: returns the
-// staged elements it wrote (a block the tile before staged is not staged
-// again).
+// The CUDA backend's run of the tiles (run_staged_tiles), on the CPU:
+// returns the staged elements it wrote.
 int64_t run_tiles(const std::vector<GemmTile>& tiles, const std::vector<float>& A,
                   const std::vector<float>& B, std::vector<float>& C) {
   const StagingLayout layout = staging_layout(tiles);
   std::vector<float> staging(layout.elements, NAN);
-  const auto stage = [](const MatrixBlock& block, const std::vector<float>& from, float* to) {
-    for (int64_t r = 0; r < block.rows; ++r) {
-      for (int64_t c = 0; c < block.cols; ++c) {
-        to[r * block.cols + c] = bf16(from.at(block.offset + r * block.ld + c));
-      }
-    }
-    return block.elements();
-  };
   int64_t staged = 0;
-  const GemmTile* previous = nullptr;
-  for (const GemmTile& tile : tiles) {
-    float* a = staging.data();
-    float* b = a + layout.b_offset;
-    if (previous == nullptr || !(previous->a == tile.a)) staged += stage(tile.a, A, a);
-    if (previous == nullptr || !(previous->b == tile.b)) staged += stage(tile.b, B, b);
-    cpu::sgemm(tile.product, a, b, C.data() + tile.c_offset);
-    previous = &tile;
-  }
+  run_staged_tiles(
+      tiles, layout,
+      [&](const MatrixBlock& block, bool is_a, int64_t at) {
+        const std::vector<float>& from = is_a ? A : B;
+        for (int64_t r = 0; r < block.rows; ++r) {
+          for (int64_t c = 0; c < block.cols; ++c) {
+            staging[at + r * block.cols + c] = bf16(from.at(block.offset + r * block.ld + c));
+          }
+        }
+        staged += block.elements();
+      },
+      [&](const GemmTile& tile) {
+        cpu::sgemm(tile.product, staging.data(), staging.data() + layout.b_offset,
+                   C.data() + tile.c_offset);
+      });
   return staged;
 }
 
@@ -92,14 +90,7 @@ TEST_CASE("16-bit products cut into staged tiles match the rounded operands' pro
 TEST_CASE("16-bit product tiles: the smaller operand stays whole where it leaves room") {
   // The logits' weight gradient: dwte (Vp,C) = dlogitsᵀ (Vp,N) · x (N,C).
   const int64_t N = 8192, C = 768, Vp = 50304;
-  const RowMajorGemm g{.trans_a = Transpose::kYes,
-                       .M = Vp,
-                       .N = C,
-                       .K = N,
-                       .lda = Vp,
-                       .ldb = C,
-                       .ldc = C,
-                       .beta = 1.0f};
+  const RowMajorGemm g = model_gemms::logits_backward_weight(N, C, Vp, Vp);
   const int64_t staging = int64_t{64} << 20;
   const std::vector<GemmTile> tiles = rounded_gemm_tiles(g, staging);
   // x takes 768 of the buffer's 8192 columns of N floats: 7424 rows of
