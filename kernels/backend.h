@@ -95,6 +95,12 @@ class Backend {
   // work wait for an event; synchronize() blocks the host until the event's
   // work is done.
   virtual std::unique_ptr<Stream> create_stream() = 0;
+  // The stream `native` names, made by another library that queues its own
+  // work there (a cudaStream_t of NCCL's communicator), not owned: work
+  // queued on it runs in order with that library's. nullptr where the
+  // backend has no such streams (the CPU's). The emulator's native handles
+  // are its own Stream objects.
+  virtual std::unique_ptr<Stream> borrow_stream(void* native) = 0;
   virtual std::unique_ptr<Event> create_event() = 0;
   virtual void set_stream(Stream* stream) = 0;  // nullptr: the default stream
   virtual void record(Event& event) = 0;

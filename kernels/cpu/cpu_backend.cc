@@ -66,6 +66,7 @@ class CpuBackend final : public Backend {
   }
 
   std::unique_ptr<Stream> create_stream() override { return std::make_unique<CpuStream>(); }
+  std::unique_ptr<Stream> borrow_stream(void*) override { return nullptr; }
   std::unique_ptr<Event> create_event() override { return std::make_unique<CpuEvent>(); }
   void set_stream(Stream*) override {}
   void record(Event&) override {}

@@ -28,9 +28,18 @@ using simt::SimtBackend;
 
 class CudaStream final : public Stream {
  public:
-  CudaStream() { check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream"); }
-  ~CudaStream() override { cudaStreamDestroy(stream); }
+  CudaStream() : owned_(true) {
+    check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  }
+  // Another library's (borrow_stream()).
+  explicit CudaStream(cudaStream_t borrowed) : stream(borrowed), owned_(false) {}
+  ~CudaStream() override {
+    if (owned_) cudaStreamDestroy(stream);
+  }
   cudaStream_t stream = nullptr;
+
+ private:
+  bool owned_;
 };
 
 class CudaEvent final : public Event {
@@ -117,6 +126,9 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
   }
 
   std::unique_ptr<Stream> create_stream() override { return std::make_unique<CudaStream>(); }
+  std::unique_ptr<Stream> borrow_stream(void* native) override {
+    return std::make_unique<CudaStream>(static_cast<cudaStream_t>(native));
+  }
   std::unique_ptr<Event> create_event() override { return std::make_unique<CudaEvent>(); }
   void set_stream(Stream* stream) override {
     stream_ = stream != nullptr ? static_cast<CudaStream*>(stream)->stream : nullptr;

@@ -3,9 +3,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kernels/allocation_tally.h"
 #include "kernels/cpu/rounded_gemm.h"
@@ -17,19 +22,47 @@
 namespace dslaunch::kernels::simt {
 namespace {
 
-// Launches run to completion on the calling thread: a stream's order is
-// program order, and events need no state.
-class EmulatedStream final : public Stream {};
-class EmulatedEvent final : public Event {};
+// One stream's work not yet run (StreamOrder::kDeferred): a queue that only
+// grows at the back and runs from the front, with positions counted from
+// the stream's first item.
+struct WorkQueue {
+  std::deque<std::function<void()>> waiting;
+  int64_t queued = 0;  // items ever queued
+  int64_t ran = 0;     // of which run (or running)
+};
 
-class EmulatedBackend final : public SimtBackend<EmulatedBackend> {
+// A stream is its queue, shared with the handles borrow_stream() gives.
+// Under kProgram nothing is queued: a stream's order is program order.
+class EmulatedStream final : public Stream {
  public:
-  EmulatedBackend(const Schedule& schedule, DeviceMemory memory)
+  explicit EmulatedStream(std::shared_ptr<WorkQueue> queue) : queue(std::move(queue)) {}
+  std::shared_ptr<WorkQueue> queue;
+};
+// A point in a queue: done once `position` items of it have run.
+class EmulatedEvent final : public Event {
+ public:
+  std::shared_ptr<WorkQueue> queue;
+  int64_t position = 0;
+};
+
+class EmulatedBackend final : public SimtBackend<EmulatedBackend>, public DeferredStreams {
+ public:
+  EmulatedBackend(const Schedule& schedule, DeviceMemory memory, StreamOrder order)
       : schedule_(schedule),
-        guarded_(memory == DeviceMemory::kGuarded ? std::make_unique<GuardedMemory>() : nullptr) {}
+        guarded_(memory == DeviceMemory::kGuarded ? std::make_unique<GuardedMemory>() : nullptr),
+        deferred_(order == StreamOrder::kDeferred) {
+    if (deferred_ && !guarded_) {
+      throw std::invalid_argument(
+          "the emulator defers streams only over guarded memory (host code could read "
+          "unguarded memory before its work has run)");
+    }
+    default_stream_ = new_queue();
+    current_ = default_stream_;
+  }
   ~EmulatedBackend() override { deallocate(scratch_); }
 
   std::string name() const override { return "emulated (the CUDA kernels on the CPU emulator)"; }
+  bool deferred() const { return deferred_; }
   bool memory_is_host() const override { return guarded_ == nullptr; }
 
   void* allocate(int64_t bytes) override {
@@ -44,7 +77,9 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend> {
     tally_.add(data, bytes);
     return data;
   }
+  // As cudaFree: after every stream's work.
   void deallocate(void* data) override {
+    synchronize();
     tally_.remove(data);
     if (guarded_) {
       guarded_->deallocate(data);
@@ -57,39 +92,90 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend> {
     return guarded_ ? guarded_->reserve_sparse(bytes, tally_)
                     : make_host_sparse_memory(bytes, tally_);
   }
+  // The host's bytes are read now (the call's promise), written when the
+  // stream gets there.
   void copy_host_to_device(void* device, const void* host, int64_t bytes) override {
     if (bytes <= 0) return;
     require_device(device, bytes, "copy_host_to_device's destination");
-    inside([&] { std::memcpy(device, host, static_cast<size_t>(bytes)); });
+    if (!deferred_) return inside([&] { std::memcpy(device, host, static_cast<size_t>(bytes)); });
+    auto copy = std::make_shared<std::vector<char>>(static_cast<const char*>(host),
+                                                    static_cast<const char*>(host) + bytes);
+    submit([device, copy] { std::memcpy(device, copy->data(), copy->size()); });
   }
   void copy_device_to_host(void* host, const void* device, int64_t bytes) override {
     if (bytes <= 0) return;
     require_device(device, bytes, "copy_device_to_host's source");
+    run_until(*current_, current_->queued);
     inside([&] { std::memcpy(host, device, static_cast<size_t>(bytes)); });
   }
   void copy_device_to_device(void* to, const void* from, int64_t bytes) override {
     if (bytes <= 0) return;
     require_device(to, bytes, "copy_device_to_device's destination");
     require_device(from, bytes, "copy_device_to_device's source");
-    inside([&] { std::memmove(to, from, static_cast<size_t>(bytes)); });
+    submit([to, from, bytes] { std::memmove(to, from, static_cast<size_t>(bytes)); });
   }
   void memset_zero(void* device, int64_t bytes) override {
     if (bytes <= 0) return;
     require_device(device, bytes, "memset_zero's destination");
-    inside([&] { std::memset(device, 0, static_cast<size_t>(bytes)); });
+    submit([device, bytes] { std::memset(device, 0, static_cast<size_t>(bytes)); });
   }
 
-  std::unique_ptr<Stream> create_stream() override { return std::make_unique<EmulatedStream>(); }
+  std::unique_ptr<Stream> create_stream() override {
+    return std::make_unique<EmulatedStream>(new_queue());
+  }
+  std::unique_ptr<Stream> borrow_stream(void* native) override {
+    return std::make_unique<EmulatedStream>(static_cast<EmulatedStream*>(native)->queue);
+  }
   std::unique_ptr<Event> create_event() override { return std::make_unique<EmulatedEvent>(); }
-  void set_stream(Stream*) override {}
-  void record(Event&) override {}
-  void wait(Event&) override {}
-  void synchronize(Event&) override {}
-  void synchronize() override {}
+  void set_stream(Stream* stream) override {
+    current_ = stream != nullptr ? static_cast<EmulatedStream*>(stream)->queue : default_stream_;
+  }
+  void record(Event& event) override {
+    auto& marked = static_cast<EmulatedEvent&>(event);
+    marked.queue = current_;
+    marked.position = current_->queued;
+  }
+  void wait(Event& event) override {
+    const auto& marked = static_cast<const EmulatedEvent&>(event);
+    if (!deferred_ || marked.queue == nullptr) return;
+    submit([this, queue = marked.queue, position = marked.position] {
+      run_until(*queue, position);
+    });
+  }
+  void synchronize(Event& event) override {
+    const auto& marked = static_cast<const EmulatedEvent&>(event);
+    if (marked.queue != nullptr) run_until(*marked.queue, marked.position);
+  }
+  void synchronize() override {
+    for (const std::weak_ptr<WorkQueue>& stream : streams_) {
+      if (const std::shared_ptr<WorkQueue> queue = stream.lock()) run_until(*queue, queue->queued);
+    }
+  }
+
+  std::unique_ptr<Event> enqueue_after_default(Stream& stream,
+                                               std::function<void()> host) override {
+    const std::shared_ptr<WorkQueue> queue = static_cast<EmulatedStream&>(stream).queue;
+    const std::shared_ptr<WorkQueue> before = std::exchange(current_, queue);
+    EmulatedEvent after_default;
+    after_default.queue = default_stream_;
+    after_default.position = default_stream_->queued;
+    wait(after_default);
+    submit(std::move(host));
+    auto done = std::make_unique<EmulatedEvent>();
+    record(*done);
+    current_ = before;
+    return done;
+  }
+  bool done(const Event& event) const override {
+    const auto& marked = static_cast<const EmulatedEvent&>(event);
+    return marked.queue == nullptr || marked.queue->ran >= marked.position;
+  }
 
   // As the CPU backend: 16-bit products round their operands (RoundedGemm),
-  // which is what cuBLAS's 32F_FAST_16BF/16F compute types do.
+  // which is what cuBLAS's 32F_FAST_16BF/16F compute types do. The products
+  // queued before run at the precision they were queued at.
   void set_matmul_precision(core::DType dtype) override {
+    synchronize();
     if (dtype == core::DType::kF32) {
       rounded_.reset();
     } else if (!rounded_ || rounded_->dtype() != dtype) {
@@ -105,12 +191,12 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend> {
 
   template <class Kernel>
   void launch_kernel(const Kernel& kernel) {
-    inside([&] {
+    submit([this, kernel] {
       emulate_launch(kernel.shape(), schedule_, [&kernel](EmulatedThread& t) { kernel(t); });
     });
   }
   void run_gemm(const RowMajorGemm& product, const float* A, const float* B, float* C) {
-    inside([&] {
+    submit([this, product, A, B, C] {
       if (rounded_) {
         rounded_->run(product, A, B, C);
       } else {
@@ -129,6 +215,29 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend> {
     return scratch_;
   }
 
+  std::shared_ptr<WorkQueue> new_queue() {
+    auto queue = std::make_shared<WorkQueue>();
+    std::erase_if(streams_, [](const std::weak_ptr<WorkQueue>& s) { return s.expired(); });
+    streams_.push_back(queue);
+    return queue;
+  }
+  // Runs `work` on the current stream: now (kProgram), or queued (kDeferred).
+  template <class F>
+  void submit(F work) {
+    if (!deferred_) return inside(work);
+    current_->waiting.emplace_back(std::move(work));
+    ++current_->queued;
+  }
+  // Runs `queue` until `position` items of it have run (what a wait() item
+  // runs may run other queues).
+  void run_until(WorkQueue& queue, int64_t position) {
+    while (queue.ran < position) {
+      const std::function<void()> work = std::move(queue.waiting.front());
+      queue.waiting.pop_front();
+      ++queue.ran;
+      inside(work);
+    }
+  }
   // Runs f with the device memory open to the host (guarded memory only).
   template <class F>
   void inside(const F& f) {
@@ -144,7 +253,11 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend> {
 
   Schedule schedule_;
   std::unique_ptr<GuardedMemory> guarded_;  // null: host memory
-  double* scratch_ = nullptr;               // partial sums, grown as needed
+  const bool deferred_;
+  std::shared_ptr<WorkQueue> default_stream_;
+  std::shared_ptr<WorkQueue> current_;
+  std::vector<std::weak_ptr<WorkQueue>> streams_;  // every stream made, for synchronize()
+  double* scratch_ = nullptr;                      // partial sums, grown as needed
   int64_t scratch_count_ = 0;
   std::unique_ptr<cpu::RoundedGemm> rounded_;
   AllocationTally tally_;
@@ -152,8 +265,14 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend> {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_emulated_backend(const Schedule& schedule, DeviceMemory memory) {
-  return std::make_unique<EmulatedBackend>(schedule, memory);
+std::unique_ptr<Backend> make_emulated_backend(const Schedule& schedule, DeviceMemory memory,
+                                               StreamOrder order) {
+  return std::make_unique<EmulatedBackend>(schedule, memory, order);
+}
+
+DeferredStreams* deferred_streams(Backend& backend) {
+  auto* emulated = dynamic_cast<EmulatedBackend*>(&backend);
+  return emulated != nullptr && emulated->deferred() ? emulated : nullptr;
 }
 
 }  // namespace dslaunch::kernels::simt

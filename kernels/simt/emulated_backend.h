@@ -3,10 +3,12 @@
 // The CUDA backend's code on the CPU: SimtBackend's kernels run on the
 // emulator of CUDA's thread model (emulator.h), the products through CBLAS
 // in the same descriptors cuBLAS gets, in host memory. What it does not
-// cover is the CUDA runtime itself (memory, streams, launches) and cuBLAS.
+// cover is the CUDA runtime itself (memory, launches) and cuBLAS; streams
+// it emulates on request (StreamOrder::kDeferred).
 // Slow — every GPU thread is a fiber — so for tests that run the engine on
 // the CUDA backend's path without a GPU (a few steps of a small model).
 
+#include <functional>
 #include <memory>
 
 #include "kernels/backend.h"
@@ -20,7 +22,39 @@ namespace dslaunch::kernels::simt {
 // that code keeps to the backend's rules, as a GPU requires.
 enum class DeviceMemory { kHostAccessible, kGuarded };
 
+// When a stream's work runs.
+// - kProgram: at once, in the order of the calls (every stream is one).
+// - kDeferred: each stream's work waits in its queue until the host needs
+//   it: copy_device_to_host() runs the current stream's, synchronize(event)
+//   the event's stream up to it, synchronize() and deallocate() (which
+//   cudaFree does) every stream's. A stream's wait(event) runs the event's
+//   stream up to it when the waiting stream gets there. So work that reads
+//   another stream's results without waiting for them reads them before
+//   they are written, and host code that uses a result before
+//   synchronizing uses it before it exists — what a GPU may do, made
+//   certain. Guarded memory only (host code cannot see device memory
+//   otherwise either); the default stream is as deferred as the others.
+enum class StreamOrder { kProgram, kDeferred };
+
 std::unique_ptr<Backend> make_emulated_backend(const Schedule& schedule = {},
-                                               DeviceMemory memory = DeviceMemory::kHostAccessible);
+                                               DeviceMemory memory = DeviceMemory::kHostAccessible,
+                                               StreamOrder order = StreamOrder::kProgram);
+
+// What a library that queues its own work on a GPU's streams (NCCL) does,
+// for tests that emulate one on the deferred emulator.
+class DeferredStreams {
+ public:
+  virtual ~DeferredStreams() = default;
+  // Queues `host` on `stream` after the work queued on the default stream
+  // so far (as NCCL's communicator orders its operations); it runs with the
+  // device's memory open to it. The event marks its end.
+  virtual std::unique_ptr<Event> enqueue_after_default(Stream& stream,
+                                                       std::function<void()> host) = 0;
+  // Whether the event's work has run (cudaEventQuery).
+  virtual bool done(const Event& event) const = 0;
+};
+
+// The emulated backend's, where it defers streams; nullptr otherwise.
+DeferredStreams* deferred_streams(Backend& backend);
 
 }  // namespace dslaunch::kernels::simt

@@ -36,6 +36,9 @@ class ForwardingBackend : public Backend {
     return inner_->reserve_sparse(bytes);
   }
   std::unique_ptr<kernels::Stream> create_stream() override { return inner_->create_stream(); }
+  std::unique_ptr<kernels::Stream> borrow_stream(void* native) override {
+    return inner_->borrow_stream(native);
+  }
   std::unique_ptr<kernels::Event> create_event() override { return inner_->create_event(); }
   void set_stream(kernels::Stream* s) override { inner_->set_stream(s); }
   void record(kernels::Event& e) override { inner_->record(e); }
