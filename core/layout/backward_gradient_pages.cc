@@ -54,35 +54,47 @@ class PageReplay {
   int64_t peak_ = 0;
 };
 
-// Buckets from the buffer's end, each reduced once complete and all after
-// it are: every float from the frontier up is reduced. Kept as ranges, not
-// per bucket, so that buckets of a float cost no more than large ones.
+// Buckets from the buffer's end, each launched once complete and all after
+// it are (every float from the launch frontier up), and reduced, its floats
+// released, once `in_flight` more have been launched after it (or backward
+// has ended). Kept as frontiers, not per bucket, so that buckets of a float
+// cost no more than large ones.
 class BucketReplay {
  public:
-  BucketReplay(int64_t n, int64_t bucket_elements, PageReplay& pages)
+  BucketReplay(int64_t n, int64_t bucket_elements, int64_t in_flight, PageReplay& pages)
       : n_(n),
         size_(std::clamp<int64_t>(bucket_elements, 1, std::max<int64_t>(n, 1))),
-        frontier_(n),
+        in_flight_(in_flight),
+        launched_(n),
+        released_(n),
         pages_(pages) {}
 
   void report(int64_t from, int64_t to) {
     reported_.add(from, to);
-    // The reported run that reaches the frontier, if any.
-    int64_t run_begin = frontier_;
+    // The reported run that reaches the launch frontier, if any.
+    int64_t run_begin = launched_;
     for (const auto& [begin, end] : reported_.ranges()) {
-      if (begin < frontier_ && end >= frontier_) run_begin = begin;
+      if (begin < launched_ && end >= launched_) run_begin = begin;
     }
     // The first bucket boundary at or above it.
     const int64_t boundary = run_begin == 0 ? 0 : n_ - (n_ - run_begin) / size_ * size_;
-    if (boundary >= frontier_) return;
-    pages_.reduced(boundary, frontier_);
-    frontier_ = boundary;
+    if (boundary >= launched_) return;
+    launched_ = boundary;
+    // Buckets launched: all the way down to 0 takes the remainder too.
+    const int64_t launched_buckets = (n_ - launched_ + size_ - 1) / size_;
+    const int64_t released =
+        std::max<int64_t>(0, n_ - std::max<int64_t>(0, launched_buckets - in_flight_) * size_);
+    if (released >= released_) return;
+    pages_.reduced(released, released_);
+    released_ = released;
   }
 
  private:
   int64_t n_;
   int64_t size_;
-  int64_t frontier_;  // floats from here on are reduced
+  int64_t in_flight_;
+  int64_t launched_;  // floats from here on are launched
+  int64_t released_;  // and from here on reduced
   RangeSet reported_;
   PageReplay& pages_;
 };
@@ -90,10 +102,10 @@ class BucketReplay {
 }  // namespace
 
 int64_t backward_gradient_peak_bytes(const ParameterTable& table, int64_t bucket_elements,
-                                     int64_t page_bytes) {
+                                     int64_t buckets_in_flight, int64_t page_bytes) {
   const int64_t n = table.total();
   PageReplay pages(n, page_bytes);
-  BucketReplay buckets(n, bucket_elements, pages);
+  BucketReplay buckets(n, bucket_elements, buckets_in_flight, pages);
   const auto pass = [&](int64_t begin, int64_t end) {
     pages.prepare(begin, end);
     buckets.report(begin, end);

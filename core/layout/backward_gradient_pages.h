@@ -17,9 +17,11 @@ namespace dslaunch::core {
 // ln_f, each block from the last, then the embeddings; each is reported
 // finished after. Buckets of `bucket_elements` floats cut from the
 // buffer's end (capped at the buffer, as worker/parallel/gradient_buckets.h
-// cuts them) are reduced the moment they are complete, in index order, and
-// a page gives its memory back once every float on it is reduced.
+// cuts them) are launched the moment they are complete, in index order, and
+// reduced once `buckets_in_flight` more have been launched (the reducer's
+// window; 0: at once); a page gives its memory back once every float on it
+// is reduced.
 int64_t backward_gradient_peak_bytes(const ParameterTable& table, int64_t bucket_elements,
-                                     int64_t page_bytes);
+                                     int64_t buckets_in_flight, int64_t page_bytes);
 
 }  // namespace dslaunch::core

@@ -209,7 +209,7 @@ MirrorBytes mirror_bytes(const spec::ModelSpec& model, const spec::ParallelismSp
   if (!partitioned) return bytes;
   const core::ParameterTable table = stage_parameter_table(model, parallel, stage);
   // The host takes each range as backward reports it.
-  bytes.gradients = core::backward_gradient_peak_bytes(table, 1, page_bytes);
+  bytes.gradients = core::backward_gradient_peak_bytes(table, 1, 0, page_bytes);
   if (zero.stage >= 3) {
     bytes.parameters = core::device_gathered_bytes(
         core::Zero3Regions(table, zero.param_persistence_threshold), page_bytes);

@@ -171,13 +171,16 @@ WorkspaceBytes device_workspace_bytes_per_rank(const spec::ModelSpec& model,
                                                int data_parallel, int stage) {
   WorkspaceBytes bytes;
   // Over several ranks stages 2-3 give backward's buffer back a bucket at
-  // a time (worker/engine/device_gradient_pages.h).
+  // a time (worker/engine/device_gradient_pages.h), NCCL's reducer once
+  // kGradientBucketsInFlight more are launched
+  // (worker/parallel/device_gradient_reducer.h).
   const bool sparse_gradients = training.zero.stage >= 2 && data_parallel > 1;
   if (!sparse_gradients && training.zero.stage < 3) return bytes;
   const core::ParameterTable table = stage_parameter_table(model, parallel, stage);
   if (sparse_gradients) {
     bytes.gradient_workspace =
-        core::backward_gradient_peak_bytes(table, training.zero.reduce_bucket_size, kGpuPageBytes);
+        core::backward_gradient_peak_bytes(table, training.zero.reduce_bucket_size,
+                                           kGradientBucketsInFlight, kGpuPageBytes);
   }
   if (training.zero.stage < 3) return bytes;
   const core::Zero3Regions regions(table, training.zero.param_persistence_threshold);

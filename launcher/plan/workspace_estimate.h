@@ -7,7 +7,8 @@
 namespace dslaunch::plan {
 
 // What worker/parallel/gradient_reducer.h's GradientReducer lets wait for
-// its communication thread before backward waits (kBucketsInFlight).
+// its communication thread before backward waits (kBucketsInFlight), and
+// device_gradient_reducer.h's for its device stream.
 inline constexpr int64_t kGradientBucketsInFlight = 2;
 
 // The granularity of CUDA's virtual memory on current GPUs (the driver's

@@ -182,6 +182,13 @@ class Communicator {
   // work between two collectives costs no round trip to the caller's
   // thread. Local: no peer takes part, nothing is counted.
   virtual std::unique_ptr<Work> then(std::function<void()> host) = 0;
+  // Where operations run on a stream of the device's (NCCL's): its native
+  // handle (a cudaStream_t, for kernels::Backend::borrow_stream()), on which
+  // work queued after an operation starts runs after it, and before the
+  // operations started later, without the host waiting; each operation
+  // runs after the default stream's work queued before it starts. nullptr
+  // where operations complete on the host (MPI's, host staging's).
+  virtual void* device_stream() { return nullptr; }
 
   // A new communicator over the same ranks whose traffic never meets this
   // one's: for a component that starts operations from a thread of its own

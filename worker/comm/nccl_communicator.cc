@@ -293,6 +293,8 @@ class NcclCommunicator final : public Communicator {
     return record_done(OpKind::kBarrier, 0, collectives_.load());
   }
 
+  void* device_stream() override { return stream_; }
+
   core::StatusOr<std::unique_ptr<Communicator>> duplicate(std::string_view label) override {
     core::StatusOr<std::unique_ptr<Communicator>> host = host_.duplicate(label);
     if (!host.ok()) return host.status();

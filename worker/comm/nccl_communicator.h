@@ -22,7 +22,8 @@ bool nccl_built();
 // host's with "/nccl" after it; its ranks and timeout are the host's. Lone
 // send() and recv() are refused (one NCCL stream would hold a send until
 // its receive runs: exchange through all_to_all), and then()'s function
-// runs on CUDA's thread, where it must not call CUDA. Heartbeats count its
+// runs on CUDA's thread, where it must not call CUDA. device_stream() is
+// its stream, where callers queue kernels between its operations. Heartbeats count its
 // collectives once it is attached to the process's Transport
 // (Transport::attach; the trainer does so).
 // Collective over `host`, which must outlive the result (duplicate() and

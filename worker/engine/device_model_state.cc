@@ -90,6 +90,8 @@ class DeviceModelState final : public ModelState {
             {grad_pages_->data(), partition_grads_.data(),
              [this](int64_t begin, int64_t end) { grad_pages_->consumed(begin, end); }});
         inputs.model->set_gradient_space(&*grad_pages_);
+      } else if (reducer_) {
+        reducer_->all_reduce_into(grads_.data());
       }
       // In fp32 training the weights are the masters.
       optimizer_.place_on_device(device_, mixed() ? nullptr : weights(),
@@ -187,19 +189,20 @@ class DeviceModelState final : public ModelState {
   bool reduces_micro_batch(int64_t index, int64_t count) const override {
     return partitioned_grads_ || index + 1 == count;
   }
-  // Partitioned gradients are reduced a bucket at a time as backward
-  // completes them (DeviceGradientReducer::ready()).
+  // Over several ranks gradients are reduced a bucket at a time as
+  // backward completes them (DeviceGradientReducer::ready()), overlapping
+  // it where the communicator runs on a device stream (NCCL's).
   void grads_ready(int64_t begin, int64_t end) override {
     if (mixed()) {
       device_.round_to(gradients() + begin, gradients() + begin, end - begin, precision_);
     }
-    if (partitioned_grads_) reducer_->ready(begin, end);
+    if (reducer_) reducer_->ready(begin, end);
   }
   core::Status finish_backward(bool reduced) override {
     if (core::Status gathered = forward_only_status(); !gathered.ok()) return gathered;
     if (partitioned_grads_) return reducer_->finish();
     if (!reduced || !reducer_) return {};
-    return reducer_->all_reduce(grads_.data());
+    return reducer_->finish();
   }
 
   double norm_share() override {

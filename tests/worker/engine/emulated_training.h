@@ -177,12 +177,13 @@ inline void check_gpu_path_matches_host_memory(spec::JobSpec spec, const GpuPath
   const int64_t page = sysconf(_SC_PAGESIZE);
   // With every state on the GPU, stages 2-3 over several ranks hold
   // backward's gradients a few buckets at a time, the pages the plan's
-  // replay of backward counts.
+  // replay of backward counts; host staging reduces each bucket at once
+  // (none in flight: it has no stream to overlap on).
   const int64_t gradient_workspace =
       !mirrored && c.stage >= 2 && c.layout.data > 1
           ? core::backward_gradient_peak_bytes(
                 plan::stage_parameter_table(spec.model, spec.parallelism, stage),
-                spec.training.zero.reduce_bucket_size, page)
+                spec.training.zero.reduce_bucket_size, 0, page)
           : 0;
   // (Mirrored, the host state's workspace is in host memory.)
   if (!mirrored) CHECK(on_device.memory.gradient_workspace_peak == gradient_workspace);
@@ -268,11 +269,12 @@ inline void check_stage3_matches_stage2_on_device(spec::JobSpec spec, Layout lay
   const int64_t page = sysconf(_SC_PAGESIZE);
   const int64_t gathered = core::device_gathered_bytes(regions, page);
   CHECK(stage3.memory.parameter_workspace_peak == gathered);
-  // Backward's gradients, a few buckets at a time over several ranks.
+  // Backward's gradients, a few buckets at a time over several ranks
+  // (host staging: each reduced at once).
   const int64_t gradient_workspace =
       layout.data > 1 ? core::backward_gradient_peak_bytes(
                             plan::stage_parameter_table(spec.model, spec.parallelism, 0),
-                            spec.training.zero.reduce_bucket_size, page)
+                            spec.training.zero.reduce_bucket_size, 0, page)
                       : 0;
   CHECK(stage2.memory.gradient_workspace_peak == gradient_workspace);
   CHECK(stage3.memory.gradient_workspace_peak == gradient_workspace);

@@ -17,6 +17,7 @@
 #include "tests/worker/parallel/test_groups.h"
 #include "worker/data/training_data.h"
 #include "worker/engine/trainer.h"
+#include "worker/parallel/device_gradient_reducer.h"
 #include "worker/parallel/gradient_reducer.h"
 
 namespace dslaunch::worker::engine {
@@ -26,6 +27,7 @@ using comm::testing::world_barrier;
 using comm::testing::world_data;
 
 static_assert(plan::kGradientBucketsInFlight == GradientReducer::kBucketsInFlight);
+static_assert(plan::kGradientBucketsInFlight == DeviceGradientReducer::kBucketsInFlight);
 
 constexpr int64_t kMicroBatch = 2;
 // Page rounding at the edges of what is written and released.

@@ -1,10 +1,13 @@
 // The data group's gradient mean over device memory (DeviceGradientReducer)
-// on the CUDA backend's kernels in guarded memory, through the host-staged
-// communicator: the same bits as GradientReducer's over host memory, in
-// both modes and every communication type. Runs under mpirun (see
-// mpi_test); every rank executes every test case.
+// on the CUDA backend's kernels in guarded memory: through the host-staged
+// communicator, and overlapped with backward through a stream-ordered one
+// (NCCL's way) on the emulator's deferred streams. The same bits as
+// GradientReducer's over host memory, in both modes and every
+// communication type. Runs under mpirun (see mpi_test); every rank
+// executes every test case.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <vector>
@@ -14,6 +17,7 @@
 #include "core/dtype.h"
 #include "core/layout/device_optimizer_bytes.h"
 #include "kernels/simt/emulated_backend.h"
+#include "tests/worker/parallel/stream_ordered_communicator.h"
 #include "tests/worker/parallel/test_groups.h"
 #include "worker/comm/host_staged_communicator.h"
 #include "worker/parallel/device_gradient_reducer.h"
@@ -42,15 +46,44 @@ std::vector<float> gradients(int64_t n, int pass) {
   return values;
 }
 
-std::vector<float> to_host(const float* data, int64_t n) {
+// Each stream's work runs only when the host or another stream needs it.
+kernels::Backend& deferred_device() {
+  static const std::unique_ptr<kernels::Backend> backend = kernels::simt::make_emulated_backend(
+      {}, kernels::simt::DeviceMemory::kGuarded, kernels::simt::StreamOrder::kDeferred);
+  return *backend;
+}
+
+// Read on the default stream.
+std::vector<float> to_host(const float* data, int64_t n, kernels::Backend& on = device()) {
   std::vector<float> host(n);
-  device().copy_device_to_host(host.data(), data, n * static_cast<int64_t>(sizeof(float)));
+  on.copy_device_to_host(host.data(), data, n * static_cast<int64_t>(sizeof(float)));
   return host;
 }
 
-float* to_device(kernels::DeviceBuffer<float>& buffer, const std::vector<float>& host) {
-  device().copy_host_to_device(buffer.data(), host.data(), buffer.bytes());
+float* to_device(kernels::DeviceBuffer<float>& buffer, const std::vector<float>& host,
+                 kernels::Backend& on = device()) {
+  on.copy_host_to_device(buffer.data(), host.data(), buffer.bytes());
   return buffer.data();
+}
+
+// A communicator like NCCL's over the deferred device (collective).
+std::unique_ptr<comm::testing::StreamOrderedCommunicator> stream_ordered() {
+  core::StatusOr<std::unique_ptr<comm::Communicator>> host =
+      world_data().duplicate("stream-ordered");
+  REQUIRE(host.ok());
+  return std::make_unique<comm::testing::StreamOrderedCommunicator>(std::move(*host),
+                                                                   deferred_device());
+}
+
+// Backward's order (from the end), in ranges of 7 floats that cut buckets
+// anywhere; `after` runs after each ready().
+void report_backward(DeviceGradientReducer& reducer, int64_t n,
+                     const std::function<void(int64_t begin)>& after = {}) {
+  for (int64_t end = n; end > 0; end -= 7) {
+    const int64_t begin = std::max<int64_t>(0, end - 7);
+    reducer.ready(begin, end);
+    if (after) after(begin);
+  }
 }
 
 struct Case {
@@ -66,17 +99,40 @@ const Case kCases[] = {
     {10'007, 1'000, core::DType::kF16}, {20, 3, core::DType::kF32},
     {20, 3, core::DType::kBF16},        {4'099, int64_t{1} << 40, core::DType::kF16}};
 
+// The host reducer's mean of pass 0's gradients.
+std::vector<float> host_all_reduce(const Case& c) {
+  std::vector<float> mean = gradients(c.n, 0);
+  GradientReducer host(world_data(), mean.data(), c.n, c.bucket);
+  host.set_communication_type(c.wire);
+  host.ready(0, c.n);
+  REQUIRE(host.finish().ok());
+  return mean;
+}
+
+// This rank's partition of the host reducer's means, after each of two
+// backward passes accumulated into it.
+std::vector<std::vector<float>> host_partition_sums(const Case& c, const ZeroPartition& partition) {
+  const int rank = world_data().rank();
+  std::vector<float> sums(partition.end(rank) - partition.begin(rank), 0.0f);
+  ReleasableBuffer workspace(c.n);
+  GradientReducer host(world_data(), workspace, c.bucket, partition, sums.data());
+  host.set_communication_type(c.wire);
+  std::vector<std::vector<float>> after;
+  for (int pass = 0; pass < 2; ++pass) {
+    const std::vector<float> values = gradients(c.n, pass);
+    std::copy(values.begin(), values.end(), workspace.data());
+    host.ready(0, c.n);
+    REQUIRE(host.finish().ok());
+    after.push_back(sums);
+  }
+  return after;
+}
+
 TEST_CASE("the device's all-reduce equals the host reducer's bit for bit") {
   const auto staged = comm::make_host_staged_communicator(world_data(), device());
   for (const Case& c : kCases) {
     INFO("n " << c.n << ", bucket " << c.bucket << ", " << core::dtype_name(c.wire));
-    std::vector<float> expected = gradients(c.n, 0);
-    {
-      GradientReducer host(world_data(), expected.data(), c.n, c.bucket);
-      host.set_communication_type(c.wire);
-      host.ready(0, c.n);
-      REQUIRE(host.finish().ok());
-    }
+    const std::vector<float> expected = host_all_reduce(c);
     DeviceGradientReducer reducer(*staged, device(), c.n, c.bucket, c.wire);
     kernels::DeviceBuffer<float> grads(device(), c.n);
     REQUIRE(reducer.all_reduce(to_device(grads, gradients(c.n, 0))).ok());
@@ -100,18 +156,7 @@ TEST_CASE("the device's reduce-scatter adds the host reducer's means to the part
     const int rank = world_data().rank();
     const int64_t own = partition.end(rank) - partition.begin(rank);
     // Two backward passes accumulate into the partition.
-    std::vector<float> expected(own, 0.0f);
-    {
-      ReleasableBuffer workspace(c.n);
-      GradientReducer host(world_data(), workspace, c.bucket, partition, expected.data());
-      host.set_communication_type(c.wire);
-      for (int pass = 0; pass < 2; ++pass) {
-        const std::vector<float> values = gradients(c.n, pass);
-        std::copy(values.begin(), values.end(), workspace.data());
-        host.ready(0, c.n);
-        REQUIRE(host.finish().ok());
-      }
-    }
+    const std::vector<float> expected = host_partition_sums(c, partition).back();
     DeviceGradientReducer reducer(*staged, device(), c.n, c.bucket, c.wire);
     kernels::DeviceBuffer<float> grads(device(), c.n);
     kernels::DeviceBuffer<float> partition_grads(device(), std::max<int64_t>(own, 1));
@@ -142,6 +187,83 @@ TEST_CASE("the device's reduce-scatter adds the host reducer's means to the part
     }
     std::vector<float> got = to_host(partition_grads.data(), own);
     CHECK(got == expected);
+  }
+}
+
+TEST_CASE("on a device stream the all-reduce runs behind backward, to the host reducer's bits") {
+  kernels::Backend& on = deferred_device();
+  const auto stream = stream_ordered();
+  for (const Case& c : kCases) {
+    INFO("n " << c.n << ", bucket " << c.bucket << ", " << core::dtype_name(c.wire));
+    const std::vector<float> expected = host_all_reduce(c);
+    DeviceGradientReducer reducer(*stream, on, c.n, c.bucket, c.wire);
+    kernels::DeviceBuffer<float> grads(on, c.n);
+    reducer.all_reduce_into(grads.data());
+    // Backward's writes, queued on the default stream: the reducer's stream
+    // must wait for them.
+    to_device(grads, gradients(c.n, 0), on);
+    const int64_t started = stream->started();
+    report_backward(reducer, c.n);
+    // Backward's thread was not held until the last bucket was reduced.
+    CHECK(stream->ran() < stream->started());
+    CHECK(stream->started() > started);
+    REQUIRE(reducer.finish().ok());
+    CHECK(stream->ran() == stream->started());
+    // The default stream reads the means without waiting for the reducer's.
+    CHECK(to_host(grads.data(), c.n, on) == expected);
+  }
+}
+
+TEST_CASE("on a device stream each bucket is consumed once its mean is in the partition") {
+  kernels::Backend& on = deferred_device();
+  const auto stream = stream_ordered();
+  for (const Case& c : kCases) {
+    INFO("n " << c.n << ", bucket " << c.bucket << ", " << core::dtype_name(c.wire));
+    const ZeroPartition partition =
+        make_zero_partition(c.n, world_data().size(), kZeroPartitionAlignment);
+    const int rank = world_data().rank();
+    const int64_t own_begin = partition.begin(rank);
+    const int64_t own = partition.end(rank) - own_begin;
+    // The partition after each of two backward passes.
+    const std::vector<std::vector<float>> expected = host_partition_sums(c, partition);
+    DeviceGradientReducer reducer(*stream, on, c.n, c.bucket, c.wire);
+    kernels::DeviceBuffer<float> grads(on, c.n);
+    kernels::DeviceBuffer<float> partition_grads(on, std::max<int64_t>(own, 1));
+    on.memset_zero(partition_grads.data(), partition_grads.bytes());
+    const std::vector<GradientBucket> buckets = gradient_buckets(c.n, c.bucket);
+    std::vector<GradientBucket> consumed;
+    int pass = 0;
+    reducer.scatter_into({grads.data(), partition_grads.data(), [&](int64_t begin, int64_t end) {
+                            consumed.push_back({begin, end});
+                            // Its share of this pass's means is there already.
+                            const int64_t from = std::clamp(begin, own_begin, own_begin + own);
+                            const int64_t to = std::clamp(end, own_begin, own_begin + own);
+                            if (from == to) return;
+                            const std::vector<float> got =
+                                to_host(partition_grads.data() + (from - own_begin), to - from, on);
+                            CHECK(got == std::vector<float>(
+                                             expected[pass].begin() + (from - own_begin),
+                                             expected[pass].begin() + (to - own_begin)));
+                          }});
+    for (pass = 0; pass < 2; ++pass) {
+      to_device(grads, gradients(c.n, pass), on);
+      consumed.clear();
+      report_backward(reducer, c.n, [&](int64_t begin) {
+        // Buckets complete so far, of which at most kBucketsInFlight wait.
+        int64_t complete = 0;
+        while (complete < static_cast<int64_t>(buckets.size()) &&
+               buckets[complete].begin >= begin) {
+          ++complete;
+        }
+        CHECK(complete - static_cast<int64_t>(consumed.size()) >= 0);
+        CHECK(complete - static_cast<int64_t>(consumed.size()) <=
+              DeviceGradientReducer::kBucketsInFlight);
+      });
+      REQUIRE(reducer.finish().ok());
+      REQUIRE(consumed.size() == buckets.size());
+      for (size_t k = 0; k < buckets.size(); ++k) CHECK(consumed[k].begin == buckets[k].begin);
+    }
+    CHECK(to_host(partition_grads.data(), own, on) == expected[1]);
   }
 }
 
