@@ -45,6 +45,32 @@ class EmulatedEvent final : public Event {
   int64_t position = 0;
 };
 
+// Deferred streams: sparse memory whose pages go back only after every
+// stream's work, as the CUDA backend's unmapping synchronizes the device.
+// The guarded memory underneath maps the same pages and counts them.
+class SynchronizedSparseMemory final : public SparseMemory {
+ public:
+  SynchronizedSparseMemory(std::unique_ptr<SparseMemory> inner, AllocationTally& uncounted,
+                           std::function<void()> synchronize)
+      : SparseMemory(inner->data(), inner->bytes(), inner->page_bytes(), uncounted),
+        inner_(std::move(inner)),
+        synchronize_(std::move(synchronize)) {}
+  ~SynchronizedSparseMemory() override { synchronize_(); }
+
+ private:
+  void map(int64_t first, int64_t count) override {
+    inner_->commit(first * page_bytes(), end_of(first + count));
+  }
+  void unmap(int64_t first, int64_t count) override {
+    synchronize_();
+    inner_->release(first * page_bytes(), end_of(first + count));
+  }
+  int64_t end_of(int64_t page) const { return std::min(page * page_bytes(), bytes()); }
+
+  std::unique_ptr<SparseMemory> inner_;
+  std::function<void()> synchronize_;
+};
+
 class EmulatedBackend final : public SimtBackend<EmulatedBackend>, public DeferredStreams {
  public:
   EmulatedBackend(const Schedule& schedule, DeviceMemory memory, StreamOrder order)
@@ -89,8 +115,11 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend>, public Deferr
   }
   int64_t peak_allocated_bytes() const override { return tally_.peak(); }
   std::unique_ptr<SparseMemory> reserve_sparse(int64_t bytes) override {
-    return guarded_ ? guarded_->reserve_sparse(bytes, tally_)
-                    : make_host_sparse_memory(bytes, tally_);
+    if (!guarded_) return make_host_sparse_memory(bytes, tally_);
+    std::unique_ptr<SparseMemory> sparse = guarded_->reserve_sparse(bytes, tally_);
+    if (!deferred_) return sparse;
+    return std::make_unique<SynchronizedSparseMemory>(std::move(sparse), uncounted_,
+                                                      [this] { synchronize(); });
   }
   // The host's bytes are read now (the call's promise), written when the
   // stream gets there.
@@ -261,6 +290,7 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend>, public Deferr
   int64_t scratch_count_ = 0;
   std::unique_ptr<cpu::RoundedGemm> rounded_;
   AllocationTally tally_;
+  AllocationTally uncounted_;  // SynchronizedSparseMemory's (tally_ counts its pages)
 };
 
 }  // namespace

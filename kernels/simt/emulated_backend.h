@@ -26,8 +26,9 @@ enum class DeviceMemory { kHostAccessible, kGuarded };
 // - kProgram: at once, in the order of the calls (every stream is one).
 // - kDeferred: each stream's work waits in its queue until the host needs
 //   it: copy_device_to_host() runs the current stream's, synchronize(event)
-//   the event's stream up to it, synchronize() and deallocate() (which
-//   cudaFree does) every stream's. A stream's wait(event) runs the event's
+//   the event's stream up to it, synchronize(), deallocate() (which
+//   cudaFree does) and giving back sparse memory's pages (which the CUDA
+//   backend's unmapping does) every stream's. A stream's wait(event) runs the event's
 //   stream up to it when the waiting stream gets there. So work that reads
 //   another stream's results without waiting for them reads them before
 //   they are written, and host code that uses a result before

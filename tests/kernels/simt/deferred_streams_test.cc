@@ -11,6 +11,7 @@
 #include "kernels/backend.h"
 #include "kernels/device_buffer.h"
 #include "kernels/simt/emulated_backend.h"
+#include "kernels/sparse_memory.h"
 
 namespace dslaunch::kernels::simt {
 namespace {
@@ -126,6 +127,23 @@ TEST_CASE("freeing memory runs every stream's work first, as cudaFree does") {
     device->set_stream(nullptr);
   }
   CHECK(read(*device, keep) == std::vector<float>{1});
+}
+
+TEST_CASE("sparse memory's pages go back after every stream's work, as CUDA's unmapping does") {
+  const auto device = deferred();
+  const auto side = device->create_stream();
+  const std::unique_ptr<SparseMemory> sparse = device->reserve_sparse(1 << 16);
+  sparse->commit(0, 4096);
+  auto* values = static_cast<float*>(sparse->data());
+  DeviceBuffer<float> kept(*device, 2);
+  device->set_stream(side.get());
+  device->fill(values, 2, 4.0f);
+  device->copy_device_to_device(kept.data(), values, kept.bytes());
+  device->set_stream(nullptr);
+  // Queued work still reads the pages: they go only once it has run.
+  sparse->release(0, 4096);
+  CHECK(sparse->resident_bytes() == 0);
+  CHECK(read(*device, kept) == std::vector<float>{4, 4});
 }
 
 TEST_CASE("deferring needs guarded memory; program order needs no DeferredStreams") {

@@ -47,11 +47,13 @@ struct Layout {
 // Trains `spec` on `backend` (with `host_backend` for the model states where
 // its memory is not the host's) over `layout`'s groups; with the fp16
 // drill when `poison`; writing each checkpoint under `checkpoints` unless it
-// is empty; from `resume` if set.
-inline OffloadRun train_offloaded(kernels::Backend& backend, const spec::JobSpec& spec,
-                                  Layout layout, kernels::Backend* host_backend, bool poison,
-                                  const std::string& checkpoints = "",
-                                  std::optional<ResumePoint> resume = std::nullopt) {
+// is empty; from `resume` if set; with `device_communicator` making the
+// data group's communicator on the device (unset: host staging).
+inline OffloadRun train_offloaded(
+    kernels::Backend& backend, const spec::JobSpec& spec, Layout layout,
+    kernels::Backend* host_backend, bool poison, const std::string& checkpoints = "",
+    std::optional<ResumePoint> resume = std::nullopt,
+    decltype(TrainerOptions::device_communicator) device_communicator = {}) {
   const data::TrainingData data = data::open_training_data(spec.data, spec.model.seq_length, "");
   REQUIRE(data.error == "");
   comm::ProcessGroups& groups =
@@ -74,6 +76,7 @@ inline OffloadRun train_offloaded(kernels::Backend& backend, const spec::JobSpec
     };
   }
   options.resume = std::move(resume);
+  options.device_communicator = std::move(device_communicator);
   TrainResult result = train(spec, data, backend, options);
   REQUIRE(result.error == "");
   run.params = std::move(result.params);
