@@ -21,6 +21,15 @@ namespace dslaunch::kernels {
 // released in any order. Reading or writing outside what is committed is an
 // error the backend may catch (a GPU's fault, the emulator's guard).
 //
+// Release is stream-ordered, as cudaFreeAsync is: a page no committed range
+// touches gives its memory back once the work queued so far on the
+// backend's current stream is done, without the host waiting for it; work
+// of other streams on the range must be done by then, or ordered before
+// that point (the stream waited for its event). Committed again before
+// then, a page keeps its memory. resident_bytes() counts what is
+// committed; a page waiting for its stream still holds its memory, which a
+// commit short of room waits for and takes back.
+//
 // What a page holds when it is committed again is undefined: callers
 // overwrite what they commit. Not thread-safe.
 class SparseMemory {
@@ -93,7 +102,9 @@ class SparseMemory {
         tally_(tally) {}
 
   // Back pages [first, first + count) with memory (throw std::bad_alloc when
-  // there is none), or give it back.
+  // there is none, mapping none), or give it back once the current
+  // stream's work so far is done (a page mapped again before then keeps
+  // its memory: waiting_pages.h).
   virtual void map(int64_t first, int64_t count) = 0;
   virtual void unmap(int64_t first, int64_t count) = 0;
   // Calls fn(first, count) for each run of pages holding memory.

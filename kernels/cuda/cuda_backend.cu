@@ -104,7 +104,7 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
   }
   int64_t peak_allocated_bytes() const override { return tally_.peak(); }
   std::unique_ptr<SparseMemory> reserve_sparse(int64_t bytes) override {
-    return make_cuda_sparse_memory(bytes, tally_);
+    return make_cuda_sparse_memory(bytes, tally_, [this] { return static_cast<void*>(stream_); });
   }
   void copy_host_to_device(void* device, const void* host, int64_t bytes) override {
     if (bytes > 0) {

@@ -8,6 +8,10 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/waiting_pages.h"
 
 namespace dslaunch::kernels::cuda {
 namespace {
@@ -94,60 +98,134 @@ void* reserve(int64_t bytes, int64_t page) {
 class CudaSparseMemory final : public SparseMemory {
  public:
   CudaSparseMemory(int64_t bytes, AllocationTally& tally, const CUmemAllocationProp& prop,
-                   int64_t page)
-      : SparseMemory(reserve(bytes, page), bytes, page, tally), prop_(prop) {}
+                   int64_t page, std::function<void*()> current_stream)
+      : SparseMemory(reserve(bytes, page), bytes, page, tally),
+        prop_(prop),
+        waiting_((rounded(bytes, page)) / page),
+        current_stream_(std::move(current_stream)) {}
   ~CudaSparseMemory() override {
-    for_mapped_runs([this](int64_t first, int64_t count) { unmap(first, count); });
+    cudaDeviceSynchronize();  // nothing may use the pages any more
+    give_back_all();
+    for_mapped_runs([this](int64_t first, int64_t count) { unmap_now(first, count); });
+    for (cudaEvent_t event : idle_events_) cudaEventDestroy(event);
     driver().address_free(address(0), static_cast<size_t>(rounded(bytes(), page_bytes())));
   }
 
  private:
+  // A release waiting for its stream's work.
+  struct Release {
+    cudaEvent_t done;
+    uint64_t ticket;
+    int64_t first;
+    int64_t count;
+  };
+
   CUdeviceptr address(int64_t page) const {
     return reinterpret_cast<CUdeviceptr>(data()) + static_cast<CUdeviceptr>(page * page_bytes());
   }
-  // Each page its own allocation, so that any page can go on its own.
+  // Pages still waiting to go back keep their memory. Short of room, wait
+  // for every waiting release and try once more.
   void map(int64_t first, int64_t count) override {
-    const auto page = static_cast<size_t>(page_bytes());
-    int64_t mapped = 0;
+    give_back_done();
     try {
-      for (; mapped < count; ++mapped) {
+      map_free_pages(first, count);
+    } catch (const std::bad_alloc&) {
+      if (releases_.empty()) throw;
+      give_back_all();
+      map_free_pages(first, count);
+    }
+    for (int64_t p = first; p < first + count; ++p) waiting_.keep(p);
+  }
+  // Maps the pages of [first, first + count) not waiting to go back, all
+  // or none: each page its own allocation, so that any page can go on its
+  // own.
+  void map_free_pages(int64_t first, int64_t count) {
+    const auto page = static_cast<size_t>(page_bytes());
+    std::vector<int64_t> mapped;
+    try {
+      for (int64_t p = first; p < first + count; ++p) {
+        if (waiting_.waiting(p)) continue;
         CUmemGenericAllocationHandle handle{};
         check_driver(driver().create(&handle, page, &prop_, 0), "cuMemCreate");
-        const CUresult result = driver().map(address(first + mapped), page, 0, handle, 0);
+        const CUresult result = driver().map(address(p), page, 0, handle, 0);
         driver().release(handle);  // the mapping keeps the memory
         check_driver(result, "cuMemMap");
+        mapped.push_back(p);
+        CUmemAccessDesc access{};
+        access.location = prop_.location;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        check_driver(driver().set_access(address(p), page, &access, 1), "cuMemSetAccess");
       }
-      CUmemAccessDesc access{};
-      access.location = prop_.location;
-      access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-      check_driver(
-          driver().set_access(address(first), page * static_cast<size_t>(count), &access, 1),
-          "cuMemSetAccess");
     } catch (...) {
-      for (int64_t p = 0; p < mapped; ++p) driver().unmap(address(first + p), page);
+      for (int64_t p : mapped) unmap_now(p, 1);
       throw;
     }
   }
-  // Work queued on the pages must finish before their memory goes. Unmapping
-  // pages this object mapped fails only in a context already broken by a
-  // fault, which is sticky: the next kernel or copy reports it, so the
-  // results here (also in the destructor and the rollback above, which must
-  // not throw) are not checked.
   void unmap(int64_t first, int64_t count) override {
-    cudaDeviceSynchronize();
+    const uint64_t ticket = waiting_.wait(first, count);
+    cudaEvent_t done = nullptr;
+    if (!idle_events_.empty()) {
+      done = idle_events_.back();
+      idle_events_.pop_back();
+    } else if (cudaEventCreateWithFlags(&done, cudaEventDisableTiming) != cudaSuccess) {
+      done = nullptr;
+    }
+    if (done == nullptr ||
+        cudaEventRecord(done, static_cast<cudaStream_t>(current_stream_())) != cudaSuccess) {
+      // No event (a context already broken): give the pages back in program order.
+      if (done != nullptr) idle_events_.push_back(done);
+      cudaDeviceSynchronize();
+      waiting_.done(ticket, first, count, [this](int64_t run, int64_t n) { unmap_now(run, n); });
+      return;
+    }
+    releases_.push_back({done, ticket, first, count});
+    give_back_done();
+  }
+  // Gives back the pages of the releases whose streams have got there
+  // (polled: cudaEventQuery does not wait).
+  void give_back_done() {
+    std::erase_if(releases_, [this](const Release& release) {
+      if (cudaEventQuery(release.done) != cudaSuccess) return false;
+      finish(release);
+      return true;
+    });
+  }
+  void give_back_all() {
+    for (const Release& release : releases_) {
+      cudaEventSynchronize(release.done);
+      finish(release);
+    }
+    releases_.clear();
+  }
+  void finish(const Release& release) {
+    waiting_.done(release.ticket, release.first, release.count,
+                  [this](int64_t run, int64_t n) { unmap_now(run, n); });
+    idle_events_.push_back(release.done);
+  }
+  // Unmapping pages this object mapped fails only in a context already
+  // broken by a fault, which is sticky: the next kernel or copy reports it,
+  // so the results here (also in the destructor and the rollback above,
+  // which must not throw) are not checked.
+  void unmap_now(int64_t first, int64_t count) {
     for (int64_t p = first; p < first + count; ++p) {
       driver().unmap(address(p), static_cast<size_t>(page_bytes()));
     }
   }
 
   CUmemAllocationProp prop_;
+  WaitingPages waiting_;
+  std::function<void*()> current_stream_;
+  std::vector<Release> releases_;          // in the order they were made
+  std::vector<cudaEvent_t> idle_events_;   // for the next releases
 };
 
 }  // namespace
 
-std::unique_ptr<SparseMemory> make_cuda_sparse_memory(int64_t bytes, AllocationTally& tally) {
+std::unique_ptr<SparseMemory> make_cuda_sparse_memory(int64_t bytes, AllocationTally& tally,
+                                                      std::function<void*()> current_stream) {
   const CUmemAllocationProp prop = device_memory();
-  return std::make_unique<CudaSparseMemory>(bytes, tally, prop, page_bytes(prop));
+  return std::make_unique<CudaSparseMemory>(bytes, tally, prop, page_bytes(prop),
+                                            std::move(current_stream));
 }
 
 }  // namespace dslaunch::kernels::cuda

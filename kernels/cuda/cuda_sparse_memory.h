@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "kernels/allocation_tally.h"
@@ -14,6 +15,13 @@ namespace dslaunch::kernels::cuda {
 // while committed. The driver's functions come through the runtime's entry
 // point query, so nothing links against libcuda. Throws std::bad_alloc when
 // the GPU has no room, std::runtime_error when the driver refuses.
-std::unique_ptr<SparseMemory> make_cuda_sparse_memory(int64_t bytes, AllocationTally& tally);
+//
+// Releases are stream-ordered (sparse_memory.h): an event recorded on the
+// stream `current_stream` returns (a cudaStream_t) marks each, and its pages
+// are unmapped once a later call finds the event done, so the host does
+// not wait for the GPU to give memory back (cuMemUnmap needs the pages
+// unused, and does not wait for the work that uses them).
+std::unique_ptr<SparseMemory> make_cuda_sparse_memory(int64_t bytes, AllocationTally& tally,
+                                                      std::function<void*()> current_stream);
 
 }  // namespace dslaunch::kernels::cuda

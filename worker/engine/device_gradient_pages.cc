@@ -23,8 +23,8 @@ int64_t DeviceGradientPages::page_size(int64_t p) const {
   return std::min(n_, (p + 1) * page_floats_) - p * page_floats_;
 }
 
-// Pages are committed and given back a run at a time: on a GPU each give
-// back waits for the work queued (kernels/cuda/cuda_sparse_memory.h).
+// Pages are committed and given back a run at a time: each give back
+// records an event on the GPU (kernels/cuda/cuda_sparse_memory.h).
 void DeviceGradientPages::prepare(int64_t begin, int64_t end) {
   const int64_t bytes = memory_->page_bytes();
   const int64_t last = end_page(end);
