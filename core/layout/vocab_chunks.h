@@ -34,4 +34,9 @@ struct VocabChunks {
   int64_t end(int chunk) const { return std::min(rows, (chunk + 1) * per_chunk); }
 };
 
+// The token embedding's three uses, each a pass over its vocabulary chunks
+// (of the rows the rank holds): the encoder at the start of forward, the
+// tied output layer at its end and at the start of backward.
+enum class VocabUse { kEncoder, kOutputForward, kOutputBackward };
+
 }  // namespace dslaunch::core

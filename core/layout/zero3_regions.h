@@ -33,12 +33,4 @@ struct Zero3Regions {
 // page-aligned buffer) touch: what they make resident.
 int64_t page_span_bytes(const std::vector<Zero3Regions::Range>& ranges, int64_t page_bytes);
 
-// ZeRO stage 3 on a GPU (worker/engine/device_zero3_parameters.h, which
-// gathers each region just before its use and prefetches nothing): the
-// workspace's most resident bytes in pages of `page_bytes`, the persistent
-// tensors' included, a page shared by neighbouring ranges counted once. At
-// most the embeddings' region is live with the last block (kept from its
-// forward to its backward) and a vocabulary chunk, or with another block.
-int64_t device_gathered_bytes(const Zero3Regions& regions, int64_t page_bytes);
-
 }  // namespace dslaunch::core

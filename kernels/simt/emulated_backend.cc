@@ -18,6 +18,7 @@
 #include "kernels/host_sparse_memory.h"
 #include "kernels/simt/guarded_memory.h"
 #include "kernels/simt/simt_backend.h"
+#include "kernels/waiting_pages.h"
 
 namespace dslaunch::kernels::simt {
 namespace {
@@ -45,29 +46,52 @@ class EmulatedEvent final : public Event {
   int64_t position = 0;
 };
 
-// Deferred streams: sparse memory whose pages go back only after every
-// stream's work, as the CUDA backend's unmapping synchronizes the device.
-// The guarded memory underneath maps the same pages and counts them.
-class SynchronizedSparseMemory final : public SparseMemory {
+// Deferred streams: sparse memory whose pages go back in stream order, as
+// the CUDA backend's do: a release queues the giving back on the current
+// stream, so work queued before it on that stream has run by then, and a
+// stream that reads the pages unordered after it faults. The guarded
+// memory underneath maps the pages and counts them.
+class StreamOrderedSparseMemory final : public SparseMemory {
  public:
-  SynchronizedSparseMemory(std::unique_ptr<SparseMemory> inner, AllocationTally& uncounted,
-                           std::function<void()> synchronize)
+  using Enqueue = std::function<void(std::function<void()>)>;
+  StreamOrderedSparseMemory(std::unique_ptr<SparseMemory> inner, AllocationTally& uncounted,
+                            Enqueue enqueue, std::function<void()> synchronize)
       : SparseMemory(inner->data(), inner->bytes(), inner->page_bytes(), uncounted),
         inner_(std::move(inner)),
+        waiting_((inner_->bytes() + inner_->page_bytes() - 1) / inner_->page_bytes()),
+        enqueue_(std::move(enqueue)),
         synchronize_(std::move(synchronize)) {}
-  ~SynchronizedSparseMemory() override { synchronize_(); }
+  // The queued releases refer to this object.
+  ~StreamOrderedSparseMemory() override { synchronize_(); }
 
  private:
   void map(int64_t first, int64_t count) override {
-    inner_->commit(first * page_bytes(), end_of(first + count));
+    int64_t mapped = first;  // pages before it are committed in inner_ by this call
+    try {
+      for (; mapped < first + count; ++mapped) {
+        if (!waiting_.waiting(mapped)) inner_->commit(begin_of(mapped), begin_of(mapped + 1));
+      }
+    } catch (...) {
+      for (int64_t p = first; p < mapped; ++p) {
+        if (!waiting_.waiting(p)) inner_->release(begin_of(p), begin_of(p + 1));
+      }
+      throw;
+    }
+    for (int64_t p = first; p < first + count; ++p) waiting_.keep(p);
   }
   void unmap(int64_t first, int64_t count) override {
-    synchronize_();
-    inner_->release(first * page_bytes(), end_of(first + count));
+    const uint64_t ticket = waiting_.wait(first, count);
+    enqueue_([this, ticket, first, count] {
+      waiting_.done(ticket, first, count, [this](int64_t run, int64_t pages) {
+        inner_->release(begin_of(run), begin_of(run + pages));
+      });
+    });
   }
-  int64_t end_of(int64_t page) const { return std::min(page * page_bytes(), bytes()); }
+  int64_t begin_of(int64_t page) const { return std::min(page * page_bytes(), bytes()); }
 
   std::unique_ptr<SparseMemory> inner_;
+  WaitingPages waiting_;
+  Enqueue enqueue_;
   std::function<void()> synchronize_;
 };
 
@@ -76,7 +100,8 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend>, public Deferr
   EmulatedBackend(const Schedule& schedule, DeviceMemory memory, StreamOrder order)
       : schedule_(schedule),
         guarded_(memory == DeviceMemory::kGuarded ? std::make_unique<GuardedMemory>() : nullptr),
-        deferred_(order == StreamOrder::kDeferred) {
+        deferred_(order != StreamOrder::kProgram),
+        eager_default_(order == StreamOrder::kEagerDefault) {
     if (deferred_ && !guarded_) {
       throw std::invalid_argument(
           "the emulator defers streams only over guarded memory (host code could read "
@@ -118,8 +143,9 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend>, public Deferr
     if (!guarded_) return make_host_sparse_memory(bytes, tally_);
     std::unique_ptr<SparseMemory> sparse = guarded_->reserve_sparse(bytes, tally_);
     if (!deferred_) return sparse;
-    return std::make_unique<SynchronizedSparseMemory>(std::move(sparse), uncounted_,
-                                                      [this] { synchronize(); });
+    return std::make_unique<StreamOrderedSparseMemory>(
+        std::move(sparse), uncounted_, [this](std::function<void()> work) { submit(std::move(work)); },
+        [this] { synchronize(); });
   }
   // The host's bytes are read now (the call's promise), written when the
   // stream gets there.
@@ -250,12 +276,14 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend>, public Deferr
     streams_.push_back(queue);
     return queue;
   }
-  // Runs `work` on the current stream: now (kProgram), or queued (kDeferred).
+  // Runs `work` on the current stream: now (kProgram, and the default
+  // stream under kEagerDefault), or queued.
   template <class F>
   void submit(F work) {
     if (!deferred_) return inside(work);
     current_->waiting.emplace_back(std::move(work));
     ++current_->queued;
+    if (eager_default_ && current_ == default_stream_) run_until(*current_, current_->queued);
   }
   // Runs `queue` until `position` items of it have run (what a wait() item
   // runs may run other queues).
@@ -282,7 +310,8 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend>, public Deferr
 
   Schedule schedule_;
   std::unique_ptr<GuardedMemory> guarded_;  // null: host memory
-  const bool deferred_;
+  const bool deferred_;       // kDeferred or kEagerDefault
+  const bool eager_default_;  // kEagerDefault
   std::shared_ptr<WorkQueue> default_stream_;
   std::shared_ptr<WorkQueue> current_;
   std::vector<std::weak_ptr<WorkQueue>> streams_;  // every stream made, for synchronize()
@@ -290,7 +319,7 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend>, public Deferr
   int64_t scratch_count_ = 0;
   std::unique_ptr<cpu::RoundedGemm> rounded_;
   AllocationTally tally_;
-  AllocationTally uncounted_;  // SynchronizedSparseMemory's (tally_ counts its pages)
+  AllocationTally uncounted_;  // StreamOrderedSparseMemory's (tally_ counts its pages)
 };
 
 }  // namespace

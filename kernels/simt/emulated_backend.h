@@ -26,16 +26,22 @@ enum class DeviceMemory { kHostAccessible, kGuarded };
 // - kProgram: at once, in the order of the calls (every stream is one).
 // - kDeferred: each stream's work waits in its queue until the host needs
 //   it: copy_device_to_host() runs the current stream's, synchronize(event)
-//   the event's stream up to it, synchronize(), deallocate() (which
-//   cudaFree does) and giving back sparse memory's pages (which the CUDA
-//   backend's unmapping does) every stream's. A stream's wait(event) runs the event's
-//   stream up to it when the waiting stream gets there. So work that reads
+//   the event's stream up to it, synchronize() and deallocate() (which
+//   cudaFree does) every stream's. A stream's wait(event) runs the event's
+//   stream up to it when the waiting stream gets there. Sparse memory's
+//   released pages go back when the current stream gets to the release
+//   (sparse_memory.h), so a stream that still reads them unordered faults. So work that reads
 //   another stream's results without waiting for them reads them before
 //   they are written, and host code that uses a result before
 //   synchronizing uses it before it exists — what a GPU may do, made
 //   certain. Guarded memory only (host code cannot see device memory
 //   otherwise either); the default stream is as deferred as the others.
-enum class StreamOrder { kProgram, kDeferred };
+// - kEagerDefault: the default stream runs at once, as under kProgram, and
+//   every other stream defers as under kDeferred: work on the default
+//   stream that reads another stream's results without waiting for them
+//   reads them before they are written (under kDeferred the host's waits
+//   often run the other stream first and hide it).
+enum class StreamOrder { kProgram, kDeferred, kEagerDefault };
 
 std::unique_ptr<Backend> make_emulated_backend(const Schedule& schedule = {},
                                                DeviceMemory memory = DeviceMemory::kHostAccessible,

@@ -10,6 +10,7 @@
 #include "core/layout/parameter_table.h"
 #include "core/layout/pipeline_partition.h"
 #include "core/layout/pipeline_schedule.h"
+#include "core/layout/zero3_prefetch.h"
 #include "core/layout/zero3_regions.h"
 #include "core/spec/precision.h"
 #include "core/spec/training_support.h"
@@ -211,8 +212,9 @@ MirrorBytes mirror_bytes(const spec::ModelSpec& model, const spec::ParallelismSp
   // The host takes each range as backward reports it.
   bytes.gradients = core::backward_gradient_peak_bytes(table, 1, 0, page_bytes);
   if (zero.stage >= 3) {
+    // The mirror uploads each region as the host acquires it: no prefetch.
     bytes.parameters = core::device_gathered_bytes(
-        core::Zero3Regions(table, zero.param_persistence_threshold), page_bytes);
+        core::Zero3Regions(table, zero.param_persistence_threshold), page_bytes, nullptr);
   }
   return bytes;
 }

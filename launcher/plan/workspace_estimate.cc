@@ -4,6 +4,7 @@
 
 #include "core/layout/backward_gradient_pages.h"
 #include "core/layout/vocab_chunks.h"
+#include "core/layout/zero3_prefetch.h"
 #include "core/layout/zero3_regions.h"
 #include "launcher/plan/memory_estimate.h"
 
@@ -184,7 +185,9 @@ WorkspaceBytes device_workspace_bytes_per_rank(const spec::ModelSpec& model,
   }
   if (training.zero.stage < 3) return bytes;
   const core::Zero3Regions regions(table, training.zero.param_persistence_threshold);
-  bytes.parameter_workspace = core::device_gathered_bytes(regions, kGpuPageBytes);
+  const core::Zero3Prefetch prefetch(regions, training.zero.prefetch_bucket_size,
+                                     training.zero.max_live_parameters);
+  bytes.parameter_workspace = core::device_gathered_bytes(regions, kGpuPageBytes, &prefetch);
   // Over several ranks, the persistent tensors' packed copy.
   if (data_parallel > 1) bytes.communication = regions.persistent_floats() * kFloat;
   return bytes;

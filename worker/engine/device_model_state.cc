@@ -71,7 +71,8 @@ class DeviceModelState final : public ModelState {
     try {
       if (stage3_) {
         zero3_.emplace(comm_, device_, table_, partition_,
-                       training_.zero.param_persistence_threshold);
+                       training_.zero.param_persistence_threshold,
+                       training_.zero.prefetch_bucket_size, training_.zero.max_live_parameters);
       } else {
         params_ = kernels::DeviceBuffer<float>(device_, partition_.padded_total());
       }

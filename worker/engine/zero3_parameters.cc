@@ -24,7 +24,6 @@ Zero3Parameters::Zero3Parameters(comm::Communicator& comm, const core::Parameter
     : comm_(comm),
       table_(table),
       partition_(partition),
-      settings_(settings),
       layers_(static_cast<int>(table.config().num_layers)),
       master_(partition.padded_total()),
       workspace_(table.total()) {
@@ -36,6 +35,7 @@ Zero3Parameters::Zero3Parameters(comm::Communicator& comm, const core::Parameter
   }
   // What is gathered, per region, and what stays whole.
   core::Zero3Regions layout(table, settings.persistence_threshold);
+  prefetch_.emplace(layout, settings.prefetch_bucket_size, settings.max_live_parameters);
   persistent_ = std::move(layout.persistent);
   chunks_ = layout.chunks;
   std::vector<std::vector<Range>> regions = std::move(layout.regions);
@@ -218,51 +218,17 @@ int64_t Zero3Parameters::buffer_bytes() const {
          gatherer_->secondary_floats() * static_cast<int64_t>(sizeof(float));
 }
 
-void Zero3Parameters::prefetch_following(int first, int step) {
-  int64_t ahead = 0;  // floats of the following blocks requested so far
-  for (int layer = first; layer >= 0 && layer < layers_; layer += step) {
-    const int region = 1 + layer;
-    const int64_t size = gatherer_->region_size(region);
-    if (!gatherer_->live(region)) {
-      if (layer != first && ahead + size > settings_.prefetch_bucket_size) return;
-      if (gatherer_->live_floats() + size > settings_.max_live_parameters) return;
-      gatherer_->prefetch(region);
-    }
-    ahead += size;
-  }
-}
-
-void Zero3Parameters::prefetch_region(int region) {
-  if (region < 0 || gatherer_->live(region)) return;
-  if (gatherer_->live_floats() + gatherer_->region_size(region) > settings_.max_live_parameters) {
-    return;
-  }
-  gatherer_->prefetch(region);
-}
-
 void Zero3Parameters::acquire_embeddings() {
   gatherer_->acquire(0);
   release_own(0);
-  if (chunks_ > 0) {
-    prefetch_region(chunk_region(0));  // the encoder's first
-  } else {
-    prefetch_following(0, 1);
-  }
+  prefetch_->after_embeddings(*gatherer_);
 }
 
 void Zero3Parameters::acquire_vocab_chunk(int chunk, VocabUse use) {
   if (chunks_ == 0) return;
   gatherer_->acquire(chunk_region(chunk));
   release_own(chunk_region(chunk));
-  if (chunk + 1 < chunks_) {
-    prefetch_region(chunk_region(chunk + 1));
-  } else if (use == VocabUse::kEncoder) {
-    prefetch_following(0, 1);
-  } else if (use == VocabUse::kOutputBackward) {
-    prefetch_following(layers_ - 1, -1);
-  }
-  // After the output layer's forward comes backward, or nothing (an
-  // evaluation): nothing is requested across that boundary.
+  prefetch_->after_vocab_chunk(*gatherer_, chunk, use);
 }
 
 void Zero3Parameters::release_vocab_chunk(int chunk, VocabUse) {
@@ -274,12 +240,7 @@ void Zero3Parameters::release_embeddings() { gatherer_->release(0); }
 void Zero3Parameters::acquire_block(int layer, Pass pass) {
   gatherer_->acquire(1 + layer);
   release_own(1 + layer);
-  if (pass == Pass::kForward) {
-    prefetch_following(layer + 1, 1);
-    if (layer == layers_ - 1) prefetch_region(chunk_region(0));  // the output layer's first
-  } else {
-    prefetch_following(layer - 1, -1);
-  }
+  prefetch_->after_block(*gatherer_, layer, pass == Pass::kForward);
 }
 
 void Zero3Parameters::release_block(int layer, Pass pass) {

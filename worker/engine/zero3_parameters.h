@@ -9,6 +9,7 @@
 
 #include "core/layout/gpt2_config.h"
 #include "core/layout/parameter_table.h"
+#include "core/layout/zero3_prefetch.h"
 #include "core/status.h"
 #include "worker/comm/communicator.h"
 #include "worker/model/gpt2_model.h"
@@ -44,23 +45,10 @@ struct Zero3Settings {
 // released: they stay in the workspace, refreshed by refresh_persistent()
 // after every optimizer step.
 //
-// Prefetching: when a block (or the embeddings) is acquired, the blocks
-// that follow it in the pass's order (forward: l+1, l+2, ...; backward:
-// l-1, l-2, ...) are requested while they fit in `prefetch_bucket_size`
-// floats ahead of the current one (the next block always does). A block
-// counts as ahead from its request until its turn, whether its gather has
-// finished or not, so the decision is the same on every rank. A vocabulary
-// chunk requests the next chunk of its use, and the last one the blocks
-// that follow (the last block forward requests the output layer's first
-// chunk).
-//
-// Live parameters: a prefetch that would take the gathered floats (blocks,
-// chunks and embeddings requested and not yet released; persistent tensors
-// aside) past `max_live_parameters` is postponed, with every block after
-// it, until a later acquire finds room. What is needed now is gathered
-// regardless, so the live floats stay within max(max_live_parameters, the
-// embeddings' floats + the largest block's + a chunk's) — the one exception
-// being a limit smaller than what one pass step needs.
+// Prefetching follows DeepSpeed's stage3_prefetch_bucket_size and
+// stage3_max_live_parameters as core::Zero3Prefetch decides
+// (core/layout/zero3_prefetch.h): the blocks and chunks that follow the one
+// acquired, within the bucket and the live limit.
 //
 // Parameters on NVMe (offload_param device nvme, `swap`): the partition
 // lives in a swap file. A block's floats of it are read just before the
@@ -138,15 +126,9 @@ class Zero3Parameters : public model::ParameterSource {
   void release_block(int layer, Pass pass) override;
 
  private:
-  // Requests `region` unless it is live or would take the live floats past
-  // max_live_parameters.
-  void prefetch_region(int region);
   // The region of the token embedding's vocabulary chunk `chunk`; none
   // (-1) when wte is persistent.
   int chunk_region(int chunk) const { return chunks_ == 0 ? -1 : 1 + layers_ + chunk; }
-  // Requests the blocks first, first + step, ... as the prefetch bucket and
-  // the live limit allow (see the class comment).
-  void prefetch_following(int first, int step);
   // This rank's floats of `region`, dropped from memory after its gather
   // (swapped partitions only).
   void release_own(int region);
@@ -157,7 +139,6 @@ class Zero3Parameters : public model::ParameterSource {
   comm::Communicator& comm_;
   const core::ParameterTable& table_;
   ZeroPartition partition_;
-  Zero3Settings settings_;
   int rank_ = 0;
   int layers_ = 0;
   int chunks_ = 0;  // the token embedding's vocabulary chunks (0: wte is persistent)
@@ -174,6 +155,7 @@ class Zero3Parameters : public model::ParameterSource {
   std::vector<std::vector<ParameterGatherer::Range>> regions_;  // as given to the gatherer
   // Region 0: wpe and ln_f; 1 + l: block l; 1 + layers + k: wte's vocabulary chunk k.
   std::optional<ParameterGatherer> gatherer_;
+  std::optional<core::Zero3Prefetch> prefetch_;
 };
 
 }  // namespace dslaunch::worker::engine

@@ -9,6 +9,7 @@
 #include "kernels/device_buffer.h"
 #include "core/layout/gpt2_config.h"
 #include "core/layout/parameter_table.h"
+#include "core/layout/vocab_chunks.h"
 #include "core/status.h"
 #include "worker/comm/communicator.h"
 
@@ -25,11 +26,8 @@ namespace dslaunch::worker::model {
 class ParameterSource {
  public:
   enum class Pass { kForward, kBackward };
-  // The token embedding's three uses, each a pass over its vocabulary
-  // chunks (core::VocabChunks of the rows the rank holds): the encoder at
-  // the start of forward(), the tied output layer at its end and at the
-  // start of backward().
-  enum class VocabUse { kEncoder, kOutputForward, kOutputBackward };
+  // The token embedding's three uses (core/layout/vocab_chunks.h).
+  using VocabUse = core::VocabUse;
   virtual ~ParameterSource() = default;
   // At the start of forward(): the position embedding and ln_f, needed
   // until the end of backward().

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/layout/zero3_prefetch.h"
 #include "worker/comm/communicator.h"
 #include "worker/parallel/releasable_buffer.h"
 #include "worker/parallel/zero_partition.h"
@@ -41,7 +42,7 @@ namespace dslaunch::worker {
 // Between an acquire() return and the matching release() the region's
 // floats in the workspace are the caller's to read; the communication thread
 // writes only regions requested and not yet resident.
-class ParameterGatherer {
+class ParameterGatherer final : public core::Zero3Gathering {
  public:
   using Range = std::pair<int64_t, int64_t>;
 
@@ -91,7 +92,7 @@ class ParameterGatherer {
   int64_t secondary_floats() const { return static_cast<int64_t>(secondary_.size()); }
   // Starts gathering `region` unless it is resident or already requested;
   // returns without waiting.
-  void prefetch(int region);
+  void prefetch(int region) override;
   // prefetch(), then waits until the region is resident (or an error).
   void acquire(int region);
   // Gives a resident region's pages back; a region not resident is left as it is.
@@ -100,12 +101,12 @@ class ParameterGatherer {
   int64_t region_size(int region) const { return sizes_[region]; }
   // Whether `region` was requested (prefetch() or acquire()) and not released
   // since: resident or being gathered.
-  bool live(int region) const;
+  bool live(int region) const override;
   // The live regions' total size. As long as release() follows acquire(),
   // live() and live_floats() follow the calls made, not the gathers'
   // progress, so ranks making the same calls see the same values (safe to
   // base collective decisions on).
-  int64_t live_floats() const;
+  int64_t live_floats() const override;
   // "" or the first failure.
   std::string error() const;
 

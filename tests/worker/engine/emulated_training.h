@@ -19,6 +19,7 @@
 
 #include "core/dtype.h"
 #include "core/layout/backward_gradient_pages.h"
+#include "core/layout/zero3_prefetch.h"
 #include "core/layout/zero3_regions.h"
 #include "core/spec/training_support.h"
 #include "kernels/backend.h"
@@ -206,7 +207,9 @@ inline void check_gpu_path_matches_host_memory(spec::JobSpec spec, const GpuPath
     const core::Zero3Regions regions(
         plan::stage_parameter_table(spec.model, spec.parallelism, stage),
         spec.training.zero.param_persistence_threshold);
-    gathered = core::device_gathered_bytes(regions, page) +
+    const core::Zero3Prefetch prefetch(regions, spec.training.zero.prefetch_bucket_size,
+                                       spec.training.zero.max_live_parameters);
+    gathered = core::device_gathered_bytes(regions, page, &prefetch) +
                (c.layout.data > 1 ? regions.persistent_floats() * 4 : 0);
   }
   const int64_t planned =
@@ -270,7 +273,9 @@ inline void check_stage3_matches_stage2_on_device(spec::JobSpec spec, Layout lay
   REQUIRE(regions.region_size(1) > 0);  // the blocks' weights are gathered
   REQUIRE(regions.persistent_floats() > 0);
   const int64_t page = sysconf(_SC_PAGESIZE);
-  const int64_t gathered = core::device_gathered_bytes(regions, page);
+  const core::Zero3Prefetch prefetch(regions, spec.training.zero.prefetch_bucket_size,
+                                     spec.training.zero.max_live_parameters);
+  const int64_t gathered = core::device_gathered_bytes(regions, page, &prefetch);
   CHECK(stage3.memory.parameter_workspace_peak == gathered);
   // Backward's gradients, a few buckets at a time over several ranks
   // (host staging: each reduced at once).

@@ -4,8 +4,9 @@
 // its own after the default stream's work, as NCCL's does
 // (tests/worker/parallel/stream_ordered_communicator.h), through which the
 // gradient reduction overlaps backward. Against host staging in program
-// order: the same bits, at every ZeRO stage, and backward's gradient pages
-// as the plan replays them with the buckets left in flight.
+// order: the same bits, at every ZeRO stage, backward's gradient pages as
+// the plan replays them with the buckets left in flight, and at stage 3 the
+// prefetched blocks' pages as the plan replays them.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -17,6 +18,8 @@
 
 #include "core/dtype.h"
 #include "core/layout/backward_gradient_pages.h"
+#include "core/layout/zero3_prefetch.h"
+#include "core/layout/zero3_regions.h"
 #include "kernels/backend.h"
 #include "kernels/simt/emulated_backend.h"
 #include "launcher/plan/memory_estimate.h"
@@ -44,21 +47,38 @@ TEST_CASE("on deferred streams in NCCL's order, ZeRO stages 0-3 train as through
   spec.training.batch.train_batch_size = 4 * n;
   spec.training.zero.param_persistence_threshold = 1000;
   spec.training.fp16.initial_scale_power = 8;
+  // Stage 3 prefetches the block after the one in use, its gather queued
+  // on the communicator's stream while the GPU works on the one before.
+  const core::Zero3Regions regions(plan::stage_parameter_table(spec.model, spec.parallelism, 0),
+                                   spec.training.zero.param_persistence_threshold);
+  REQUIRE(regions.layers >= 2);
+  spec.training.zero.prefetch_bucket_size = regions.region_size(1);
+  const core::Zero3Prefetch prefetch(regions, spec.training.zero.prefetch_bucket_size,
+                                     spec.training.zero.max_live_parameters);
+  using kernels::simt::StreamOrder;
+  // Deferring every stream catches NCCL's stream reading what backward has
+  // not yet written; an eager default stream catches the model reading
+  // what NCCL has not yet gathered or reduced.
   const struct {
     int stage;
     core::DType precision;
-  } cases[] = {{0, core::DType::kF32},
-               {1, core::DType::kBF16},
-               {2, core::DType::kF16},
-               {3, core::DType::kBF16}};
+    StreamOrder order;
+  } cases[] = {{0, core::DType::kF32, StreamOrder::kDeferred},
+               {1, core::DType::kBF16, StreamOrder::kDeferred},
+               {2, core::DType::kF16, StreamOrder::kDeferred},
+               {3, core::DType::kBF16, StreamOrder::kDeferred},
+               {2, core::DType::kF16, StreamOrder::kEagerDefault},
+               {3, core::DType::kBF16, StreamOrder::kEagerDefault}};
   for (const auto& c : cases) {
-    INFO("ZeRO stage " << c.stage << ", " << core::dtype_name(c.precision));
+    INFO("ZeRO stage " << c.stage << ", " << core::dtype_name(c.precision)
+                       << (c.order == StreamOrder::kDeferred ? ", every stream deferred"
+                                                             : ", the default stream eager"));
     spec.training.zero.stage = c.stage;
     spec.training.bf16 = c.precision == core::DType::kBF16;
     spec.training.fp16.enabled = c.precision == core::DType::kF16;
     const bool poison = spec.training.fp16.enabled;
-    auto deferred = kernels::simt::make_emulated_backend(
-        {}, kernels::simt::DeviceMemory::kGuarded, kernels::simt::StreamOrder::kDeferred);
+    auto deferred =
+        kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded, c.order);
     auto program = kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded);
     const auto stream_ordered = [&deferred](comm::Communicator& data)
         -> core::StatusOr<std::unique_ptr<comm::Communicator>> {
@@ -80,9 +100,16 @@ TEST_CASE("on deferred streams in NCCL's order, ZeRO stages 0-3 train as through
     }
     CHECK(got.params == want.params);
     if (c.stage < 2) continue;
+    const int64_t page = sysconf(_SC_PAGESIZE);
+    if (c.stage == 3) {
+      // The gathered blocks, prefetched ones included, as the plan replays them.
+      const int64_t gathered = core::device_gathered_bytes(regions, page, &prefetch);
+      CHECK(got.memory.parameter_workspace_peak == gathered);
+      CHECK(want.memory.parameter_workspace_peak == gathered);
+      CHECK(gathered > core::device_gathered_bytes(regions, page, nullptr));
+    }
     // Backward's pages: the buckets the reducer leaves in flight hold theirs
     // too, as the plan replays it.
-    const int64_t page = sysconf(_SC_PAGESIZE);
     CHECK(got.memory.gradient_workspace_peak ==
           core::backward_gradient_peak_bytes(plan::stage_parameter_table(spec.model,
                                                                           spec.parallelism, 0),
