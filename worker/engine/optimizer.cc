@@ -90,6 +90,11 @@ struct AdamW::OnDevice {
   std::vector<float> host_masters, host_m, host_v;
   // A chunk's gradients and updated weights on their way.
   std::vector<float> staged_grads, staged_weights;
+  // The host's share's copies run on a stream of their own, after
+  // backward's work (gradients_ready), beside the device's share's update;
+  // the default stream waits for them (host_share_done).
+  std::unique_ptr<kernels::Stream> copies;
+  std::unique_ptr<kernels::Event> gradients_ready, host_share_done;
 };
 
 template <typename Fn>
@@ -169,6 +174,9 @@ void AdamW::place_on_device(kernels::Backend& device, float* weights, int64_t ch
       std::copy_n(m_.data(), on_host, on->host_m.data());
       std::copy_n(v_.data(), on_host, on->host_v.data());
     }
+    on->copies = device.create_stream();
+    on->gradients_ready = device.create_event();
+    on->host_share_done = device.create_event();
   }
   std::vector<float>().swap(m_);
   std::vector<float>().swap(v_);
@@ -419,7 +427,9 @@ core::Status AdamW::update_on_device(const GroupIo& io, const kernels::Backend::
     return core::internal_error(
         "the optimizer on the device updates masters of its own in fp32 training");
   }
-  if (core::Status status = update_host_share(io, hyper, rounded); !status.ok()) return status;
+  // The GPU updates its share while the host's goes to the host, is
+  // updated there and comes back: CPU Adam overlaps GPU Adam.
+  if (d.host_count > 0) d.backend->record(*d.gradients_ready);
   const int64_t first = begin_ + d.host_count;  // the device's share's
   for (int64_t from = first; from < end_; from += d.chunk) {
     const int64_t to = std::min(from + d.chunk, end_);
@@ -430,7 +440,14 @@ core::Status AdamW::update_on_device(const GroupIo& io, const kernels::Backend::
                  rounded.weights == nullptr ? nullptr : rounded.weights + from, hyper, from, to);
     if (core::Status status = io.store(from, to); !status.ok()) return status;
   }
-  return {};
+  if (d.host_count == 0) return {};
+  d.backend->set_stream(d.copies.get());
+  d.backend->wait(*d.gradients_ready);
+  core::Status status = update_host_share(io, hyper, rounded);
+  d.backend->record(*d.host_share_done);
+  d.backend->set_stream(nullptr);
+  d.backend->wait(*d.host_share_done);
+  return status;
 }
 
 // CPU Adam on the host's share, a chunk at a time. The updated weights go

@@ -167,7 +167,8 @@ class AdamW {
                     float* v, float* rounded, const kernels::Backend::AdamWParams& hyper,
                     int64_t from, int64_t to) const;
   // update() on the device, with the device's gradients from io: the
-  // host's share first, then the device's.
+  // device's share queued on the default stream, then the host's share
+  // through a stream of its own, in parallel.
   core::Status update_on_device(const GroupIo& io, const kernels::Backend::AdamWParams& hyper,
                                 const RoundedCopy& rounded);
   core::Status update_host_share(const GroupIo& io, const kernels::Backend::AdamWParams& hyper,

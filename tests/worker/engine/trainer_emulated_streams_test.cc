@@ -56,23 +56,33 @@ TEST_CASE("on deferred streams in NCCL's order, ZeRO stages 0-3 train as through
   const core::Zero3Prefetch prefetch(regions, spec.training.zero.prefetch_bucket_size,
                                      spec.training.zero.max_live_parameters);
   using kernels::simt::StreamOrder;
-  // Deferring every stream catches NCCL's stream reading what backward has
-  // not yet written; an eager default stream catches the model reading
-  // what NCCL has not yet gathered or reduced.
+  // Deferring every stream catches NCCL's stream (or the offloaded share's
+  // copies) reading what backward has not yet written; an eager default
+  // stream catches the model reading what NCCL has not yet gathered or
+  // reduced, or weights the host has not yet sent back.
   const struct {
     int stage;
     core::DType precision;
     StreamOrder order;
+    double offload_ratio = 0;  // offload_optimizer cpu's, when above 0
   } cases[] = {{0, core::DType::kF32, StreamOrder::kDeferred},
                {1, core::DType::kBF16, StreamOrder::kDeferred},
                {2, core::DType::kF16, StreamOrder::kDeferred},
                {3, core::DType::kBF16, StreamOrder::kDeferred},
                {2, core::DType::kF16, StreamOrder::kEagerDefault},
-               {3, core::DType::kBF16, StreamOrder::kEagerDefault}};
+               {3, core::DType::kBF16, StreamOrder::kEagerDefault},
+               {2, core::DType::kBF16, StreamOrder::kDeferred, 0.5},
+               {1, core::DType::kF32, StreamOrder::kEagerDefault, 0.5}};
+  const auto host = kernels::make_cpu_backend(1);
   for (const auto& c : cases) {
     INFO("ZeRO stage " << c.stage << ", " << core::dtype_name(c.precision)
                        << (c.order == StreamOrder::kDeferred ? ", every stream deferred"
-                                                             : ", the default stream eager"));
+                                                             : ", the default stream eager")
+                       << ", offload ratio " << c.offload_ratio);
+    spec.training.zero.offload_optimizer.device =
+        c.offload_ratio > 0 ? spec::OffloadDevice::kCpu : spec::OffloadDevice::kNone;
+    spec.training.zero.offload_optimizer.ratio = c.offload_ratio > 0 ? c.offload_ratio : 1;
+    kernels::Backend* host_backend = c.offload_ratio > 0 ? host.get() : nullptr;
     spec.training.zero.stage = c.stage;
     spec.training.bf16 = c.precision == core::DType::kBF16;
     spec.training.fp16.enabled = c.precision == core::DType::kF16;
@@ -87,9 +97,9 @@ TEST_CASE("on deferred streams in NCCL's order, ZeRO stages 0-3 train as through
       return std::unique_ptr<comm::Communicator>(
           std::make_unique<comm::testing::StreamOrderedCommunicator>(std::move(*host), *deferred));
     };
-    const OffloadRun got = train_offloaded(*deferred, spec, {1, n, 1}, nullptr, poison, "",
+    const OffloadRun got = train_offloaded(*deferred, spec, {1, n, 1}, host_backend, poison, "",
                                            std::nullopt, stream_ordered);
-    const OffloadRun want = train_offloaded(*program, spec, {1, n, 1}, nullptr, poison);
+    const OffloadRun want = train_offloaded(*program, spec, {1, n, 1}, host_backend, poison);
     REQUIRE(got.reports.size() == want.reports.size());
     for (size_t i = 0; i < got.reports.size(); ++i) {
       INFO("step " << got.reports[i].step);
