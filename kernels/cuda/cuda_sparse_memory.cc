@@ -101,7 +101,7 @@ class CudaSparseMemory final : public SparseMemory {
                    int64_t page, std::function<void*()> current_stream)
       : SparseMemory(reserve(bytes, page), bytes, page, tally),
         prop_(prop),
-        waiting_((rounded(bytes, page)) / page),
+        waiting_(rounded(bytes, page) / page),
         current_stream_(std::move(current_stream)) {}
   ~CudaSparseMemory() override {
     cudaDeviceSynchronize();  // nothing may use the pages any more
@@ -215,8 +215,8 @@ class CudaSparseMemory final : public SparseMemory {
   CUmemAllocationProp prop_;
   WaitingPages waiting_;
   std::function<void*()> current_stream_;
-  std::vector<Release> releases_;          // in the order they were made
-  std::vector<cudaEvent_t> idle_events_;   // for the next releases
+  std::vector<Release> releases_;         // in the order they were made
+  std::vector<cudaEvent_t> idle_events_;  // for the next releases
 };
 
 }  // namespace

@@ -144,8 +144,8 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend>, public Deferr
     std::unique_ptr<SparseMemory> sparse = guarded_->reserve_sparse(bytes, tally_);
     if (!deferred_) return sparse;
     return std::make_unique<StreamOrderedSparseMemory>(
-        std::move(sparse), uncounted_, [this](std::function<void()> work) { submit(std::move(work)); },
-        [this] { synchronize(); });
+        std::move(sparse), uncounted_,
+        [this](std::function<void()> work) { submit(std::move(work)); }, [this] { synchronize(); });
   }
   // The host's bytes are read now (the call's promise), written when the
   // stream gets there.
@@ -193,9 +193,8 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend>, public Deferr
   void wait(Event& event) override {
     const auto& marked = static_cast<const EmulatedEvent&>(event);
     if (!deferred_ || marked.queue == nullptr) return;
-    submit([this, queue = marked.queue, position = marked.position] {
-      run_until(*queue, position);
-    });
+    submit(
+        [this, queue = marked.queue, position = marked.position] { run_until(*queue, position); });
   }
   void synchronize(Event& event) override {
     const auto& marked = static_cast<const EmulatedEvent&>(event);
@@ -310,8 +309,8 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend>, public Deferr
 
   Schedule schedule_;
   std::unique_ptr<GuardedMemory> guarded_;  // null: host memory
-  const bool deferred_;       // kDeferred or kEagerDefault
-  const bool eager_default_;  // kEagerDefault
+  const bool deferred_;                     // kDeferred or kEagerDefault
+  const bool eager_default_;                // kEagerDefault
   std::shared_ptr<WorkQueue> default_stream_;
   std::shared_ptr<WorkQueue> current_;
   std::vector<std::weak_ptr<WorkQueue>> streams_;  // every stream made, for synchronize()

@@ -25,7 +25,8 @@ Zero3Regions small_regions() {
 // A gatherer that records what the policy requests.
 class Requests final : public Zero3Gathering {
  public:
-  explicit Requests(const Zero3Regions& regions) : regions_(regions), live_(regions.regions.size()) {}
+  explicit Requests(const Zero3Regions& regions)
+      : regions_(regions), live_(regions.regions.size()) {}
   void acquire(int region) {
     if (!live_[region]) add(region);
   }

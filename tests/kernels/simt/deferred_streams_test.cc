@@ -209,8 +209,7 @@ TEST_CASE("a stream that reads released pages unordered with the release faults"
 }
 
 TEST_CASE("with an eager default stream, its reads of another stream's results wait or miss") {
-  const auto device =
-      make_emulated_backend({}, DeviceMemory::kGuarded, StreamOrder::kEagerDefault);
+  const auto device = make_emulated_backend({}, DeviceMemory::kGuarded, StreamOrder::kEagerDefault);
   DeviceBuffer<float> x(*device, 2);
   DeviceBuffer<float> y(*device, 2);
   write(*device, x, {1, 2});
