@@ -380,9 +380,13 @@ class Attempt {
   }
 
   // The loop: output, exits, heartbeats, stop requests, progress.
+  // A graceful stop has no deadline of its own: the ranks finish a step,
+  // evaluate and write a checkpoint, which for a large model takes minutes,
+  // and the watch goes on until they exit. The failure detectors still
+  // apply meanwhile (heartbeat, step, checkpoint and collective timeouts),
+  // and a second interrupt or `dslaunch stop --now` ends the job at once.
   void watch(runner::RankOutput& output) {
     auto next_state_write = clock_.now();
-    std::optional<Clock::TimePoint> stop_deadline;
     int interrupts_seen = 0;
     while (true) {
       process_->pump_output(output, timing::kOutputPoll);
@@ -393,7 +397,6 @@ class Attempt {
         if (interrupts == 1 && !handler_.stop_now_requested()) {
           spdlog::warn("stopping the job (interrupt again to kill it now)");
           handler_.request_graceful_stop();
-          stop_deadline = clock_.now() + options_.termination_grace;
         } else {
           state_.request_stop();
           handler_.record_event(-1, "stop_requested", "second interrupt: now");
@@ -404,13 +407,8 @@ class Attempt {
         requeue_signal_seen_ = true;
         spdlog::warn("SIGUSR1: checkpointing and stopping, to be requeued");
         handler_.request_graceful_stop();
-        stop_deadline = clock_.now() + options_.termination_grace;
       }
       if (handler_.stop_now_requested()) break;
-      if (state_.stop_requested() && !stop_deadline) {
-        stop_deadline = clock_.now() + options_.termination_grace;
-      }
-      if (stop_deadline && clock_.now() >= *stop_deadline) break;
       for (const int rank : state_.check_heartbeats()) {
         handler_.record_event(rank, "lost", "no heartbeat within the timeout");
       }

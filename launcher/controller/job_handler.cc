@@ -59,8 +59,18 @@ grpc::Status JobHandler::register_rank(const v1::RegisterRequest& request,
 }
 
 void JobHandler::session_opened(int rank, std::shared_ptr<CommandSink> sink) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  sinks_[rank] = std::move(sink);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    sinks_[rank] = sink;
+  }
+  // A rank that opens its session after a stop request missed the
+  // broadcast: it gets the stop now. (The request is recorded before the
+  // broadcast reads the sinks, so no rank misses both.)
+  if (state_.stop_requested()) {
+    v1::ControllerCommand command;
+    command.set_kind(v1::ControllerCommand::KIND_STOP);
+    sink->send(command);
+  }
 }
 
 void JobHandler::worker_message(const v1::WorkerMessage& message) {

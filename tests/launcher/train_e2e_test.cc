@@ -2,6 +2,7 @@
 // run`, `dslaunch export`, and `dslaunch eval` checked against the loss the
 // trainer logged for the same weights and against an independent PyTorch
 // implementation reading the exported file.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -252,6 +253,10 @@ TEST_CASE("dslaunch stop ends a training job after a step, with its weights and 
   const Workspace w;
   tokenize_corpus(w.dir);
   const fs::path spec = write_tiny_spec(w.dir, 1000000);
+  // Rank 1 takes 11 s over step 4, the one the stop lands on: the stop
+  // waits for it, longer than the launcher's 10 s grace for an exit.
+  std::ofstream(spec, std::ios::app)
+      << "testing: {fault: {kind: slow, rank: 1, step: 4, seconds: 11}}\n";
   const fs::path job = w.dir / "jobs" / "tiny-stop";
   const std::string dslaunch = w.env + " " + runfile("launcher/dslaunch");
   // Start the run, wait for 3 steps' metrics, stop it, and wait for the run.
@@ -262,6 +267,9 @@ TEST_CASE("dslaunch stop ends a training job after a step, with its weights and 
       "{0} stop {2} 2>&1; wait",
       dslaunch, spec.string(), job.string(), w.dir.string()));
   INFO(stopped.output);
+  // What the run and its ranks said, for a failure's sake.
+  INFO(file_bytes(w.dir / "run.out"));
+  INFO(file_bytes(job / "events.jsonl"));
   std::string rc;
   std::ifstream(w.dir / "run.rc") >> rc;
   CHECK(rc == "3");  // STOPPED
@@ -274,6 +282,16 @@ TEST_CASE("dslaunch stop ends a training job after a step, with its weights and 
   CHECK(metrics.back().contains("eval_loss"));  // the last step evaluated
   CHECK(fs::is_regular_file(job / "weights" / "model.safetensors"));
   CHECK(fs::is_regular_file(job / "weights" / "config.json"));
+  // Both ranks stopped after step 4 and exited on their own, 11 s after
+  // the request: nothing was killed.
+  const std::vector<nlohmann::json> events = read_metrics(job / "events.jsonl");
+  const auto count = [&events](const std::string& kind, const std::string& detail) {
+    return std::count_if(events.begin(), events.end(), [&](const nlohmann::json& event) {
+      return event["kind"] == kind && (detail.empty() || event["detail"] == detail);
+    });
+  };
+  CHECK(count("stopped", "after step 4") == 2);
+  CHECK(count("terminating", "") == 0);
 }
 
 // An llm.c token file of `tokens` (header: magic, version, count; then uint16).

@@ -156,4 +156,33 @@ TEST_CASE("stop --now is flagged for the controller; a graceful stop is recorded
   CHECK(events[1]["detail"] == "now");
 }
 
+namespace {
+
+// The commands a rank's session was sent.
+struct RecordingSink : CommandSink {
+  std::vector<v1::ControllerCommand::Kind> sent;
+  bool send(const v1::ControllerCommand& command) override {
+    sent.push_back(command.kind());
+    return true;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a graceful stop reaches the sessions open and those opened after it") {
+  Fixture f;
+  auto early = std::make_shared<RecordingSink>();
+  f.handler->session_opened(0, early);
+  CHECK(early->sent.empty());
+  v1::StopRequest request;
+  v1::StopReply reply;
+  REQUIRE(f.handler->stop(request, &reply).ok());
+  CHECK(early->sent == std::vector{v1::ControllerCommand::KIND_STOP});
+  // Rank 1 was still starting when the stop was asked for.
+  auto late = std::make_shared<RecordingSink>();
+  f.handler->session_opened(1, late);
+  CHECK(late->sent == std::vector{v1::ControllerCommand::KIND_STOP});
+  CHECK(early->sent.size() == 1);
+}
+
 }  // namespace dslaunch::controller
