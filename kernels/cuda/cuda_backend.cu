@@ -18,6 +18,7 @@
 #include "kernels/cuda/cuda_sparse_memory.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_thread.cuh"
+#include "kernels/memory_reclaimers.h"
 #include "kernels/rounded_gemm_tiles.h"
 #include "kernels/simt/simt_backend.h"
 
@@ -88,9 +89,14 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
   void* allocate(int64_t bytes) override {
     void* data = nullptr;
     // cudaMalloc aligns to 256 bytes, more than the 64 promised.
-    if (cudaMalloc(&data, static_cast<size_t>(std::max<int64_t>(bytes, 1))) != cudaSuccess) {
+    const auto size = static_cast<size_t>(std::max<int64_t>(bytes, 1));
+    if (cudaMalloc(&data, size) != cudaSuccess) {
       cudaGetLastError();  // clear the error, so the next call does not report it
-      throw std::bad_alloc();
+      // Sparse pages released in stream order may hold the room still.
+      if (reclaimers_.reclaim_all() == 0 || cudaMalloc(&data, size) != cudaSuccess) {
+        cudaGetLastError();
+        throw std::bad_alloc();
+      }
     }
     tally_.add(data, bytes);
     return data;
@@ -104,7 +110,8 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
   }
   int64_t peak_allocated_bytes() const override { return tally_.peak(); }
   std::unique_ptr<SparseMemory> reserve_sparse(int64_t bytes) override {
-    return make_cuda_sparse_memory(bytes, tally_, [this] { return static_cast<void*>(stream_); });
+    return make_cuda_sparse_memory(
+        bytes, tally_, [this] { return static_cast<void*>(stream_); }, reclaimers_);
   }
   void copy_host_to_device(void* device, const void* host, int64_t bytes) override {
     if (bytes > 0) {
@@ -218,6 +225,9 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
   uint16_t* staging_ = nullptr;
   int64_t staging_count_ = 0;
   AllocationTally tally_;
+  // The sparse memories' pages waiting for their streams: what an
+  // allocation short of room takes back.
+  MemoryReclaimers reclaimers_;
 };
 
 }  // namespace

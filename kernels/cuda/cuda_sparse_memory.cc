@@ -98,12 +98,16 @@ void* reserve(int64_t bytes, int64_t page) {
 class CudaSparseMemory final : public SparseMemory {
  public:
   CudaSparseMemory(int64_t bytes, AllocationTally& tally, const CUmemAllocationProp& prop,
-                   int64_t page, std::function<void*()> current_stream)
+                   int64_t page, std::function<void*()> current_stream,
+                   MemoryReclaimers& reclaimers)
       : SparseMemory(reserve(bytes, page), bytes, page, tally),
         prop_(prop),
         waiting_(rounded(bytes, page) / page),
-        current_stream_(std::move(current_stream)) {}
+        current_stream_(std::move(current_stream)),
+        reclaimers_(reclaimers),
+        registration_(reclaimers.add([this] { return give_back_all(); })) {}
   ~CudaSparseMemory() override {
+    registration_ = {};
     cudaDeviceSynchronize();  // nothing may use the pages any more
     give_back_all();
     for_mapped_runs([this](int64_t first, int64_t count) { unmap_now(first, count); });
@@ -124,14 +128,14 @@ class CudaSparseMemory final : public SparseMemory {
     return reinterpret_cast<CUdeviceptr>(data()) + static_cast<CUdeviceptr>(page * page_bytes());
   }
   // Pages still waiting to go back keep their memory. Short of room, wait
-  // for every waiting release and try once more.
+  // for every waiting release, this memory's and the backend's other
+  // holders', and try once more.
   void map(int64_t first, int64_t count) override {
     give_back_done();
     try {
       map_free_pages(first, count);
     } catch (const std::bad_alloc&) {
-      if (releases_.empty()) throw;
-      give_back_all();
+      if (reclaimers_.reclaim_all() == 0) throw;
       map_free_pages(first, count);
     }
     for (int64_t p = first; p < first + count; ++p) waiting_.keep(p);
@@ -190,17 +194,26 @@ class CudaSparseMemory final : public SparseMemory {
       return true;
     });
   }
-  void give_back_all() {
+  // Waits for every waiting release and gives its pages back; their bytes.
+  int64_t give_back_all() {
+    int64_t pages = 0;
     for (const Release& release : releases_) {
       cudaEventSynchronize(release.done);
-      finish(release);
+      pages += finish(release);
     }
     releases_.clear();
+    return pages * page_bytes();
   }
-  void finish(const Release& release) {
+  // The pages given back.
+  int64_t finish(const Release& release) {
+    int64_t pages = 0;
     waiting_.done(release.ticket, release.first, release.count,
-                  [this](int64_t run, int64_t n) { unmap_now(run, n); });
+                  [this, &pages](int64_t run, int64_t n) {
+                    unmap_now(run, n);
+                    pages += n;
+                  });
     idle_events_.push_back(release.done);
+    return pages;
   }
   // Unmapping pages this object mapped fails only in a context already
   // broken by a fault, which is sticky: the next kernel or copy reports it,
@@ -217,15 +230,18 @@ class CudaSparseMemory final : public SparseMemory {
   std::function<void*()> current_stream_;
   std::vector<Release> releases_;         // in the order they were made
   std::vector<cudaEvent_t> idle_events_;  // for the next releases
+  MemoryReclaimers& reclaimers_;
+  MemoryReclaimers::Registration registration_;  // last: first to go
 };
 
 }  // namespace
 
 std::unique_ptr<SparseMemory> make_cuda_sparse_memory(int64_t bytes, AllocationTally& tally,
-                                                      std::function<void*()> current_stream) {
+                                                      std::function<void*()> current_stream,
+                                                      MemoryReclaimers& reclaimers) {
   const CUmemAllocationProp prop = device_memory();
   return std::make_unique<CudaSparseMemory>(bytes, tally, prop, page_bytes(prop),
-                                            std::move(current_stream));
+                                            std::move(current_stream), reclaimers);
 }
 
 }  // namespace dslaunch::kernels::cuda

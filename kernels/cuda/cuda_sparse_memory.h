@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "kernels/allocation_tally.h"
+#include "kernels/memory_reclaimers.h"
 #include "kernels/sparse_memory.h"
 
 namespace dslaunch::kernels::cuda {
@@ -20,8 +21,12 @@ namespace dslaunch::kernels::cuda {
 // stream `current_stream` returns (a cudaStream_t) marks each, and its pages
 // are unmapped once a later call finds the event done, so the host does
 // not wait for the GPU to give memory back (cuMemUnmap needs the pages
-// unused, and does not wait for the work that uses them).
+// unused, and does not wait for the work that uses them). Pages waiting so
+// are given back to any allocation of the backend short of room: the memory
+// registers with `reclaimers` (the backend's, which must outlive it), and
+// its own commits short of room ask every holder there too.
 std::unique_ptr<SparseMemory> make_cuda_sparse_memory(int64_t bytes, AllocationTally& tally,
-                                                      std::function<void*()> current_stream);
+                                                      std::function<void*()> current_stream,
+                                                      MemoryReclaimers& reclaimers);
 
 }  // namespace dslaunch::kernels::cuda
