@@ -473,6 +473,12 @@ void read_offload(MapReader offload, OffloadSpec& out, bool optimizer) {
   offload.string("nvme_path", out.nvme_path);
   out.nvme_path = resolve_path(out.nvme_path, offload.location_of("nvme_path"));
   offload.boolean("pin_memory", out.pin_memory);
+  if (out.pin_memory) {
+    offload.warning("pin_memory",
+                    fmt::format("{} has no effect yet: the host buffers that offload copies to and "
+                                "from a GPU are pageable memory",
+                                offload.child_path("pin_memory")));
+  }
   offload.integer("buffer_count", out.buffer_count, 1, 1024);
   if (optimizer) {
     offload.number("ratio", out.ratio, 0, 1);

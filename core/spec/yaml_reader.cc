@@ -203,6 +203,10 @@ void MapReader::error(std::string_view key, std::string message) {
   context_.diagnostics().error(location_of(key), std::move(message));
 }
 
+void MapReader::warning(std::string_view key, std::string message) {
+  context_.diagnostics().warning(location_of(key), std::move(message));
+}
+
 void MapReader::fail(std::string_view key, std::string message) {
   error(key, std::move(message));
   context_.mark_failed(child_path(key));

@@ -144,6 +144,7 @@ class MapReader {
   Location location() const;
   Location location_of(std::string_view key) const;
   void error(std::string_view key, std::string message);
+  void warning(std::string_view key, std::string message);
 
  private:
   // The scalar under `key`, or nullopt (absent, null, or not a scalar —

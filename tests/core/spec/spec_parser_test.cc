@@ -188,7 +188,10 @@ env:
   OMP_NUM_THREADS: 4
 )");
   INFO(loaded.diagnostics.format());
-  REQUIRE(loaded.diagnostics.all().empty());
+  REQUIRE_FALSE(loaded.diagnostics.has_errors());
+  CHECK(loaded.diagnostics.warnings() ==
+        std::vector<std::string>{
+            testing::pin_memory_warning(loaded.path + ":46:50", "offload_optimizer")});
   const JobSpec& spec = loaded.spec;
 
   CHECK(spec.name == "gpt2-medium_run.1");
@@ -2180,7 +2183,11 @@ training:
       pin_memory: false
 )");
   INFO(loaded.diagnostics.format());
-  CHECK(loaded.diagnostics.all().empty());
+  CHECK_FALSE(loaded.diagnostics.has_errors());
+  // pin_memory, merged in true, warns where it stays true only.
+  const std::vector<std::string> warnings = loaded.diagnostics.warnings();
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Catch::Contains("offload_optimizer.pin_memory has no effect yet"));
   const ZeroSpec& zero = loaded.spec.training.zero;
   CHECK(zero.offload_optimizer.device == OffloadDevice::kCpu);
   CHECK(zero.offload_optimizer.pin_memory);
