@@ -79,6 +79,18 @@ class Backend {
   // memory so; a backend that copies asynchronously from page-locked memory
   // must wait first). The two ranges must not overlap (cudaMemcpy's rule).
   virtual void copy_device_to_device(void* to, const void* from, int64_t bytes) = 0;
+  // Page-locks host[0, bytes) until unpin_host_memory(host), so that the
+  // copies to and from it run at the bus's full rate instead of through the
+  // driver's own staging buffers (cudaHostRegister; DeepSpeed's
+  // pin_memory). False where the backend has no use for it (its memory is
+  // the host's) or the system refused (too little lockable memory): the
+  // copies are then pageable, as correct and slower. The range must not
+  // overlap a pinned one and must stay allocated, and not be returned to
+  // the system (madvise), until it is unpinned. The copy calls keep their
+  // contracts for pinned host memory. unpin_host_memory() never throws: it
+  // runs in destructors (pinned_host_memory.h).
+  virtual bool pin_host_memory(const void* /*host*/, int64_t /*bytes*/) { return false; }
+  virtual void unpin_host_memory(const void* /*host*/) {}
   virtual void memset_zero(void* device, int64_t bytes) = 0;
   // The most bytes the backend's allocations held at once since it was
   // made, as allocate() was asked for them (kernels/allocation_tally.h).

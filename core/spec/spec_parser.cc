@@ -467,18 +467,13 @@ void read_data(MapReader data, DataSpec& out, const std::string& spec_path, JobK
   data.finish();
 }
 
-// `optimizer`: offload_optimizer, which has the partial offload's ratio.
-void read_offload(MapReader offload, OffloadSpec& out, bool optimizer) {
+// `optimizer`: offload_optimizer, which has the partial offload's ratio;
+// `stage3`: the ZeRO stage was read, and is 3.
+void read_offload(MapReader offload, OffloadSpec& out, bool optimizer, bool stage3) {
   read_enum(offload, "device", {"none", "cpu", "nvme"}, out.device);
   offload.string("nvme_path", out.nvme_path);
   out.nvme_path = resolve_path(out.nvme_path, offload.location_of("nvme_path"));
   offload.boolean("pin_memory", out.pin_memory);
-  if (out.pin_memory) {
-    offload.warning("pin_memory",
-                    fmt::format("{} has no effect yet: the host buffers that offload copies to and "
-                                "from a GPU are pageable memory",
-                                offload.child_path("pin_memory")));
-  }
   offload.integer("buffer_count", out.buffer_count, 1, 1024);
   if (optimizer) {
     offload.number("ratio", out.ratio, 0, 1);
@@ -494,6 +489,13 @@ void read_offload(MapReader offload, OffloadSpec& out, bool optimizer) {
     offload.error("device", offload.path() +
                                 ".device is nvme: give nvme_path, a folder on "
                                 "the NVMe drive");
+  }
+  // Stage 3 pins nothing yet but partial offload's own buffers.
+  if (out.pin_memory && stage3 && !(optimizer && out.ratio < 1)) {
+    offload.warning("pin_memory",
+                    fmt::format("{} has no effect at ZeRO stage 3 yet: the parameters it gathers "
+                                "and the gradients it reduces pass through pageable host memory",
+                                offload.child_path("pin_memory")));
   }
   offload.finish();
 }
@@ -522,14 +524,15 @@ void read_zero(MapReader zero, ZeroSpec& out) {
   read_zero_alias(zero, "max_live_parameters", out.max_live_parameters);
   // Hugging Face's ZeRO-3 example sets 1e14: any size is a valid "all at once".
   zero.integer("sub_group_size", out.sub_group_size, 1, kNoLimit);
-  read_offload(zero.map("offload_optimizer"), out.offload_optimizer, /*optimizer=*/true);
-  read_offload(zero.map("offload_param"), out.offload_param, /*optimizer=*/false);
-  zero.boolean("zero_quantized_weights", out.quantized_weights);
-  zero.boolean("zero_quantized_gradients", out.quantized_gradients);
-  zero.integer("zero_hpz_partition_size", out.hpz_partition_size, 1, kMaxParallel);
   // A stage that could not be read is not 0: the rules below would blame
   // the default.
   const bool stage_read = zero.read_ok("stage");
+  const bool stage3 = stage_read && out.stage == 3;
+  read_offload(zero.map("offload_optimizer"), out.offload_optimizer, /*optimizer=*/true, stage3);
+  read_offload(zero.map("offload_param"), out.offload_param, /*optimizer=*/false, stage3);
+  zero.boolean("zero_quantized_weights", out.quantized_weights);
+  zero.boolean("zero_quantized_gradients", out.quantized_gradients);
+  zero.integer("zero_hpz_partition_size", out.hpz_partition_size, 1, kMaxParallel);
   for (const auto& [key, given] :
        {std::pair{"zero_quantized_weights", out.quantized_weights},
         std::pair{"zero_quantized_gradients", out.quantized_gradients},

@@ -18,6 +18,7 @@
 #include "kernels/cuda/cuda_sparse_memory.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_thread.cuh"
+#include "kernels/host_ranges.h"
 #include "kernels/memory_reclaimers.h"
 #include "kernels/rounded_gemm_tiles.h"
 #include "kernels/simt/simt_backend.h"
@@ -113,9 +114,32 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
     return make_cuda_sparse_memory(
         bytes, tally_, [this] { return static_cast<void*>(stream_); }, reclaimers_);
   }
+  bool pin_host_memory(const void* host, int64_t bytes) override {
+    // (cudaHostRegister refuses an overlap too, with an error to clear.)
+    if (pinned_.touches(host, bytes)) return false;
+    // (cudaHostRegister takes a pointer to non-const; it writes nothing.)
+    if (cudaHostRegister(const_cast<void*>(host), static_cast<size_t>(bytes),
+                         cudaHostRegisterDefault) != cudaSuccess) {
+      cudaGetLastError();  // clear the error: the copies stay pageable
+      return false;
+    }
+    pinned_.add(host, bytes);
+    return true;
+  }
+  void unpin_host_memory(const void* host) override {
+    if (pinned_.remove(host) && cudaHostUnregister(const_cast<void*>(host)) != cudaSuccess) {
+      cudaGetLastError();
+    }
+  }
   void copy_host_to_device(void* device, const void* host, int64_t bytes) override {
-    if (bytes > 0) {
-      check_cuda(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_), "copy");
+    if (bytes <= 0) return;
+    check_cuda(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_), "copy");
+    // From page-locked memory the copy returns before it has read the host
+    // bytes; the contract is that they are read. (From pageable memory it
+    // waits for the stream's earlier work before it copies, so waiting
+    // here costs no more than that.)
+    if (pinned_.touches(host, bytes)) {
+      check_cuda(cudaStreamSynchronize(stream_), "copy from page-locked host memory");
     }
   }
   void copy_device_to_host(void* host, const void* device, int64_t bytes) override {
@@ -228,6 +252,7 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
   // The sparse memories' pages waiting for their streams: what an
   // allocation short of room takes back.
   MemoryReclaimers reclaimers_;
+  HostRanges pinned_;  // the host memory page-locked for copies
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "kernels/simt/emulated_backend.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -15,6 +16,7 @@
 #include "kernels/allocation_tally.h"
 #include "kernels/cpu/rounded_gemm.h"
 #include "kernels/cpu/sgemm.h"
+#include "kernels/host_ranges.h"
 #include "kernels/host_sparse_memory.h"
 #include "kernels/simt/guarded_memory.h"
 #include "kernels/simt/simt_backend.h"
@@ -147,11 +149,32 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend>, public Deferr
         std::move(sparse), uncounted_,
         [this](std::function<void()> work) { submit(std::move(work)); }, [this] { synchronize(); });
   }
+  // As the CUDA backend: nothing to pin where the memory is the host's.
+  // Pinning what the backend cannot pin (its own memory, or a range that
+  // overlaps one pinned) is the caller's error, which CUDA reports too.
+  bool pin_host_memory(const void* host, int64_t bytes) override {
+    if (!guarded_ || bytes <= 0) return false;
+    if (guarded_->holds(host, 1)) {
+      throw std::invalid_argument("pin_host_memory: the range is the backend's memory");
+    }
+    if (!pinned_.add(host, bytes)) {
+      throw std::invalid_argument("pin_host_memory: the range overlaps host memory pinned");
+    }
+    return true;
+  }
+  // Unpinning what is not pinned is a bug a destructor cannot throw for.
+  void unpin_host_memory(const void* host) override {
+    if (!pinned_.remove(host)) {
+      std::fputs("emulated backend: unpin_host_memory of memory not pinned\n", stderr);
+      std::abort();
+    }
+  }
   // The host's bytes are read now (the call's promise), written when the
   // stream gets there.
   void copy_host_to_device(void* device, const void* host, int64_t bytes) override {
     if (bytes <= 0) return;
     require_device(device, bytes, "copy_host_to_device's destination");
+    count_copy(host, bytes, copies_.to_device);
     if (!deferred_) return inside([&] { std::memcpy(device, host, static_cast<size_t>(bytes)); });
     auto copy = std::make_shared<std::vector<char>>(static_cast<const char*>(host),
                                                     static_cast<const char*>(host) + bytes);
@@ -160,6 +183,7 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend>, public Deferr
   void copy_device_to_host(void* host, const void* device, int64_t bytes) override {
     if (bytes <= 0) return;
     require_device(device, bytes, "copy_device_to_host's source");
+    count_copy(host, bytes, copies_.to_host);
     run_until(*current_, current_->queued);
     inside([&] { std::memcpy(host, device, static_cast<size_t>(bytes)); });
   }
@@ -220,6 +244,12 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend>, public Deferr
     current_ = before;
     return done;
   }
+  HostCopyTally host_copies() const {
+    HostCopyTally tally = copies_;
+    tally.pinned_ranges = pinned_.size();
+    return tally;
+  }
+
   bool done(const Event& event) const override {
     const auto& marked = static_cast<const EmulatedEvent&>(event);
     return marked.queue == nullptr || marked.queue->ran >= marked.position;
@@ -301,6 +331,9 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend>, public Deferr
     const GuardedMemory::Scope open(*guarded_);
     f();
   }
+  void count_copy(const void* host, int64_t bytes, HostCopyTally::Bytes& to) {
+    (pinned_.touches(host, bytes) ? to.pinned : to.pageable) += bytes;
+  }
   void require_device(const void* data, int64_t bytes, const char* what) const {
     if (guarded_ && !guarded_->holds(data, bytes)) {
       throw std::invalid_argument(std::string(what) + " is not the backend's memory");
@@ -319,6 +352,8 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend>, public Deferr
   std::unique_ptr<cpu::RoundedGemm> rounded_;
   AllocationTally tally_;
   AllocationTally uncounted_;  // StreamOrderedSparseMemory's (tally_ counts its pages)
+  HostRanges pinned_;
+  HostCopyTally copies_;
 };
 
 }  // namespace
@@ -326,6 +361,11 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend>, public Deferr
 std::unique_ptr<Backend> make_emulated_backend(const Schedule& schedule, DeviceMemory memory,
                                                StreamOrder order) {
   return std::make_unique<EmulatedBackend>(schedule, memory, order);
+}
+
+HostCopyTally host_copy_tally(Backend& backend) {
+  auto* emulated = dynamic_cast<EmulatedBackend*>(&backend);
+  return emulated != nullptr ? emulated->host_copies() : HostCopyTally{};
 }
 
 DeferredStreams* deferred_streams(Backend& backend) {

@@ -8,6 +8,7 @@
 // Slow — every GPU thread is a fiber — so for tests that run the engine on
 // the CUDA backend's path without a GPU (a few steps of a small model).
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -46,6 +47,21 @@ enum class StreamOrder { kProgram, kDeferred, kEagerDefault };
 std::unique_ptr<Backend> make_emulated_backend(const Schedule& schedule = {},
                                                DeviceMemory memory = DeviceMemory::kHostAccessible,
                                                StreamOrder order = StreamOrder::kProgram);
+
+// The bytes the emulated backend copied between host memory and its own,
+// from or into host memory pinned (Backend::pin_host_memory) or not, and
+// the ranges pinned now: what a test checks the offload's copies against.
+struct HostCopyTally {
+  struct Bytes {
+    int64_t pinned = 0;
+    int64_t pageable = 0;
+  };
+  Bytes to_device;  // copy_host_to_device()
+  Bytes to_host;    // copy_device_to_host()
+  int64_t pinned_ranges = 0;
+};
+// The emulated backend's so far; zeros for another backend.
+HostCopyTally host_copy_tally(Backend& backend);
 
 // What a library that queues its own work on a GPU's streams (NCCL) does,
 // for tests that emulate one on the deferred emulator.

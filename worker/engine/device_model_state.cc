@@ -28,6 +28,7 @@
 #include "worker/engine/optimizer.h"
 #include "worker/engine/squared_norm.h"
 #include "worker/engine/streamed_state_arrays.h"
+#include "worker/engine/unpinned_notice.h"
 #include "worker/parallel/device_gradient_reducer.h"
 #include "worker/parallel/zero_partition.h"
 
@@ -96,7 +97,9 @@ class DeviceModelState final : public ModelState {
       }
       // In fp32 training the weights are the masters.
       optimizer_.place_on_device(device_, mixed() ? nullptr : weights(),
-                                 core::kDeviceOptimizerChunk, host_optimizer_, host_share_);
+                                 core::kDeviceOptimizerChunk, host_optimizer_, host_share_,
+                                 training_.zero.offload_optimizer.pin_memory);
+      notice_unpinned(inputs.notice, optimizer_.unpinned_host_share_bytes());
     } catch (const HostShareNoRoom&) {
       return core::Status(
           core::StatusCode::kResourceExhausted,

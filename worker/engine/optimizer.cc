@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/pinned_host_memory.h"
+
 namespace dslaunch::worker::engine {
 namespace {
 
@@ -95,6 +97,11 @@ struct AdamW::OnDevice {
   // the default stream waits for them (host_share_done).
   std::unique_ptr<kernels::Stream> copies;
   std::unique_ptr<kernels::Event> gradients_ready, host_share_done;
+  // offload_optimizer.pin_memory: the host buffers the copies read and
+  // write, page-locked (released before the buffers above, as members go
+  // in reverse order), and the bytes of them the device did not pin.
+  std::vector<kernels::PinnedHostMemory> pins;
+  int64_t unpinned_bytes = 0;
 };
 
 template <typename Fn>
@@ -131,7 +138,7 @@ int64_t AdamW::moment_group() const {
 }
 
 void AdamW::place_on_device(kernels::Backend& device, float* weights, int64_t chunk,
-                            kernels::Backend* host, int64_t host_count) {
+                            kernels::Backend* host, int64_t host_count, bool pin_host_share) {
   const int64_t n = end_ - begin_;
   const int64_t on_host = std::clamp<int64_t>(host_count, 0, n);
   if (on_host > 0 && (host == nullptr || !host->memory_is_host())) {
@@ -174,6 +181,15 @@ void AdamW::place_on_device(kernels::Backend& device, float* weights, int64_t ch
       std::copy_n(m_.data(), on_host, on->host_m.data());
       std::copy_n(v_.data(), on_host, on->host_v.data());
     }
+    if (pin_host_share) {
+      // fp32 training copies the masters back; 16-bit, their rounding.
+      std::vector<float>& back = weights != nullptr ? on->host_masters : on->staged_weights;
+      for (std::vector<float>* buffer : {&on->staged_grads, &back}) {
+        const int64_t bytes = static_cast<int64_t>(buffer->size() * sizeof(float));
+        on->pins.emplace_back(device, buffer->data(), bytes);
+        on->unpinned_bytes += bytes - on->pins.back().bytes();
+      }
+    }
     on->copies = device.create_stream();
     on->gradients_ready = device.create_event();
     on->host_share_done = device.create_event();
@@ -182,6 +198,8 @@ void AdamW::place_on_device(kernels::Backend& device, float* weights, int64_t ch
   std::vector<float>().swap(v_);
   device_ = std::move(on);
 }
+
+int64_t AdamW::unpinned_host_share_bytes() const { return device_ ? device_->unpinned_bytes : 0; }
 
 void AdamW::set_masters(int64_t from, int64_t count, const float* masters) {
   OnDevice& d = *device_;

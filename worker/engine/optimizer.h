@@ -86,10 +86,16 @@ class AdamW {
   // fp32 training too) and moments in host memory, where `host`'s kernels
   // (CPU Adam) update them, a chunk at a time: its gradients copied from
   // the device, its updated weights copied back. Throws HostShareNoRoom
-  // when host memory lacks the room for that share.
+  // when host memory lacks the room for that share. `pin_host_share`
+  // (offload_optimizer.pin_memory): the host buffers those copies read and
+  // write are page-locked (Backend::pin_host_memory) while placed.
   void place_on_device(kernels::Backend& device, float* weights = nullptr,
                        int64_t chunk = core::kDeviceOptimizerChunk,
-                       kernels::Backend* host = nullptr, int64_t host_count = 0);
+                       kernels::Backend* host = nullptr, int64_t host_count = 0,
+                       bool pin_host_share = false);
+  // Placed with pin_host_share: the bytes of those buffers the device did
+  // not pin (its driver refused), whose copies stay pageable.
+  int64_t unpinned_host_share_bytes() const;
   // Placed on a device: the fp32 masters of the floats [from, from + count)
   // of [begin, end) from host floats `masters`, or into host floats `out`
   // (where they are the device's fp32 weights, setting them writes those).

@@ -18,6 +18,7 @@
 #include "core/spec/elasticity.h"
 #include "core/spec/training_support.h"
 #include "core/weights/initial_weights.h"
+#include "kernels/pinned_host_memory.h"
 #include "worker/comm/host_staged_communicator.h"
 #include "worker/data/blended_sampler.h"
 #include "worker/data/consecutive_batch.h"
@@ -30,6 +31,7 @@
 #include "worker/engine/model_parallel.h"
 #include "worker/engine/model_state.h"
 #include "worker/engine/stage_links.h"
+#include "worker/engine/unpinned_notice.h"
 #include "worker/model/gpt2_model.h"
 
 namespace dslaunch::worker::engine {
@@ -398,6 +400,9 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     return result;
   }
   ModelState& state = **made;
+  // Host memory of the state's, pinned for the mirror's copies: released
+  // before the state frees it.
+  std::vector<kernels::PinnedHostMemory> pins;
   std::optional<DeviceMirror> mirror;
   // ZeRO stage 3's host state gathers the parameters around their use (it
   // never holds them whole): the GPU mirrors each region it gathers.
@@ -424,6 +429,19 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
                       "GiB); split the model over more tensor or pipeline ranks",
                       backend.name(), whole ? "parameters and " : "", table.total(),
                       static_cast<double>(table.total()) * (whole ? 8 : 4) / (int64_t{1} << 30))));
+    }
+    // offload_optimizer.pin_memory: the host arrays the mirror copies from
+    // and into, page-locked: the parameters where the state holds them
+    // whole (stages 1-2), the gradients where it keeps them whole (stage
+    // 1; stage 2's workspace gives its pages back as it reduces them,
+    // which locked pages cannot).
+    if (training.zero.offload_optimizer.pin_memory && whole) {
+      const int64_t bytes = table.total() * static_cast<int64_t>(sizeof(float));
+      pins.emplace_back(backend, state.parameters_for_model(), bytes);
+      if (!sparse_gradients) pins.emplace_back(backend, state.gradients_for_backward(), bytes);
+      int64_t unpinned = 0;
+      for (const kernels::PinnedHostMemory& pin : pins) unpinned += bytes - pin.bytes();
+      notice_unpinned(options.on_notice, unpinned);
     }
     if (whole) {
       mirror->upload_parameters(state.parameters_for_model());
@@ -731,6 +749,9 @@ TrainResult train(const spec::JobSpec& spec, const data::TrainingData& data,
     if (!written.ok()) result.error = written.message();
     return result;
   }
+  // final_parameters() may hand over (and the gathering below free) the
+  // memory pinned.
+  pins.clear();
   core::StatusOr<std::vector<float>> final_params = state.final_parameters();
   if (!final_params.ok()) {
     result.error = final_params.status().message();

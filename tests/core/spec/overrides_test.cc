@@ -362,8 +362,10 @@ training:
   // Both sections keep the merged pin_memory, each with its warning.
   const std::vector<std::string> warnings = loaded.diagnostics.warnings();
   REQUIRE(warnings.size() == 2);
-  CHECK_THAT(warnings[0], Catch::Contains("offload_optimizer.pin_memory has no effect yet"));
-  CHECK_THAT(warnings[1], Catch::Contains("offload_param.pin_memory has no effect yet"));
+  CHECK_THAT(warnings[0],
+             Catch::Contains("offload_optimizer.pin_memory has no effect at ZeRO stage 3 yet"));
+  CHECK_THAT(warnings[1],
+             Catch::Contains("offload_param.pin_memory has no effect at ZeRO stage 3 yet"));
   const ZeroSpec& zero = loaded.spec.training.zero;
   CHECK(zero.offload_param.device == OffloadDevice::kNvme);
   CHECK(zero.offload_param.pin_memory);

@@ -55,13 +55,13 @@ class SpecFolder {
 // Loads the spec file at `path` as dslaunch would.
 Loaded load_file(const std::string& path, const LoadOptions& options = {});
 
-// The warning `pin_memory: true` gets in the offload section `section`
-// ("offload_optimizer" or "offload_param"), found at `at` ("file:line:col"):
-// dslaunch does not page-lock host buffers yet.
+// The warning `pin_memory: true` gets at ZeRO stage 3 in the offload
+// section `section` ("offload_optimizer" or "offload_param"), found at `at`
+// ("file:line:col"): stage 3 does not page-lock its host buffers yet.
 inline std::string pin_memory_warning(const std::string& at, const std::string& section) {
   return at + ": training.zero_optimization." + section +
-         ".pin_memory has no effect yet: the host buffers that offload copies to and from a GPU "
-         "are pageable memory";
+         ".pin_memory has no effect at ZeRO stage 3 yet: the parameters it gathers and the "
+         "gradients it reduces pass through pageable host memory";
 }
 
 }  // namespace dslaunch::spec::testing
