@@ -20,7 +20,6 @@
 #include <optional>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -28,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/command_output.h"
+#include "bench/gpu_engine_job.h"
 #include "bench/median_time.h"
 #include "bench/runfile.h"
 #include "core/dtype.h"
@@ -39,11 +39,7 @@
 #include "kernels/cuda/gemm_peak.h"
 #include "kernels/device_buffer.h"
 #include "kernels/make_backend.h"
-#include "worker/comm/mpi_process_groups.h"
 #include "worker/comm/mpi_runtime.h"
-#include "worker/data/tokens_in_memory.h"
-#include "worker/data/training_data.h"
-#include "worker/engine/trainer.h"
 #include "worker/model/gpt2_model.h"
 
 namespace {
@@ -51,17 +47,8 @@ namespace {
 using namespace dslaunch;
 using core::DType;
 
-struct Shape {
-  int64_t batch = 8;
-  int64_t seq = 1024;
-};
-
-struct Throughput {
-  double tokens_per_second = 0;
-  double tflops = 0;
-  double step_ms = 0;
-  float last_loss = 0;
-};
+using bench::Shape;
+using bench::Throughput;
 
 // Steps on random tokens with the model and the optimizer state in the
 // GPU's memory; the tokens are copied in by forward(), as the trainer's are.
@@ -112,85 +99,6 @@ Throughput ours(kernels::Backend& backend, const Shape& shape, DType precision, 
   t.tokens_per_second = shape.batch * shape.seq / (t.step_ms * 1e-3);
   t.tflops = model.flops_per_token() * t.tokens_per_second / 1e12;
   backend.set_matmul_precision(DType::kF32);
-  return t;
-}
-
-// The engine training the same model as a one-rank job on this GPU does
-// (engine::train: every model state on the GPU, worker/engine/
-// device_model_state.cc; the sampler, the loss and the norm back to the
-// host, clipping, the loss scaler's check) at ZeRO stage `stage`, on random
-// tokens held in memory, in a data group of this process alone (MPI
-// started as a singleton, once: MPI cannot start again after it ends).
-// `offload_ratio` below 1: that share of the optimizer's states in host
-// memory, stepped by CPU Adam on every core.
-std::optional<Throughput> engine(kernels::Backend& backend, const Shape& shape, bool bf16,
-                                 int stage, double offload_ratio, int warmup, int steps,
-                                 const core::Status& mpi, std::string& error) {
-  if (!mpi.ok()) {
-    error = "the engine did not run: MPI did not start: " + mpi.message();
-    return std::nullopt;
-  }
-  std::optional<Throughput> t;
-  {
-    auto groups = worker::comm::create_mpi_process_groups({1, 1, 1}, worker::comm::CommOptions{});
-    if (!groups.ok()) {
-      error = "the engine did not run: " + groups.status().message();
-    } else {
-      spec::JobSpec spec;
-      spec.kind = spec::JobKind::kTrain;
-      spec.cluster.device = spec::Device::kCuda;
-      spec.model.num_layers = 12;
-      spec.model.hidden_size = 768;
-      spec.model.num_attention_heads = 12;
-      spec.model.vocab_size = 50257;
-      spec.model.seq_length = shape.seq;
-      spec.training.steps = warmup + steps;
-      spec.training.batch.train_batch_size = shape.batch;
-      spec.training.batch.micro_batch_per_gpu = shape.batch;
-      spec.training.batch.gradient_accumulation_steps = 1;
-      spec.training.optimizer.lr = 1e-4;
-      spec.training.optimizer.weight_decay = 0.1;
-      spec.training.gradient_clipping = 1.0;
-      spec.training.eval_interval = 0;
-      spec.training.eval_batches = 1;
-      spec.training.bf16 = bf16;
-      spec.training.zero.stage = stage;
-      if (offload_ratio < 1) {
-        spec.training.zero.offload_optimizer.device = spec::OffloadDevice::kCpu;
-        spec.training.zero.offload_optimizer.ratio = offload_ratio;
-      }
-      worker::data::TrainingData data;
-      std::mt19937 random(7);
-      std::vector<int32_t> tokens((warmup + steps + 2) * shape.batch * (shape.seq + 1));
-      for (auto& token : tokens) token = static_cast<int32_t>(random() % spec.model.vocab_size);
-      data.sources.push_back(std::make_unique<worker::data::TokensInMemory>(std::move(tokens)));
-      const worker::data::TokenSource& source = *data.sources.back();
-      const int64_t valid = 2 * shape.batch * (shape.seq + 1);
-      data.train = {{&source, 0, source.size() - valid}};
-      data.weights = {1.0};
-      data.valid = {&source, source.size() - valid, source.size()};
-      auto host = kernels::make_cpu_backend(
-          static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-      std::vector<worker::engine::StepReport> reports;
-      worker::engine::TrainerOptions options;
-      options.data_comm = &(*groups)->data();
-      options.host_backend = host.get();
-      options.on_step = [&](const worker::engine::StepReport& report) {
-        if (report.step > warmup) reports.push_back(report);
-      };
-      const worker::engine::TrainResult result =
-          worker::engine::train(spec, data, backend, options);
-      if (!result.error.empty() || reports.empty()) {
-        error = "the engine did not run: " + result.error;
-      } else {
-        std::sort(reports.begin(), reports.end(),
-                  [](const auto& a, const auto& b) { return a.step_seconds < b.step_seconds; });
-        const worker::engine::StepReport& median = reports[reports.size() / 2];
-        t = Throughput{median.tokens_per_second, median.tflops, median.step_seconds * 1e3,
-                       static_cast<float>(median.loss)};
-      }
-    }
-  }
   return t;
 }
 
@@ -257,12 +165,17 @@ int main(int argc, char** argv) {
     const double peak = bf16 ? bf16_peak : fp32_peak;
     const Throughput mine = ours(**backend, shape, precision, warmup, steps);
     std::string engine_error, stage3_error, partial_error, error;
-    const std::optional<Throughput> job =
-        engine(**backend, shape, bf16, 0, 1.0, warmup, steps, mpi, engine_error);
+    bench::EngineJob run{shape, bf16, 0};
+    run.warmup = warmup;
+    run.steps = steps;
+    const std::optional<Throughput> job = bench::run_engine_job(**backend, run, mpi, engine_error);
+    run.stage = 3;
     const std::optional<Throughput> stage3 =
-        engine(**backend, shape, bf16, 3, 1.0, warmup, steps, mpi, stage3_error);
+        bench::run_engine_job(**backend, run, mpi, stage3_error);
+    run.offload = spec::OffloadDevice::kCpu;
+    run.ratio = 0.5;
     const std::optional<Throughput> partial =
-        engine(**backend, shape, bf16, 3, 0.5, warmup, steps, mpi, partial_error);
+        bench::run_engine_job(**backend, run, mpi, partial_error);
     std::optional<Throughput> theirs;
     if (!skip_pytorch) theirs = pytorch(shape, bf16, warmup, steps, script, error);
     std::cout << fmt::format(

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Stages, in .device/bundle.tar.xz, what a GPU machine that has CUDA's driver
 # and toolkit but none of our Debian libraries needs to run the --config=cuda
-# build: dslaunch, dsworker and gpu_train_bench; every
+# build: dslaunch, dsworker, gpu_train_bench and gpu_offload_bench; every
 # shared library they or Open MPI load, except glibc, libstdc++ and CUDA's
 # cuBLAS and NCCL, which such a machine has in newer versions; and Open MPI
 # itself (mpirun, orted, its plugins and help texts), laid out to be
 # relocated with OPAL_PREFIX. tools/gpu_check.sh unpacks and uses it there.
 #
-#   bazel build --config=cuda //launcher:dslaunch //worker:dsworker //bench:gpu_train_bench
+#   bazel build --config=cuda //launcher:dslaunch //worker:dsworker //bench:gpu_train_bench \
+#     //bench:gpu_offload_bench
 #   tools/gpu_bundle.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +16,8 @@ cd "$(dirname "$0")/.."
 stage=.device/stage
 rm -rf .device && mkdir -p "$stage"/{bin,lib,ompi/bin,ompi/share,pmix/lib/pmix,pmix/share}
 
-binaries=(bazel-bin/launcher/dslaunch bazel-bin/worker/dsworker bazel-bin/bench/gpu_train_bench)
+binaries=(bazel-bin/launcher/dslaunch bazel-bin/worker/dsworker bazel-bin/bench/gpu_train_bench
+  bazel-bin/bench/gpu_offload_bench)
 for binary in "${binaries[@]}"; do
   # grep reads all of objdump's output: -q would stop early and fail the pipe.
   if ! objdump -h "$binary" | grep '\.nv_fatbin' >/dev/null; then

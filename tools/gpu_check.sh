@@ -7,10 +7,11 @@
 #      and the engine against the CPU backend, NCCL against MPI);
 #   3. a job through `dslaunch run` on the GPU (the demo's model in bf16,
 #      ZeRO stage 1, one rank per GPU), then `dslaunch status`;
-#   4. bench/gpu_train_bench (GPT-2 124M tokens/s and MFU beside PyTorch).
+#   4. bench/gpu_train_bench (GPT-2 124M tokens/s and MFU beside PyTorch);
+#   offload: bench/gpu_offload_bench (pin_memory: pinned beside pageable).
 # Each step has a time limit, so one that hangs leaves the others their
 # turn; logs go to $OUT (else /tmp/gpu_check). Run from the repository root:
-#   tools/gpu_check.sh [selftest|job|bench|profile|pytorch ...]
+#   tools/gpu_check.sh [selftest|job|bench|offload|profile|pytorch ...]
 # (default: the first three). profile times each kernel of a training step
 # with Nsight Compute; pytorch runs the PyTorch reference alone.
 set -uo pipefail
@@ -85,6 +86,7 @@ for name in "${steps[@]}"; do
       step job_status 20 dslaunch status "$job_dir"
       ;;
     bench) step bench 200 gpu_train_bench --steps 5 --warmup 2 ;;
+    offload) step offload 200 gpu_offload_bench --steps 3 --warmup 1 ;;
     profile)
       # Each kernel's time in one bf16 step of gpu_train_bench's model
       # (after its cuBLAS peak products), by Nsight Compute. The bench goes
@@ -101,6 +103,6 @@ for name in "${steps[@]}"; do
           --seq 1024 --batch 8 --steps 5 --warmup 2
       done
       ;;
-    *) echo "unknown step $name (selftest, job, bench, profile or pytorch)" ;;
+    *) echo "unknown step $name (selftest, job, bench, offload, profile or pytorch)" ;;
   esac
 done
