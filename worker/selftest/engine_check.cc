@@ -72,6 +72,9 @@ spec::JobSpec selftest_job(bool bf16, Placement placement, int steps, int data_r
   // use and keeps the smaller tensors whole.
   spec.training.zero.param_persistence_threshold = 1000;
   spec.training.zero.offload_optimizer.device = placement.offload;
+  // As DeepSpeed's ZeRO-Offload configs have it: the copies go through
+  // page-locked host memory.
+  spec.training.zero.offload_optimizer.pin_memory = placement.offload != spec::OffloadDevice::kNone;
   return spec;
 }
 

@@ -10,6 +10,7 @@
 #include "core/dtype.h"
 #include "kernels/device_buffer.h"
 #include "kernels/half_precision.h"
+#include "kernels/pinned_host_memory.h"
 
 namespace dslaunch::worker::selftest {
 namespace {
@@ -294,6 +295,29 @@ void add_precision_cases(Inputs& in, std::vector<Case>& all) {
   }
 }
 
+// Copies through page-locked host memory (offload_optimizer.pin_memory's).
+// The source is overwritten as soon as copy_host_to_device() returns, as its
+// contract allows: a copy from pinned memory that had not read it by then
+// (asynchronous, and not waited for) brings NaNs back. Fills queued ahead
+// of the copy make such a copy start late.
+void add_copy_cases(Inputs& in, std::vector<Case>& all) {
+  const int64_t n = kN * kOC;
+  const auto x = in.floats(n);
+  all.push_back({"copies through page-locked host memory", "fp32", 0, [=](Backend& b) {
+                   std::vector<float> source = x;
+                   std::vector<float> back(n);
+                   const int64_t bytes = n * static_cast<int64_t>(sizeof(float));
+                   const kernels::PinnedHostMemory pinned_source(b, source.data(), bytes);
+                   const kernels::PinnedHostMemory pinned_back(b, back.data(), bytes);
+                   DeviceBuffer<float> on_device(b, n), busy(b, int64_t{1} << 18);
+                   for (int i = 0; i < 4; ++i) b.fill(busy.data(), busy.size(), 1.0f);
+                   b.copy_host_to_device(on_device.data(), source.data(), bytes);
+                   std::fill(source.begin(), source.end(), std::numeric_limits<float>::quiet_NaN());
+                   b.copy_device_to_host(back.data(), on_device.data(), bytes);
+                   return Outputs{back};
+                 }});
+}
+
 }  // namespace
 
 std::vector<KernelCheck> check_kernels(Backend& device, Backend& reference, uint32_t seed) {
@@ -304,6 +328,7 @@ std::vector<KernelCheck> check_kernels(Backend& device, Backend& reference, uint
   add_elementwise_cases(inputs, all);
   add_cross_entropy_cases(inputs, all);
   add_precision_cases(inputs, all);
+  add_copy_cases(inputs, all);
   std::vector<KernelCheck> checks;
   for (const Case& c : all) {
     const Outputs expected = c.run(reference);

@@ -30,6 +30,10 @@ class ForwardingBackend : public Backend {
   void copy_device_to_device(void* to, const void* from, int64_t bytes) override {
     inner_->copy_device_to_device(to, from, bytes);
   }
+  bool pin_host_memory(const void* h, int64_t bytes) override {
+    return inner_->pin_host_memory(h, bytes);
+  }
+  void unpin_host_memory(const void* h) override { inner_->unpin_host_memory(h); }
   void memset_zero(void* d, int64_t bytes) override { inner_->memset_zero(d, bytes); }
   int64_t peak_allocated_bytes() const override { return inner_->peak_allocated_bytes(); }
   std::unique_ptr<kernels::SparseMemory> reserve_sparse(int64_t bytes) override {
