@@ -52,7 +52,8 @@ struct EngineJob {
 // back to the host, clipping, the loss scaler's check included), in a data
 // group of this process alone: MPI started as a singleton, once, by the
 // caller (`mpi`: how that went; MPI cannot start again after it ends).
-// nullopt and `error` set where it did not run.
+// nullopt and `error` set where it did not run; where it did, `error`
+// holds the trainer's notices (pin_memory's refusal among them), if any.
 inline std::optional<Throughput> run_engine_job(kernels::Backend& backend, const EngineJob& job,
                                                 const core::Status& mpi, std::string& error) {
   if (!mpi.ok()) {

@@ -135,9 +135,8 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
     if (bytes <= 0) return;
     check_cuda(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_), "copy");
     // From page-locked memory the copy returns before it has read the host
-    // bytes; the contract is that they are read. (From pageable memory it
-    // waits for the stream's earlier work before it copies, so waiting
-    // here costs no more than that.)
+    // bytes; the contract is that they are read. (From pageable memory the
+    // driver may wait for the stream as well, to stage the bytes.)
     if (pinned_.touches(host, bytes)) {
       check_cuda(cudaStreamSynchronize(stream_), "copy from page-locked host memory");
     }
