@@ -16,10 +16,17 @@ class HostRanges {
     const char* begin = static_cast<const char*>(host);
     if (bytes <= 0 || touches(begin, bytes)) return false;
     ranges_.emplace(begin, begin + bytes);
+    bytes_ += bytes;
     return true;
   }
   // Removes the range that starts at `host`; false where none does.
-  bool remove(const void* host) { return ranges_.erase(static_cast<const char*>(host)) > 0; }
+  bool remove(const void* host) {
+    auto range = ranges_.find(static_cast<const char*>(host));
+    if (range == ranges_.end()) return false;
+    bytes_ -= range->second - range->first;
+    ranges_.erase(range);
+    return true;
+  }
   // Whether [host, host + bytes) shares a byte with a range held.
   bool touches(const void* host, int64_t bytes) const {
     if (bytes <= 0) return false;
@@ -31,9 +38,11 @@ class HostRanges {
     return std::prev(after)->second > begin;
   }
   int64_t size() const { return static_cast<int64_t>(ranges_.size()); }
+  int64_t bytes() const { return bytes_; }  // of every range held
 
  private:
   std::map<const char*, const char*> ranges_;  // begin to end
+  int64_t bytes_ = 0;
 };
 
 }  // namespace dslaunch::kernels

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "core/byte_size_text.h"
 #include "core/host_name.h"
 #include "core/status.h"
 #include "launcher/controller/job_directory.h"
@@ -47,12 +48,6 @@ std::string age_text(int64_t milliseconds) {
   if (s < 7200) return fmt::format("{}m", s / 60);
   if (s < 172800) return fmt::format("{}h", s / 3600);
   return fmt::format("{}d", s / 86400);
-}
-
-std::string bytes_text(int64_t bytes) {
-  if (bytes >= (int64_t{1} << 30)) return fmt::format("{:.1f} GiB", bytes / 1073741824.0);
-  if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.1f} MiB", bytes / 1048576.0);
-  return fmt::format("{} KiB", bytes / 1024);
 }
 
 // TLS towards the job's controller when its job uses it.
@@ -218,10 +213,10 @@ void print_ranks_table(const JobView& view) {
         "{:>7}  {}\n",
         rank.rank(), rank.host().empty() ? "-" : rank.host(), rank.pid(), rank.state(),
         age_text(rank.heartbeat_age_ms()), rank.step(), rank.stage(), seconds(rank.step_time_s()),
-        seconds(rank.pipeline_wait_s()), memory > 0 ? bytes_text(memory) : "-",
-        m.peak_rss_bytes() > 0 ? bytes_text(m.peak_rss_bytes()) : "-",
-        m.peak_device_bytes() > 0 ? bytes_text(m.peak_device_bytes()) : "-",
-        rank.comm_bytes() > 0 ? bytes_text(rank.comm_bytes()) : "-",
+        seconds(rank.pipeline_wait_s()), memory > 0 ? core::byte_size_text(memory) : "-",
+        m.peak_rss_bytes() > 0 ? core::byte_size_text(m.peak_rss_bytes()) : "-",
+        m.peak_device_bytes() > 0 ? core::byte_size_text(m.peak_device_bytes()) : "-",
+        rank.comm_bytes() > 0 ? core::byte_size_text(rank.comm_bytes()) : "-",
         rank.compression_ratio() > 0 ? fmt::format("{:.1f}x", rank.compression_ratio()) : "-",
         exit);
   }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <new>
 #include <stdexcept>
@@ -157,11 +158,14 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend>, public Deferr
     if (guarded_->holds(host, 1)) {
       throw std::invalid_argument("pin_host_memory: the range is the backend's memory");
     }
-    if (!pinned_.add(host, bytes)) {
+    if (pinned_.touches(host, bytes)) {
       throw std::invalid_argument("pin_host_memory: the range overlaps host memory pinned");
     }
+    if (bytes > pinnable_bytes_ - pinned_.bytes()) return false;
+    pinned_.add(host, bytes);
     return true;
   }
+  void limit_pinned_bytes(int64_t bytes) { pinnable_bytes_ = bytes; }
   // Unpinning what is not pinned is a bug a destructor cannot throw for.
   void unpin_host_memory(const void* host) override {
     if (!pinned_.remove(host)) {
@@ -353,6 +357,7 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend>, public Deferr
   AllocationTally tally_;
   AllocationTally uncounted_;  // StreamOrderedSparseMemory's (tally_ counts its pages)
   HostRanges pinned_;
+  int64_t pinnable_bytes_ = std::numeric_limits<int64_t>::max();  // limit_pinned_bytes()
   HostCopyTally copies_;
 };
 
@@ -366,6 +371,11 @@ std::unique_ptr<Backend> make_emulated_backend(const Schedule& schedule, DeviceM
 HostCopyTally host_copy_tally(Backend& backend) {
   auto* emulated = dynamic_cast<EmulatedBackend*>(&backend);
   return emulated != nullptr ? emulated->host_copies() : HostCopyTally{};
+}
+
+void limit_pinned_bytes(Backend& backend, int64_t bytes) {
+  if (auto* emulated = dynamic_cast<EmulatedBackend*>(&backend))
+    emulated->limit_pinned_bytes(bytes);
 }
 
 DeferredStreams* deferred_streams(Backend& backend) {

@@ -63,6 +63,14 @@ struct HostCopyTally {
 // The emulated backend's so far; zeros for another backend.
 HostCopyTally host_copy_tally(Backend& backend);
 
+// Makes the emulated backend (guarded memory) refuse a pin that would take
+// the host memory it holds pinned past `bytes`, as CUDA's
+// cudaHostRegister fails past the limit on locked memory
+// (RLIMIT_MEMLOCK): for tests of what the engine does when the driver
+// pins less than it asks. Unlimited until called; another backend is left
+// as it is.
+void limit_pinned_bytes(Backend& backend, int64_t bytes);
+
 // What a library that queues its own work on a GPU's streams (NCCL) does,
 // for tests that emulate one on the deferred emulator.
 class DeferredStreams {

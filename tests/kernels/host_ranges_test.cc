@@ -13,6 +13,7 @@ TEST_CASE("HostRanges finds which copies touch a range held, at its edges") {
   REQUIRE(ranges.add(base + 10, 20));  // [10, 30)
   REQUIRE(ranges.add(base + 50, 10));  // [50, 60)
   CHECK(ranges.size() == 2);
+  CHECK(ranges.bytes() == 30);
   CHECK_FALSE(ranges.touches(base, 10));       // ends where the first begins
   CHECK(ranges.touches(base, 11));             // its first byte
   CHECK(ranges.touches(base + 29, 1));         // its last byte
@@ -29,6 +30,7 @@ TEST_CASE("HostRanges finds which copies touch a range held, at its edges") {
   CHECK_FALSE(ranges.add(base + 40, 0));
   CHECK(ranges.add(base + 30, 20));  // the gap exactly
   CHECK(ranges.size() == 3);
+  CHECK(ranges.bytes() == 50);  // the refused ones not counted
   // Removed by its start only.
   CHECK_FALSE(ranges.remove(base + 11));
   CHECK(ranges.remove(base + 10));
@@ -36,6 +38,7 @@ TEST_CASE("HostRanges finds which copies touch a range held, at its edges") {
   CHECK_FALSE(ranges.touches(base + 10, 20));
   CHECK(ranges.touches(base + 10, 21));
   CHECK(ranges.size() == 2);
+  CHECK(ranges.bytes() == 30);
 }
 
 }  // namespace dslaunch::kernels

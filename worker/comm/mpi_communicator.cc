@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "core/byte_size_text.h"
 #include "worker/comm/mpi_status.h"
 
 namespace dslaunch::worker::comm {
@@ -41,12 +42,6 @@ MPI_Op mpi_op(ReduceOp op) {
       return MPI_MIN;
   }
   return MPI_OP_NULL;
-}
-
-std::string size_text(int64_t bytes) {
-  if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.1f} MiB", bytes / 1048576.0);
-  if (bytes >= 1024) return fmt::format("{:.1f} KiB", bytes / 1024.0);
-  return fmt::format("{} B", bytes);
 }
 
 // MPI counts are ints.
@@ -142,7 +137,8 @@ std::string MpiCommunicator::describe(OpKind kind, int64_t sequence, int64_t byt
   // A refused call (sequence 0) has no place in the sequence.
   std::string text = sequence > 0 ? fmt::format("{} {} #{}", axis_, op_name(kind), sequence)
                                   : fmt::format("{} {} (refused)", axis_, op_name(kind));
-  text += fmt::format(" of {} over world ranks {}", size_text(bytes), fmt::join(world_ranks_, ", "));
+  text += fmt::format(" of {} over world ranks {}", core::byte_size_text(bytes),
+                      fmt::join(world_ranks_, ", "));
   if (peer >= 0) text += fmt::format(" (peer: world rank {})", world_ranks_[peer]);
   return text;
 }

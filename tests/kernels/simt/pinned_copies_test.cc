@@ -98,5 +98,29 @@ TEST_CASE("pinning what CUDA cannot pin is refused, and unpinning what is not pi
   CHECK(host_copy_tally(*device).pinned_ranges == 1);
 }
 
+TEST_CASE("past the limit on locked memory a pin is refused, and the copies stay pageable") {
+  const auto device = guarded();
+  limit_pinned_bytes(*device, 24);
+  std::vector<float> host(8);
+  DeviceBuffer<float> on_device(*device, 8);
+  PinnedHostMemory first(*device, host.data(), 16);
+  CHECK(first.bytes() == 16);
+  {
+    // 16 + 12 > 24: refused whole, nothing pinned.
+    const PinnedHostMemory refused(*device, host.data() + 4, 12);
+    CHECK(refused.bytes() == 0);
+    CHECK(host_copy_tally(*device).pinned_ranges == 1);
+    device->copy_host_to_device(on_device.data(), host.data() + 4, 12);
+    CHECK(host_copy_tally(*device).to_device.pageable == 12);
+    // Up to the limit exactly.
+    const PinnedHostMemory fits(*device, host.data() + 4, 8);
+    CHECK(fits.bytes() == 8);
+  }
+  // Released pins give their bytes back.
+  first = PinnedHostMemory();
+  CHECK(PinnedHostMemory(*device, host.data(), 24).bytes() == 24);
+  CHECK(host_copy_tally(*device).pinned_ranges == 0);
+}
+
 }  // namespace
 }  // namespace dslaunch::kernels::simt

@@ -36,6 +36,7 @@ struct OffloadRun {
   std::vector<StepReport> reports;
   std::vector<float> params;
   MemoryReport memory;
+  std::vector<std::string> notices;  // TrainerOptions::on_notice's
 };
 
 // The process grid of a run: pipeline stages, data ranks, tensor ranks.
@@ -67,6 +68,7 @@ inline OffloadRun train_offloaded(
   options.host_backend = host_backend;
   options.on_step = [&run](const StepReport& report) { run.reports.push_back(report); };
   options.on_memory = [&run](const MemoryReport& memory) { run.memory = memory; };
+  options.on_notice = [&run](const std::string& notice) { run.notices.push_back(notice); };
   const int rank = groups.world().rank();
   const int last = groups.world().size() - 1;
   // The drill for one rank overflowing: NaN gradients on the last rank at step 3.

@@ -6,8 +6,10 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <string>
 
+#include "core/byte_size_text.h"
 #include "core/dtype.h"
 #include "core/layout/device_optimizer_bytes.h"
 #include "kernels/backend.h"
@@ -32,9 +34,9 @@ struct PinnedRun {
 
 // Trains the tiny GPT over every rank as data ranks at ZeRO `stage` with
 // the optimizer offloaded (`ratio` of it; below 1, partial offload),
-// pinned or not.
-PinnedRun train_pinned(spec::JobSpec spec, int stage, core::DType precision, double ratio,
-                       bool pin) {
+// pinned or not, on a device that pins at most `pinnable` bytes.
+PinnedRun train_pinned(spec::JobSpec spec, int stage, core::DType precision, double ratio, bool pin,
+                       int64_t pinnable = std::numeric_limits<int64_t>::max()) {
   const int ranks = comm::testing::world_data().size();
   spec.training.batch.micro_batch_per_gpu = 2;
   spec.training.batch.gradient_accumulation_steps = 2;
@@ -46,6 +48,7 @@ PinnedRun train_pinned(spec::JobSpec spec, int stage, core::DType precision, dou
   spec.training.bf16 = precision == core::DType::kBF16;
   auto host = kernels::make_cpu_backend(1);
   auto guarded = kernels::simt::make_emulated_backend({}, kernels::simt::DeviceMemory::kGuarded);
+  kernels::simt::limit_pinned_bytes(*guarded, pinnable);
   PinnedRun pinned;
   pinned.run = testing::train_offloaded(*guarded, spec, {1, ranks, 1}, host.get(), false);
   pinned.copies = kernels::simt::host_copy_tally(*guarded);
@@ -68,6 +71,8 @@ void check_pinned(const spec::JobSpec& spec, int stage, core::DType precision, d
     CHECK(pinned.run.reports[i].eval_loss == pageable.run.reports[i].eval_loss);
   }
   CHECK(pinned.run.params == pageable.run.params);
+  // Everything asked for was pinned: nothing to say.
+  CHECK(pinned.run.notices.empty());
   CHECK(pinned.copies.to_device.pinned == to_device);
   CHECK(pinned.copies.to_host.pinned == to_host);
   CHECK(pinned.copies.pinned_ranges == 0);
@@ -106,6 +111,45 @@ TEST_CASE("offload_optimizer.pin_memory pins the host buffers the offload copies
   for (const core::DType precision : {core::DType::kF32, core::DType::kBF16}) {
     check_pinned(spec, 1, precision, 0.5, steps * share, steps * share);
   }
+  REQUIRE_OK(comm::testing::world_barrier());
+  if (world.rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// What the driver refused to pin, named once in a notice; the run the same
+// as one unpinned, its copies through what was pinned.
+void check_refused(const spec::JobSpec& spec, int stage, double ratio, int64_t pinnable,
+                   int64_t to_device, int64_t to_host, int64_t refused) {
+  INFO("ZeRO stage " << stage << ", ratio " << ratio << ", " << pinnable << " bytes pinnable");
+  const PinnedRun pinned = train_pinned(spec, stage, core::DType::kF32, ratio, true, pinnable);
+  const PinnedRun pageable = train_pinned(spec, stage, core::DType::kF32, ratio, false);
+  REQUIRE(pinned.run.reports.size() == 6);
+  CHECK(pinned.run.params == pageable.run.params);
+  CHECK(pinned.copies.to_device.pinned == to_device);
+  CHECK(pinned.copies.to_host.pinned == to_host);
+  CHECK(pinned.copies.pinned_ranges == 0);
+  REQUIRE(pinned.run.notices.size() == 1);
+  CHECK_THAT(pinned.run.notices[0],
+             Catch::StartsWith("offload_optimizer.pin_memory: the GPU's driver did not page-lock " +
+                               core::byte_size_text(refused) + " of host memory") &&
+                 Catch::EndsWith("stay pageable, which is slower"));
+  CHECK(pageable.run.notices.empty());
+}
+
+TEST_CASE("where the driver pins less than asked, the run goes on pageable and says how much") {
+  comm::Communicator& world = comm::testing::world_data();
+  const std::string dir = testing::shared_token_files(world);
+  const spec::JobSpec spec = testing::gpu_path_job(dir);
+  const int64_t steps = 6;
+  const int64_t n = plan::parameters_per_rank(spec.model, spec.parallelism, 0);
+  const int64_t bytes = n * static_cast<int64_t>(sizeof(float));
+  // ZeRO-Offload at stage 1 pins the parameters first, then the
+  // gradients: room for the parameters only, the gradients stay pageable.
+  check_refused(spec, 1, 1, bytes, (1 + steps) * bytes, 0, bytes);
+  // Partial offload with nothing lockable: both staging buffers refused.
+  const ZeroPartition partition = make_zero_partition(n, world.size(), kZeroPartitionAlignment);
+  const int64_t owned = partition.end(world.rank()) - partition.begin(world.rank());
+  const int64_t share = core::host_optimizer_elements(owned, 0.5) * 4;
+  check_refused(spec, 1, 0.5, 0, 0, 0, 2 * share);
   REQUIRE_OK(comm::testing::world_barrier());
   if (world.rank() == 0) std::filesystem::remove_all(dir);
 }
