@@ -38,7 +38,7 @@ inline int64_t device_optimizer_bytes(int64_t elements, bool mixed) {
 // optimizer there, ZeRO stages 0-3): what one rank of a data group of
 // `ranks` holds for `parameters` floats. At stage 3 the weights are this
 // rank's partition; what is gathered around each use is apart
-// (core::device_gathered_bytes, zero3_regions.h), as is backward's
+// (core::gathered_peak_bytes, zero3_regions.h), as is backward's
 // gradient buffer at stages 2-3 over several ranks, resident a range at a
 // time (core::backward_gradient_peak_bytes).
 struct DeviceStateShape {

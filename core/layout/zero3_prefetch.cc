@@ -154,8 +154,8 @@ class GatheredReplay final : public Zero3Gathering {
 
 }  // namespace
 
-int64_t device_gathered_bytes(const Zero3Regions& regions, int64_t page_bytes,
-                              const Zero3Prefetch* prefetch) {
+int64_t gathered_peak_bytes(const Zero3Regions& regions, int64_t page_bytes,
+                            const Zero3Prefetch* prefetch) {
   return GatheredReplay(regions, page_bytes, prefetch).peak_of_micro_batch();
 }
 

@@ -68,13 +68,14 @@ class Zero3Prefetch {
   int64_t max_live_ = 0;
 };
 
-// ZeRO stage 3 on a GPU: the gathered workspace's most resident bytes in
-// pages of `page_bytes`, the persistent tensors' included (a page shared
+// ZeRO stage 3: the gathered workspace's most resident bytes (the host's,
+// Zero3Parameters', and a GPU's, DeviceZero3Parameters') in pages of
+// `page_bytes`, the persistent tensors' included (a page shared
 // by neighbouring ranges counted once), replayed from the model's order of
 // acquires and releases over a training micro-batch (an evaluation's
 // forward is its prefix), with the regions `prefetch` requests ahead, or
 // none (each region gathered just before its use) when it is null.
-int64_t device_gathered_bytes(const Zero3Regions& regions, int64_t page_bytes,
-                              const Zero3Prefetch* prefetch);
+int64_t gathered_peak_bytes(const Zero3Regions& regions, int64_t page_bytes,
+                            const Zero3Prefetch* prefetch);
 
 }  // namespace dslaunch::core

@@ -213,7 +213,7 @@ MirrorBytes mirror_bytes(const spec::ModelSpec& model, const spec::ParallelismSp
   bytes.gradients = core::backward_gradient_peak_bytes(table, 1, 0, page_bytes);
   if (zero.stage >= 3) {
     // The mirror uploads each region as the host acquires it: no prefetch.
-    bytes.parameters = core::device_gathered_bytes(
+    bytes.parameters = core::gathered_peak_bytes(
         core::Zero3Regions(table, zero.param_persistence_threshold), page_bytes, nullptr);
   }
   return bytes;

@@ -93,7 +93,7 @@ ModelStateBytes model_state_bytes(int64_t psi, const spec::TrainingSpec& trainin
 // less than whole fp32 buffers; -1: whole (4Ψ).
 struct MirrorBytes {
   // ZeRO stage 3 where the host state gathers the parameters around their
-  // use (gathered_mirror.h, core::device_gathered_bytes).
+  // use (gathered_mirror.h, core::gathered_peak_bytes).
   int64_t parameters = -1;
   // Where the host state reduces every micro-batch (stages 2-3 over several
   // ranks, or with offload_param nvme): backward's gradient pages, each

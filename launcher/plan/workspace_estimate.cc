@@ -21,56 +21,6 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // 4-byte scale per block of 64.
 int64_t quantized_bytes(int64_t floats) { return floats + 4 * ceil_div(floats, 64); }
 
-int64_t page_span_bytes(const std::vector<core::Zero3Regions::Range>& ranges) {
-  return core::page_span_bytes(ranges, kPage);
-}
-
-// Stage 3's resident gathered bytes at most (Zero3Parameters' prefetch and
-// live rules, which count floats), persistent tensors included, in whole
-// pages: where a block's weights meet its persistent biases, both touch
-// the page between them.
-int64_t gathered_bytes(const core::ParameterTable& table, const spec::ZeroSpec& zero) {
-  const core::Zero3Regions regions(table, zero.param_persistence_threshold);
-  const auto region_bytes = [&regions](int region) {
-    return page_span_bytes(regions.regions[region]);
-  };
-  int64_t block_floats = 0;
-  int64_t block = 0;
-  for (int layer = 0; layer < regions.layers; ++layer) {
-    block_floats = std::max(block_floats, regions.region_size(1 + layer));
-    block = std::max(block, region_bytes(1 + layer));
-  }
-  int64_t chunk_floats = 0;
-  int64_t chunk = 0;
-  for (int k = 0; k < regions.chunks; ++k) {
-    chunk_floats = std::max(chunk_floats, regions.region_size(1 + regions.layers + k));
-    chunk = std::max(chunk, region_bytes(1 + regions.layers + k));
-  }
-  // Blocks requested ahead of the one in use: the next always, then those
-  // that fit in the prefetch bucket.
-  const int64_t fit = block_floats > 0 ? zero.prefetch_bucket_size / block_floats : 0;
-  const int64_t ahead = std::min<int64_t>(std::max<int64_t>(1, fit), regions.layers - 1);
-  const int64_t from_encoder = std::min<int64_t>(std::max<int64_t>(1, fit), regions.layers);
-  // Without the live limit: a block with those ahead of it, the last block
-  // kept for backward with a vocabulary chunk and the next, or the
-  // encoder's last chunk with the first blocks.
-  const auto largest_set = [&](int64_t embeddings, int64_t block, int64_t chunk) {
-    return embeddings +
-           std::max({block * (1 + ahead), block + 2 * chunk, chunk + block * from_encoder});
-  };
-  const int64_t unlimited = largest_set(region_bytes(0), block, chunk);
-  // What one step of a pass needs is gathered whatever the limit.
-  const int64_t needed = region_bytes(0) + block + chunk;
-  // The limit counts floats; the pages they touch take at most what the
-  // largest set's take beyond its floats.
-  const int64_t page_overhead =
-      unlimited - largest_set(regions.region_size(0), block_floats, chunk_floats) * kFloat;
-  const int64_t limit = zero.max_live_parameters * kFloat + page_overhead;
-  const int64_t live = std::min(unlimited, std::max(limit, needed));
-  return std::min(ceil_div(table.total() * kFloat, kPage) * kPage,
-                  page_span_bytes(regions.persistent) + live);
-}
-
 // Stages 2 and 3's resident gradient floats at most (GradientReducer's
 // buckets and the order backward completes them in).
 int64_t unreduced_floats(const core::ParameterTable& table, const spec::ModelSpec& model,
@@ -152,8 +102,12 @@ WorkspaceBytes workspace_bytes_per_rank(const spec::ModelSpec& model,
   bytes.gradient_workspace =
       unreduced_floats(table, model, zero, data_parallel, micro_batch) * kFloat;
   if (zero.stage < 3) return bytes;
-  bytes.parameter_workspace = gathered_bytes(table, zero);
+  // The host's workspace gathers as the GPU's does (Zero3Parameters and
+  // DeviceZero3Parameters follow the same core::Zero3Prefetch), in the
+  // host's pages.
   const core::Zero3Regions regions(table, zero.param_persistence_threshold);
+  const core::Zero3Prefetch prefetch(regions, zero.prefetch_bucket_size, zero.max_live_parameters);
+  bytes.parameter_workspace = core::gathered_peak_bytes(regions, kPage, &prefetch);
   bytes.communication += regions.persistent_floats() * kFloat;
   if (zero.hpz_partition_size > 1) {
     bytes.communication +=
@@ -187,7 +141,7 @@ WorkspaceBytes device_workspace_bytes_per_rank(const spec::ModelSpec& model,
   const core::Zero3Regions regions(table, training.zero.param_persistence_threshold);
   const core::Zero3Prefetch prefetch(regions, training.zero.prefetch_bucket_size,
                                      training.zero.max_live_parameters);
-  bytes.parameter_workspace = core::device_gathered_bytes(regions, kGpuPageBytes, &prefetch);
+  bytes.parameter_workspace = core::gathered_peak_bytes(regions, kGpuPageBytes, &prefetch);
   // Over several ranks, the persistent tensors' packed copy.
   if (data_parallel > 1) bytes.communication = regions.persistent_floats() * kFloat;
   return bytes;

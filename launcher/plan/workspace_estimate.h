@@ -22,8 +22,10 @@ struct WorkspaceBytes {
   // once: the persistent tensors, the embeddings, the block (and vocabulary
   // chunk) in use, and what is prefetched ahead of it within
   // stage3_prefetch_bucket_size, all within stage3_max_live_parameters (but
-  // never less than one pass step needs). Gathers finish when they finish,
-  // so a run may measure less than this bound, never more.
+  // never less than one pass step needs), replayed over a micro-batch
+  // (core::gathered_peak_bytes). Gathers finish when they finish, so a run
+  // may measure less than this; never more but for a page at the edges of
+  // the ranges gathered (the host gives back whole pages only).
   int64_t parameter_workspace = 0;
   // ZeRO stages 2 and 3: the most of the gradient workspace backward
   // writes into resident at once: the block (or vocabulary chunk) being
@@ -57,7 +59,7 @@ WorkspaceBytes workspace_bytes_per_rank(const spec::ModelSpec& model,
 // kGpuPageBytes: at stages 2-3 over several data ranks backward's sparse
 // gradient buffer (core::backward_gradient_peak_bytes) as the gradient
 // workspace; at stage 3 the GPU's gathered parameters
-// (core::device_gathered_bytes) as the parameter workspace, and over
+// (core::gathered_peak_bytes) as the parameter workspace, and over
 // several data ranks the persistent tensors' packed copy as communication
 // buffers.
 WorkspaceBytes device_workspace_bytes_per_rank(const spec::ModelSpec& model,

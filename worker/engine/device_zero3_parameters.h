@@ -43,7 +43,7 @@ namespace dslaunch::worker::engine {
 // far and beside the work queued after) — and the host waits only for the
 // region acquired, just before the model queues the work that reads it.
 // A gather then overlaps the work of the regions before its own.
-// core::device_gathered_bytes() replays the same requests for the plan.
+// core::gathered_peak_bytes() replays the same requests for the plan.
 // With one data rank (`comm` null) a gather is a copy from the partition,
 // which then is the whole model.
 //

@@ -132,23 +132,22 @@ TEST_CASE("the GPU workspace's peak is replayed from the model's order of reques
   const int64_t chunk = regions.region_size(1 + regions.layers);
   // Pages of one float: the floats of what is live at once.
   SECTION("gathered just before use: the embeddings with the last block and a chunk") {
-    CHECK(device_gathered_bytes(regions, 4, nullptr) ==
+    CHECK(gathered_peak_bytes(regions, 4, nullptr) ==
           (persistent + embeddings + block + chunk) * 4);
   }
   SECTION("prefetching everything: every block beside the encoder's last chunk") {
     const Zero3Prefetch prefetch(regions, int64_t{1} << 40, int64_t{1} << 40);
-    CHECK(device_gathered_bytes(regions, 4, &prefetch) ==
+    CHECK(gathered_peak_bytes(regions, 4, &prefetch) ==
           (persistent + embeddings + 4 * block + chunk) * 4);
   }
   SECTION("a bucket of one block: the block in use and the next") {
     REQUIRE(block > 2 * chunk);  // the output layer's two chunks beside the last block weigh less
     const Zero3Prefetch prefetch(regions, block, int64_t{1} << 40);
-    CHECK(device_gathered_bytes(regions, 4, &prefetch) ==
-          (persistent + embeddings + 2 * block) * 4);
+    CHECK(gathered_peak_bytes(regions, 4, &prefetch) == (persistent + embeddings + 2 * block) * 4);
   }
   SECTION("one page holds it all") {
     const int64_t page = int64_t{1} << 30;
-    CHECK(device_gathered_bytes(regions, page, nullptr) == page);
+    CHECK(gathered_peak_bytes(regions, page, nullptr) == page);
   }
 }
 

@@ -148,12 +148,21 @@ TEST_CASE("stage 3's memory-bound settings: one block, one vocabulary chunk, sma
   CHECK(in_pages(workspace_bytes_per_rank(gpt2_small(), spec::ParallelismSpec{}, training, 2, 1, 0)
                      .parameter_workspace,
                  kPersistent + kBlockGathered + 2 * kChunk));
-  // A live limit between the two: the limit.
+  // A live limit between the two (20M): each block prefetches the next
+  // (14.2M live), not the one after (21.2M); the output layer's last block
+  // with two full chunks (15.6M) is the most live, under the limit. (The
+  // last chunk, 1,155 rows, with two blocks is less.)
   training.zero.prefetch_bucket_size = 50'000'000;
   training.zero.max_live_parameters = 20'000'000;
   CHECK(in_pages(workspace_bytes_per_rank(gpt2_small(), spec::ParallelismSpec{}, training, 2, 1, 0)
                      .parameter_workspace,
-                 kPersistent + 20'000'000));
+                 kPersistent + kBlockGathered + 2 * kChunk));
+  // A limit of one block and a chunk: nothing prefetched past the block in
+  // use, as with the memory-bound settings.
+  training.zero.max_live_parameters = kBlockGathered + kChunk;
+  CHECK(in_pages(workspace_bytes_per_rank(gpt2_small(), spec::ParallelismSpec{}, training, 2, 1, 0)
+                     .parameter_workspace,
+                 kPersistent + kBlockGathered + kChunk));
 }
 
 TEST_CASE("ZeRO++'s secondary partition and quantized gradients are counted") {

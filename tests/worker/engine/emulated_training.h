@@ -211,7 +211,7 @@ inline void check_gpu_path_matches_host_memory(spec::JobSpec spec, const GpuPath
         spec.training.zero.param_persistence_threshold);
     const core::Zero3Prefetch prefetch(regions, spec.training.zero.prefetch_bucket_size,
                                        spec.training.zero.max_live_parameters);
-    gathered = core::device_gathered_bytes(regions, page, &prefetch) +
+    gathered = core::gathered_peak_bytes(regions, page, &prefetch) +
                (c.layout.data > 1 ? regions.persistent_floats() * 4 : 0);
   }
   const int64_t planned =
@@ -277,7 +277,7 @@ inline void check_stage3_matches_stage2_on_device(spec::JobSpec spec, Layout lay
   const int64_t page = sysconf(_SC_PAGESIZE);
   const core::Zero3Prefetch prefetch(regions, spec.training.zero.prefetch_bucket_size,
                                      spec.training.zero.max_live_parameters);
-  const int64_t gathered = core::device_gathered_bytes(regions, page, &prefetch);
+  const int64_t gathered = core::gathered_peak_bytes(regions, page, &prefetch);
   CHECK(stage3.memory.parameter_workspace_peak == gathered);
   // Backward's gradients, a few buckets at a time over several ranks
   // (host staging: each reduced at once).

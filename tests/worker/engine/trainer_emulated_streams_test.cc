@@ -113,10 +113,10 @@ TEST_CASE("on deferred streams in NCCL's order, ZeRO stages 0-3 train as through
     const int64_t page = sysconf(_SC_PAGESIZE);
     if (c.stage == 3) {
       // The gathered blocks, prefetched ones included, as the plan replays them.
-      const int64_t gathered = core::device_gathered_bytes(regions, page, &prefetch);
+      const int64_t gathered = core::gathered_peak_bytes(regions, page, &prefetch);
       CHECK(got.memory.parameter_workspace_peak == gathered);
       CHECK(want.memory.parameter_workspace_peak == gathered);
-      CHECK(gathered > core::device_gathered_bytes(regions, page, nullptr));
+      CHECK(gathered > core::gathered_peak_bytes(regions, page, nullptr));
     }
     // Backward's pages: the buckets the reducer leaves in flight hold theirs
     // too, as the plan replays it.
