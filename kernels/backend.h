@@ -214,13 +214,13 @@ class Backend {
   // Causal multi-head self-attention over a fused projection qkv (B,T,3C)
   // laid out [q | k | v], each split into NH heads of C/NH channels. Writes
   // out (B,T,C). Scores are scaled by 1/sqrt(C/NH). `scratch` holds
-  // core::attention_scratch_floats(attention_scratch(), B, T, NH) floats,
+  // core::attention_scratch_floats(attention_scratch(), B, T) floats,
   // overwritten by each pass: on the CPU a head's probabilities (B,T,T)
-  // and their gradient, heads one at a time; on a GPU each row's
-  // statistics, its keys taken a tile at a time. No T×T matrix is kept
-  // from forward to backward: the backward pass recomputes the
-  // probabilities, so the memory per block is what B·T·C-sized tensors
-  // take.
+  // and their gradient, heads one at a time; on a GPU the same for a block
+  // of query rows (core::kAttentionRowBlock) of every sequence. No T×T
+  // matrix is kept from forward to backward: the backward pass recomputes
+  // the probabilities, so the memory per block is what B·T·C-sized
+  // tensors take.
   virtual core::AttentionScratch attention_scratch() const = 0;
   virtual void attention_forward(float* out, float* scratch, const float* qkv, int64_t B,
                                  int64_t T, int64_t C, int64_t NH) = 0;

@@ -183,7 +183,7 @@ struct GradientLayout {
     dqkv = a.take(N * 3 * z.Ca);
     dfch = a.take(N * z.F);
     dfch_gelu = a.take(N * z.F);
-    attention = a.take(attention_scratch_floats(kind, B, T, z.NHa));
+    attention = a.take(attention_scratch_floats(kind, B, T));
     total = a.total;
   }
 };

@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "core/layout/attention_scratch.h"
-
 namespace dslaunch::spec {
 
 bool cuda_training_built() {
@@ -16,15 +14,6 @@ bool cuda_training_built() {
 
 std::string device_training_problem(const spec::JobSpec& spec) {
   const spec::ZeroSpec& zero = spec.training.zero;
-  const spec::ModelSpec& model = spec.model;
-  if (model.num_attention_heads > 0 &&
-      model.hidden_size / model.num_attention_heads > core::kMaxTiledHeadSize) {
-    return fmt::format(
-        "attention heads of {} channels (hidden_size {} / num_attention_heads {}): the GPU's tiled "
-        "attention takes at most {}; use more heads, or cluster.device: cpu",
-        model.hidden_size / model.num_attention_heads, model.hidden_size, model.num_attention_heads,
-        core::kMaxTiledHeadSize);
-  }
   // The mirror hands the host only what a step's last micro-batch reduces,
   // which ZeRO stages 0-2 do with Adam; Lamb and the 1-bit optimizers see
   // the whole model's gradients at other points.

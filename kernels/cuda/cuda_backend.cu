@@ -197,10 +197,7 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
     cuda::launch(kernel, stream_);  // not SimtBackend::launch
   }
   void run_gemm(const RowMajorGemm& product, const float* A, const float* B, float* C) {
-    if (matmul_precision_ == core::DType::kF32) {
-      cublas_gemm(cublas_, product, A, B, C);
-      return;
-    }
+    if (matmul_precision_ == core::DType::kF32) return run_gemm_fp32(product, A, B, C);
     const std::vector<GemmTile> tiles = rounded_gemm_tiles(product, kStagingElements);
     const StagingLayout layout = staging_layout(tiles);
     uint16_t* staging = grown(staging_, staging_count_, layout.elements);
@@ -213,6 +210,9 @@ class CudaBackend final : public SimtBackend<CudaBackend> {
           cublas_gemm_16(cublas_, tile.product, staging, staging + layout.b_offset,
                          C + tile.c_offset, matmul_precision_);
         });
+  }
+  void run_gemm_fp32(const RowMajorGemm& product, const float* A, const float* B, float* C) {
+    cublas_gemm(cublas_, product, A, B, C);
   }
   void pack(const MatrixBlock& block, const float* matrix, uint16_t* to) {
     if (block.elements() == 0) return;

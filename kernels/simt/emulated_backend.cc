@@ -292,6 +292,9 @@ class EmulatedBackend final : public SimtBackend<EmulatedBackend>, public Deferr
       }
     });
   }
+  void run_gemm_fp32(const RowMajorGemm& product, const float* A, const float* B, float* C) {
+    submit([product, A, B, C] { cpu::sgemm(product, A, B, C); });
+  }
   // In the backend's memory, as a GPU's scratch is.
   double* scratch_doubles(int64_t count) {
     if (count > scratch_count_) {

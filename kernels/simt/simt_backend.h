@@ -9,6 +9,7 @@
 //   template <class Kernel> void launch_kernel(const Kernel& kernel);
 //   void run_gemm(const RowMajorGemm& product, const float* A, const float* B, float* C);
 //                 // at the matmul precision
+//   void run_gemm_fp32(const RowMajorGemm& product, const float* A, const float* B, float* C);
 //   double* scratch_doubles(int64_t count);  // device memory for partial sums,
 //                                            // valid until the next call
 // (public, or with SimtBackend<Device> a friend).
@@ -16,15 +17,19 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/layout/attention_scratch.h"
+#include "kernels/attention_gemms.h"
 #include "kernels/backend.h"
 #include "kernels/gemm_descriptor.h"
 #include "kernels/math/adamw.h"
 #include "kernels/model_gemms.h"
+#include "kernels/simt/attention_softmax_kernels.h"
 #include "kernels/simt/column_sum_kernels.h"
 #include "kernels/simt/cross_entropy_kernels.h"
 #include "kernels/simt/elementwise_kernels.h"
@@ -32,7 +37,6 @@
 #include "kernels/simt/layernorm_kernels.h"
 #include "kernels/simt/precision_kernels.h"
 #include "kernels/simt/reduction_kernels.h"
-#include "kernels/simt/tiled_attention_kernels.h"
 
 namespace dslaunch::kernels::simt {
 
@@ -119,25 +123,43 @@ class SimtBackend : public Backend {
     gemm(model_gemms::logits_backward_weight(N, C, rows, ld), dlogits, inp, dwte);
   }
 
-  // Tiled (tiled_attention_kernels.h): the scratch holds each row's
-  // log-sum-exp and softmax-gradient correction between the backward pass's
-  // two kernels.
+  // Through the products, one head and one block of query rows of every
+  // sequence at a time (attention_gemms.h), with the causal softmax and its
+  // backward as row kernels (attention_softmax_kernels.h); the scratch
+  // holds the block's probabilities and their gradient. The products are
+  // fp32 whatever the matmul precision, as the CPU backend's attention's.
   core::AttentionScratch attention_scratch() const override {
-    return core::AttentionScratch::kRowStatistics;
+    return core::AttentionScratch::kRowBlockProbabilities;
   }
-  void attention_forward(float* out, float*, const float* qkv, int64_t B, int64_t T, int64_t C,
-                         int64_t NH) override {
-    if (B * T == 0) return;
-    launch(TiledAttentionForward{out, qkv, attention_grid(B, T, C, NH)});
+  void attention_forward(float* out, float* scratch, const float* qkv, int64_t B, int64_t T,
+                         int64_t C, int64_t NH) override {
+    for_each_row_block(
+        B, T, C, NH, [&](const attention_gemms::RowBlock& r, int64_t h, float scale) {
+          const float* q = qkv + h * r.hs;
+          gemm_fp32(attention_gemms::scores(r, scale), q + r.first * 3 * C, q + C, scratch);
+          launch(CausalSoftmaxRows{scratch, score_rows(r)});
+          gemm_fp32(attention_gemms::output(r), scratch, q + 2 * C, out + h * r.hs + r.first * C);
+        });
   }
   void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                           int64_t B, int64_t T, int64_t C, int64_t NH) override {
-    if (B * T == 0) return;
-    const AttentionGrid grid = attention_grid(B, T, C, NH);
-    float* lse = scratch;
-    float* dsum = scratch + B * NH * T;
-    launch(TiledAttentionBackwardQuery{dqkv, lse, dsum, dout, qkv, grid});
-    launch(TiledAttentionBackwardKeyValue{dqkv, lse, dsum, dout, qkv, grid});
+    float* const probs = scratch;
+    float* const grads = scratch + B * core::attention_block_rows(T) * T;
+    for_each_row_block(
+        B, T, C, NH, [&](const attention_gemms::RowBlock& r, int64_t h, float scale) {
+          const float* q = qkv + h * r.hs;
+          const float* d_o = dout + h * r.hs + r.first * C;
+          float* dq = dqkv + h * r.hs;
+          // The probabilities again, their gradient, in place the (unscaled)
+          // scores' gradient, then dq, dk and dv.
+          gemm_fp32(attention_gemms::scores(r, scale), q + r.first * 3 * C, q + C, probs);
+          launch(CausalSoftmaxRows{probs, score_rows(r)});
+          gemm_fp32(attention_gemms::probability_gradients(r), d_o, q + 2 * C, grads);
+          launch(CausalSoftmaxBackwardRows{grads, probs, score_rows(r)});
+          gemm_fp32(attention_gemms::query_gradients(r, scale), grads, q + C, dq + r.first * 3 * C);
+          gemm_fp32(attention_gemms::key_gradients(r, scale), grads, q + r.first * 3 * C, dq + C);
+          gemm_fp32(attention_gemms::value_gradients(r), probs, d_o, dq + 2 * C);
+        });
   }
 
   void gelu_forward(float* out, const float* inp, int64_t n) override {
@@ -215,13 +237,26 @@ class SimtBackend : public Backend {
 
   double* scratch(int64_t count) { return static_cast<Device*>(this)->scratch_doubles(count); }
 
-  static AttentionGrid attention_grid(int64_t B, int64_t T, int64_t C, int64_t NH) {
-    if (C % NH != 0 || C / NH > kMaxHeadSize) {
-      throw std::invalid_argument("attention on this backend takes heads of at most " +
-                                  std::to_string(kMaxHeadSize) + " channels, not " +
-                                  std::to_string(C) + "/" + std::to_string(NH));
+  // fn(block, h, scale) for each head h and each block of query rows, in
+  // order (the key and value gradients add up over the blocks).
+  template <class Fn>
+  static void for_each_row_block(int64_t B, int64_t T, int64_t C, int64_t NH, const Fn& fn) {
+    if (NH <= 0 || C % NH != 0) {
+      throw std::invalid_argument("attention: " + std::to_string(C) +
+                                  " channels do not split into " + std::to_string(NH) + " heads");
     }
-    return {B, T, C, NH};
+    if (B * T == 0) return;
+    const int64_t hs = C / NH;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+    const int64_t block = core::attention_block_rows(T);
+    for (int64_t h = 0; h < NH; ++h) {
+      for (int64_t first = 0; first < T; first += block) {
+        fn(attention_gemms::RowBlock{B, T, C, hs, first, std::min(block, T - first)}, h, scale);
+      }
+    }
+  }
+  static ScoreRows score_rows(const attention_gemms::RowBlock& r) {
+    return {r.B, r.rows, r.first, r.T, r.scratch_stride()};
   }
 
   // out[k] (width) += the column sums of term's values k over `rows` rows.
@@ -245,6 +280,9 @@ class SimtBackend : public Backend {
   // set_matmul_precision() chose.
   void gemm(const RowMajorGemm& product, const float* A, const float* B, float* C) {
     static_cast<Device*>(this)->run_gemm(product, A, B, C);
+  }
+  void gemm_fp32(const RowMajorGemm& product, const float* A, const float* B, float* C) {
+    static_cast<Device*>(this)->run_gemm_fp32(product, A, B, C);
   }
 };
 

@@ -52,10 +52,10 @@ int64_t activation_bytes_per_rank(const spec::ModelSpec& model,
                                   const spec::TrainingSpec& training, int64_t micro_batch,
                                   int64_t accumulation, int stage, spec::Device device) {
   // The CPU backend's attention goes a head at a time, the CUDA backend's a
-  // tile at a time (kernels/backend.h).
+  // head and a block of query rows at a time (kernels/backend.h).
   const core::AttentionScratch attention = device == spec::Device::kCpu
                                                ? core::AttentionScratch::kHeadProbabilities
-                                               : core::AttentionScratch::kRowStatistics;
+                                               : core::AttentionScratch::kRowBlockProbabilities;
   const spec::ActivationCheckpointingSpec& checkpointing = training.activation_checkpointing;
   const int recomputed =
       checkpointing.enabled

@@ -176,7 +176,7 @@ void add_product_cases(Inputs& in, std::vector<Case>& all) {
       {"attention_forward + backward", "fp32", 1e-4, [=](Backend& b) {
          auto q = upload(b, qkv), dq = upload(b, dqkv0), dy = upload(b, datt_out);
          DeviceBuffer<float> out(b, kN * kC),
-             scratch(b, core::attention_scratch_floats(b.attention_scratch(), kB, kT, kNH));
+             scratch(b, core::attention_scratch_floats(b.attention_scratch(), kB, kT));
          b.attention_forward(out.data(), scratch.data(), q.data(), kB, kT, kC, kNH);
          b.attention_backward(dq.data(), scratch.data(), dy.data(), q.data(), kB, kT, kC, kNH);
          return Outputs{download(b, out), download(b, dq)};
