@@ -84,6 +84,14 @@ void check_pinned(const spec::JobSpec& spec, int stage, core::DType precision, d
         pageable.copies.to_host.pageable);
 }
 
+// Partial offload at ratio 0.5: the bytes of this rank's partition of `n`
+// floats that CPU Adam steps.
+int64_t host_share_bytes(int64_t n, comm::Communicator& world) {
+  const ZeroPartition partition = make_zero_partition(n, world.size(), kZeroPartitionAlignment);
+  const int64_t owned = partition.end(world.rank()) - partition.begin(world.rank());
+  return core::host_optimizer_elements(owned, 0.5) * static_cast<int64_t>(sizeof(float));
+}
+
 TEST_CASE("offload_optimizer.pin_memory pins the host buffers the offload copies go through") {
   comm::Communicator& world = comm::testing::world_data();
   const std::string dir = testing::shared_token_files(world);
@@ -105,9 +113,7 @@ TEST_CASE("offload_optimizer.pin_memory pins the host buffers the offload copies
   // has its gradients come down and its updated weights (fp32: the
   // masters; 16-bit: their rounding) go up through the pinned staging
   // buffers; the rest never leaves the GPU.
-  const ZeroPartition partition = make_zero_partition(n, world.size(), kZeroPartitionAlignment);
-  const int64_t owned = partition.end(world.rank()) - partition.begin(world.rank());
-  const int64_t share = core::host_optimizer_elements(owned, 0.5) * 4;
+  const int64_t share = host_share_bytes(n, world);
   for (const core::DType precision : {core::DType::kF32, core::DType::kBF16}) {
     check_pinned(spec, 1, precision, 0.5, steps * share, steps * share);
   }
@@ -146,9 +152,7 @@ TEST_CASE("where the driver pins less than asked, the run goes on pageable and s
   // gradients: room for the parameters only, the gradients stay pageable.
   check_refused(spec, 1, 1, bytes, (1 + steps) * bytes, 0, bytes);
   // Partial offload with nothing lockable: both staging buffers refused.
-  const ZeroPartition partition = make_zero_partition(n, world.size(), kZeroPartitionAlignment);
-  const int64_t owned = partition.end(world.rank()) - partition.begin(world.rank());
-  const int64_t share = core::host_optimizer_elements(owned, 0.5) * 4;
+  const int64_t share = host_share_bytes(n, world);
   check_refused(spec, 1, 0.5, 0, 0, 0, 2 * share);
   REQUIRE_OK(comm::testing::world_barrier());
   if (world.rank() == 0) std::filesystem::remove_all(dir);
