@@ -27,7 +27,7 @@ struct ScoreRows {
   int64_t ld;
   int64_t batch_stride;
 
-  int64_t count() const { return batch * rows; }
+  DSL_HOST_DEVICE int64_t count() const { return batch * rows; }
   DSL_HOST_DEVICE int64_t width() const { return first + rows; }
   // Row `index` (of count()): its offset and the keys it sees.
   DSL_HOST_DEVICE int64_t offset(int64_t index) const {
